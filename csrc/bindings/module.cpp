@@ -1,0 +1,267 @@
+// pybind11 face of the dsperf core: converts arguments, releases the GIL for sweeps,
+// and turns std::invalid_argument into ValueError. No model logic lives here.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "costmodel/decode.hpp"
+#include "costmodel/prefill.hpp"
+#include "costmodel/sweep.hpp"
+#include "model/block_costs.hpp"
+
+namespace py = pybind11;
+using namespace dsperf;
+
+namespace {
+
+py::tuple mla_tuple(const MlaFlops& f) {
+    return py::make_tuple(f.total_gflop(), f.gemm_fp8_gflop, f.attn_fp16_gflop);
+}
+
+py::dict prefill_mla_dict(const PrefillMla& r) {
+    py::dict d;
+    d["gemm_ms"] = r.gemm_ms;
+    d["attn_ms"] = r.attn_ms;
+    d["compute_ms"] = r.compute_ms;
+    d["allreduce_ms"] = r.allreduce_ms;
+    d["time_ms"] = r.time_ms;
+    return d;
+}
+
+py::dict prefill_dict(const PrefillResult& r) {
+    py::dict d;
+    d["mla_gemm_ms"] = r.mla.gemm_ms;
+    d["mla_attn_ms"] = r.mla.attn_ms;
+    d["mla_tp1_ms"] = r.mla.compute_ms;
+    d["allreduce_ms"] = r.mla.allreduce_ms;
+    d["dense_mla_ms"] = r.dense_mla_ms;
+    d["dense_mlp_ms"] = r.dense_mlp_ms;
+    d["mla_ms"] = r.mla.time_ms;
+    d["shared_expert_ms"] = r.shared_expert_ms;
+    d["routed_expert_ms"] = r.routed_expert_ms;
+    d["dispatch_ms"] = r.dispatch_ms;
+    d["combine_ms"] = r.combine_ms;
+    d["sum_overlap_ms"] = r.sum_overlap_ms;
+    d["sum_ms"] = r.sum_ms;
+    d["nodes"] = r.nodes;
+    d["tokens_per_s_node_overlap"] = r.tokens_per_s_node_overlap;
+    d["tokens_per_s_node"] = r.tokens_per_s_node;
+    d["computed_tokens_per_s_node_overlap"] = r.computed_tokens_per_s_node_overlap;
+    d["computed_tokens_per_s_node"] = r.computed_tokens_per_s_node;
+    d["kv_transfer_gbps_overlap"] = r.kv_transfer_gbps_overlap;
+    d["kv_transfer_gbps"] = r.kv_transfer_gbps;
+    return d;
+}
+
+py::dict decode_dict(const DecodeResult& r) {
+    py::dict d;
+    d["kv_len"] = r.kv_len;
+    d["mla_gemm_ms"] = r.mla_gemm_ms;
+    d["mla_attn_ms"] = r.mla_attn_ms;
+    d["mla_tp1_ms"] = r.mla_tp1_ms;
+    d["mla_tp4_ms"] = r.mla_tp4_ms;
+    d["mla_tp8_ms"] = r.mla_tp8_ms;
+    d["allreduce_ms"] = r.allreduce_ms;
+    d["load_kv_fp8_ms"] = r.load_kv_fp8_ms;
+    d["load_kv_fp16_ms"] = r.load_kv_fp16_ms;
+    d["dense_mlp_ms"] = r.dense_mlp_ms;
+    d["shared_expert_ms"] = r.shared_expert_ms;
+    d["routed_expert_ms"] = r.routed_expert_ms;
+    d["dispatch_ms"] = r.dispatch_ms;
+    d["combine_ms"] = r.combine_ms;
+    d["mla_tp"] = r.mla_tp;
+    d["dense_mla_ms"] = r.dense_mla_ms;
+    d["sparse_mla_ms"] = r.sparse_mla_ms;
+    d["tpot_overlap_ms"] = r.tpot_overlap_ms;
+    d["tpot_ms"] = r.tpot_ms;
+    d["tps_user_overlap"] = r.tps_user_overlap;
+    d["tps_user"] = r.tps_user;
+    d["tokens_per_gpu_s_overlap"] = r.tokens_per_gpu_s_overlap;
+    d["tokens_per_gpu_s"] = r.tokens_per_gpu_s;
+    d["time_budget_ms"] = r.time_budget_ms;
+    d["batch_limit"] = r.batch_limit;
+    d["experts_per_gpu"] = r.experts_per_gpu;
+    return d;
+}
+
+PrefillParams make_prefill(double seq_len, double kv_cache_hit, int tp, int dp, int dispatch_nodes) {
+    PrefillParams p;
+    p.seq_len = seq_len, p.kv_cache_hit = kv_cache_hit, p.tp = tp, p.dp = dp, p.dispatch_nodes = dispatch_nodes;
+    return p;
+}
+
+DecodeParams make_decode(double seq_len, double decode_len, double batch, int tp, int ep, int redundant,
+                         bool absorbed, bool kv_fp8, double discount) {
+    DecodeParams p;
+    p.seq_len = seq_len, p.decode_len = decode_len, p.batch = batch, p.tp = tp, p.ep = ep;
+    p.redundant_experts = redundant, p.absorbed = absorbed, p.kv_fp8 = kv_fp8;
+    p.group_gemm_discount = discount;
+    return p;
+}
+
+template <typename T>
+py::array_t<T> column(size_t n, T** ptr) {
+    py::array_t<T> a(static_cast<py::ssize_t>(n));
+    *ptr = a.mutable_data();
+    return a;
+}
+
+py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& devices, std::vector<int> tp,
+                         std::vector<int> ep, std::vector<int> redundant, std::vector<int> kv_fp8,
+                         std::vector<double> seq_len, std::vector<double> decode_len, std::vector<double> batch,
+                         bool absorbed, double discount, const std::string& mode) {
+    DecodeGrid g;
+    g.devices = devices;
+    g.tp = std::move(tp), g.ep = std::move(ep), g.redundant_experts = std::move(redundant);
+    g.kv_fp8 = std::move(kv_fp8), g.seq_len = std::move(seq_len);
+    g.decode_len = std::move(decode_len), g.batch = std::move(batch);
+    g.absorbed = absorbed, g.group_gemm_discount = discount;
+    const Mode md = parse_mode(mode);
+    g.validate(m);  // before allocating: a bad axis must not cost a huge allocation
+    const size_t n = g.size();
+    DecodeSweepColumns c{};
+    py::dict out;
+    out["device_index"] = column(n, &c.device_index);
+    out["tp"] = column(n, &c.tp);
+    out["ep"] = column(n, &c.ep);
+    out["redundant_experts"] = column(n, &c.redundant_experts);
+    out["kv_fp8"] = column(n, &c.kv_fp8);
+    out["seq_len"] = column(n, &c.seq_len);
+    out["decode_len"] = column(n, &c.decode_len);
+    out["batch"] = column(n, &c.batch);
+    out["mla_tp"] = column(n, &c.mla_tp);
+    out["tpot_ms"] = column(n, &c.tpot_ms);
+    out["tpot_overlap_ms"] = column(n, &c.tpot_overlap_ms);
+    out["tps_user"] = column(n, &c.tps_user);
+    out["tps_user_overlap"] = column(n, &c.tps_user_overlap);
+    out["tokens_per_gpu_s"] = column(n, &c.tokens_per_gpu_s);
+    out["tokens_per_gpu_s_overlap"] = column(n, &c.tokens_per_gpu_s_overlap);
+    out["time_budget_ms"] = column(n, &c.time_budget_ms);
+    out["batch_limit"] = column(n, &c.batch_limit);
+    {
+        py::gil_scoped_release release;
+        decode_sweep(m, g, md, c);
+    }
+    return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, mod) {
+    mod.doc() = "dsperf C++ core: model block costs, device specs, prefill/decode cost model";
+#ifdef DSPERF_WITH_CUDA
+    mod.attr("cuda_built") = true;
+#else
+    mod.attr("cuda_built") = false;
+#endif
+
+    py::class_<ModelConfig>(mod, "ModelConfig")
+        .def(py::init<>())
+        .def_readwrite("name", &ModelConfig::name)
+        .def_readwrite("vocab_size", &ModelConfig::vocab_size)
+        .def_readwrite("dim", &ModelConfig::dim)
+        .def_readwrite("inter_dim", &ModelConfig::inter_dim)
+        .def_readwrite("moe_inter_dim", &ModelConfig::moe_inter_dim)
+        .def_readwrite("n_layers", &ModelConfig::n_layers)
+        .def_readwrite("n_dense_layers", &ModelConfig::n_dense_layers)
+        .def_readwrite("n_heads", &ModelConfig::n_heads)
+        .def_readwrite("n_routed_experts", &ModelConfig::n_routed_experts)
+        .def_readwrite("n_shared_experts", &ModelConfig::n_shared_experts)
+        .def_readwrite("n_activated_experts", &ModelConfig::n_activated_experts)
+        .def_readwrite("n_expert_groups", &ModelConfig::n_expert_groups)
+        .def_readwrite("n_limited_groups", &ModelConfig::n_limited_groups)
+        .def_readwrite("route_scale", &ModelConfig::route_scale)
+        .def_readwrite("q_lora_rank", &ModelConfig::q_lora_rank)
+        .def_readwrite("kv_lora_rank", &ModelConfig::kv_lora_rank)
+        .def_readwrite("qk_nope_head_dim", &ModelConfig::qk_nope_head_dim)
+        .def_readwrite("qk_rope_head_dim", &ModelConfig::qk_rope_head_dim)
+        .def_readwrite("v_head_dim", &ModelConfig::v_head_dim)
+        .def_property_readonly("n_moe_layers", &ModelConfig::n_moe_layers)
+        .def_property_readonly("kv_cache_width", &ModelConfig::kv_cache_width)
+        .def("validate", &ModelConfig::validate);
+
+    py::class_<DeviceSpec>(mod, "DeviceSpec")
+        .def(py::init<>())
+        .def_readwrite("name", &DeviceSpec::name)
+        .def_readwrite("sm_count", &DeviceSpec::sm_count)
+        .def_readwrite("comm_sms_prefill", &DeviceSpec::comm_sms_prefill)
+        .def_readwrite("comm_sms_decode", &DeviceSpec::comm_sms_decode)
+        .def_readwrite("fp16_tflops", &DeviceSpec::fp16_tflops)
+        .def_readwrite("fp8_tflops", &DeviceSpec::fp8_tflops)
+        .def_readwrite("compute_derate", &DeviceSpec::compute_derate)
+        .def_readwrite("mem_gb", &DeviceSpec::mem_gb)
+        .def_readwrite("mem_bw_gbps", &DeviceSpec::mem_bw_gbps)
+        .def_readwrite("nvlink_gbps", &DeviceSpec::nvlink_gbps)
+        .def_readwrite("scaleout_gbps", &DeviceSpec::scaleout_gbps)
+        .def_readwrite("discount", &DeviceSpec::discount)
+        .def_readwrite("gpus_per_node", &DeviceSpec::gpus_per_node)
+        .def_readwrite("seed_decode_tp", &DeviceSpec::seed_decode_tp)
+        .def("validate", &DeviceSpec::validate)
+        .def("fp16_tflops_eff", &DeviceSpec::fp16_tflops_eff, py::arg("comm_sms"))
+        .def("fp8_tflops_eff", &DeviceSpec::fp8_tflops_eff, py::arg("comm_sms"))
+        .def("mem_bw_eff", &DeviceSpec::mem_bw_eff)
+        .def("nvlink_eff", &DeviceSpec::nvlink_eff)
+        .def("scaleout_eff", &DeviceSpec::scaleout_eff);
+
+    mod.def("mla_flops", [](double q, double kv, const ModelConfig& m, double hit) {
+        return mla_tuple(mla_flops(q, kv, m, hit));
+    }, py::arg("q_len"), py::arg("kv_len"), py::arg("model"), py::arg("kv_cache_hit") = 0.0);
+    mod.def("mla_absorbed_flops", [](double q, double kv, const ModelConfig& m, double hit) {
+        return mla_tuple(mla_absorbed_flops(q, kv, m, hit));
+    }, py::arg("q_len"), py::arg("kv_len"), py::arg("model"), py::arg("kv_cache_hit") = 0.0);
+    mod.def("mla_flops_causal", [](double fresh, double cached, const ModelConfig& m) {
+        return mla_tuple(mla_flops_causal(fresh, cached, m));
+    }, py::arg("new_tokens"), py::arg("cached_tokens"), py::arg("model"));
+    mod.def("dense_mlp_gflop", &dense_mlp_gflop, py::arg("model"), py::arg("tokens"));
+    mod.def("expert_gflop", &expert_gflop, py::arg("model"), py::arg("tokens"));
+    mod.def("param_counts", [](const ModelConfig& m, bool with_bias) {
+        const ParamCounts p = param_counts(m, with_bias);
+        py::dict d;
+        d["mla"] = p.mla, d["mla_absorbed"] = p.mla_absorbed, d["dense_mlp"] = p.dense_mlp;
+        d["expert"] = p.expert, d["gate"] = p.gate, d["embedding"] = p.embedding;
+        d["lm_head"] = p.lm_head, d["total"] = p.total;
+        return d;
+    }, py::arg("model"), py::arg("with_bias"));
+    mod.def("kv_cache_bytes_per_token", &kv_cache_bytes_per_token, py::arg("model"),
+            py::arg("bytes_per_element"));
+
+    mod.def("prefill_mla", [](const ModelConfig& m, const DeviceSpec& d, double seq_len, double hit, int tp,
+                              const std::string& mode) {
+        m.validate();
+        d.validate();
+        PrefillParams p = make_prefill(seq_len, hit, 1, d.gpus_per_node, 4);
+        p.validate(d);  // seq_len and kv_cache_hit; the layout is not asked here
+        if (tp < 1) throw std::invalid_argument("tp must be >= 1");
+        return prefill_mla_dict(prefill_mla(m, d, p, tp, parse_mode(mode)));
+    }, py::arg("model"), py::arg("device"), py::arg("seq_len"), py::arg("kv_cache_hit"), py::arg("tp"),
+       py::arg("mode") = "as_published");
+    mod.def("prefill", [](const ModelConfig& m, const DeviceSpec& d, double seq_len, double hit, int tp, int dp,
+                          int dispatch_nodes, const std::string& mode) {
+        return prefill_dict(prefill(m, d, make_prefill(seq_len, hit, tp, dp, dispatch_nodes), parse_mode(mode)));
+    }, py::arg("model"), py::arg("device"), py::arg("seq_len"), py::arg("kv_cache_hit"), py::arg("tp"),
+       py::arg("dp"), py::arg("dispatch_nodes") = 4, py::arg("mode") = "as_published");
+    mod.def("decode", [](const ModelConfig& m, const DeviceSpec& d, double seq_len, double decode_len,
+                         double batch, int tp, int ep, int redundant, bool absorbed, bool kv_fp8,
+                         double discount, const std::string& mode) {
+        return decode_dict(decode(m, d, make_decode(seq_len, decode_len, batch, tp, ep, redundant, absorbed,
+                                                    kv_fp8, discount), parse_mode(mode)));
+    }, py::arg("model"), py::arg("device"), py::arg("seq_len"), py::arg("decode_len"), py::arg("batch"),
+       py::arg("tp") = 0, py::arg("ep") = 144, py::arg("redundant_experts") = 32, py::arg("absorbed") = true,
+       py::arg("kv_fp8") = true, py::arg("group_gemm_discount") = 0.7, py::arg("mode") = "as_published");
+    mod.def("decode_batch_limit", [](const ModelConfig& m, const DeviceSpec& d, double seq_len,
+                                     double decode_len, int tp, int ep, int redundant, bool absorbed,
+                                     bool kv_fp8, const std::string& mode) {
+        DecodeParams p = make_decode(seq_len, decode_len, 1, tp, ep, redundant, absorbed, kv_fp8, 0.7);
+        m.validate();
+        d.validate();
+        p.validate(m, d);
+        if (tp < 1) throw std::invalid_argument("tp must be >= 1");
+        return decode_batch_limit(m, d, p, tp, parse_mode(mode));
+    }, py::arg("model"), py::arg("device"), py::arg("seq_len"), py::arg("decode_len"), py::arg("tp") = 1,
+       py::arg("ep") = 144, py::arg("redundant_experts") = 32, py::arg("absorbed") = true,
+       py::arg("kv_fp8") = true, py::arg("mode") = "as_published");
+    mod.def("decode_sweep", &decode_sweep_py, py::arg("model"), py::arg("devices"), py::arg("tp"),
+            py::arg("ep"), py::arg("redundant_experts"), py::arg("kv_fp8"), py::arg("seq_len"),
+            py::arg("decode_len"), py::arg("batch"), py::arg("absorbed") = true,
+            py::arg("group_gemm_discount") = 0.7, py::arg("mode") = "as_published");
+}

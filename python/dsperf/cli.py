@@ -1,0 +1,103 @@
+"""The ``dsperf`` command."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+
+
+def _csv(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _positive_floats(text: str) -> list[float]:
+    try:
+        values = [float(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers, got '{text}'") from None
+    return values
+
+
+def _add_tables(sub):
+    p = sub.add_parser("tables", help="print every table of the seed analysis (as_published by default)")
+    p.add_argument("--model", default="DeepSeek-V3", help="shipped model name or config.json path")
+    p.add_argument("--mode", default="as_published", choices=["as_published", "corrected"])
+    p.add_argument("--devices", type=_csv, help="devices for both phases, e.g. H800,H20,H200")
+    p.add_argument("--prefill-devices", type=_csv, default=["H800", "H20"])
+    p.add_argument("--decode-devices", type=_csv, default=["H800", "H20", "H20_3e"])
+    p.add_argument("--seq-len", type=float, default=4383, help="prompt length (tokens)")
+    p.add_argument("--decode-len", type=float, default=1210, help="output length (tokens)")
+    p.add_argument("--kv-cache-hit", type=float, default=0.563, help="prefix-cache hit rate in [0, 1)")
+    p.add_argument("--tp", type=int, default=4, help="prefill attention TP of the headline layout")
+    p.add_argument("--dp", type=int, default=8, help="prefill attention DP of the headline layout")
+    p.add_argument("--alt-tp", type=int, default=8, help="TP of the second prefill layout")
+    p.add_argument("--alt-dp", type=int, default=4, help="DP of the second prefill layout")
+    p.add_argument("--dispatch-nodes", type=int, default=4)
+    p.add_argument("--batch-sizes", type=_positive_floats, default=[32, 64, 128, 256])
+    p.add_argument("--sections", type=_csv, default=["model", "devices", "prefill", "decode"],
+                   help="any of model,devices,prefill,decode")
+    p.add_argument("--format", default="markdown", choices=["markdown", "csv"])
+
+
+def _add_devices(sub):
+    p = sub.add_parser("devices", help="list the shipped device specs")
+    p.add_argument("--mode", default="corrected", choices=["as_published", "corrected"])
+
+
+def _add_deepseek(sub):
+    sub.add_parser("deepseek", help="the model beside DeepSeek's published per-node throughput")
+
+
+def _run_tables(args) -> str:
+    from .tables import TableOptions, all_tables, render
+
+    unknown = set(args.sections) - {"model", "devices", "prefill", "decode"}
+    if unknown:
+        raise ValueError(f"--sections: unknown section '{sorted(unknown)[0]}'")
+    opts = TableOptions(
+        model=args.model, mode=args.mode,
+        prefill_devices=args.devices or args.prefill_devices, decode_devices=args.devices or args.decode_devices,
+        seq_len=args.seq_len, decode_len=args.decode_len, kv_cache_hit=args.kv_cache_hit, tp=args.tp, dp=args.dp,
+        alt_tp=args.alt_tp, alt_dp=args.alt_dp, dispatch_nodes=args.dispatch_nodes, batch_sizes=args.batch_sizes)
+    if "H20" not in [d for d in opts.prefill_devices]:
+        opts.scaleout_device = opts.prefill_devices[0]
+        opts.scaleout_variants = tuple((f"{opts.scaleout_device}-{bw * 8 * 8 / 1000:g}T", bw) for bw in (50, 25, 12.5))
+    return render(all_tables(opts, args.sections), args.format)
+
+
+def _run_deepseek() -> str:
+    from .compare import deepseek_comparison
+
+    return deepseek_comparison().to_markdown(floatfmt=".1f") + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="dsperf", description="DeepSeek-V3/R1 inference cost model")
+    parser.add_argument("--version", action="version", version=f"dsperf {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_tables(sub)
+    _add_devices(sub)
+    _add_deepseek(sub)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "tables":
+            text = _run_tables(args)
+        elif args.command == "devices":
+            from .hardware import device_table, list_devices
+
+            text = device_table(list_devices(), args.mode).to_markdown(floatfmt=".4g") + "\n"
+        else:
+            text = _run_deepseek()
+    except (ValueError, TypeError) as e:
+        print(f"dsperf {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The cost model's Python face: pandas DataFrames over the C++ pure functions.
+
+Every function takes a model (name, config.json path, dict or ModelConfig), one or more devices
+(shipped names, .toml paths or DeviceSpec) and a mode: "as_published" reproduces the seed
+analysis' arithmetic, "corrected" fixes its quirks (docs/DEVIATIONS.md).
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import _C
+from .hardware import resolve_devices
+from .model import load_model
+
+# The seed's EP strategies: name -> (EP size, redundant experts).
+EP_STRATEGIES: Mapping[str, tuple[int, int]] = {
+    "EP34": (34, 16),
+    "EP72": (72, 32),
+    "EP144": (144, 32),
+    "EP320": (320, 64),
+}
+
+
+def _number(name: str, value, integer: bool = False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if integer:
+        if float(value) != int(value):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def _numbers(name: str, values, integer: bool = False) -> list:
+    if isinstance(values, numbers.Real) and not isinstance(values, bool):
+        values = [values]
+    values = list(np.asarray(values).ravel()) if isinstance(values, np.ndarray) else list(values)
+    if not values:
+        raise ValueError(f"{name} must not be empty")
+    return [_number(name, v, integer) for v in values]
+
+
+def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache_hit=0.563, tp=4, dp=8,
+            dispatch_nodes=4, mode="as_published", gpus=None) -> pd.DataFrame:
+    """Prefill per-layer times (ms), layer sums, tokens/s per node and KV transfer per device.
+
+    One row per device; ``gpus``, when given, must equal tp * dp.
+    """
+    m = load_model(model)
+    seq_len = _number("seq_len", seq_len)
+    kv_cache_hit = _number("kv_cache_hit", kv_cache_hit)
+    tp, dp = _number("tp", tp, True), _number("dp", dp, True)
+    if gpus is not None:
+        gpus = _number("gpus", gpus, True)
+        if tp < 1 or gpus % tp:
+            raise ValueError(f"tp ({tp}) must divide gpus ({gpus})")
+        if tp * dp != gpus:
+            raise ValueError(f"dp ({dp}) must equal gpus / tp = {gpus // tp}")
+    rows = []
+    for label, spec in resolve_devices(devices, mode):
+        r = _C.prefill(m, spec, seq_len, kv_cache_hit, tp, dp, _number("dispatch_nodes", dispatch_nodes, True), mode)
+        rows.append({"GPU": label, **r})
+    return pd.DataFrame(rows).set_index("GPU")
+
+
+def prefill_mla(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache_hit=0.563,
+                tps: Sequence[int] = (1, 4, 8), mode="as_published") -> pd.DataFrame:
+    """Prefill MLA time per TP (the seed's 2.1 table), with its GEMM, attention and all-reduce parts."""
+    m = load_model(model)
+    tps = _numbers("tps", tps, integer=True)
+    rows = []
+    for label, spec in resolve_devices(devices, mode):
+        row = {"GPU": label}
+        for tp in tps:
+            r = _C.prefill_mla(m, spec, _number("seq_len", seq_len), _number("kv_cache_hit", kv_cache_hit), tp, mode)
+            row.update(gemm_ms=r["gemm_ms"], attn_ms=r["attn_ms"], allreduce_ms=r["allreduce_ms"])
+            row[f"TP{tp}"] = r["time_ms"]
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("GPU")
+
+
+def decode(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383, decode_len=1210,
+           batch_sizes: Iterable[float] = (32, 64, 128, 256), tp=0, ep=144, redundant_experts=32,
+           absorbed=True, kv_fp8=True, group_gemm_discount=0.7, mode="as_published") -> pd.DataFrame:
+    """Decode step breakdown per (device, batch): per-layer times (ms), TPOT, TPS per user,
+    tokens/s per GPU, overlap time budget and the memory-limited batch. tp=0 applies the
+    best-TP rule of the mode."""
+    m = load_model(model)
+    batches = _numbers("batch_sizes", batch_sizes)
+    rows = []
+    for label, spec in resolve_devices(devices, mode):
+        for bs in batches:
+            r = _C.decode(m, spec, _number("seq_len", seq_len), _number("decode_len", decode_len), bs,
+                          _number("tp", tp, True), _number("ep", ep, True),
+                          _number("redundant_experts", redundant_experts, True), bool(absorbed), bool(kv_fp8),
+                          _number("group_gemm_discount", group_gemm_discount), mode)
+            rows.append({"GPU": label, "batch": bs, **r})
+    df = pd.DataFrame(rows)
+    df["fits_memory"] = df["batch"] <= df["batch_limit"]
+    return df
+
+
+def decode_batch_limits(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383, decode_len=1210,
+                        tp=1, strategies: Mapping[str, tuple[int, int]] | None = None,
+                        mode="as_published") -> pd.DataFrame:
+    """The memory-limited batch per GPU (the seed's 3.2 table): rows device x KV dtype x
+    absorbed, one column per EP strategy."""
+    m = load_model(model)
+    strategies = dict(EP_STRATEGIES) if strategies is None else dict(strategies)
+    order = sorted(strategies, key=lambda k: -strategies[k][0])  # EP320 first, as the seed
+    rows = []
+    for kv_fp16 in (False, True):
+        for label, spec in resolve_devices(devices, mode):
+            for absorbed in (False, True):
+                name = label + ("_FP16" if kv_fp16 else "_FP8") + ("_Absorb" if absorbed else "")
+                row = {"GPU": name}
+                for key in order:
+                    ep, red = strategies[key]
+                    row[key] = _C.decode_batch_limit(m, spec, _number("seq_len", seq_len),
+                                                     _number("decode_len", decode_len), _number("tp", tp, True),
+                                                     ep, red, absorbed, not kv_fp16, mode)
+                rows.append(row)
+    return pd.DataFrame(rows).set_index("GPU")
+
+
+def ep_strategies(model="DeepSeek-V3", strategies: Mapping[str, tuple[int, int]] | None = None) -> pd.DataFrame:
+    """Redundant experts, routed experts per GPU and the per-request token counts of each strategy."""
+    m = load_model(model)
+    strategies = dict(EP_STRATEGIES) if strategies is None else dict(strategies)
+    rows = []
+    for key, (ep, red) in strategies.items():
+        per_gpu = (m.n_routed_experts + red) / ep
+        rows.append({"EP": key, "ep": ep, "redundant_experts": red, "experts_per_gpu": per_gpu,
+                     "comm_tokens_per_request": m.n_activated_experts * (1 - per_gpu / m.n_routed_experts),
+                     "compute_tokens_per_request": m.n_activated_experts})
+    return pd.DataFrame(rows).set_index("EP")
+
+
+def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4383,), decode_len=(1210,),
+                 tp=(0,), ep=(144,), redundant_experts=None, kv_fp8=(True,), absorbed=True,
+                 group_gemm_discount=0.7, mode="as_published") -> pd.DataFrame:
+    """Evaluate the Cartesian product of the axes in one C++ call; one row per point.
+
+    ``redundant_experts`` pairs element-wise with ``ep`` (default: 32 each). Row order:
+    device > tp > ep > kv_fp8 > seq_len > decode_len > batch (innermost).
+    """
+    m = load_model(model)
+    pairs = resolve_devices(devices, mode)
+    eps = _numbers("ep", ep, integer=True)
+    reds = [32] * len(eps) if redundant_experts is None else _numbers("redundant_experts", redundant_experts, True)
+    if len(reds) != len(eps):
+        raise ValueError("redundant_experts must have one entry per ep value")
+    kv = [int(bool(x)) for x in np.atleast_1d(kv_fp8)]
+    if not kv:
+        raise ValueError("kv_fp8 must not be empty")
+    cols = _C.decode_sweep(
+        m, [s for _, s in pairs], _numbers("tp", tp, True), eps, reds, kv,
+        _numbers("seq_len", seq_len), _numbers("decode_len", decode_len), _numbers("batch", batch),
+        bool(absorbed), _number("group_gemm_discount", group_gemm_discount), mode)
+    labels = pd.Categorical.from_codes(cols.pop("device_index"), categories=[label for label, _ in pairs])
+    df = pd.DataFrame(cols, copy=False)
+    df.insert(0, "GPU", labels)
+    df["kv_fp8"] = df["kv_fp8"].astype(bool)
+    return df
+
+
+def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
+    """The seed's 1.1 figures: single-token MLA FLOPs (standard, absorbed) and their ratios."""
+    m = load_model(model)
+    std1, abs1 = _C.mla_flops(1, 1, m, 0), _C.mla_absorbed_flops(1, 1, m, 0)
+    rows = [
+        {"quantity": "mla_flops(1,1) total_gflop", "value": std1[0]},
+        {"quantity": "mla_flops(1,1) gemm_fp8_gflop", "value": std1[1]},
+        {"quantity": "mla_flops(1,1) attn_fp16_gflop", "value": std1[2]},
+        {"quantity": "mla_absorbed_flops(1,1) total_gflop", "value": abs1[0]},
+        {"quantity": "mla_absorbed_flops(1,1) gemm_fp8_gflop", "value": abs1[1]},
+        {"quantity": "mla_absorbed_flops(1,1) attn_fp16_gflop", "value": abs1[2]},
+        {"quantity": "absorbed/standard, 1 token", "value": abs1[0] / std1[0]},
+        {"quantity": f"absorbed/standard, prefill {kv_len_avg}/{kv_len_avg}",
+         "value": _C.mla_absorbed_flops(kv_len_avg, kv_len_avg, m, 0)[0] / _C.mla_flops(kv_len_avg, kv_len_avg, m, 0)[0]},
+        {"quantity": f"absorbed/standard, decode q=1 kv={kv_len_avg} cache rate 1",
+         "value": _C.mla_absorbed_flops(1, kv_len_avg, m, 1)[0] / _C.mla_flops(1, kv_len_avg, m, 1)[0]},
+        {"quantity": "absorbed MLA parameters (M)", "value": _C.param_counts(m, False)["mla_absorbed"] / 1e6},
+    ]
+    return pd.DataFrame(rows).set_index("quantity")
+
+
+def parameter_table(model="DeepSeek-V3", with_bias=True) -> pd.DataFrame:
+    """The seed's 1.4 parameter table: per-layer parameters, layers and totals.
+
+    with_bias=True counts a bias on every linear layer, as the seed's measurement did.
+    """
+    m = load_model(model)
+    p = _C.param_counts(m, with_bias)
+    experts = m.n_routed_experts + m.n_shared_experts
+    rows = [
+        ("MLA", p["mla"], m.n_layers, p["mla"] * m.n_layers),
+        ("DenseMLP", p["dense_mlp"], m.n_dense_layers, p["dense_mlp"] * m.n_dense_layers),
+        ("Expert", p["expert"], experts * m.n_moe_layers, p["expert"] * experts * m.n_moe_layers),
+        ("Gate", p["gate"], m.n_moe_layers, p["gate"] * m.n_moe_layers),
+        ("Embedding", p["embedding"], 1, p["embedding"]),
+        ("Output", p["lm_head"], 1, p["lm_head"]),
+        ("SUM", np.nan, np.nan, p["total"]),
+    ]
+    return pd.DataFrame(rows, columns=["Block", "params_per_layer", "count", "params_total"]).set_index("Block")
+
+
+def kv_cache_per_token(model="DeepSeek-V3") -> pd.DataFrame:
+    """KV-cache bytes per token over all layers, FP16 and FP8, in KB (1024 bytes) as the seed."""
+    m = load_model(model)
+    rows = [{"dtype": dt, "width_per_layer": m.kv_cache_width, "layers": m.n_layers,
+             "kb_per_token": _C.kv_cache_bytes_per_token(m, b) / 1024} for dt, b in (("FP16", 2.0), ("FP8", 1.0))]
+    return pd.DataFrame(rows).set_index("dtype")

@@ -1,0 +1,154 @@
+"""Device specs: one TOML file per device under data/devices, loadable by name or path."""
+from __future__ import annotations
+
+import os
+import sys
+from importlib import resources
+from typing import Iterable, Union
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from . import _C
+
+DeviceSpec = _C.DeviceSpec
+
+# TOML keys that map onto DeviceSpec fields, with their types.
+SPEC_FIELDS = {
+    "name": str,
+    "sm_count": int,
+    "comm_sms_prefill": int,
+    "comm_sms_decode": int,
+    "fp16_tflops": float,
+    "fp8_tflops": float,
+    "compute_derate": float,
+    "mem_gb": float,
+    "mem_bw_gbps": float,
+    "nvlink_gbps": float,
+    "scaleout_gbps": float,
+    "discount": float,
+    "gpus_per_node": int,
+    "seed_decode_tp": int,
+}
+REQUIRED = [k for k in SPEC_FIELDS if k != "seed_decode_tp"]
+MODES = ("as_published", "corrected")
+
+DeviceLike = Union[str, os.PathLike, DeviceSpec]
+
+
+def _devices_dir():
+    return resources.files("dsperf") / "data" / "devices"
+
+
+def _read_toml(path) -> dict:
+    with (open(path, "rb") if isinstance(path, (str, os.PathLike)) else path.open("rb")) as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"device file '{path}' is not valid TOML: {e}") from None
+
+
+def _catalogue() -> dict[str, dict]:
+    """Lower-cased name or alias -> parsed TOML of every shipped device."""
+    out = {}
+    for p in sorted(_devices_dir().iterdir(), key=lambda p: p.name):
+        if p.name.endswith(".toml"):
+            data = _read_toml(p)
+            for key in [data.get("name", p.name[:-5])] + list(data.get("aliases", [])):
+                out[str(key).lower()] = data
+    return out
+
+
+def list_devices() -> list[str]:
+    """Canonical names of the shipped devices."""
+    return sorted({d["name"] for d in _catalogue().values()})
+
+
+def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>") -> DeviceSpec:
+    """A DeviceSpec from a parsed device file; mode 'as_published' applies its [as_published] table."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise ValueError(f"device file {source} is missing the field '{missing[0]}'")
+    values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
+    if mode == "as_published":
+        values.update({k: v for k, v in data.get("as_published", {}).items() if k in SPEC_FIELDS})
+    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published")]
+    if unknown:
+        raise ValueError(f"device file {source} has an unknown field '{unknown[0]}'")
+    spec = DeviceSpec()
+    for key, value in values.items():
+        kind = SPEC_FIELDS[key]
+        if kind is str:
+            ok = isinstance(value, str)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and (kind is float or float(value) == int(value))
+        if not ok:
+            raise ValueError(f"device file {source} field '{key}' must be {kind.__name__}, got {value!r}")
+        setattr(spec, key, kind(value))
+    spec.validate()
+    return spec
+
+
+def load_device(device: DeviceLike, mode: str = "as_published", **overrides) -> DeviceSpec:
+    """A DeviceSpec by shipped name or alias (case-insensitive), TOML path, or DeviceSpec.
+
+    Keyword overrides replace fields, e.g. ``load_device("H20", scaleout_gbps=25)``.
+    """
+    if isinstance(device, DeviceSpec):
+        spec = _copy(device)
+    elif isinstance(device, (str, os.PathLike)):
+        text = os.fspath(device)
+        cat = _catalogue()
+        if text.lower() in cat:
+            spec = spec_from_dict(cat[text.lower()], mode, source=f"'{text}'")
+        elif text.endswith(".toml") and os.path.isfile(text):
+            spec = spec_from_dict(_read_toml(text), mode, source=f"'{text}'")
+        else:
+            raise ValueError(f"unknown device '{text}'; shipped devices: {', '.join(list_devices())} "
+                             "(or give the path of a .toml device file)")
+    else:
+        raise TypeError(f"device must be a name, a .toml path or a DeviceSpec, got {type(device).__name__}")
+    for key, value in overrides.items():
+        if key not in SPEC_FIELDS:
+            raise ValueError(f"unknown device field '{key}'")
+        setattr(spec, key, SPEC_FIELDS[key](value))
+    spec.validate()
+    return spec
+
+
+def _copy(spec: DeviceSpec) -> DeviceSpec:
+    out = DeviceSpec()
+    for key in SPEC_FIELDS:
+        setattr(out, key, getattr(spec, key))
+    return out
+
+
+def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str) -> list[tuple[str, DeviceSpec]]:
+    """(label, spec) pairs; the label is what the caller wrote, so tables keep their names."""
+    if isinstance(devices, (str, os.PathLike, DeviceSpec)):
+        devices = [devices]
+    out = []
+    for d in devices:
+        spec = load_device(d, mode)
+        label = spec.name if isinstance(d, DeviceSpec) or str(d).endswith(".toml") else str(d)
+        out.append((label, spec))
+    if not out:
+        raise ValueError("devices must name at least one device")
+    return out
+
+
+def device_table(devices: Iterable[DeviceLike], mode: str = "as_published"):
+    """The devices' specs as a DataFrame, one row per device."""
+    import pandas as pd
+
+    rows = []
+    for label, spec in resolve_devices(devices, mode):
+        row = {"GPU": label}
+        row.update({k: getattr(spec, k) for k in SPEC_FIELDS if k != "name"})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("GPU")

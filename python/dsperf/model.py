@@ -1,0 +1,116 @@
+"""Model descriptions: the shipped configs and Hugging Face config.json loading."""
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from typing import Any, Mapping, Union
+
+from . import _C
+
+ModelConfig = _C.ModelConfig
+
+# config.json key -> ModelConfig field. Every key is required except q_lora_rank, which is
+# null for models that project queries straight from the hidden state (DeepSeek-V2-Lite).
+HF_FIELDS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "dim",
+    "intermediate_size": "inter_dim",
+    "moe_intermediate_size": "moe_inter_dim",
+    "num_hidden_layers": "n_layers",
+    "first_k_dense_replace": "n_dense_layers",
+    "num_attention_heads": "n_heads",
+    "n_routed_experts": "n_routed_experts",
+    "n_shared_experts": "n_shared_experts",
+    "num_experts_per_tok": "n_activated_experts",
+    "n_group": "n_expert_groups",
+    "topk_group": "n_limited_groups",
+    "routed_scaling_factor": "route_scale",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
+}
+_NULLABLE = {"q_lora_rank"}
+
+ModelLike = Union[str, os.PathLike, Mapping[str, Any], ModelConfig]
+
+
+def _models_dir():
+    return resources.files("dsperf") / "data" / "models"
+
+
+def list_models() -> list[str]:
+    """Names of the model configs shipped with dsperf."""
+    return sorted(p.name[:-5] for p in _models_dir().iterdir() if p.name.endswith(".json"))
+
+
+def from_hf_config(config: Mapping[str, Any], name: str = "custom") -> ModelConfig:
+    """Build a ModelConfig from a Hugging Face config.json dictionary.
+
+    Raises ValueError naming the missing, mistyped or inconsistent field.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a mapping (a parsed config.json), got {type(config).__name__}")
+    m = ModelConfig()
+    m.name = name
+    for key, field in HF_FIELDS.items():
+        if key not in config:
+            raise ValueError(f"config.json is missing the field '{key}'")
+        value = config[key]
+        if value is None and key in _NULLABLE:
+            value = 0
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"config.json field '{key}' must be a number, got {value!r}")
+        if field == "route_scale":
+            setattr(m, field, float(value))
+        else:
+            if float(value) != int(value):
+                raise ValueError(f"config.json field '{key}' must be an integer, got {value!r}")
+            setattr(m, field, int(value))
+    try:
+        m.validate()
+    except ValueError as e:  # name the config.json key, not only the C++ field
+        field = str(e).split("'")[1] if "'" in str(e) else ""
+        keys = [k for k, f in HF_FIELDS.items() if f == field]
+        hint = f" (config.json '{keys[0]}')" if keys else ""
+        raise ValueError(f"{e}{hint}") from None
+    return m
+
+
+def load_model(model: ModelLike = "DeepSeek-V3") -> ModelConfig:
+    """A ModelConfig from a shipped name ("DeepSeek-V3", "DeepSeek-R1", "Kimi-K2", ...),
+    a path to a config.json (or a folder holding one), a parsed dict, or a ModelConfig."""
+    if isinstance(model, ModelConfig):
+        model.validate()
+        return model
+    if isinstance(model, Mapping):
+        return from_hf_config(model)
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be a name, a path, a dict or a ModelConfig, got {type(model).__name__}")
+    text = os.fspath(model)
+    if text in ("DeepSeek-R1", "deepseek-r1"):
+        text = "DeepSeek-V3"
+    by_lower = {n.lower(): n for n in list_models()}
+    if text.lower() in by_lower:
+        name = by_lower[text.lower()]
+        with (_models_dir() / f"{name}.json").open() as f:
+            return from_hf_config(json.load(f), name=name)
+    path = os.path.join(text, "config.json") if os.path.isdir(text) else text
+    if not os.path.isfile(path):
+        raise ValueError(f"model '{text}' is neither a shipped model ({', '.join(list_models())}) nor a config.json file")
+    with open(path) as f:
+        try:
+            cfg = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"model file '{path}' is not valid JSON: {e}") from None
+    return from_hf_config(cfg, name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "custom")
+
+
+def model_summary(model: ModelLike = "DeepSeek-V3") -> dict:
+    """The config's fields as a plain dict (for printing and DataFrames)."""
+    m = load_model(model)
+    out = {"name": m.name}
+    out.update({field: getattr(m, field) for field in HF_FIELDS.values()})
+    return out

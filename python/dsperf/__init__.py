@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 from . import _C  # noqa: E402
 from .costmodel import (  # noqa: E402
     EP_STRATEGIES,
+    block_complexity,
     decode,
     decode_batch_limits,
     decode_sweep,
@@ -25,7 +26,7 @@ from .hardware import DeviceSpec, device_table, list_devices, load_device  # noq
 from .model import ModelConfig, from_hf_config, list_models, load_model  # noqa: E402
 
 __all__ = [
-    "EP_STRATEGIES", "DeviceSpec", "ModelConfig", "decode", "decode_batch_limits", "decode_sweep",
+    "EP_STRATEGIES", "block_complexity", "DeviceSpec", "ModelConfig", "decode", "decode_batch_limits", "decode_sweep",
     "device_table", "ep_strategies", "flops_summary", "from_hf_config", "kv_cache_per_token", "list_devices",
     "list_models", "load_device", "load_model", "parameter_table", "prefill", "prefill_mla",
 ]

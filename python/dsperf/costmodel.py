@@ -189,29 +189,65 @@ def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("quantity")
 
 
-def parameter_table(model="DeepSeek-V3", with_bias=True) -> pd.DataFrame:
-    """The seed's 1.4 parameter table: per-layer parameters, layers and totals.
+def _seed_quoted(block: str, count: float) -> float:
+    """A per-block parameter count as the seed quotes it, in parameters.
 
-    with_bias=True counts a bias on every linear layer, as the seed's measurement did.
+    The seed measured MLA, DenseMLP and Expert with ptflops (rounded to 0.01M: 396.4058M ->
+    396.41M) and computed Gate and Embedding/Output by hand, cutting the digits
+    (1.835264M -> 1.83M, 926.679M -> 926.67M).
     """
+    millions = count / 1e6
+    if block in ("mla", "dense_mlp", "expert"):
+        return round(millions, 2) * 1e6
+    return np.floor(millions * 100 + 1e-9) / 100 * 1e6
+
+
+def parameter_table(model="DeepSeek-V3", mode="as_published") -> pd.DataFrame:
+    """The seed's 1.4 parameter table: parameters per block instance, instances per layer, layers, total.
+
+    as_published counts a bias on every linear layer (the seed measured nn.Linear with bias=True)
+    and uses the per-block counts as the seed quotes them (187.17M, 396.41M, 44.05M, 1.83M,
+    926.67M). Their exact sum is 671.18B; the seed prints 671.16B, the sum of its rounded row
+    totals (docs/DEVIATIONS.md). corrected counts DeepSeek-V3's bias-free linears exactly.
+    """
+    if mode not in ("as_published", "corrected"):
+        raise ValueError(f"mode must be 'as_published' or 'corrected', got {mode!r}")
     m = load_model(model)
-    p = _C.param_counts(m, with_bias)
+    seed = mode == "as_published"
+    p = _C.param_counts(m, seed)
+    per = {k: (_seed_quoted(k, v) if seed else v) for k, v in p.items()}
     experts = m.n_routed_experts + m.n_shared_experts
     rows = [
-        ("MLA", p["mla"], m.n_layers, p["mla"] * m.n_layers),
-        ("DenseMLP", p["dense_mlp"], m.n_dense_layers, p["dense_mlp"] * m.n_dense_layers),
-        ("Expert", p["expert"], experts * m.n_moe_layers, p["expert"] * experts * m.n_moe_layers),
-        ("Gate", p["gate"], m.n_moe_layers, p["gate"] * m.n_moe_layers),
-        ("Embedding", p["embedding"], 1, p["embedding"]),
-        ("Output", p["lm_head"], 1, p["lm_head"]),
-        ("SUM", np.nan, np.nan, p["total"]),
+        ("MLA", per["mla"], 1, m.n_layers),
+        ("DenseMLP", per["dense_mlp"], 1, m.n_dense_layers),
+        ("Expert", per["expert"], experts, m.n_moe_layers),
+        ("Gate", per["gate"], 1, m.n_moe_layers),
+        ("Embedding", per["embedding"], 1, 1),
+        ("Output", per["lm_head"], 1, 1),
     ]
-    return pd.DataFrame(rows, columns=["Block", "params_per_layer", "count", "params_total"]).set_index("Block")
+    df = pd.DataFrame(rows, columns=["Block", "params_per_block", "blocks_per_layer", "layers"]).set_index("Block")
+    df["params_total"] = df["params_per_block"] * df["blocks_per_layer"] * df["layers"]
+    df.loc["SUM"] = [np.nan, np.nan, np.nan, df["params_total"].sum()]
+    return df
+
+
+def block_complexity(model="DeepSeek-V3") -> pd.DataFrame:
+    """The seed's per-block summary: parameters, FLOPs of one token, KV-cache elements per token."""
+    m = load_model(model)
+    p = _C.param_counts(m, False)
+    rows = [
+        ("MLA", p["mla"], _C.mla_flops(1, 1, m, 0)[0] * 1e9, m.kv_cache_width),
+        ("MLA_absorb", p["mla_absorbed"], _C.mla_absorbed_flops(1, 1, m, 0)[0] * 1e9, m.kv_cache_width),
+        ("DenseMLP", p["dense_mlp"], _C.dense_mlp_gflop(m, 1) * 1e9, 0),
+        ("Expert", p["expert"], _C.expert_gflop(m, 1) * 1e9, 0),
+    ]
+    return pd.DataFrame(rows, columns=["Block", "params", "flops_per_token", "kv_cache_elements_per_token"]
+                        ).set_index("Block")
 
 
 def kv_cache_per_token(model="DeepSeek-V3") -> pd.DataFrame:
     """KV-cache bytes per token over all layers, FP16 and FP8, in KB (1024 bytes) as the seed."""
     m = load_model(model)
-    rows = [{"dtype": dt, "width_per_layer": m.kv_cache_width, "layers": m.n_layers,
+    rows = [{"dtype": dt, "bytes_per_token": _C.kv_cache_bytes_per_token(m, b),
              "kb_per_token": _C.kv_cache_bytes_per_token(m, b) / 1024} for dt, b in (("FP16", 2.0), ("FP8", 1.0))]
     return pd.DataFrame(rows).set_index("dtype")

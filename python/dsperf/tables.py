@@ -116,7 +116,9 @@ _FULL_COLUMNS = {
 
 def decode_tables(o: TableOptions) -> list[Table]:
     out = []
-    out.append(Table("3.1 EP strategies", cm.ep_strategies(o.model), ".3f"))
+    eps = cm.ep_strategies(o.model)
+    eps[["ep", "redundant_experts"]] = eps[["ep", "redundant_experts"]].astype(str)
+    out.append(Table("3.1 EP strategies", eps, ".3f"))
     out.append(Table("3.2 Memory-limited batch size per GPU, TP=1 (omitted in the seed)",
                      cm.decode_batch_limits(o.model, o.decode_devices, o.seq_len, o.decode_len, 1, mode=o.mode),
                      ".0f"))
@@ -156,14 +158,31 @@ def decode_tables(o: TableOptions) -> list[Table]:
 def model_tables(o: TableOptions) -> list[Table]:
     m = load_model(o.model)
     out = [Table(f"1.1 MLA complexity, {m.name} (GFLOP; ratios; M parameters)", cm.flops_summary(m), ".10g")]
-    params = cm.parameter_table(m, with_bias=True)
+    params = cm.parameter_table(m, o.mode)
+    per_layer = []
+    for block, row in params.iterrows():
+        if pd.isna(row["params_per_block"]):
+            per_layer.append("-")
+        elif row["blocks_per_layer"] > 1:
+            per_layer.append(f"{row['params_per_block'] / 1e6:.2f}Mx({m.n_routed_experts}_routed+"
+                             f"{m.n_shared_experts}_shared)")
+        else:
+            per_layer.append(f"{row['params_per_block'] / 1e6:.2f}M")
     shown = pd.DataFrame({
-        "单层参数量": [f"{v / 1e6:.2f}M" if pd.notna(v) else "-" for v in params["params_per_layer"]],
-        "层数": [str(int(v)) if pd.notna(v) else "-" for v in params["count"]],
+        "单层参数量": per_layer,
+        "层数": [str(int(v)) if pd.notna(v) else "-" for v in params["layers"]],
         "累计参数": [_human(v) for v in params["params_total"]],
     }, index=params.index)
-    out.append(Table("1.4 Parameters per block (every linear with a bias, as the seed counted)", shown))
+    note = "every linear with a bias, counts as the seed quotes them" if o.mode == "as_published" else "exact"
+    out.append(Table(f"1.4 Parameters per block ({note})", shown))
+    cx = cm.block_complexity(m)
+    shown = pd.DataFrame({"参数量": [f"{v / 1e6:.2f}M" for v in cx["params"]],
+                          "运算复杂度(FLops)": [f"{v / 1e6:.2f}M" for v in cx["flops_per_token"]],
+                          "KVCache用量": [str(int(v)) if v else "-" for v in cx["kv_cache_elements_per_token"]]},
+                         index=cx.index)
+    out.append(Table("1.4 Per-block parameters, FLOPs of one token, KV-cache elements per token", shown))
     kv = cm.kv_cache_per_token(m)
+    kv["bytes_per_token"] = kv["bytes_per_token"].astype(int).astype(str)
     out.append(Table("1.4 KV cache per token over all layers (KB = 1024 bytes)", kv, ".2f"))
     return out
 

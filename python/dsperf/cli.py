@@ -72,7 +72,7 @@ def _run_tables(args) -> str:
 def _run_deepseek() -> str:
     from .compare import deepseek_comparison
 
-    return deepseek_comparison().to_markdown(floatfmt=".1f") + "\n"
+    return deepseek_comparison().to_markdown(index=False, floatfmt=".2f") + "\n"
 
 
 def main(argv=None) -> int:

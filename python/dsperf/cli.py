@@ -75,10 +75,17 @@ def _run_deepseek() -> str:
     return deepseek_comparison().to_markdown(index=False, floatfmt=".2f") + "\n"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line naming the argument, exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dsperf", description="DeepSeek-V3/R1 inference cost model")
+    parser = _Parser(prog="dsperf", description="DeepSeek-V3/R1 inference cost model")
     parser.add_argument("--version", action="version", version=f"dsperf {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_tables(sub)
     _add_devices(sub)
     _add_deepseek(sub)

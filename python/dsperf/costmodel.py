@@ -28,6 +28,8 @@ EP_STRATEGIES: Mapping[str, tuple[int, int]] = {
 def _number(name: str, value, integer: bool = False):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {value!r}")
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
     if integer:
         if float(value) != int(value):
             raise ValueError(f"{name} must be an integer, got {value!r}")

@@ -1,0 +1,52 @@
+"""The dsperf command: tables in the seed's layout, clean one-line errors."""
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "dsperf.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_tables_default_prints_every_section():
+    r = run("tables")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for figure in ("0.37429248", "68.62", "5.265", "52240.1", "1026.840", "1302.842", "28.7",
+                   "3246.137", "1879.856", "35.367", "1306.001", "TimeBudget", "H20_3e_FP16_Absorb"):
+        assert figure in out, figure
+    titles = [line for line in out.splitlines() if line.startswith("## ")]
+    assert titles[0].startswith("## 1.1") and titles[-1].startswith("## 3.7")
+    # Sections come in the seed's order.
+    numbers = [t.split()[1] for t in titles]
+    assert numbers == sorted(numbers, key=lambda s: tuple(int(x) for x in s.split(".")))
+
+
+def test_tables_csv_and_options():
+    r = run("tables", "--devices", "H200,B200", "--mode", "corrected", "--format", "csv", "--sections", "prefill,decode")
+    assert r.returncode == 0, r.stderr
+    assert "# 2.1" in r.stdout and "B200" in r.stdout and "|" not in r.stdout
+
+
+@pytest.mark.parametrize("args, word", [
+    (["tables", "--devices", "H800,H999"], "H999"),
+    (["tables", "--kv-cache-hit", "1.5"], "kv_cache_hit"),
+    (["tables", "--tp", "3"], "tp"),
+    (["tables", "--seq-len", "abc"], "--seq-len"),
+    (["tables", "--mode", "exact"], "--mode"),
+    (["tables", "--sections", "prefil"], "prefil"),
+    (["tables", "--model", "Nope"], "Nope"),
+])
+def test_bad_input_is_one_line(args, word):
+    r = run(*args)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0] and "Traceback" not in r.stderr
+
+
+def test_devices_and_deepseek_commands():
+    r = run("devices")
+    assert r.returncode == 0 and "B200" in r.stdout and "RTX4090" in r.stdout
+    r = run("deepseek")
+    assert r.returncode == 0 and "14800" in r.stdout and "73700" in r.stdout

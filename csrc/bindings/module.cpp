@@ -4,6 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
 #include "costmodel/sweep.hpp"
@@ -99,12 +103,54 @@ DecodeParams make_decode(double seq_len, double decode_len, double batch, int tp
     return p;
 }
 
-template <typename T>
-py::array_t<T> column(size_t n, T** ptr) {
-    py::array_t<T> a(static_cast<py::ssize_t>(n));
-    *ptr = a.mutable_data();
-    return a;
-}
+// All columns of a sweep result live in one block. A million-row result is ~120 MB, and
+// faulting in fresh pages costs more than evaluating the model, so the block of the last
+// result freed is kept (one block, at most kCacheLimit bytes) and reused by the next sweep that
+// fits in it: a one-slot caching allocator. Only touched with the GIL held.
+class ColumnArena {
+public:
+    static constexpr size_t kCacheLimit = size_t(1) << 30;
+
+    ColumnArena(size_t rows, size_t doubles, size_t ints) : rows_(rows) {
+        const size_t bytes = std::max<size_t>(rows * (doubles * sizeof(double) + ints * sizeof(int32_t)), 64);
+        Block* b;
+        if (cached_ && cached_->bytes >= bytes && cached_->bytes <= 2 * bytes) {
+            b = cached_;
+            cached_ = nullptr;
+        } else {
+            void* p = std::malloc(bytes);
+            if (!p) throw std::bad_alloc();
+            b = new Block{static_cast<char*>(p), bytes};
+        }
+        base_ = b->data;
+        owner_ = py::capsule(b, [](void* q) { release(static_cast<Block*>(q)); });
+    }
+    template <typename T>
+    py::array_t<T> take(T** ptr) {
+        *ptr = reinterpret_cast<T*>(base_ + used_);
+        used_ += rows_ * sizeof(T);
+        return py::array_t<T>({static_cast<py::ssize_t>(rows_)}, {static_cast<py::ssize_t>(sizeof(T))}, *ptr, owner_);
+    }
+
+private:
+    struct Block {
+        char* data;
+        size_t bytes;
+    };
+    static void release(Block* b) {
+        if (b->bytes <= kCacheLimit && (!cached_ || cached_->bytes < b->bytes)) {
+            std::swap(b, cached_);
+        }
+        if (b) {
+            std::free(b->data);
+            delete b;
+        }
+    }
+    static inline Block* cached_ = nullptr;
+    size_t rows_, used_ = 0;
+    char* base_ = nullptr;
+    py::capsule owner_;
+};
 
 py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& devices, std::vector<int> tp,
                          std::vector<int> ep, std::vector<int> redundant, std::vector<int> kv_fp8,
@@ -120,24 +166,25 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
     g.validate(m);  // before allocating: a bad axis must not cost a huge allocation
     const size_t n = g.size();
     DecodeSweepColumns c{};
+    ColumnArena arena(n, /*doubles=*/11, /*ints=*/6);  // doubles first keeps every column aligned
     py::dict out;
-    out["device_index"] = column(n, &c.device_index);
-    out["tp"] = column(n, &c.tp);
-    out["ep"] = column(n, &c.ep);
-    out["redundant_experts"] = column(n, &c.redundant_experts);
-    out["kv_fp8"] = column(n, &c.kv_fp8);
-    out["seq_len"] = column(n, &c.seq_len);
-    out["decode_len"] = column(n, &c.decode_len);
-    out["batch"] = column(n, &c.batch);
-    out["mla_tp"] = column(n, &c.mla_tp);
-    out["tpot_ms"] = column(n, &c.tpot_ms);
-    out["tpot_overlap_ms"] = column(n, &c.tpot_overlap_ms);
-    out["tps_user"] = column(n, &c.tps_user);
-    out["tps_user_overlap"] = column(n, &c.tps_user_overlap);
-    out["tokens_per_gpu_s"] = column(n, &c.tokens_per_gpu_s);
-    out["tokens_per_gpu_s_overlap"] = column(n, &c.tokens_per_gpu_s_overlap);
-    out["time_budget_ms"] = column(n, &c.time_budget_ms);
-    out["batch_limit"] = column(n, &c.batch_limit);
+    out["seq_len"] = arena.take(&c.seq_len);
+    out["decode_len"] = arena.take(&c.decode_len);
+    out["batch"] = arena.take(&c.batch);
+    out["tpot_ms"] = arena.take(&c.tpot_ms);
+    out["tpot_overlap_ms"] = arena.take(&c.tpot_overlap_ms);
+    out["tps_user"] = arena.take(&c.tps_user);
+    out["tps_user_overlap"] = arena.take(&c.tps_user_overlap);
+    out["tokens_per_gpu_s"] = arena.take(&c.tokens_per_gpu_s);
+    out["tokens_per_gpu_s_overlap"] = arena.take(&c.tokens_per_gpu_s_overlap);
+    out["time_budget_ms"] = arena.take(&c.time_budget_ms);
+    out["batch_limit"] = arena.take(&c.batch_limit);
+    out["device_index"] = arena.take(&c.device_index);
+    out["tp"] = arena.take(&c.tp);
+    out["ep"] = arena.take(&c.ep);
+    out["redundant_experts"] = arena.take(&c.redundant_experts);
+    out["kv_fp8"] = arena.take(&c.kv_fp8);
+    out["mla_tp"] = arena.take(&c.mla_tp);
     {
         py::gil_scoped_release release;
         decode_sweep(m, g, md, c);

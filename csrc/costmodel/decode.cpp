@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "costmodel/decode_plan.hpp"
 #include "model/block_costs.hpp"
 
 namespace dsperf {
@@ -14,6 +15,9 @@ void DecodeParams::validate(const ModelConfig& m, const DeviceSpec& d) const {
     if (!(decode_len >= 0)) throw std::invalid_argument("decode_len must be >= 0");
     if (!(batch > 0)) throw std::invalid_argument("batch must be positive");
     if (tp < 0) throw std::invalid_argument("tp must be >= 0 (0 picks the best TP)");
+    if (tp > 0 && (tp & (tp - 1)) != 0)
+        throw std::invalid_argument("tp (" + std::to_string(tp) + ") must be a power of two");
+    if (tp > 64) throw std::invalid_argument("tp must be <= 64");
     if (tp > 0 && d.gpus_per_node % tp != 0)
         throw std::invalid_argument("tp (" + std::to_string(tp) + ") must divide the " +
                                     std::to_string(d.gpus_per_node) + " GPUs of a node");
@@ -80,6 +84,7 @@ double decode_batch_limit(const ModelConfig& m, const DeviceSpec& d, const Decod
 DecodeMla decode_mla(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, int tp, Mode mode) {
     const int comm = d.comm_sms_decode;
     const double kv_len = kv_len_of(p, mode);
+    const double kv_elem = kv_len * m.kv_cache_width() * kv_bytes_per_element(p);
     DecodeMla r;
     if (mode == Mode::AsPublished) {
         // q_len = 1, every key served from the cache (no KV down-projection).
@@ -87,21 +92,20 @@ DecodeMla decode_mla(const ModelConfig& m, const DeviceSpec& d, const DecodePara
         r.compute_ms = (f.gemm_fp8_gflop / d.fp8_tflops_eff(comm) + f.attn_fp16_gflop / d.fp16_tflops_eff(comm)) * p.batch;
         // The seed sizes the decode all-reduce by the prompt length, not the batch.
         r.allreduce_ms = seed_ms(p.seq_len * m.dim * 2, d.nvlink_eff());
-        r.load_kv_ms = seed_kv_load_ms(kv_len * m.kv_cache_width() * p.batch * kv_bytes_per_element(p), d.mem_bw_eff());
+        r.load_kv_ms = seed_kv_load_ms(kv_elem * p.batch, d.mem_bw_eff());
         r.time_ms = (tp == 1 ? r.compute_ms : r.compute_ms / tp + r.allreduce_ms) + r.load_kv_ms;
         return r;
     }
     // Corrected. A TP group of tp GPUs serves tp * batch requests: each GPU computes its
     // 1/tp of the heads for all of them (the same FLOPs as batch requests at TP1), holds
     // 1/tp of the MLA weights, and reads the whole latent cache of the group, since the
-    // latent is shared by every head.
+    // latent is shared by every head. The new token's own KV down-projection is computed.
     const MlaFlops f = p.absorbed ? mla_absorbed_flops(1, kv_len, m, 1 - 1 / kv_len)
                                   : mla_flops(1, kv_len, m, 1 - 1 / kv_len);
     r.compute_ms = (f.gemm_fp8_gflop / d.fp8_tflops_eff(comm) + f.attn_fp16_gflop / d.fp16_tflops_eff(comm)) * p.batch;
     const ParamCounts pc = param_counts(m, false);
-    const double weight_bytes = (p.absorbed ? pc.mla_absorbed : pc.mla) / tp;
-    const double kv_bytes = tp * p.batch * kv_len * m.kv_cache_width() * kv_bytes_per_element(p);
-    r.load_kv_ms = true_ms(kv_bytes, d.mem_bw_eff());
+    const double weight_bytes = (p.absorbed ? pc.mla_absorbed : pc.mla) / tp;  // FP8
+    r.load_kv_ms = true_ms(tp * p.batch * kv_elem, d.mem_bw_eff());
     r.load_weights_ms = true_ms(weight_bytes, d.mem_bw_eff());
     const double group_tokens = double(tp) * p.batch;
     r.allreduce_ms = tp > 1 ? true_ms(2.0 * (tp - 1) / tp * group_tokens * m.dim * 2, d.nvlink_eff()) : 0;
@@ -109,103 +113,81 @@ DecodeMla decode_mla(const ModelConfig& m, const DeviceSpec& d, const DecodePara
     return r;
 }
 
-namespace {
 
-int pick_tp(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, Mode mode) {
-    if (p.tp > 0) return p.tp;
-    if (mode == Mode::AsPublished) {
-        // The seed's rule: split attention when TP4 beats TP1, at the device's preferred TP.
-        const DecodeMla one = decode_mla(m, d, p, 1, mode);
-        const double tp1 = one.compute_ms, tp4 = one.compute_ms / 4 + one.allreduce_ms;
-        return tp1 > tp4 ? d.seed_decode_tp : 1;
-    }
-    // Corrected: the fastest attention among the TPs whose KV cache still fits the batch.
-    int best = 0, best_any = 1;
-    double best_t = 0, best_any_t = 0;
-    for (int tp = 1; tp <= d.gpus_per_node; tp *= 2) {
-        if (d.gpus_per_node % tp != 0) continue;
-        const double t = decode_mla(m, d, p, tp, mode).time_ms;
-        if (tp == 1 || t < best_any_t) best_any = tp, best_any_t = t;
-        if (decode_batch_limit(m, d, p, tp, mode) >= p.batch && (best == 0 || t < best_t)) best = tp, best_t = t;
-    }
-    return best > 0 ? best : best_any;
-}
-
-}  // namespace
-
-DecodeResult decode_unchecked(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, Mode mode) {
+DecodePlan make_decode_plan(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, Mode mode) {
     const bool seed = mode == Mode::AsPublished;
+    DecodePlan plan;
+    plan.mode = mode;
+    plan.requested_tp = p.tp;
+    plan.gpus_per_node = d.gpus_per_node;
+    plan.seed_decode_tp = d.seed_decode_tp;
+    plan.kv_len = kv_len_of(p, mode);
+    plan.experts_per_gpu = experts_per_gpu(m, p.ep, p.redundant_experts);
+    plan.n_dense = int(m.n_dense_layers);
+    plan.n_moe = int(m.n_moe_layers());
+    plan.kv_fp8 = p.kv_fp8;
+
+    // Per-request MLA pieces from decode_mla at batch 1 (every piece is linear in the batch).
+    DecodeParams one = p;
+    one.batch = 1;
+    for (int i = 0; i < kPlanTps; ++i) {
+        const int tp = 1 << i;
+        const DecodeMla r = decode_mla(m, d, one, tp, mode);
+        BatchTime& t = plan.mla[i];
+        if (seed) {
+            t.compute = tp == 1 ? r.compute_ms : r.compute_ms / tp;
+            t.mem_per_req = r.load_kv_ms;
+            t.comm_fixed = tp == 1 ? 0 : r.allreduce_ms;
+            plan.allreduce_fixed[i] = r.allreduce_ms;
+        } else {
+            t.roofline = true;
+            t.compute = r.compute_ms;
+            t.mem_fixed = r.load_weights_ms;
+            t.mem_per_req = r.load_kv_ms;
+            t.comm_per_req = r.allreduce_ms;
+            plan.allreduce_per_req[i] = r.allreduce_ms;
+        }
+        plan.kv_per_req[i] = r.load_kv_ms;
+        plan.batch_limit[i] = decode_batch_limit(m, d, p, tp, mode);
+        if (i == 0) plan.mla_tp1_compute = r.compute_ms;
+    }
+
     const int comm = d.comm_sms_decode;
-    const double bs = p.batch;
-    DecodeResult r;
-    r.kv_len = kv_len_of(p, mode);
-    r.experts_per_gpu = experts_per_gpu(m, p.ep, p.redundant_experts);
-
-    const DecodeMla one = decode_mla(m, d, p, 1, mode);
-    {
-        const MlaFlops f = p.absorbed ? mla_absorbed_flops(1, r.kv_len, m, seed ? 1 : 1 - 1 / r.kv_len)
-                                      : mla_flops(1, r.kv_len, m, seed ? 1 : 1 - 1 / r.kv_len);
-        r.mla_gemm_ms = f.gemm_fp8_gflop / d.fp8_tflops_eff(comm) * bs;
-        r.mla_attn_ms = f.attn_fp16_gflop / d.fp16_tflops_eff(comm) * bs;
-    }
-    if (seed) {
-        r.mla_tp1_ms = one.compute_ms;
-        r.mla_tp4_ms = one.compute_ms / 4 + one.allreduce_ms;
-        r.mla_tp8_ms = one.compute_ms / 8 + one.allreduce_ms;
-    } else {
-        r.mla_tp1_ms = one.time_ms;
-        r.mla_tp4_ms = decode_mla(m, d, p, 4, mode).time_ms;
-        r.mla_tp8_ms = decode_mla(m, d, p, 8, mode).time_ms;
-    }
-
-    r.mla_tp = pick_tp(m, d, p, mode);
-    const DecodeMla at_tp = decode_mla(m, d, p, r.mla_tp, mode);
-    r.allreduce_ms = at_tp.allreduce_ms;
-    DecodeParams fp8 = p, fp16 = p;
-    fp8.kv_fp8 = true;
-    fp16.kv_fp8 = false;
-    r.load_kv_fp8_ms = decode_mla(m, d, fp8, r.mla_tp, mode).load_kv_ms;
-    r.load_kv_fp16_ms = decode_mla(m, d, fp16, r.mla_tp, mode).load_kv_ms;
-    r.sparse_mla_ms = at_tp.time_ms;
-    // The seed runs the dense layers' attention at TP1 whatever the sparse layers use.
-    r.dense_mla_ms = seed ? one.time_ms : at_tp.time_ms;
-
     const double fp8_rate = d.fp8_tflops_eff(comm);
     const double disc = p.group_gemm_discount;
-    r.dense_mlp_ms = dense_mlp_gflop(m, bs) / fp8_rate;
-    r.shared_expert_ms = expert_gflop(m, bs) * m.n_shared_experts / fp8_rate / disc;
-    r.routed_expert_ms = expert_gflop(m, bs * m.n_activated_experts) / fp8_rate / disc;
+    plan.dense_mlp.compute = dense_mlp_gflop(m, 1) / fp8_rate;
+    plan.shared_expert.compute = expert_gflop(m, 1) * m.n_shared_experts / fp8_rate / disc;
+    plan.routed_expert.compute = expert_gflop(m, m.n_activated_experts) / fp8_rate / disc;
     if (seed) {
         // Every token sends all top-k copies over the scale-out network, one byte per element.
-        r.dispatch_ms = seed_ms(bs * m.dim * m.n_activated_experts, d.scaleout_eff());
-        r.combine_ms = 2 * r.dispatch_ms;
+        plan.dispatch.comm_per_req = seed_ms(double(m.dim) * m.n_activated_experts, d.scaleout_eff());
+        plan.combine.comm_per_req = 2 * plan.dispatch.comm_per_req;
     } else {
         // Weights stream from memory every step: a small batch is bound by them.
         const ParamCounts pc = param_counts(m, false);
         const double bw = d.mem_bw_eff();
-        r.dense_mlp_ms = std::max(r.dense_mlp_ms, true_ms(pc.dense_mlp, bw));
+        plan.dense_mlp.roofline = plan.shared_expert.roofline = plan.routed_expert.roofline = true;
+        plan.dense_mlp.mem_fixed = true_ms(pc.dense_mlp, bw);
         // The shared expert is one plain GEMM, not grouped: no grouped-GEMM discount.
-        r.shared_expert_ms = std::max(r.shared_expert_ms * disc, true_ms(pc.expert * m.n_shared_experts, bw));
-        r.routed_expert_ms = std::max(r.routed_expert_ms, true_ms(pc.expert * r.experts_per_gpu, bw));
+        plan.shared_expert.compute *= disc;
+        plan.shared_expert.mem_fixed = true_ms(pc.expert * m.n_shared_experts, bw);
+        plan.routed_expert.mem_fixed = true_ms(pc.expert * plan.experts_per_gpu, bw);
         // Copies routed to an expert on this GPU stay local.
-        const double local = std::min(1.0, r.experts_per_gpu / m.n_routed_experts);
-        const double copies = bs * m.n_activated_experts * (1 - local);
-        r.dispatch_ms = true_ms(copies * (m.dim + m.dim / 128.0 * 4), d.scaleout_eff());
-        r.combine_ms = true_ms(copies * m.dim * 2.0, d.scaleout_eff());
+        const double local = std::min(1.0, plan.experts_per_gpu / m.n_routed_experts);
+        const double copies = m.n_activated_experts * (1 - local);
+        plan.dispatch.comm_per_req = true_ms(copies * (m.dim + m.dim / 128.0 * 4), d.scaleout_eff());
+        plan.combine.comm_per_req = true_ms(copies * m.dim * 2.0, d.scaleout_eff());
     }
+    return plan;
+}
 
-    const double n_dense = double(m.n_dense_layers), n_moe = double(m.n_moe_layers());
-    const double moe_compute = r.sparse_mla_ms + r.shared_expert_ms + r.routed_expert_ms;
-    const double moe_comm = r.dispatch_ms + r.combine_ms;
-    const double dense = n_dense * (r.dense_mla_ms + r.dense_mlp_ms);
-    r.tpot_overlap_ms = dense + n_moe * (seed ? moe_compute : std::max(moe_compute, moe_comm));
-    r.tpot_ms = dense + n_moe * (moe_compute + moe_comm);
-    r.tps_user_overlap = 1000 / r.tpot_overlap_ms;
-    r.tps_user = 1000 / r.tpot_ms;
-    r.tokens_per_gpu_s_overlap = r.tps_user_overlap * bs;
-    r.tokens_per_gpu_s = r.tps_user * bs;
-    r.time_budget_ms = r.sparse_mla_ms + r.shared_expert_ms - moe_comm;
-    r.batch_limit = decode_batch_limit(m, d, p, r.mla_tp, mode);
+DecodeResult decode_unchecked(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, Mode mode) {
+    DecodeResult r = evaluate_decode_plan(make_decode_plan(m, d, p, mode), p.batch);
+    const bool seed = mode == Mode::AsPublished;
+    const MlaFlops f = p.absorbed ? mla_absorbed_flops(1, r.kv_len, m, seed ? 1 : 1 - 1 / r.kv_len)
+                                  : mla_flops(1, r.kv_len, m, seed ? 1 : 1 - 1 / r.kv_len);
+    r.mla_gemm_ms = f.gemm_fp8_gflop / d.fp8_tflops_eff(d.comm_sms_decode) * p.batch;
+    r.mla_attn_ms = f.attn_fp16_gflop / d.fp16_tflops_eff(d.comm_sms_decode) * p.batch;
     return r;
 }
 

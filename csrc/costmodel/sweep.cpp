@@ -1,5 +1,7 @@
 #include "costmodel/sweep.hpp"
 
+#include "costmodel/decode_plan.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -66,9 +68,10 @@ void decode_sweep(const ModelConfig& m, const DecodeGrid& g, Mode mode, const De
                         p.seq_len = s;
                         for (double dl : g.decode_len) {
                             p.decode_len = dl;
+                            // Everything but the batch is fixed here: plan once, evaluate per batch.
+                            const DecodePlan plan = make_decode_plan(m, d, p, mode);
                             for (double b : g.batch) {
-                                p.batch = b;
-                                const DecodeResult r = decode_unchecked(m, d, p, mode);
+                                const DecodeResult r = evaluate_decode_plan(plan, b);
                                 out.device_index[row] = int32_t(di);
                                 out.tp[row] = tp;
                                 out.ep[row] = p.ep;

@@ -38,12 +38,25 @@ def _number(name: str, value, integer: bool = False):
 
 
 def _numbers(name: str, values, integer: bool = False) -> list:
+    """A scalar or a sequence of numbers as a list, checked in one vectorised pass."""
     if isinstance(values, numbers.Real) and not isinstance(values, bool):
         values = [values]
-    values = list(np.asarray(values).ravel()) if isinstance(values, np.ndarray) else list(values)
-    if not values:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a number or a sequence of numbers, got {values!r}")
+    arr = np.asarray(values)
+    if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
-    return [_number(name, v, integer) for v in values]
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        bad = next((v for v in arr.ravel() if isinstance(v, bool) or not isinstance(v, numbers.Real)), arr.ravel()[0])
+        raise TypeError(f"{name} must be numbers, got {bad!r}")
+    arr = arr.ravel().astype(np.float64)
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite, got {arr[~np.isfinite(arr)][0]!r}")
+    if integer:
+        if (arr != np.rint(arr)).any():
+            raise ValueError(f"{name} must be integers, got {arr[arr != np.rint(arr)][0]!r}")
+        return arr.astype(np.int64).tolist()
+    return arr.tolist()
 
 
 def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache_hit=0.563, tp=4, dp=8,

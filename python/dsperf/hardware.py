@@ -1,6 +1,7 @@
 """Device specs: one TOML file per device under data/devices, loadable by name or path."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from importlib import resources
@@ -50,8 +51,9 @@ def _read_toml(path) -> dict:
             raise ValueError(f"device file '{path}' is not valid TOML: {e}") from None
 
 
+@functools.lru_cache(maxsize=1)
 def _catalogue() -> dict[str, dict]:
-    """Lower-cased name or alias -> parsed TOML of every shipped device."""
+    """Lower-cased name or alias -> parsed TOML of every shipped device (read once; treat as read-only)."""
     out = {}
     for p in sorted(_devices_dir().iterdir(), key=lambda p: p.name):
         if p.name.endswith(".toml"):

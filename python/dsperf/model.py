@@ -1,6 +1,7 @@
 """Model descriptions: the shipped configs and Hugging Face config.json loading."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 from importlib import resources
@@ -41,9 +42,20 @@ def _models_dir():
     return resources.files("dsperf") / "data" / "models"
 
 
+@functools.lru_cache(maxsize=1)
+def _list_models() -> tuple[str, ...]:
+    return tuple(sorted(p.name[:-5] for p in _models_dir().iterdir() if p.name.endswith(".json")))
+
+
 def list_models() -> list[str]:
     """Names of the model configs shipped with dsperf."""
-    return sorted(p.name[:-5] for p in _models_dir().iterdir() if p.name.endswith(".json"))
+    return list(_list_models())
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_config(name: str) -> dict:
+    with (_models_dir() / f"{name}.json").open() as f:
+        return json.load(f)
 
 
 def from_hf_config(config: Mapping[str, Any], name: str = "custom") -> ModelConfig:
@@ -95,8 +107,7 @@ def load_model(model: ModelLike = "DeepSeek-V3") -> ModelConfig:
     by_lower = {n.lower(): n for n in list_models()}
     if text.lower() in by_lower:
         name = by_lower[text.lower()]
-        with (_models_dir() / f"{name}.json").open() as f:
-            return from_hf_config(json.load(f), name=name)
+        return from_hf_config(_shipped_config(name), name=name)
     path = os.path.join(text, "config.json") if os.path.isdir(text) else text
     if not os.path.isfile(path):
         raise ValueError(f"model '{text}' is neither a shipped model ({', '.join(list_models())}) nor a config.json file")

@@ -34,7 +34,8 @@ def test_tables_csv_and_options():
     (["tables", "--kv-cache-hit", "1.5"], "kv_cache_hit"),
     (["tables", "--tp", "3"], "tp"),
     (["tables", "--seq-len", "abc"], "--seq-len"),
-    (["tables", "--mode", "exact"], "--mode"),
+    (["tables", "--mode", "exact"], "mode"),
+    (["tables", "--mode", "corrected+nofix"], "nofix"),
     (["tables", "--sections", "prefil"], "prefil"),
     (["tables", "--model", "Nope"], "Nope"),
 ])

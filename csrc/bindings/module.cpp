@@ -162,7 +162,7 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
     g.kv_fp8 = std::move(kv_fp8), g.seq_len = std::move(seq_len);
     g.decode_len = std::move(decode_len), g.batch = std::move(batch);
     g.absorbed = absorbed, g.group_gemm_discount = discount;
-    const Mode md = parse_mode(mode);
+    const Fixes md = parse_mode(mode);
     g.validate(m);  // before allocating: a bad axis must not cost a huge allocation
     const size_t n = g.size();
     DecodeSweepColumns c{};
@@ -250,6 +250,13 @@ PYBIND11_MODULE(_C, mod) {
         .def("nvlink_eff", &DeviceSpec::nvlink_eff)
         .def("scaleout_eff", &DeviceSpec::scaleout_eff);
 
+    mod.def("fix_names", &fix_names, "Names of the seed quirks a mode string can fix (+name) or keep (-name)");
+    mod.def("parse_mode", [](const std::string& mode) {
+        const Fixes fx = parse_mode(mode);
+        py::dict d;
+        for (int i = 0; i < kFixCount; ++i) d[py::str(fix_names()[i])] = fx.on[i];
+        return d;
+    }, py::arg("mode"), "The fixes a mode string turns on, by name");
     mod.def("mla_flops", [](double q, double kv, const ModelConfig& m, double hit) {
         return mla_tuple(mla_flops(q, kv, m, hit));
     }, py::arg("q_len"), py::arg("kv_len"), py::arg("model"), py::arg("kv_cache_hit") = 0.0);

@@ -24,16 +24,16 @@ struct DecodeParams {
 double experts_per_gpu(const ModelConfig& m, int ep, int redundant_experts);
 
 // Largest per-GPU batch whose KV cache fits beside the weights (may be <= 0: nothing fits).
-double decode_batch_limit(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, int tp, Mode mode);
+double decode_batch_limit(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, int tp, const Fixes& fx);
 
 struct DecodeMla {
     double compute_ms = 0;    // TP1 projections + attention for the batch
     double allreduce_ms = 0;
     double load_kv_ms = 0;    // reading the batch's KV cache
-    double load_weights_ms = 0;  // corrected mode: streaming the MLA weights
-    double time_ms = 0;       // the layer's MLA time at this TP, KV load included
+    double load_weights_ms = 0;  // streaming this GPU's share of the MLA weights
+    double time_ms = 0;       // the layer's MLA time at this TP, memory traffic included
 };
-DecodeMla decode_mla(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, int tp, Mode mode);
+DecodeMla decode_mla(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, int tp, const Fixes& fx);
 
 struct DecodeResult {
     double kv_len = 0;              // KV length attention reads
@@ -52,9 +52,9 @@ struct DecodeResult {
     double batch_limit = 0;         // memory-limited batch at mla_tp
     double experts_per_gpu = 0;
 };
-DecodeResult decode(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, Mode mode);
+DecodeResult decode(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, const Fixes& fx);
 
 // The same without argument checks, for sweeps whose inputs were checked once.
-DecodeResult decode_unchecked(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, Mode mode);
+DecodeResult decode_unchecked(const ModelConfig& m, const DeviceSpec& d, const DecodeParams& p, const Fixes& fx);
 
 }  // namespace dsperf

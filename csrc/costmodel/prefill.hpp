@@ -23,7 +23,7 @@ struct PrefillMla {
     double allreduce_ms = 0;  // TP all-reduce of the layer output
     double time_ms = 0;       // at the requested TP: compute / tp + all-reduce (tp > 1)
 };
-PrefillMla prefill_mla(const ModelConfig& m, const DeviceSpec& d, const PrefillParams& p, int tp, Mode mode);
+PrefillMla prefill_mla(const ModelConfig& m, const DeviceSpec& d, const PrefillParams& p, int tp, const Fixes& fx);
 
 struct PrefillResult {
     PrefillMla mla;                // at p.tp
@@ -43,6 +43,6 @@ struct PrefillResult {
     double kv_transfer_gbps_overlap = 0;   // KV cache produced per node (FP8), GB/s
     double kv_transfer_gbps = 0;
 };
-PrefillResult prefill(const ModelConfig& m, const DeviceSpec& d, const PrefillParams& p, Mode mode);
+PrefillResult prefill(const ModelConfig& m, const DeviceSpec& d, const PrefillParams& p, const Fixes& fx);
 
 }  // namespace dsperf

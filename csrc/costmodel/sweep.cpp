@@ -49,7 +49,7 @@ void DecodeGrid::validate(const ModelConfig& m) const {
         if (v != 0 && v != 1) throw std::invalid_argument("kv_fp8 values must be 0 or 1");
 }
 
-void decode_sweep(const ModelConfig& m, const DecodeGrid& g, Mode mode, const DecodeSweepColumns& out) {
+void decode_sweep(const ModelConfig& m, const DecodeGrid& g, const Fixes& fx, const DecodeSweepColumns& out) {
     g.validate(m);
     size_t row = 0;
     DecodeParams p;
@@ -69,7 +69,7 @@ void decode_sweep(const ModelConfig& m, const DecodeGrid& g, Mode mode, const De
                         for (double dl : g.decode_len) {
                             p.decode_len = dl;
                             // Everything but the batch is fixed here: plan once, evaluate per batch.
-                            const DecodePlan plan = make_decode_plan(m, d, p, mode);
+                            const DecodePlan plan = make_decode_plan(m, d, p, fx);
                             for (double b : g.batch) {
                                 const DecodeResult r = evaluate_decode_plan(plan, b);
                                 out.device_index[row] = int32_t(di);

@@ -48,6 +48,6 @@ struct DecodeSweepColumns {
 };
 
 // Fills out; the grid is validated first (std::invalid_argument names the axis).
-void decode_sweep(const ModelConfig& m, const DecodeGrid& grid, Mode mode, const DecodeSweepColumns& out);
+void decode_sweep(const ModelConfig& m, const DecodeGrid& grid, const Fixes& fx, const DecodeSweepColumns& out);
 
 }  // namespace dsperf

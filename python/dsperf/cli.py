@@ -25,7 +25,9 @@ def _positive_floats(text: str) -> list[float]:
 def _add_tables(sub):
     p = sub.add_parser("tables", help="print every table of the seed analysis (as_published by default)")
     p.add_argument("--model", default="DeepSeek-V3", help="shipped model name or config.json path")
-    p.add_argument("--mode", default="as_published", choices=["as_published", "corrected"])
+    p.add_argument("--mode", default="as_published",
+                   help="as_published (the seed's arithmetic), corrected (every fix), or either with "
+                        "+fix / -fix terms; `dsperf fixes` lists the fixes")
     p.add_argument("--devices", type=_csv, help="devices for both phases, e.g. H800,H20,H200")
     p.add_argument("--prefill-devices", type=_csv, default=["H800", "H20"])
     p.add_argument("--decode-devices", type=_csv, default=["H800", "H20", "H20_3e"])
@@ -45,7 +47,8 @@ def _add_tables(sub):
 
 def _add_devices(sub):
     p = sub.add_parser("devices", help="list the shipped device specs")
-    p.add_argument("--mode", default="corrected", choices=["as_published", "corrected"])
+    p.add_argument("--mode", default="corrected", help="as_published shows the seed's values")
+    sub.add_parser("fixes", help="list the seed quirks that corrected mode fixes")
 
 
 def _add_deepseek(sub):
@@ -93,6 +96,10 @@ def main(argv=None) -> int:
     try:
         if args.command == "tables":
             text = _run_tables(args)
+        elif args.command == "fixes":
+            from ._C import fix_names
+
+            text = "\n".join(fix_names()) + "\n"
         elif args.command == "devices":
             from .hardware import device_table, list_devices
 

@@ -223,12 +223,11 @@ def parameter_table(model="DeepSeek-V3", mode="as_published") -> pd.DataFrame:
     as_published counts a bias on every linear layer (the seed measured nn.Linear with bias=True)
     and uses the per-block counts as the seed quotes them (187.17M, 396.41M, 44.05M, 1.83M,
     926.67M). Their exact sum is 671.18B; the seed prints 671.16B, the sum of its rounded row
-    totals (docs/DEVIATIONS.md). corrected counts DeepSeek-V3's bias-free linears exactly.
+    totals (docs/DEVIATIONS.md). With the exact_parameter_counts fix (corrected mode) the
+    bias-free linears of DeepSeek-V3 are counted exactly.
     """
-    if mode not in ("as_published", "corrected"):
-        raise ValueError(f"mode must be 'as_published' or 'corrected', got {mode!r}")
     m = load_model(model)
-    seed = mode == "as_published"
+    seed = not _C.parse_mode(mode)["exact_parameter_counts"]
     p = _C.param_counts(m, seed)
     per = {k: (_seed_quoted(k, v) if seed else v) for k, v in p.items()}
     experts = m.n_routed_experts + m.n_shared_experts

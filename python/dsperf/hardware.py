@@ -34,7 +34,6 @@ SPEC_FIELDS = {
     "seed_decode_tp": int,
 }
 REQUIRED = [k for k in SPEC_FIELDS if k != "seed_decode_tp"]
-MODES = ("as_published", "corrected")
 
 DeviceLike = Union[str, os.PathLike, DeviceSpec]
 
@@ -69,14 +68,17 @@ def list_devices() -> list[str]:
 
 
 def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>") -> DeviceSpec:
-    """A DeviceSpec from a parsed device file; mode 'as_published' applies its [as_published] table."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    """A DeviceSpec from a parsed device file. Unless the mode fixes 'datasheet_devices' (as
+    'corrected' does), the file's [as_published] table overrides its datasheet values with the
+    ones the seed analysis used."""
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a string, got {type(mode).__name__}")
+    seed_values = not _C.parse_mode(mode)["datasheet_devices"]
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ValueError(f"device file {source} is missing the field '{missing[0]}'")
     values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
-    if mode == "as_published":
+    if seed_values:
         values.update({k: v for k, v in data.get("as_published", {}).items() if k in SPEC_FIELDS})
     unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published")]
     if unknown:

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from . import _C
 from . import costmodel as cm
 from .hardware import device_table
 from .model import load_model
@@ -173,7 +174,8 @@ def model_tables(o: TableOptions) -> list[Table]:
         "层数": [str(int(v)) if pd.notna(v) else "-" for v in params["layers"]],
         "累计参数": [_human(v) for v in params["params_total"]],
     }, index=params.index)
-    note = "every linear with a bias, counts as the seed quotes them" if o.mode == "as_published" else "exact"
+    exact = _C.parse_mode(o.mode)["exact_parameter_counts"]
+    note = "exact, bias-free" if exact else "every linear with a bias, counts as the seed quotes them"
     out.append(Table(f"1.4 Parameters per block ({note})", shown))
     cx = cm.block_complexity(m)
     shown = pd.DataFrame({"参数量": [f"{v / 1e6:.2f}M" for v in cx["params"]],

@@ -1,0 +1,82 @@
+// C++ checks of the core, independent of Python: a few published figures of the seed analysis
+// and the argument checks. Run by ctest (cmake -DDSPERF_BUILD_TESTS=ON).
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "costmodel/decode.hpp"
+#include "costmodel/prefill.hpp"
+#include "model/block_costs.hpp"
+
+using namespace dsperf;
+
+static int failures = 0, checks = 0;
+
+static void check_close(double got, double want, double tol, const char* what) {
+    ++checks;
+    if (!(std::fabs(got - want) <= tol)) {
+        std::printf("FAIL %s: got %.6f, want %.6f\n", what, got, want);
+        ++failures;
+    }
+}
+
+template <typename F>
+static void check_throws(F f, const char* what) {
+    ++checks;
+    try {
+        f();
+        std::printf("FAIL %s: no exception\n", what);
+        ++failures;
+    } catch (const std::invalid_argument&) {
+    }
+}
+
+static DeviceSpec h800(int comm_sms) {
+    DeviceSpec d;
+    d.name = "H800";
+    d.sm_count = 132;
+    d.comm_sms_prefill = comm_sms;
+    d.fp16_tflops = 989.5;
+    d.fp8_tflops = 1979;
+    d.compute_derate = 0.8;
+    d.mem_gb = 80;
+    d.mem_bw_gbps = 3350;
+    d.nvlink_gbps = 200;
+    d.scaleout_gbps = 50;
+    return d;
+}
+
+int main() {
+    const ModelConfig m;  // DeepSeek-V3 defaults
+    const MlaFlops f = mla_flops(1, 1, m, 0);
+    check_close(f.total_gflop(), 0.37429248, 1e-12, "mla_flops(1,1)");
+    check_close(mla_absorbed_flops(1, 1, m, 0).total_gflop(), 1.196572672, 1e-12, "mla_absorbed_flops(1,1)");
+    check_close(param_counts(m, false).mla_absorbed / 1e6, 598.147072, 1e-9, "absorbed MLA params");
+
+    PrefillParams pp;  // seq 4383, hit 0.563, TP4 x DP8
+    const PrefillResult pr = prefill(m, h800(24), pp, Mode::AsPublished);
+    check_close(pr.sum_overlap_ms, 167.802, 5e-4, "prefill H800 Sum(Overlap)");
+    check_close(pr.sum_ms, 259.803, 5e-4, "prefill H800 Sum");
+    check_close(pr.tokens_per_s_node_overlap, 52240.1, 0.05, "prefill H800 TPS per node");
+
+    DecodeParams dp;  // batch 32
+    const DecodeResult dr = decode(m, h800(24), dp, Mode::AsPublished);
+    check_close(dr.tpot_overlap_ms, 9.858, 5e-4, "decode H800 TPOT(Overlap)");
+    check_close(dr.tokens_per_gpu_s, 1879.856, 5e-4, "decode H800 Total");
+    const DecodeResult dc = decode(m, h800(24), dp, Mode::Corrected);
+    ++checks;
+    if (!(dc.tpot_overlap_ms <= dc.tpot_ms)) {
+        std::printf("FAIL corrected overlap exceeds sequential\n");
+        ++failures;
+    }
+
+    check_throws([&] { PrefillParams p; p.kv_cache_hit = 1.0; prefill(m, h800(24), p, Mode::AsPublished); },
+                 "kv_cache_hit = 1");
+    check_throws([&] { PrefillParams p; p.tp = 3; prefill(m, h800(24), p, Mode::AsPublished); }, "tp = 3");
+    check_throws([&] { DecodeParams p; p.batch = 0; decode(m, h800(0), p, Mode::AsPublished); }, "batch = 0");
+    check_throws([&] { ModelConfig bad; bad.n_activated_experts = 300; bad.validate(); }, "top-k > experts");
+    check_throws([] { parse_mode("exact"); }, "bad mode");
+
+    std::printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures ? 1 : 0;
+}

@@ -49,6 +49,7 @@ def _add_devices(sub):
     p = sub.add_parser("devices", help="list the shipped device specs")
     p.add_argument("--mode", default="corrected", help="as_published shows the seed's values")
     sub.add_parser("fixes", help="list the seed quirks that corrected mode fixes")
+    sub.add_parser("deviations", help="each fix's effect on the headline figures (docs/DEVIATIONS.md)")
 
 
 def _add_deepseek(sub):
@@ -96,6 +97,10 @@ def main(argv=None) -> int:
     try:
         if args.command == "tables":
             text = _run_tables(args)
+        elif args.command == "deviations":
+            from .deviations import deviation_effects
+
+            text = deviation_effects().to_markdown(floatfmt=".5g") + "\n"
         elif args.command == "fixes":
             from ._C import fix_names
 

@@ -54,28 +54,35 @@ int main() {
     check_close(param_counts(m, false).mla_absorbed / 1e6, 598.147072, 1e-9, "absorbed MLA params");
 
     PrefillParams pp;  // seq 4383, hit 0.563, TP4 x DP8
-    const PrefillResult pr = prefill(m, h800(24), pp, Mode::AsPublished);
+    const PrefillResult pr = prefill(m, h800(24), pp, Fixes::none());
     check_close(pr.sum_overlap_ms, 167.802, 5e-4, "prefill H800 Sum(Overlap)");
     check_close(pr.sum_ms, 259.803, 5e-4, "prefill H800 Sum");
     check_close(pr.tokens_per_s_node_overlap, 52240.1, 0.05, "prefill H800 TPS per node");
 
     DecodeParams dp;  // batch 32
-    const DecodeResult dr = decode(m, h800(24), dp, Mode::AsPublished);
+    const DecodeResult dr = decode(m, h800(24), dp, Fixes::none());
     check_close(dr.tpot_overlap_ms, 9.858, 5e-4, "decode H800 TPOT(Overlap)");
     check_close(dr.tokens_per_gpu_s, 1879.856, 5e-4, "decode H800 Total");
-    const DecodeResult dc = decode(m, h800(24), dp, Mode::Corrected);
+    const DecodeResult dc = decode(m, h800(24), dp, Fixes::all());
     ++checks;
     if (!(dc.tpot_overlap_ms <= dc.tpot_ms)) {
         std::printf("FAIL corrected overlap exceeds sequential\n");
         ++failures;
     }
 
-    check_throws([&] { PrefillParams p; p.kv_cache_hit = 1.0; prefill(m, h800(24), p, Mode::AsPublished); },
+    check_throws([&] { PrefillParams p; p.kv_cache_hit = 1.0; prefill(m, h800(24), p, Fixes::none()); },
                  "kv_cache_hit = 1");
-    check_throws([&] { PrefillParams p; p.tp = 3; prefill(m, h800(24), p, Mode::AsPublished); }, "tp = 3");
-    check_throws([&] { DecodeParams p; p.batch = 0; decode(m, h800(0), p, Mode::AsPublished); }, "batch = 0");
+    check_throws([&] { PrefillParams p; p.tp = 3; prefill(m, h800(24), p, Fixes::none()); }, "tp = 3");
+    check_throws([&] { DecodeParams p; p.batch = 0; decode(m, h800(0), p, Fixes::none()); }, "batch = 0");
     check_throws([&] { ModelConfig bad; bad.n_activated_experts = 300; bad.validate(); }, "top-k > experts");
     check_throws([] { parse_mode("exact"); }, "bad mode");
+    check_throws([] { parse_mode("corrected-nofix"); }, "unknown fix");
+    ++checks;
+    if (!parse_mode("as_published+ring_allreduce").has(Fix::RingAllReduce) ||
+        parse_mode("corrected-ring_allreduce").has(Fix::RingAllReduce)) {
+        std::printf("FAIL mode string +fix / -fix\n");
+        ++failures;
+    }
 
     std::printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;

@@ -22,13 +22,15 @@ py::tuple mla_tuple(const MlaFlops& f) {
     return py::make_tuple(f.total_gflop(), f.gemm_fp8_gflop, f.attn_fp16_gflop);
 }
 
+// Result structs to dicts, one key per field, named as the field.
 py::dict prefill_mla_dict(const PrefillMla& r) {
     py::dict d;
-    d["gemm_ms"] = r.gemm_ms;
-    d["attn_ms"] = r.attn_ms;
-    d["compute_ms"] = r.compute_ms;
-    d["allreduce_ms"] = r.allreduce_ms;
-    d["time_ms"] = r.time_ms;
+    for (auto [key, value] : {std::pair<const char*, double>{"gemm_ms", r.gemm_ms},
+                              {"attn_ms", r.attn_ms},
+                              {"compute_ms", r.compute_ms},
+                              {"allreduce_ms", r.allreduce_ms},
+                              {"time_ms", r.time_ms}})
+        d[key] = value;
     return d;
 }
 
@@ -38,53 +40,55 @@ py::dict prefill_dict(const PrefillResult& r) {
     d["mla_attn_ms"] = r.mla.attn_ms;
     d["mla_tp1_ms"] = r.mla.compute_ms;
     d["allreduce_ms"] = r.mla.allreduce_ms;
-    d["dense_mla_ms"] = r.dense_mla_ms;
-    d["dense_mlp_ms"] = r.dense_mlp_ms;
     d["mla_ms"] = r.mla.time_ms;
-    d["shared_expert_ms"] = r.shared_expert_ms;
-    d["routed_expert_ms"] = r.routed_expert_ms;
-    d["dispatch_ms"] = r.dispatch_ms;
-    d["combine_ms"] = r.combine_ms;
-    d["sum_overlap_ms"] = r.sum_overlap_ms;
-    d["sum_ms"] = r.sum_ms;
-    d["nodes"] = r.nodes;
-    d["tokens_per_s_node_overlap"] = r.tokens_per_s_node_overlap;
-    d["tokens_per_s_node"] = r.tokens_per_s_node;
-    d["computed_tokens_per_s_node_overlap"] = r.computed_tokens_per_s_node_overlap;
-    d["computed_tokens_per_s_node"] = r.computed_tokens_per_s_node;
-    d["kv_transfer_gbps_overlap"] = r.kv_transfer_gbps_overlap;
-    d["kv_transfer_gbps"] = r.kv_transfer_gbps;
+    for (auto [key, value] : {std::pair<const char*, double>{"dense_mla_ms", r.dense_mla_ms},
+                              {"dense_mlp_ms", r.dense_mlp_ms},
+                              {"shared_expert_ms", r.shared_expert_ms},
+                              {"routed_expert_ms", r.routed_expert_ms},
+                              {"dispatch_ms", r.dispatch_ms},
+                              {"combine_ms", r.combine_ms},
+                              {"sum_overlap_ms", r.sum_overlap_ms},
+                              {"sum_ms", r.sum_ms},
+                              {"nodes", r.nodes},
+                              {"tokens_per_s_node_overlap", r.tokens_per_s_node_overlap},
+                              {"tokens_per_s_node", r.tokens_per_s_node},
+                              {"computed_tokens_per_s_node_overlap", r.computed_tokens_per_s_node_overlap},
+                              {"computed_tokens_per_s_node", r.computed_tokens_per_s_node},
+                              {"kv_transfer_gbps_overlap", r.kv_transfer_gbps_overlap},
+                              {"kv_transfer_gbps", r.kv_transfer_gbps}})
+        d[key] = value;
     return d;
 }
 
 py::dict decode_dict(const DecodeResult& r) {
     py::dict d;
-    d["kv_len"] = r.kv_len;
-    d["mla_gemm_ms"] = r.mla_gemm_ms;
-    d["mla_attn_ms"] = r.mla_attn_ms;
-    d["mla_tp1_ms"] = r.mla_tp1_ms;
-    d["mla_tp4_ms"] = r.mla_tp4_ms;
-    d["mla_tp8_ms"] = r.mla_tp8_ms;
-    d["allreduce_ms"] = r.allreduce_ms;
-    d["load_kv_fp8_ms"] = r.load_kv_fp8_ms;
-    d["load_kv_fp16_ms"] = r.load_kv_fp16_ms;
-    d["dense_mlp_ms"] = r.dense_mlp_ms;
-    d["shared_expert_ms"] = r.shared_expert_ms;
-    d["routed_expert_ms"] = r.routed_expert_ms;
-    d["dispatch_ms"] = r.dispatch_ms;
-    d["combine_ms"] = r.combine_ms;
+    for (auto [key, value] : {std::pair<const char*, double>{"kv_len", r.kv_len},
+                              {"mla_gemm_ms", r.mla_gemm_ms},
+                              {"mla_attn_ms", r.mla_attn_ms},
+                              {"mla_tp1_ms", r.mla_tp1_ms},
+                              {"mla_tp4_ms", r.mla_tp4_ms},
+                              {"mla_tp8_ms", r.mla_tp8_ms},
+                              {"allreduce_ms", r.allreduce_ms},
+                              {"load_kv_fp8_ms", r.load_kv_fp8_ms},
+                              {"load_kv_fp16_ms", r.load_kv_fp16_ms},
+                              {"dense_mlp_ms", r.dense_mlp_ms},
+                              {"shared_expert_ms", r.shared_expert_ms},
+                              {"routed_expert_ms", r.routed_expert_ms},
+                              {"dispatch_ms", r.dispatch_ms},
+                              {"combine_ms", r.combine_ms},
+                              {"dense_mla_ms", r.dense_mla_ms},
+                              {"sparse_mla_ms", r.sparse_mla_ms},
+                              {"tpot_overlap_ms", r.tpot_overlap_ms},
+                              {"tpot_ms", r.tpot_ms},
+                              {"tps_user_overlap", r.tps_user_overlap},
+                              {"tps_user", r.tps_user},
+                              {"tokens_per_gpu_s_overlap", r.tokens_per_gpu_s_overlap},
+                              {"tokens_per_gpu_s", r.tokens_per_gpu_s},
+                              {"time_budget_ms", r.time_budget_ms},
+                              {"batch_limit", r.batch_limit},
+                              {"experts_per_gpu", r.experts_per_gpu}})
+        d[key] = value;
     d["mla_tp"] = r.mla_tp;
-    d["dense_mla_ms"] = r.dense_mla_ms;
-    d["sparse_mla_ms"] = r.sparse_mla_ms;
-    d["tpot_overlap_ms"] = r.tpot_overlap_ms;
-    d["tpot_ms"] = r.tpot_ms;
-    d["tps_user_overlap"] = r.tps_user_overlap;
-    d["tps_user"] = r.tps_user;
-    d["tokens_per_gpu_s_overlap"] = r.tokens_per_gpu_s_overlap;
-    d["tokens_per_gpu_s"] = r.tokens_per_gpu_s;
-    d["time_budget_ms"] = r.time_budget_ms;
-    d["batch_limit"] = r.batch_limit;
-    d["experts_per_gpu"] = r.experts_per_gpu;
     return d;
 }
 

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <new>
 
@@ -261,17 +262,37 @@ PYBIND11_MODULE(_C, mod) {
         for (int i = 0; i < kFixCount; ++i) d[py::str(fix_names()[i])] = fx.on[i];
         return d;
     }, py::arg("mode"), "The fixes a mode string turns on, by name");
-    mod.def("mla_flops", [](double q, double kv, const ModelConfig& m, double hit) {
+    // Token counts for the FLOP functions: checked here, since the core's pure formulas take any
+    // double.
+    auto tokens_ok = [](double v, const char* name) {
+        if (!(v >= 0) || !std::isfinite(v)) throw std::invalid_argument(std::string(name) + " must be finite and >= 0");
+    };
+    auto hit_ok = [](double v) {
+        if (!(v >= 0 && v <= 1)) throw std::invalid_argument("kv_cache_hit must lie in [0, 1]");
+    };
+    mod.def("mla_flops", [=](double q, double kv, const ModelConfig& m, double hit) {
+        tokens_ok(q, "q_len"), tokens_ok(kv, "kv_len"), hit_ok(hit), m.validate();
         return mla_tuple(mla_flops(q, kv, m, hit));
-    }, py::arg("q_len"), py::arg("kv_len"), py::arg("model"), py::arg("kv_cache_hit") = 0.0);
-    mod.def("mla_absorbed_flops", [](double q, double kv, const ModelConfig& m, double hit) {
+    }, py::arg("q_len"), py::arg("kv_len"), py::arg("model"), py::arg("kv_cache_hit") = 0.0,
+       "(total, gemm_fp8, attn_fp16) GFLOP of standard MLA");
+    mod.def("mla_absorbed_flops", [=](double q, double kv, const ModelConfig& m, double hit) {
+        tokens_ok(q, "q_len"), tokens_ok(kv, "kv_len"), hit_ok(hit), m.validate();
         return mla_tuple(mla_absorbed_flops(q, kv, m, hit));
-    }, py::arg("q_len"), py::arg("kv_len"), py::arg("model"), py::arg("kv_cache_hit") = 0.0);
-    mod.def("mla_flops_causal", [](double fresh, double cached, const ModelConfig& m) {
+    }, py::arg("q_len"), py::arg("kv_len"), py::arg("model"), py::arg("kv_cache_hit") = 0.0,
+       "(total, gemm_fp8, attn_fp16) GFLOP of absorbed MLA");
+    mod.def("mla_flops_causal", [=](double fresh, double cached, const ModelConfig& m) {
+        tokens_ok(fresh, "new_tokens"), tokens_ok(cached, "cached_tokens"), m.validate();
         return mla_tuple(mla_flops_causal(fresh, cached, m));
     }, py::arg("new_tokens"), py::arg("cached_tokens"), py::arg("model"));
-    mod.def("dense_mlp_gflop", &dense_mlp_gflop, py::arg("model"), py::arg("tokens"));
-    mod.def("expert_gflop", &expert_gflop, py::arg("model"), py::arg("tokens"));
+    using TokenFlops = double (*)(const ModelConfig&, double);
+    for (auto [name, fn] : {std::pair<const char*, TokenFlops>{"dense_mlp_gflop", &dense_mlp_gflop},
+                            {"expert_gflop", &expert_gflop},
+                            {"gate_gflop", &gate_gflop},
+                            {"lm_head_gflop", &lm_head_gflop}})
+        mod.def(name, [=](const ModelConfig& m, double tokens) {
+            tokens_ok(tokens, "tokens"), m.validate();
+            return fn(m, tokens);
+        }, py::arg("model"), py::arg("tokens"));
     mod.def("param_counts", [](const ModelConfig& m, bool with_bias) {
         const ParamCounts p = param_counts(m, with_bias);
         py::dict d;

@@ -58,6 +58,14 @@ double expert_gflop(const ModelConfig& m, double tokens) {
     return 3 * tokens * double(m.dim) * m.moe_inter_dim * 2 / kGiga;
 }
 
+double gate_gflop(const ModelConfig& m, double tokens) {
+    return tokens * double(m.dim) * m.n_routed_experts * 2 / kGiga;
+}
+
+double lm_head_gflop(const ModelConfig& m, double tokens) {
+    return tokens * double(m.dim) * m.vocab_size * 2 / kGiga;
+}
+
 namespace {
 double linear(double in, double out, bool bias) { return in * out + (bias ? out : 0.0); }
 }  // namespace

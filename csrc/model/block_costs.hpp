@@ -29,6 +29,8 @@ MlaFlops mla_flops_causal(double new_tokens, double cached_tokens, const ModelCo
 
 double dense_mlp_gflop(const ModelConfig& m, double tokens);  // w1, w3, w2
 double expert_gflop(const ModelConfig& m, double tokens);     // one expert's w1, w3, w2
+double gate_gflop(const ModelConfig& m, double tokens);       // router logits x @ W^T
+double lm_head_gflop(const ModelConfig& m, double tokens);    // output projection to the vocabulary
 
 // Parameter counts. with_bias counts a bias on every linear layer: the seed measured its
 // blocks as torch nn.Linear with the default bias=True, which its 187.17M / 44.05M /

@@ -153,6 +153,9 @@ def ep_strategies(model="DeepSeek-V3", strategies: Mapping[str, tuple[int, int]]
     strategies = dict(EP_STRATEGIES) if strategies is None else dict(strategies)
     rows = []
     for key, (ep, red) in strategies.items():
+        ep, red = _number(f"strategies[{key!r}] ep", ep, True), _number(f"strategies[{key!r}] redundant", red, True)
+        if ep < 1 or red < 0:
+            raise ValueError(f"strategies[{key!r}]: ep must be >= 1 and redundant experts >= 0, got ({ep}, {red})")
         per_gpu = (m.n_routed_experts + red) / ep
         rows.append({"EP": key, "ep": ep, "redundant_experts": red, "experts_per_gpu": per_gpu,
                      "comm_tokens_per_request": m.n_activated_experts * (1 - per_gpu / m.n_routed_experts),
@@ -191,6 +194,9 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
 def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
     """The seed's 1.1 figures: single-token MLA FLOPs (standard, absorbed) and their ratios."""
     m = load_model(model)
+    kv_len_avg = _number("kv_len_avg", kv_len_avg)
+    if kv_len_avg <= 0:
+        raise ValueError(f"kv_len_avg must be positive, got {kv_len_avg}")
     std1, abs1 = _C.mla_flops(1, 1, m, 0), _C.mla_absorbed_flops(1, 1, m, 0)
     rows = [
         {"quantity": "mla_flops(1,1) total_gflop", "value": std1[0]},
@@ -200,9 +206,9 @@ def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
         {"quantity": "mla_absorbed_flops(1,1) gemm_fp8_gflop", "value": abs1[1]},
         {"quantity": "mla_absorbed_flops(1,1) attn_fp16_gflop", "value": abs1[2]},
         {"quantity": "absorbed/standard, 1 token", "value": abs1[0] / std1[0]},
-        {"quantity": f"absorbed/standard, prefill {kv_len_avg}/{kv_len_avg}",
+        {"quantity": f"absorbed/standard, prefill {kv_len_avg:g}/{kv_len_avg:g}",
          "value": _C.mla_absorbed_flops(kv_len_avg, kv_len_avg, m, 0)[0] / _C.mla_flops(kv_len_avg, kv_len_avg, m, 0)[0]},
-        {"quantity": f"absorbed/standard, decode q=1 kv={kv_len_avg} cache rate 1",
+        {"quantity": f"absorbed/standard, decode q=1 kv={kv_len_avg:g} cache rate 1",
          "value": _C.mla_absorbed_flops(1, kv_len_avg, m, 1)[0] / _C.mla_flops(1, kv_len_avg, m, 1)[0]},
         {"quantity": "absorbed MLA parameters (M)", "value": _C.param_counts(m, False)["mla_absorbed"] / 1e6},
     ]
@@ -251,17 +257,24 @@ def parameter_table(model="DeepSeek-V3", mode="as_published") -> pd.DataFrame:
 
 
 def block_complexity(model="DeepSeek-V3") -> pd.DataFrame:
-    """The seed's per-block summary: parameters, FLOPs of one token, KV-cache elements per token."""
+    """Per block: parameters (bias-free), weight bytes in FP8 and BF16, FLOPs of one token, and
+    KV-cache elements per token (the seed's 1.4 summary, extended to every block)."""
     m = load_model(model)
     p = _C.param_counts(m, False)
     rows = [
-        ("MLA", p["mla"], _C.mla_flops(1, 1, m, 0)[0] * 1e9, m.kv_cache_width),
-        ("MLA_absorb", p["mla_absorbed"], _C.mla_absorbed_flops(1, 1, m, 0)[0] * 1e9, m.kv_cache_width),
-        ("DenseMLP", p["dense_mlp"], _C.dense_mlp_gflop(m, 1) * 1e9, 0),
-        ("Expert", p["expert"], _C.expert_gflop(m, 1) * 1e9, 0),
+        ("MLA", p["mla"], _C.mla_flops(1, 1, m, 0)[0], m.kv_cache_width),
+        ("MLA_absorb", p["mla_absorbed"], _C.mla_absorbed_flops(1, 1, m, 0)[0], m.kv_cache_width),
+        ("DenseMLP", p["dense_mlp"], _C.dense_mlp_gflop(m, 1), 0),
+        ("Expert", p["expert"], _C.expert_gflop(m, 1), 0),
+        ("Gate", p["gate"], _C.gate_gflop(m, 1), 0),
+        ("Embedding", p["embedding"], 0.0, 0),
+        ("LMHead", p["lm_head"], _C.lm_head_gflop(m, 1), 0),
     ]
-    return pd.DataFrame(rows, columns=["Block", "params", "flops_per_token", "kv_cache_elements_per_token"]
-                        ).set_index("Block")
+    df = pd.DataFrame(rows, columns=["Block", "params", "gflop_per_token", "kv_cache_elements_per_token"])
+    df.insert(2, "weight_bytes_fp8", df["params"])
+    df.insert(3, "weight_bytes_bf16", df["params"] * 2)
+    df["flops_per_token"] = df.pop("gflop_per_token") * 1e9
+    return df.set_index("Block")
 
 
 def kv_cache_per_token(model="DeepSeek-V3") -> pd.DataFrame:

@@ -177,7 +177,7 @@ def model_tables(o: TableOptions) -> list[Table]:
     exact = _C.parse_mode(o.mode)["exact_parameter_counts"]
     note = "exact, bias-free" if exact else "every linear with a bias, counts as the seed quotes them"
     out.append(Table(f"1.4 Parameters per block ({note})", shown))
-    cx = cm.block_complexity(m)
+    cx = cm.block_complexity(m).loc[["MLA", "MLA_absorb", "DenseMLP", "Expert"]]
     shown = pd.DataFrame({"参数量": [f"{v / 1e6:.2f}M" for v in cx["params"]],
                           "运算复杂度(FLops)": [f"{v / 1e6:.2f}M" for v in cx["flops_per_token"]],
                           "KVCache用量": [str(int(v)) if v else "-" for v in cx["kv_cache_elements_per_token"]]},

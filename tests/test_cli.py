@@ -38,12 +38,20 @@ def test_tables_csv_and_options():
     (["tables", "--mode", "corrected+nofix"], "nofix"),
     (["tables", "--sections", "prefil"], "prefil"),
     (["tables", "--model", "Nope"], "Nope"),
+    (["tables", "--ep", "0"], "ep"),
+    (["tables", "--ep", "512", "--redundant-experts", "0"], "ep (512)"),
 ])
 def test_bad_input_is_one_line(args, word):
     r = run(*args)
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and word in lines[0] and "Traceback" not in r.stderr
+
+
+def test_tables_with_ep_and_model_options():
+    r = run("tables", "--ep", "72", "--model", "Kimi-K2", "--sections", "decode", "--batch-sizes", "16,48")
+    assert r.returncode == 0, r.stderr
+    assert "EP72" in r.stdout and "| BatchSize" in r.stdout
 
 
 def test_devices_and_deepseek_commands():

@@ -39,7 +39,9 @@ def _add_tables(sub):
     p.add_argument("--alt-tp", type=int, default=8, help="TP of the second prefill layout")
     p.add_argument("--alt-dp", type=int, default=4, help="DP of the second prefill layout")
     p.add_argument("--dispatch-nodes", type=int, default=4)
-    p.add_argument("--batch-sizes", type=_positive_floats, default=[32, 64, 128, 256])
+    p.add_argument("--batch-sizes", type=_positive_floats, default=[32, 64, 128, 256], help="decode batch per GPU")
+    p.add_argument("--ep", type=int, default=144, help="decode expert parallelism (GPUs sharing the experts)")
+    p.add_argument("--redundant-experts", type=int, default=32, help="decode redundant expert replicas")
     p.add_argument("--sections", type=_csv, default=["model", "devices", "prefill", "decode"],
                    help="any of model,devices,prefill,decode")
     p.add_argument("--format", default="markdown", choices=["markdown", "csv"])
@@ -66,7 +68,8 @@ def _run_tables(args) -> str:
         model=args.model, mode=args.mode,
         prefill_devices=args.devices or args.prefill_devices, decode_devices=args.devices or args.decode_devices,
         seq_len=args.seq_len, decode_len=args.decode_len, kv_cache_hit=args.kv_cache_hit, tp=args.tp, dp=args.dp,
-        alt_tp=args.alt_tp, alt_dp=args.alt_dp, dispatch_nodes=args.dispatch_nodes, batch_sizes=args.batch_sizes)
+        alt_tp=args.alt_tp, alt_dp=args.alt_dp, dispatch_nodes=args.dispatch_nodes, batch_sizes=args.batch_sizes,
+        ep=args.ep, redundant_experts=args.redundant_experts)
     if "H20" not in [d for d in opts.prefill_devices]:
         opts.scaleout_device = opts.prefill_devices[0]
         opts.scaleout_variants = tuple((f"{opts.scaleout_device}-{bw * 8 * 8 / 1000:g}T", bw) for bw in (50, 25, 12.5))

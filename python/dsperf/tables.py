@@ -40,6 +40,8 @@ class TableOptions:
     alt_dp: int = 4
     dispatch_nodes: int = 4
     batch_sizes: Sequence[float] = (32, 64, 128, 256)
+    ep: int = 144                    # decode EP (DeepSeek's EP144 with 32 redundant experts)
+    redundant_experts: int = 32
     scaleout_variants: Sequence[tuple[str, float]] = (("H20-3.2T", 50), ("H20-1.6T", 25), ("H20-800G", 12.5))
     scaleout_device: str = "H20"
     tps_filter: float = 20.0
@@ -101,7 +103,8 @@ def prefill_tables(o: TableOptions) -> list[Table]:
 
 
 def _decode_full(o: TableOptions) -> pd.DataFrame:
-    df = cm.decode(o.model, o.decode_devices, o.seq_len, o.decode_len, o.batch_sizes, mode=o.mode)
+    df = cm.decode(o.model, o.decode_devices, o.seq_len, o.decode_len, o.batch_sizes, ep=o.ep,
+                   redundant_experts=o.redundant_experts, mode=o.mode)
     df["GPU(TP)"] = df["GPU"] + "(TP" + df["mla_tp"].astype(str) + ")"
     return df
 
@@ -120,11 +123,15 @@ def decode_tables(o: TableOptions) -> list[Table]:
     eps = cm.ep_strategies(o.model)
     eps[["ep", "redundant_experts"]] = eps[["ep", "redundant_experts"]].astype(str)
     out.append(Table("3.1 EP strategies", eps, ".3f"))
+    strategies = dict(cm.EP_STRATEGIES)
+    if (o.ep, o.redundant_experts) not in strategies.values():
+        strategies[f"EP{o.ep}"] = (o.ep, o.redundant_experts)
     out.append(Table("3.2 Memory-limited batch size per GPU, TP=1 (omitted in the seed)",
-                     cm.decode_batch_limits(o.model, o.decode_devices, o.seq_len, o.decode_len, 1, mode=o.mode),
-                     ".0f"))
+                     cm.decode_batch_limits(o.model, o.decode_devices, o.seq_len, o.decode_len, 1, strategies,
+                                            mode=o.mode), ".0f"))
     df = _decode_full(o)
-    one = cm.decode(o.model, o.decode_devices, o.seq_len, o.decode_len, o.batch_sizes, tp=1, mode=o.mode)
+    one = cm.decode(o.model, o.decode_devices, o.seq_len, o.decode_len, o.batch_sizes, tp=1, ep=o.ep,
+                    redundant_experts=o.redundant_experts, mode=o.mode)
     key = ["GPU", "batch"]
     mla = one[key + ["mla_tp1_ms", "mla_tp4_ms", "mla_tp8_ms", "load_kv_fp8_ms", "load_kv_fp16_ms"]].rename(
         columns={"batch": "BatchSize", "mla_tp1_ms": "TP1", "mla_tp4_ms": "TP4", "mla_tp8_ms": "TP8",
@@ -139,7 +146,7 @@ def decode_tables(o: TableOptions) -> list[Table]:
         t["BatchSize"] = t["BatchSize"].astype(int).astype(str)
         out.append(Table(title + " (omitted in the seed)", t.set_index("GPU")))
     full = df[["GPU(TP)"] + list(_FULL_COLUMNS)].rename(columns=_FULL_COLUMNS).set_index("GPU(TP)").T
-    out.append(Table("3.6 Decode, full table at the best TP (ms, tokens/s) (omitted in the seed)", full))
+    out.append(Table(f"3.6 Decode, full table at the best TP, EP{o.ep} (ms, tokens/s) (omitted in the seed)", full))
     kept = df[df["tps_user_overlap"] > o.tps_filter]
     tldr = kept[["GPU(TP)", "batch", "tpot_overlap_ms", "tpot_ms", "tps_user_overlap", "tps_user",
                  "tokens_per_gpu_s_overlap", "tokens_per_gpu_s"]].rename(columns={

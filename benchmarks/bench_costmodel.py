@@ -237,7 +237,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=1_000_000, help="sweep size (default 1,000,000)")
     ap.add_argument("--python-points", type=int, default=20_000, help="configs timed in plain Python")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9)
     a = ap.parse_args()
     if a.points < 600 or a.python_points < 1 or a.repeats < 1:
         ap.error("--points must be >= 600, --python-points and --repeats >= 1")

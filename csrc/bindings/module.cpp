@@ -116,8 +116,8 @@ class ColumnArena {
 public:
     static constexpr size_t kCacheLimit = size_t(1) << 30;
 
-    ColumnArena(size_t rows, size_t doubles, size_t ints) : rows_(rows) {
-        const size_t bytes = std::max<size_t>(rows * (doubles * sizeof(double) + ints * sizeof(int32_t)), 64);
+    ColumnArena(size_t rows, size_t bytes_per_row) : rows_(rows) {
+        const size_t bytes = std::max<size_t>(rows * bytes_per_row, 64);
         Block* b;
         if (cached_ && cached_->bytes >= bytes && cached_->bytes <= 2 * bytes) {
             b = cached_;
@@ -171,7 +171,8 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
     g.validate(m);  // before allocating: a bad axis must not cost a huge allocation
     const size_t n = g.size();
     DecodeSweepColumns c{};
-    ColumnArena arena(n, /*doubles=*/11, /*ints=*/6);  // doubles first keeps every column aligned
+    // 11 double, 5 int32 and 1 bool columns; taken widest first so every column stays aligned.
+    ColumnArena arena(n, 11 * sizeof(double) + 5 * sizeof(int32_t) + sizeof(bool));
     py::dict out;
     out["seq_len"] = arena.take(&c.seq_len);
     out["decode_len"] = arena.take(&c.decode_len);

@@ -76,7 +76,7 @@ void decode_sweep(const ModelConfig& m, const DecodeGrid& g, const Fixes& fx, co
                                 out.tp[row] = tp;
                                 out.ep[row] = p.ep;
                                 out.redundant_experts[row] = p.redundant_experts;
-                                out.kv_fp8[row] = kv8;
+                                out.kv_fp8[row] = kv8 != 0;
                                 out.seq_len[row] = s;
                                 out.decode_len[row] = dl;
                                 out.batch[row] = b;

@@ -32,7 +32,7 @@ struct DecodeSweepColumns {
     int32_t* tp;          // requested (0 = auto)
     int32_t* ep;
     int32_t* redundant_experts;
-    int32_t* kv_fp8;
+    bool* kv_fp8;
     double* seq_len;
     double* decode_len;
     double* batch;

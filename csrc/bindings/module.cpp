@@ -200,6 +200,8 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
 
 }  // namespace
 
+void bind_kernels(py::module_& root);  // kernels.cpp
+
 PYBIND11_MODULE(_C, mod) {
     mod.doc() = "dsperf C++ core: model block costs, device specs, prefill/decode cost model";
 #ifdef DSPERF_WITH_CUDA
@@ -207,6 +209,8 @@ PYBIND11_MODULE(_C, mod) {
 #else
     mod.attr("cuda_built") = false;
 #endif
+
+    bind_kernels(mod);
 
     py::class_<ModelConfig>(mod, "ModelConfig")
         .def(py::init<>())

@@ -1,0 +1,288 @@
+// pybind11 face of the CPU kernels. Arrays arrive as raw bit patterns (uint16 for BF16, uint8
+// for FP8; python/dsperf/kernels.py checks dtypes, shapes and contiguity and names the argument).
+// This layer re-checks the sizes it relies on, allocates outputs and releases the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/moe.hpp"
+
+namespace py = pybind11;
+using namespace dsperf::kernels;
+
+namespace {
+
+template <typename T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+void expect(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+template <typename T>
+void expect_shape(const Arr<T>& a, std::initializer_list<int64_t> shape, const char* name) {
+    expect(a.ndim() == py::ssize_t(shape.size()), std::string(name) + " has the wrong number of dimensions");
+    int i = 0;
+    for (int64_t s : shape) {
+        expect(a.shape(i) == s, std::string(name) + ": dimension " + std::to_string(i) + " is " +
+                                    std::to_string(a.shape(i)) + ", expected " + std::to_string(s));
+        ++i;
+    }
+}
+
+template <typename T>
+Arr<T> empty(std::initializer_list<py::ssize_t> shape) {
+    return Arr<T>(std::vector<py::ssize_t>(shape));
+}
+
+ExpertWeights expert_weights(const py::array& w13, const py::array& w2, const py::object& s13, const py::object& s2,
+                             bool fp8) {
+    ExpertWeights w;
+    expect(w13.ndim() == 3 && w2.ndim() == 3, "w13 and w2 must be 3-D [experts, rows, cols]");
+    w.n_experts = w13.shape(0), w.inter = w13.shape(1) / 2, w.dim = w13.shape(2);
+    expect(w13.shape(1) % 2 == 0, "w13 must hold 2 * inter rows (w1 then w3)");
+    expect(w2.shape(0) == w.n_experts && w2.shape(1) == w.dim && w2.shape(2) == w.inter,
+           "w2 must be [experts, dim, inter] matching w13");
+    w.w13 = w13.data(), w.w2 = w2.data(), w.fp8 = fp8;
+    if (fp8) {
+        auto a13 = s13.cast<Arr<float>>(), a2 = s2.cast<Arr<float>>();
+        expect_shape(a13, {w.n_experts, (2 * w.inter + 127) / 128, (w.dim + 127) / 128}, "w13_scale");
+        expect_shape(a2, {w.n_experts, (w.dim + 127) / 128, (w.inter + 127) / 128}, "w2_scale");
+        w.scale13 = a13.data(), w.scale2 = a2.data();
+    }
+    return w;
+}
+
+GateConfig gate_config(int64_t n_group, int64_t topk_group, int64_t top_k, float route_scale,
+                       const std::string& score_func) {
+    GateConfig c;
+    c.n_group = n_group, c.topk_group = topk_group, c.top_k = top_k, c.route_scale = route_scale;
+    if (score_func == "sigmoid") c.score = ScoreFunc::Sigmoid;
+    else if (score_func == "softmax") c.score = ScoreFunc::Softmax;
+    else throw std::invalid_argument("score_func must be 'sigmoid' or 'softmax', got '" + score_func + "'");
+    return c;
+}
+
+}  // namespace
+
+void bind_kernels(py::module_& root) {
+    py::module_ m = root.def_submodule("kernels", "CPU kernels on raw BF16/FP8 bit arrays");
+
+    m.def("isa", [] { return cpu_features().isa; }, "The micro-kernel family in use");
+    m.def("cpu_features", [] {
+        const CpuFeatures& f = cpu_features();
+        py::dict d;
+        d["avx512"] = f.avx512, d["avx512_bf16"] = f.avx512_bf16, d["amx_bf16"] = f.amx_bf16, d["isa"] = f.isa;
+        return d;
+    });
+
+    m.def("linear", [](Arr<uint16_t> x, py::array w, py::object w_scale, bool fp8) {
+        expect(x.ndim() == 2 && w.ndim() == 2, "x and w must be 2-D");
+        const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
+        expect(w.shape(1) == K, "w must be [N, K] with K = x.shape[1] = " + std::to_string(K));
+        auto y = empty<float>({M, N});
+        if (fp8) {
+            auto s = w_scale.cast<Arr<float>>();
+            expect_shape(s, {(N + 127) / 128, (K + 127) / 128}, "w_scale");
+            auto wb = w.cast<Arr<uint8_t>>();
+            py::gil_scoped_release nogil;
+            linear_fp8(x.data(), K, wb.data(), s.data(), y.mutable_data(), N, M, N, K);
+        } else {
+            auto wb = w.cast<Arr<uint16_t>>();
+            py::gil_scoped_release nogil;
+            linear_bf16(x.data(), K, wb.data(), K, y.mutable_data(), N, M, N, K);
+        }
+        return y;
+    }, py::arg("x").noconvert(), py::arg("w"), py::arg("w_scale"), py::arg("fp8"));
+
+    m.def("rmsnorm_f32", [](Arr<float> x, Arr<float> w, float eps) {
+        expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
+        expect_shape(w, {x.shape(1)}, "weight");
+        auto out = empty<float>({x.shape(0), x.shape(1)});
+        py::gil_scoped_release nogil;
+        rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
+        return out;
+    }, py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
+    m.def("rmsnorm_bf16", [](Arr<uint16_t> x, Arr<float> w, float eps) {
+        expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
+        expect_shape(w, {x.shape(1)}, "weight");
+        auto out = empty<uint16_t>({x.shape(0), x.shape(1)});
+        py::gil_scoped_release nogil;
+        rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
+        return out;
+    }, py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
+
+    m.def("rope_frequencies", [](int64_t dim, double base, double factor, int64_t original_seq_len,
+                                 int64_t max_seq_len, double beta_fast, double beta_slow) {
+        RopeConfig c{dim, base, factor, original_seq_len, max_seq_len, beta_fast, beta_slow};
+        const std::vector<float> f = rope_frequencies(c);
+        return Arr<float>(py::ssize_t(f.size()), f.data());
+    }, py::arg("dim"), py::arg("base"), py::arg("factor"), py::arg("original_seq_len"), py::arg("max_seq_len"),
+       py::arg("beta_fast"), py::arg("beta_slow"));
+    auto rope = [](auto x, Arr<int32_t> pos, Arr<float> freqs) {
+        expect(x.ndim() == 3, "x must be 3-D [tokens, heads, rope_dim]");
+        expect_shape(pos, {x.shape(0)}, "positions");
+        expect_shape(freqs, {x.shape(2) / 2}, "freqs");
+        const int64_t T = x.shape(0), H = x.shape(1), R = x.shape(2);
+        py::gil_scoped_release nogil;
+        rope_inplace(x.mutable_data(), T, H, H * R, R, pos.data(), freqs.data(), R);
+    };
+    m.def("rope_inplace_f32", [rope](Arr<float> x, Arr<int32_t> p, Arr<float> f) { rope(x, p, f); },
+          py::arg("x").noconvert(), py::arg("positions").noconvert(), py::arg("freqs").noconvert());
+    m.def("rope_inplace_bf16", [rope](Arr<uint16_t> x, Arr<int32_t> p, Arr<float> f) { rope(x, p, f); },
+          py::arg("x").noconvert(), py::arg("positions").noconvert(), py::arg("freqs").noconvert());
+
+    m.def("embedding", [](Arr<uint16_t> table, Arr<int32_t> ids) {
+        expect(table.ndim() == 2 && ids.ndim() == 1, "table must be 2-D and ids 1-D");
+        auto out = empty<uint16_t>({ids.shape(0), table.shape(1)});
+        py::gil_scoped_release nogil;
+        embedding(table.data(), table.shape(0), table.shape(1), ids.data(), ids.shape(0), out.mutable_data());
+        return out;
+    }, py::arg("table").noconvert(), py::arg("ids").noconvert());
+
+    m.def("silu_mul", [](Arr<float> gu) {
+        expect(gu.ndim() == 2 && gu.shape(1) % 2 == 0, "gate_up must be 2-D [tokens, 2 * inter]");
+        auto out = empty<uint16_t>({gu.shape(0), gu.shape(1) / 2});
+        py::gil_scoped_release nogil;
+        silu_mul(gu.data(), gu.shape(0), gu.shape(1) / 2, out.mutable_data());
+        return out;
+    }, py::arg("gate_up").noconvert());
+
+    auto quant = [](auto x) {
+        expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
+        const int64_t T = x.shape(0), D = x.shape(1);
+        auto q = empty<uint8_t>({T, D});
+        auto s = empty<float>({T, (D + 127) / 128});
+        {
+            py::gil_scoped_release nogil;
+            act_quant(x.data(), T, D, q.mutable_data(), s.mutable_data());
+        }
+        return py::make_tuple(q, s);
+    };
+    m.def("act_quant_f32", [quant](Arr<float> x) { return quant(x); }, py::arg("x").noconvert());
+    m.def("act_quant_bf16", [quant](Arr<uint16_t> x) { return quant(x); }, py::arg("x").noconvert());
+    m.def("weight_dequant", [](Arr<uint8_t> w, Arr<float> s) {
+        expect(w.ndim() == 2, "w must be 2-D");
+        expect_shape(s, {(w.shape(0) + 127) / 128, (w.shape(1) + 127) / 128}, "scale");
+        auto out = empty<uint16_t>({w.shape(0), w.shape(1)});
+        py::gil_scoped_release nogil;
+        weight_dequant(w.data(), s.data(), w.shape(0), w.shape(1), out.mutable_data());
+        return out;
+    }, py::arg("w").noconvert(), py::arg("scale").noconvert());
+
+    m.def("moe_gate", [](Arr<float> logits, py::object bias, int64_t n_group, int64_t topk_group, int64_t top_k,
+                         float route_scale, const std::string& score_func) {
+        expect(logits.ndim() == 2, "logits must be 2-D [tokens, experts]");
+        const int64_t T = logits.shape(0), E = logits.shape(1);
+        const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
+        const float* b = nullptr;
+        Arr<float> bias_arr;
+        if (!bias.is_none()) {
+            bias_arr = bias.cast<Arr<float>>();
+            expect_shape(bias_arr, {E}, "bias");
+            b = bias_arr.data();
+        }
+        cfg.validate(E, b != nullptr);
+        auto w = empty<float>({T, top_k});
+        auto ids = empty<int32_t>({T, top_k});
+        py::gil_scoped_release nogil;
+        moe_gate(logits.data(), T, E, b, cfg, w.mutable_data(), ids.mutable_data());
+        return py::make_tuple(w, ids);
+    }, py::arg("logits").noconvert(), py::arg("bias"), py::arg("n_group"), py::arg("topk_group"), py::arg("top_k"),
+       py::arg("route_scale"), py::arg("score_func"));
+
+    m.def("moe_route", [](Arr<int32_t> ids, int64_t n_experts) {
+        expect(ids.ndim() == 2, "ids must be 2-D [tokens, top_k]");
+        const int64_t T = ids.shape(0), K = ids.shape(1);
+        auto offsets = empty<int64_t>({n_experts + 1});
+        auto position = empty<int32_t>({T, K});
+        auto source = empty<int32_t>({T * K});
+        py::gil_scoped_release nogil;
+        moe_route(ids.data(), T, K, n_experts, offsets.mutable_data(), position.mutable_data(), source.mutable_data());
+        py::gil_scoped_acquire gil;
+        return py::make_tuple(offsets, position, source);
+    }, py::arg("ids").noconvert(), py::arg("n_experts"));
+    m.def("moe_permute", [](Arr<uint16_t> x, Arr<int32_t> source) {
+        expect(x.ndim() == 2 && source.ndim() == 1, "x must be 2-D and source 1-D");
+        const int64_t T = x.shape(0), D = x.shape(1), R = source.shape(0);
+        for (int64_t r = 0; r < R; ++r)
+            expect(source.data()[r] >= 0 && source.data()[r] < T, "source[" + std::to_string(r) + "] is outside [0, tokens)");
+        auto out = empty<uint16_t>({R, D});
+        py::gil_scoped_release nogil;
+        moe_permute(x.data(), D, source.data(), R, out.mutable_data());
+        return out;
+    }, py::arg("x").noconvert(), py::arg("source").noconvert());
+    m.def("moe_unpermute", [](Arr<float> y_perm, Arr<int32_t> position, Arr<float> weights) {
+        expect(y_perm.ndim() == 2 && position.ndim() == 2, "y_perm and position must be 2-D");
+        const int64_t R = y_perm.shape(0), D = y_perm.shape(1), T = position.shape(0), K = position.shape(1);
+        expect_shape(weights, {T, K}, "weights");
+        for (int64_t i = 0; i < T * K; ++i)
+            expect(position.data()[i] >= 0 && position.data()[i] < R, "position entries must index rows of y_perm");
+        auto y = empty<float>({T, D});
+        py::gil_scoped_release nogil;
+        moe_unpermute(y_perm.data(), D, position.data(), weights.data(), T, K, y.mutable_data(), false);
+        return y;
+    }, py::arg("y_perm").noconvert(), py::arg("position").noconvert(), py::arg("weights").noconvert());
+
+    m.def("experts_contiguous", [](Arr<uint16_t> x, Arr<int64_t> offsets, py::array w13, py::array w2,
+                                   py::object s13, py::object s2, bool fp8) {
+        const ExpertWeights w = expert_weights(w13, w2, s13, s2, fp8);
+        expect_shape(offsets, {w.n_experts + 1}, "offsets");
+        expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [rows, dim] with dim = " + std::to_string(w.dim));
+        expect(offsets.data()[w.n_experts] == x.shape(0), "offsets[-1] must equal the rows of x");
+        auto y = empty<float>({x.shape(0), w.dim});
+        py::gil_scoped_release nogil;
+        experts_contiguous(x.data(), offsets.data(), w, y.mutable_data());
+        return y;
+    }, py::arg("x").noconvert(), py::arg("offsets").noconvert(), py::arg("w13"), py::arg("w2"), py::arg("w13_scale"),
+       py::arg("w2_scale"), py::arg("fp8"));
+    m.def("experts_masked", [](Arr<uint16_t> x, Arr<int32_t> counts, py::array w13, py::array w2, py::object s13,
+                               py::object s2, bool fp8) {
+        const ExpertWeights w = expert_weights(w13, w2, s13, s2, fp8);
+        expect(x.ndim() == 3 && x.shape(0) == w.n_experts && x.shape(2) == w.dim,
+               "x must be [experts, capacity, dim] matching the weights");
+        expect_shape(counts, {w.n_experts}, "counts");
+        auto y = empty<float>({x.shape(0), x.shape(1), w.dim});
+        py::gil_scoped_release nogil;
+        experts_masked(x.data(), x.shape(1), counts.data(), w, y.mutable_data());
+        return y;
+    }, py::arg("x").noconvert(), py::arg("counts").noconvert(), py::arg("w13"), py::arg("w2"), py::arg("w13_scale"),
+       py::arg("w2_scale"), py::arg("fp8"));
+
+    m.def("moe_layer", [](Arr<uint16_t> x, Arr<uint16_t> gate_w, py::object gate_bias, py::array w13, py::array w2,
+                          py::object s13, py::object s2, bool fp8, py::object shared_w13, py::object shared_w2,
+                          py::object shared_s13, py::object shared_s2, int64_t n_group, int64_t topk_group,
+                          int64_t top_k, float route_scale, const std::string& score_func) {
+        const ExpertWeights routed = expert_weights(w13, w2, s13, s2, fp8);
+        expect(x.ndim() == 2 && x.shape(1) == routed.dim, "x must be [tokens, dim] matching the experts");
+        expect_shape(gate_w, {routed.n_experts, routed.dim}, "gate_weight");
+        ExpertWeights shared;
+        if (!shared_w13.is_none()) {
+            // The shared experts as one FFN: [1, 2 * n_shared * inter, dim] and [1, dim, n_shared * inter].
+            shared = expert_weights(shared_w13.cast<py::array>(), shared_w2.cast<py::array>(), shared_s13, shared_s2, fp8);
+            expect(shared.n_experts == 1 && shared.dim == routed.dim, "shared weights must be [1, 2 * I_s, dim] and [1, dim, I_s]");
+        }
+        const float* b = nullptr;
+        Arr<float> bias_arr;
+        if (!gate_bias.is_none()) {
+            bias_arr = gate_bias.cast<Arr<float>>();
+            expect_shape(bias_arr, {routed.n_experts}, "gate_bias");
+            b = bias_arr.data();
+        }
+        const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
+        cfg.validate(routed.n_experts, b != nullptr);
+        auto y = empty<float>({x.shape(0), routed.dim});
+        py::gil_scoped_release nogil;
+        moe_layer(x.data(), x.shape(0), gate_w.data(), b, cfg, routed, shared, y.mutable_data());
+        return y;
+    }, py::arg("x").noconvert(), py::arg("gate_weight").noconvert(), py::arg("gate_bias"), py::arg("w13"),
+       py::arg("w2"), py::arg("w13_scale"), py::arg("w2_scale"), py::arg("fp8"), py::arg("shared_w13"),
+       py::arg("shared_w2"), py::arg("shared_w13_scale"), py::arg("shared_w2_scale"), py::arg("n_group"),
+       py::arg("topk_group"), py::arg("top_k"), py::arg("route_scale"), py::arg("score_func"));
+}

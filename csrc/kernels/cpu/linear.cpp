@@ -1,0 +1,93 @@
+#include "kernels/cpu/linear.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.hpp"
+
+namespace dsperf::kernels {
+
+namespace {
+
+void check_dims(int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64_t ldy) {
+    if (M < 0 || N < 0 || K < 0) throw std::invalid_argument("linear: M, N and K must be >= 0");
+    if (ldx < K || ldw < K || ldy < N) throw std::invalid_argument("linear: a row stride is shorter than its row");
+}
+
+bool use_avx512() { return cpu_features().isa == "avx512_bf16"; }
+
+// Threads split N in slices of whole 4-row tiles (and whole 128-row blocks for FP8).
+template <typename F>
+void for_n_slices(int64_t N, int64_t align, F&& body) {
+    const int64_t blocks = (N + align - 1) / align;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) body(b * align, std::min(N, (b + 1) * align));
+}
+
+}  // namespace
+
+namespace portable {
+
+// Plain C++: x and each row of w widened to FP32 once, then FP32 dot products the compiler
+// vectorises for whatever the target has.
+void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
+                 int64_t N, int64_t K, bool accumulate) {
+    std::vector<float> xf(static_cast<size_t>(M * K));
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
+    for_n_slices(N, 16, [&](int64_t n0, int64_t n1) {
+        std::vector<float> wf(static_cast<size_t>(K));
+        for (int64_t n = n0; n < n1; ++n) {
+            for (int64_t k = 0; k < K; ++k) wf[size_t(k)] = bf16_to_f32(w[n * ldw + k]);
+            for (int64_t m = 0; m < M; ++m) {
+                const float* a = xf.data() + m * K;
+                float s = 0;
+                for (int64_t k = 0; k < K; ++k) s += a[k] * wf[size_t(k)];
+                y[m * ldy + n] = accumulate ? y[m * ldy + n] + s : s;
+            }
+        }
+    });
+}
+
+}  // namespace portable
+
+void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
+                 int64_t N, int64_t K, bool accumulate) {
+    check_dims(M, N, K, ldx, ldw, ldy);
+    if (M == 0 || N == 0) return;
+    if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
+    for_n_slices(N, 64, [&](int64_t n0, int64_t n1) {
+        avx512::linear_bf16_rows(x, ldx, w, ldw, y, ldy, M, n0, n1, K, accumulate);
+    });
+}
+
+void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_scale, float* y, int64_t ldy, int64_t M,
+                int64_t N, int64_t K, bool accumulate) {
+    check_dims(M, N, K, ldx, K, ldy);
+    if (M == 0 || N == 0) return;
+    constexpr int64_t kBlock = 128;
+    const int64_t k_blocks = (K + kBlock - 1) / kBlock;
+    const bool simd = use_avx512();
+    // One 128-row block of w at a time: dequantised to BF16 in a per-thread scratch (in L2), then
+    // multiplied with all of x.
+    for_n_slices(N, kBlock, [&](int64_t n0, int64_t n1) {
+        const int64_t rows = n1 - n0;
+        std::vector<bf16_t> wb(static_cast<size_t>(rows * K));
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+            const int64_t k0 = kb * kBlock, cols = std::min(K, k0 + kBlock) - k0;
+            const float scale = w_scale[(n0 / kBlock) * k_blocks + kb];
+            if (simd) {
+                avx512::fp8_block_to_bf16(w + n0 * K + k0, K, scale, wb.data() + k0, K, rows, cols);
+            } else {
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t c = 0; c < cols; ++c)
+                        wb[size_t(r * K + k0 + c)] = f32_to_bf16(fp8_to_f32(w[(n0 + r) * K + k0 + c]) * scale);
+            }
+        }
+        if (simd) avx512::linear_bf16_rows(x, ldx, wb.data(), K, y + n0, ldy, M, 0, rows, K, accumulate);
+        else portable::linear_bf16(x, ldx, wb.data(), K, y + n0, ldy, M, rows, K, accumulate);
+    });
+}
+
+}  // namespace dsperf::kernels

@@ -1,0 +1,33 @@
+// y[M, N] = x[M, K] @ w[N, K]^T: torch.nn.Linear without bias, the one GEMM every op family
+// uses. x and w are BF16 (or w FP8 with DeepSeek-V3's 128x128 block scales); y is FP32.
+// Row strides are in elements. OpenMP threads split N.
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/dtype.hpp"
+
+namespace dsperf::kernels {
+
+void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
+                 int64_t N, int64_t K, bool accumulate = false);
+
+// w_scale holds one FP32 scale per 128 x 128 block of w, row-major over
+// [ceil(N / 128), ceil(K / 128)]. Each block is dequantised to BF16 (fp8 x scale, rounded), as
+// DeepSeek-V3's weight_dequant does, then multiplied.
+void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_scale, float* y, int64_t ldy, int64_t M,
+                int64_t N, int64_t K, bool accumulate = false);
+
+// The micro-kernel families (linear.cpp picks one from cpu_features()).
+namespace portable {
+void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
+                 int64_t N, int64_t K, bool accumulate);
+}
+namespace avx512 {
+// Rows [n0, n1) of the output; the caller splits N across threads.
+void linear_bf16_rows(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
+                      int64_t n0, int64_t n1, int64_t K, bool accumulate);
+void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float scale, bf16_t* dst, int64_t ld_dst, int64_t rows,
+                       int64_t cols);
+}  // namespace avx512
+
+}  // namespace dsperf::kernels

@@ -1,0 +1,208 @@
+#include "kernels/cpu/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/linear.hpp"
+
+namespace dsperf::kernels {
+
+namespace {
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+// Indices of the k largest values, best first, ties to the lower index.
+void top_k_indices(const float* v, int64_t n, int64_t k, int32_t* out, std::vector<int32_t>& scratch) {
+    scratch.resize(static_cast<size_t>(n));
+    std::iota(scratch.begin(), scratch.end(), 0);
+    auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+    std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(), better);
+    std::copy(scratch.begin(), scratch.begin() + k, out);
+}
+}  // namespace
+
+void GateConfig::validate(int64_t n_experts, bool has_bias) const {
+    require(n_experts > 0, "n_experts must be positive");
+    require(n_group >= 1, "n_group must be >= 1");
+    require(n_experts % n_group == 0, "n_group (" + std::to_string(n_group) + ") must divide the " +
+                                          std::to_string(n_experts) + " experts");
+    require(topk_group >= 1 && topk_group <= n_group,
+            "topk_group must lie in [1, n_group = " + std::to_string(n_group) + "]");
+    const int64_t kept = topk_group * (n_experts / n_group);
+    require(top_k >= 1 && top_k <= kept, "top_k (" + std::to_string(top_k) + ") must lie in [1, " +
+                                             std::to_string(kept) + "], the experts in the kept groups");
+    require(route_scale > 0 && std::isfinite(route_scale), "route_scale must be positive and finite");
+    require(!(has_bias && n_group > 1 && n_experts / n_group < 2),
+            "n_group: with a bias each group needs at least two experts (its score is the sum of its best two)");
+}
+
+void moe_gate(const float* logits, int64_t tokens, int64_t n_experts, const float* bias, const GateConfig& cfg,
+              float* weights, int32_t* ids) {
+    cfg.validate(n_experts, bias != nullptr);
+    const int64_t E = n_experts, G = cfg.n_group, per_group = E / G;
+#pragma omp parallel
+    {
+        std::vector<float> scores(static_cast<size_t>(E)), select(static_cast<size_t>(E)), group_score(static_cast<size_t>(G));
+        std::vector<int32_t> scratch, kept_groups(static_cast<size_t>(cfg.topk_group));
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tokens; ++t) {
+            const float* l = logits + t * E;
+            if (cfg.score == ScoreFunc::Sigmoid) {
+                for (int64_t e = 0; e < E; ++e) scores[size_t(e)] = 1.0f / (1.0f + std::exp(-l[e]));
+            } else {
+                const float mx = *std::max_element(l, l + E);
+                double sum = 0;
+                for (int64_t e = 0; e < E; ++e) sum += scores[size_t(e)] = std::exp(l[e] - mx);
+                for (int64_t e = 0; e < E; ++e) scores[size_t(e)] = float(scores[size_t(e)] / sum);
+            }
+            for (int64_t e = 0; e < E; ++e) select[size_t(e)] = scores[size_t(e)] + (bias ? bias[e] : 0.0f);
+            if (G > 1) {
+                for (int64_t g = 0; g < G; ++g) {
+                    const float* s = select.data() + g * per_group;
+                    if (bias) {  // the sum of the group's two best
+                        float b1 = -INFINITY, b2 = -INFINITY;
+                        for (int64_t i = 0; i < per_group; ++i) {
+                            if (s[i] > b1) b2 = b1, b1 = s[i];
+                            else if (s[i] > b2) b2 = s[i];
+                        }
+                        group_score[size_t(g)] = b1 + b2;
+                    } else {
+                        group_score[size_t(g)] = *std::max_element(s, s + per_group);
+                    }
+                }
+                top_k_indices(group_score.data(), G, cfg.topk_group, kept_groups.data(), scratch);
+                std::vector<bool> keep(static_cast<size_t>(G), false);
+                for (int32_t g : kept_groups) keep[size_t(g)] = true;
+                for (int64_t g = 0; g < G; ++g)
+                    if (!keep[size_t(g)]) std::fill_n(select.begin() + g * per_group, per_group, -INFINITY);
+            }
+            int32_t* id = ids + t * cfg.top_k;
+            top_k_indices(select.data(), E, cfg.top_k, id, scratch);
+            float* w = weights + t * cfg.top_k;
+            double sum = 0;
+            for (int64_t k = 0; k < cfg.top_k; ++k) sum += w[k] = scores[size_t(id[k])];
+            const float norm = cfg.score == ScoreFunc::Sigmoid ? float(1.0 / sum) : 1.0f;
+            for (int64_t k = 0; k < cfg.top_k; ++k) w[k] = w[k] * norm * cfg.route_scale;
+        }
+    }
+}
+
+void moe_route(const int32_t* ids, int64_t tokens, int64_t top_k, int64_t n_experts, int64_t* offsets,
+               int32_t* position, int32_t* source) {
+    require(tokens >= 0 && top_k >= 1 && n_experts >= 1, "moe_route: top_k and n_experts must be positive");
+    std::fill(offsets, offsets + n_experts + 1, 0);
+    for (int64_t i = 0; i < tokens * top_k; ++i) {
+        require(ids[i] >= 0 && ids[i] < n_experts, "ids[" + std::to_string(i / top_k) + ", " +
+                                                       std::to_string(i % top_k) + "] = " + std::to_string(ids[i]) +
+                                                       " is outside [0, " + std::to_string(n_experts) + ")");
+        ++offsets[ids[i] + 1];
+    }
+    std::partial_sum(offsets, offsets + n_experts + 1, offsets);
+    std::vector<int64_t> next(offsets, offsets + n_experts);
+    for (int64_t i = 0; i < tokens * top_k; ++i) {  // token order within each expert: deterministic
+        const int64_t row = next[size_t(ids[i])]++;
+        position[i] = int32_t(row);
+        source[row] = int32_t(i / top_k);
+    }
+}
+
+void moe_permute(const bf16_t* x, int64_t dim, const int32_t* source, int64_t rows, bf16_t* x_perm) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) std::copy(x + source[r] * dim, x + (source[r] + 1) * dim, x_perm + r * dim);
+}
+
+void moe_unpermute(const float* y_perm, int64_t dim, const int32_t* position, const float* weights, int64_t tokens,
+                   int64_t top_k, float* y, bool accumulate) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+        float* out = y + t * dim;
+        if (!accumulate) std::fill(out, out + dim, 0.0f);
+        for (int64_t k = 0; k < top_k; ++k) {
+            const float w = weights[t * top_k + k];
+            const float* src = y_perm + int64_t(position[t * top_k + k]) * dim;
+            for (int64_t i = 0; i < dim; ++i) out[i] += w * src[i];
+        }
+    }
+}
+
+void ExpertWeights::validate() const {
+    require(w13 && w2, "expert weights w13 and w2 are required");
+    require(n_experts >= 1 && dim >= 1 && inter >= 1, "expert weights: n_experts, dim and inter must be positive");
+    require(!fp8 || (scale13 && scale2), "FP8 expert weights need scale13 and scale2");
+}
+
+void expert_ffn(const bf16_t* x, int64_t rows, const ExpertWeights& w, int64_t e, float* y, bool accumulate) {
+    if (rows == 0) return;
+    const int64_t D = w.dim, I = w.inter;
+    std::vector<float> gu(static_cast<size_t>(rows * 2 * I));
+    std::vector<bf16_t> h(static_cast<size_t>(rows * I));
+    if (w.fp8) {
+        const int64_t kb13 = (D + 127) / 128, nb13 = (2 * I + 127) / 128;
+        const int64_t kb2 = (I + 127) / 128, nb2 = (D + 127) / 128;
+        const fp8_t* w13 = static_cast<const fp8_t*>(w.w13) + e * 2 * I * D;
+        const fp8_t* w2 = static_cast<const fp8_t*>(w.w2) + e * D * I;
+        linear_fp8(x, D, w13, w.scale13 + e * nb13 * kb13, gu.data(), 2 * I, rows, 2 * I, D);
+        silu_mul(gu.data(), rows, I, h.data());
+        linear_fp8(h.data(), I, w2, w.scale2 + e * nb2 * kb2, y, D, rows, D, I, accumulate);
+    } else {
+        const bf16_t* w13 = static_cast<const bf16_t*>(w.w13) + e * 2 * I * D;
+        const bf16_t* w2 = static_cast<const bf16_t*>(w.w2) + e * D * I;
+        linear_bf16(x, D, w13, D, gu.data(), 2 * I, rows, 2 * I, D);
+        silu_mul(gu.data(), rows, I, h.data());
+        linear_bf16(h.data(), I, w2, I, y, D, rows, D, I, accumulate);
+    }
+}
+
+void experts_contiguous(const bf16_t* x, const int64_t* offsets, const ExpertWeights& w, float* y) {
+    w.validate();
+    require(offsets[0] == 0, "offsets[0] must be 0");
+    for (int64_t e = 0; e < w.n_experts; ++e)
+        require(offsets[e + 1] >= offsets[e], "offsets must be non-decreasing (expert " + std::to_string(e) + ")");
+    for (int64_t e = 0; e < w.n_experts; ++e)
+        expert_ffn(x + offsets[e] * w.dim, offsets[e + 1] - offsets[e], w, e, y + offsets[e] * w.dim, false);
+}
+
+void experts_masked(const bf16_t* x, int64_t capacity, const int32_t* counts, const ExpertWeights& w, float* y) {
+    w.validate();
+    require(capacity >= 0, "capacity must be >= 0");
+    for (int64_t e = 0; e < w.n_experts; ++e)
+        require(counts[e] >= 0 && counts[e] <= capacity,
+                "counts[" + std::to_string(e) + "] = " + std::to_string(counts[e]) + " is outside [0, capacity = " +
+                    std::to_string(capacity) + "]");
+    for (int64_t e = 0; e < w.n_experts; ++e) {
+        float* ye = y + e * capacity * w.dim;
+        expert_ffn(x + e * capacity * w.dim, counts[e], w, e, ye, false);
+        std::fill(ye + int64_t(counts[e]) * w.dim, ye + capacity * w.dim, 0.0f);
+    }
+}
+
+void moe_layer(const bf16_t* x, int64_t tokens, const bf16_t* gate_w, const float* gate_bias, const GateConfig& cfg,
+               const ExpertWeights& routed, const ExpertWeights& shared, float* y) {
+    routed.validate();
+    const int64_t E = routed.n_experts, D = routed.dim, K = cfg.top_k;
+    cfg.validate(E, gate_bias != nullptr);
+    std::vector<float> logits(static_cast<size_t>(tokens * E)), weights(static_cast<size_t>(tokens * K));
+    std::vector<int32_t> ids(static_cast<size_t>(tokens * K)), position(static_cast<size_t>(tokens * K)), source(static_cast<size_t>(tokens * K));
+    std::vector<int64_t> offsets(static_cast<size_t>(E + 1));
+    linear_bf16(x, D, gate_w, D, logits.data(), E, tokens, E, D);
+    moe_gate(logits.data(), tokens, E, gate_bias, cfg, weights.data(), ids.data());
+    moe_route(ids.data(), tokens, K, E, offsets.data(), position.data(), source.data());
+    std::vector<bf16_t> x_perm(static_cast<size_t>(tokens * K * D));
+    moe_permute(x, D, source.data(), tokens * K, x_perm.data());
+    std::vector<float> y_perm(static_cast<size_t>(tokens * K * D));
+    experts_contiguous(x_perm.data(), offsets.data(), routed, y_perm.data());
+    moe_unpermute(y_perm.data(), D, position.data(), weights.data(), tokens, K, y, false);
+    if (shared.w13) {
+        shared.validate();
+        require(shared.dim == D, "shared expert dim must equal the routed experts' dim");
+        expert_ffn(x, tokens, shared, 0, y, /*accumulate=*/true);
+    }
+}
+
+}  // namespace dsperf::kernels

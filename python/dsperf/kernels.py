@@ -1,0 +1,284 @@
+"""The CPU kernels on numpy arrays (BF16 and FP8 as ml_dtypes' bfloat16 and float8_e4m3fn).
+
+Every function checks its arrays (type, dtype, shape, C-contiguity) and raises TypeError or
+ValueError naming the argument; inputs are never modified; outputs are new arrays; the GIL is
+released while the C++ kernels run. ``isa()`` says which micro-kernels this CPU uses
+("avx512_bf16" or "portable"; set DSPERF_ISA=portable to force the portable ones).
+"""
+from __future__ import annotations
+
+import numbers
+
+import ml_dtypes
+import numpy as np
+
+from . import _C
+
+_K = _C.kernels
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
+F32 = np.dtype(np.float32)
+
+
+def isa() -> str:
+    return _K.isa()
+
+
+def cpu_features() -> dict:
+    return dict(_K.cpu_features())
+
+
+# ---- argument checks ---------------------------------------------------------------------------
+def _arr(name, a, dtypes, ndim=None):
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
+    if a.dtype not in dtypes:
+        allowed = " or ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name} must have dtype {allowed}, got {a.dtype}")
+    if ndim is not None and a.ndim not in ((ndim,) if isinstance(ndim, int) else ndim):
+        raise ValueError(f"{name} must be {ndim}-D, got shape {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (np.ascontiguousarray makes a copy)")
+    return a
+
+
+def _bits(a):
+    """The raw bit pattern the C++ side reads: uint16 for BF16, uint8 for FP8."""
+    if a.dtype == BF16:
+        return a.view(np.uint16)
+    if a.dtype == FP8:
+        return a.view(np.uint8)
+    return a
+
+
+def _ids(name, a, ndim):
+    a = _arr(name, a, (np.dtype(np.int32), np.dtype(np.int64)), ndim)
+    return np.ascontiguousarray(a, dtype=np.int32) if a.dtype != np.int32 else a
+
+
+def _int(name, v, minimum=None):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {v!r}")
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return int(v)
+
+
+def _expert_weights(w13, w2, w13_scale, w2_scale):
+    _arr("w13", w13, (BF16, FP8), 3)
+    _arr("w2", w2, (BF16, FP8), 3)
+    if w13.dtype != w2.dtype:
+        raise TypeError(f"w13 and w2 must share a dtype, got {w13.dtype} and {w2.dtype}")
+    fp8 = w13.dtype == FP8
+    if fp8:
+        if w13_scale is None or w2_scale is None:
+            raise ValueError("FP8 expert weights need w13_scale and w2_scale (128x128 block scales)")
+        _arr("w13_scale", w13_scale, (F32,), 3)
+        _arr("w2_scale", w2_scale, (F32,), 3)
+    elif w13_scale is not None or w2_scale is not None:
+        raise ValueError("w13_scale and w2_scale apply to FP8 weights only")
+    if w13.shape[1] % 2:
+        raise ValueError(f"w13 must hold 2 * inter rows (w1 then w3), got {w13.shape[1]}")
+    E, two_i, D = w13.shape
+    if w2.shape != (E, D, two_i // 2):
+        raise ValueError(f"w2 must have shape {(E, D, two_i // 2)} to match w13 {w13.shape}, got {w2.shape}")
+    return _bits(w13), _bits(w2), w13_scale, w2_scale, fp8
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+def linear(x, w, w_scale=None):
+    """y = x @ w.T in FP32: x BF16 [M, K]; w BF16 [N, K], or FP8 [N, K] with w_scale FP32
+    [ceil(N/128), ceil(K/128)] (dequantised to BF16 block by block, as DeepSeek-V3 does)."""
+    _arr("x", x, (BF16,), 2)
+    _arr("w", w, (BF16, FP8), 2)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"w must be [N, K] with K = x.shape[1] = {x.shape[1]}, got {w.shape}")
+    if w.dtype == FP8:
+        if w_scale is None:
+            raise ValueError("FP8 w needs w_scale")
+        _arr("w_scale", w_scale, (F32,), 2)
+    elif w_scale is not None:
+        raise ValueError("w_scale applies to FP8 w only")
+    return _K.linear(_bits(x), _bits(w), w_scale, w.dtype == FP8)
+
+
+def rmsnorm(x, weight, eps=1e-6):
+    """x / rms(x) * weight over the last dimension, in FP32; the output has x's dtype."""
+    _arr("x", x, (F32, BF16), (1, 2, 3))
+    _arr("weight", weight, (F32, BF16), 1)
+    if weight.shape[0] != x.shape[-1]:
+        raise ValueError(f"weight must have {x.shape[-1]} entries, got {weight.shape[0]}")
+    if not (isinstance(eps, numbers.Real) and eps >= 0):
+        raise ValueError(f"eps must be a number >= 0, got {eps!r}")
+    x2 = x.reshape(-1, x.shape[-1])
+    w = np.ascontiguousarray(weight, dtype=np.float32)
+    if x.dtype == F32:
+        out = _K.rmsnorm_f32(x2, w, float(eps))
+    else:
+        out = _K.rmsnorm_bf16(_bits(x2), w, float(eps)).view(BF16)
+    return out.reshape(x.shape)
+
+
+def rope_frequencies(dim=64, base=10000.0, factor=40.0, original_seq_len=4096, max_seq_len=16384, beta_fast=32.0,
+                     beta_slow=1.0):
+    """DeepSeek-V3's rotary frequencies with YaRN scaling (dim / 2 values, FP32)."""
+    return _K.rope_frequencies(_int("dim", dim, 2), float(base), float(factor), _int("original_seq_len", original_seq_len, 1),
+                               _int("max_seq_len", max_seq_len, 1), float(beta_fast), float(beta_slow))
+
+
+def rope_mscale(factor=40.0, mscale_all_dim=1.0, original_seq_len=4096, max_seq_len=16384) -> float:
+    """YaRN's attention-scale correction: the softmax scale is multiplied by its square."""
+    if max_seq_len <= original_seq_len or factor <= 1:
+        return 1.0
+    return 0.1 * mscale_all_dim * float(np.log(factor)) + 1.0
+
+
+def apply_rope(x, positions, freqs):
+    """Rotary embedding of x [tokens, heads, rope_dim] (or [tokens, rope_dim]) at positions [tokens],
+    pairs (2i, 2i+1) turned by positions * freqs[i]. Returns a new array of x's dtype."""
+    _arr("x", x, (F32, BF16), (2, 3))
+    positions = _ids("positions", positions, 1)
+    _arr("freqs", freqs, (F32,), 1)
+    x3 = x.reshape(x.shape[0], -1, x.shape[-1]) if x.ndim == 3 else x.reshape(x.shape[0], 1, x.shape[-1])
+    if positions.shape[0] != x.shape[0]:
+        raise ValueError(f"positions must have one entry per token ({x.shape[0]}), got {positions.shape[0]}")
+    if x.shape[-1] % 2 or freqs.shape[0] != x.shape[-1] // 2:
+        raise ValueError(f"freqs must have rope_dim / 2 = {x.shape[-1] // 2} entries, got {freqs.shape[0]}")
+    out = x3.copy()
+    if x.dtype == F32:
+        _K.rope_inplace_f32(out, positions, freqs)
+    else:
+        _K.rope_inplace_bf16(out.view(np.uint16), positions, freqs)
+    return out.reshape(x.shape)
+
+
+def embedding(table, ids):
+    """table[ids]: table BF16 [vocab, dim], ids int32/int64 [tokens]; ids outside the table raise."""
+    _arr("table", table, (BF16,), 2)
+    return _K.embedding(_bits(table), _ids("ids", ids, 1)).view(BF16)
+
+
+def silu_mul(gate_up):
+    """silu(gate) * up for a merged gate_up FP32 [tokens, 2 * inter] -> BF16 [tokens, inter]."""
+    _arr("gate_up", gate_up, (F32,), 2)
+    if gate_up.shape[1] % 2:
+        raise ValueError(f"gate_up must have an even width, got {gate_up.shape[1]}")
+    return _K.silu_mul(gate_up).view(BF16)
+
+
+def act_quant(x):
+    """1x128 FP8 quantisation: (q FP8 [T, D], scales FP32 [T, ceil(D/128)]), x ~= q * scale."""
+    _arr("x", x, (F32, BF16), 2)
+    q, s = _K.act_quant_f32(x) if x.dtype == F32 else _K.act_quant_bf16(_bits(x))
+    return q.view(FP8), s
+
+
+def weight_dequant(w, scale):
+    """BF16 weights from FP8 w [N, K] and FP32 128x128 block scales [ceil(N/128), ceil(K/128)]."""
+    _arr("w", w, (FP8,), 2)
+    _arr("scale", scale, (F32,), 2)
+    return _K.weight_dequant(_bits(w), scale).view(BF16)
+
+
+# ---- mixture of experts ------------------------------------------------------------------------
+def _gate_args(n_group, topk_group, top_k, route_scale, score_func):
+    if score_func not in ("sigmoid", "softmax"):
+        raise ValueError(f"score_func must be 'sigmoid' or 'softmax', got {score_func!r}")
+    if isinstance(route_scale, bool) or not isinstance(route_scale, numbers.Real):
+        raise TypeError(f"route_scale must be a number, got {route_scale!r}")
+    return (_int("n_group", n_group, 1), _int("topk_group", topk_group, 1), _int("top_k", top_k, 1),
+            float(route_scale), score_func)
+
+
+def moe_gate(x, weight, bias=None, *, n_group, topk_group, top_k, route_scale, score_func="sigmoid"):
+    """DeepSeek-V3 routing: (weights FP32 [T, top_k], ids int32 [T, top_k]), best first.
+
+    logits = x @ weight.T (x, weight both BF16 through dsperf's GEMM, or both FP32 through numpy);
+    scores = sigmoid (V3) or softmax (V2) of the logits; bias (FP32 [E], the correction bias) is
+    added for selection only; with n_group > 1 a group scores the sum of its two best biased scores
+    (its best without a bias) and the topk_group best groups are kept; then the top_k experts;
+    weights = the chosen unbiased scores, normalised to sum 1 for sigmoid, times route_scale.
+    """
+    _arr("x", x, (F32, BF16), 2)
+    _arr("weight", weight, (F32, BF16), 2)
+    if x.dtype != weight.dtype:
+        raise TypeError(f"x and weight must share a dtype, got {x.dtype} and {weight.dtype}")
+    if weight.shape[1] != x.shape[1]:
+        raise ValueError(f"weight must be [experts, {x.shape[1]}], got {weight.shape}")
+    if bias is not None:
+        _arr("bias", bias, (F32,), 1)
+    args = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
+    logits = linear(x, weight) if x.dtype == BF16 else np.ascontiguousarray(x @ weight.T, dtype=np.float32)
+    return _K.moe_gate(logits, bias, *args)
+
+
+def moe_route(ids, n_experts):
+    """Group (token, slot) pairs by expert, stable in token order: (offsets int64 [E + 1],
+    position int32 [T, K] = each pair's row in the permuted order, source int32 [T * K] = each
+    row's token)."""
+    return _K.moe_route(_ids("ids", ids, 2), _int("n_experts", n_experts, 1))
+
+
+def moe_permute(x, source):
+    """x[source]: BF16 rows in expert order."""
+    _arr("x", x, (BF16,), 2)
+    return _K.moe_permute(_bits(x), _ids("source", source, 1)).view(BF16)
+
+
+def moe_unpermute(y_perm, position, weights):
+    """y[t] = sum_k weights[t, k] * y_perm[position[t, k]] (FP32), in slot order."""
+    _arr("y_perm", y_perm, (F32,), 2)
+    _arr("weights", weights, (F32,), 2)
+    return _K.moe_unpermute(y_perm, _ids("position", position, 2), weights)
+
+
+def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None):
+    """Grouped expert FFN, contiguous layout: x BF16 [rows, dim] sorted by expert, expert e owning
+    rows offsets[e]:offsets[e+1]; w13 [E, 2I, dim] (w1 then w3), w2 [E, dim, I], BF16 or FP8 with
+    block scales. Returns FP32 [rows, dim]."""
+    _arr("x", x, (BF16,), 2)
+    offsets = _arr("offsets", offsets, (np.dtype(np.int64), np.dtype(np.int32)), 1).astype(np.int64)
+    w = _expert_weights(w13, w2, w13_scale, w2_scale)
+    if offsets.shape[0] != w13.shape[0] + 1:
+        raise ValueError(f"offsets must have experts + 1 = {w13.shape[0] + 1} entries, got {offsets.shape[0]}")
+    if offsets[0] != 0 or offsets[-1] != x.shape[0] or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must start at 0, not decrease, and end at the rows of x")
+    return _K.experts_contiguous(_bits(x), offsets, *w)
+
+
+def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None):
+    """Grouped expert FFN, masked layout: x BF16 [E, capacity, dim] with counts[e] valid rows per
+    expert. Returns FP32 [E, capacity, dim], zero past each count."""
+    _arr("x", x, (BF16,), 3)
+    counts = _ids("counts", counts, 1)
+    w = _expert_weights(w13, w2, w13_scale, w2_scale)
+    if x.shape[0] != w13.shape[0] or x.shape[2] != w13.shape[2]:
+        raise ValueError(f"x must be [experts={w13.shape[0]}, capacity, dim={w13.shape[2]}], got {x.shape}")
+    if counts.shape[0] != x.shape[0] or np.any(counts < 0) or np.any(counts > x.shape[1]):
+        raise ValueError(f"counts must have {x.shape[0]} entries in [0, capacity = {x.shape[1]}]")
+    return _K.experts_masked(_bits(x), counts, *w)
+
+
+def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scale, score_func="sigmoid",
+              gate_bias=None, shared_w13=None, shared_w2=None, w13_scale=None, w2_scale=None,
+              shared_w13_scale=None, shared_w2_scale=None):
+    """The MoE layer in one call: gate -> route -> experts (contiguous) -> weighted combine
+    + shared experts. x BF16 [T, dim], gate_weight BF16 [E, dim]; shared weights [2 * I_s, dim] and
+    [dim, I_s] in the routed experts' dtype. Returns FP32 [T, dim]."""
+    _arr("x", x, (BF16,), 2)
+    _arr("gate_weight", gate_weight, (BF16,), 2)
+    if gate_bias is not None:
+        _arr("gate_bias", gate_bias, (F32,), 1)
+    w = _expert_weights(w13, w2, w13_scale, w2_scale)
+    shared = (None, None, None, None)
+    if (shared_w13 is None) != (shared_w2 is None):
+        raise ValueError("shared_w13 and shared_w2 go together")
+    if shared_w13 is not None:
+        _arr("shared_w13", shared_w13, (w13.dtype,), 2)
+        _arr("shared_w2", shared_w2, (w13.dtype,), 2)
+        s13 = None if shared_w13_scale is None else _arr("shared_w13_scale", shared_w13_scale, (F32,), 2)[None]
+        s2 = None if shared_w2_scale is None else _arr("shared_w2_scale", shared_w2_scale, (F32,), 2)[None]
+        sw = _expert_weights(shared_w13[None], shared_w2[None], s13, s2)
+        shared = (sw[0], sw[1], sw[2], sw[3])
+    args = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
+    return _K.moe_layer(_bits(x), _bits(gate_weight), gate_bias, w[0], w[1], w[2], w[3], w[4], *shared, *args)

@@ -1,0 +1,39 @@
+"""Shared helpers of the kernel tests: random BF16/FP8 data and dtype-derived tolerances."""
+import ml_dtypes
+import numpy as np
+
+BF16 = ml_dtypes.bfloat16
+FP8 = ml_dtypes.float8_e4m3fn
+EPS_BF16 = 2.0 ** -8   # unit roundoff of BF16 (8 significand bits)
+EPS_F32 = 2.0 ** -24
+
+
+def rand_bf16(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32).astype(BF16)
+
+
+def rand_fp8_weight(rng, rows, cols):
+    """FP8 weights with 128x128 block scales, as DeepSeek-V3's checkpoint stores them."""
+    w = rng.standard_normal((rows, cols)).astype(np.float32) * 0.05
+    nb, kb = -(-rows // 128), -(-cols // 128)
+    scale = np.zeros((nb, kb), np.float32)
+    q = np.zeros((rows, cols), np.float32)
+    for i in range(nb):
+        for j in range(kb):
+            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            scale[i, j] = np.abs(blk).max() / 448.0
+            q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = blk / scale[i, j]
+    return np.clip(q, -448, 448).astype(FP8), scale
+
+
+def f32(a):
+    return np.asarray(a).astype(np.float32)
+
+
+def assert_dot_close(actual, expected, abs_bound, eps):
+    """|actual - expected| <= eps * abs_bound elementwise, where abs_bound is sum |a| |b| of the
+    products behind each output (the rounding error bound of a dot product)."""
+    actual, expected = f32(actual), f32(expected)
+    assert actual.shape == expected.shape
+    excess = np.abs(actual - expected) - eps * abs_bound - 1e-30
+    assert (excess <= 0).all(), f"max excess {excess.max():.3g} at {np.unravel_index(excess.argmax(), excess.shape)}"

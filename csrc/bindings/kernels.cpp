@@ -105,16 +105,20 @@ void bind_kernels(py::module_& root) {
         expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
         expect_shape(w, {x.shape(1)}, "weight");
         auto out = empty<float>({x.shape(0), x.shape(1)});
-        py::gil_scoped_release nogil;
-        rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
+        {
+            py::gil_scoped_release nogil;
+            rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
+        }
         return out;
     }, py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
     m.def("rmsnorm_bf16", [](Arr<uint16_t> x, Arr<float> w, float eps) {
         expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
         expect_shape(w, {x.shape(1)}, "weight");
         auto out = empty<uint16_t>({x.shape(0), x.shape(1)});
-        py::gil_scoped_release nogil;
-        rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
+        {
+            py::gil_scoped_release nogil;
+            rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
+        }
         return out;
     }, py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
 
@@ -141,16 +145,20 @@ void bind_kernels(py::module_& root) {
     m.def("embedding", [](Arr<uint16_t> table, Arr<int32_t> ids) {
         expect(table.ndim() == 2 && ids.ndim() == 1, "table must be 2-D and ids 1-D");
         auto out = empty<uint16_t>({ids.shape(0), table.shape(1)});
-        py::gil_scoped_release nogil;
-        embedding(table.data(), table.shape(0), table.shape(1), ids.data(), ids.shape(0), out.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            embedding(table.data(), table.shape(0), table.shape(1), ids.data(), ids.shape(0), out.mutable_data());
+        }
         return out;
     }, py::arg("table").noconvert(), py::arg("ids").noconvert());
 
     m.def("silu_mul", [](Arr<float> gu) {
         expect(gu.ndim() == 2 && gu.shape(1) % 2 == 0, "gate_up must be 2-D [tokens, 2 * inter]");
         auto out = empty<uint16_t>({gu.shape(0), gu.shape(1) / 2});
-        py::gil_scoped_release nogil;
-        silu_mul(gu.data(), gu.shape(0), gu.shape(1) / 2, out.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            silu_mul(gu.data(), gu.shape(0), gu.shape(1) / 2, out.mutable_data());
+        }
         return out;
     }, py::arg("gate_up").noconvert());
 
@@ -171,8 +179,10 @@ void bind_kernels(py::module_& root) {
         expect(w.ndim() == 2, "w must be 2-D");
         expect_shape(s, {(w.shape(0) + 127) / 128, (w.shape(1) + 127) / 128}, "scale");
         auto out = empty<uint16_t>({w.shape(0), w.shape(1)});
-        py::gil_scoped_release nogil;
-        weight_dequant(w.data(), s.data(), w.shape(0), w.shape(1), out.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            weight_dequant(w.data(), s.data(), w.shape(0), w.shape(1), out.mutable_data());
+        }
         return out;
     }, py::arg("w").noconvert(), py::arg("scale").noconvert());
 
@@ -191,8 +201,10 @@ void bind_kernels(py::module_& root) {
         cfg.validate(E, b != nullptr);
         auto w = empty<float>({T, top_k});
         auto ids = empty<int32_t>({T, top_k});
-        py::gil_scoped_release nogil;
-        moe_gate(logits.data(), T, E, b, cfg, w.mutable_data(), ids.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            moe_gate(logits.data(), T, E, b, cfg, w.mutable_data(), ids.mutable_data());
+        }
         return py::make_tuple(w, ids);
     }, py::arg("logits").noconvert(), py::arg("bias"), py::arg("n_group"), py::arg("topk_group"), py::arg("top_k"),
        py::arg("route_scale"), py::arg("score_func"));
@@ -203,9 +215,10 @@ void bind_kernels(py::module_& root) {
         auto offsets = empty<int64_t>({n_experts + 1});
         auto position = empty<int32_t>({T, K});
         auto source = empty<int32_t>({T * K});
-        py::gil_scoped_release nogil;
-        moe_route(ids.data(), T, K, n_experts, offsets.mutable_data(), position.mutable_data(), source.mutable_data());
-        py::gil_scoped_acquire gil;
+        {
+            py::gil_scoped_release nogil;
+            moe_route(ids.data(), T, K, n_experts, offsets.mutable_data(), position.mutable_data(), source.mutable_data());
+        }
         return py::make_tuple(offsets, position, source);
     }, py::arg("ids").noconvert(), py::arg("n_experts"));
     m.def("moe_permute", [](Arr<uint16_t> x, Arr<int32_t> source) {
@@ -214,8 +227,10 @@ void bind_kernels(py::module_& root) {
         for (int64_t r = 0; r < R; ++r)
             expect(source.data()[r] >= 0 && source.data()[r] < T, "source[" + std::to_string(r) + "] is outside [0, tokens)");
         auto out = empty<uint16_t>({R, D});
-        py::gil_scoped_release nogil;
-        moe_permute(x.data(), D, source.data(), R, out.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            moe_permute(x.data(), D, source.data(), R, out.mutable_data());
+        }
         return out;
     }, py::arg("x").noconvert(), py::arg("source").noconvert());
     m.def("moe_unpermute", [](Arr<float> y_perm, Arr<int32_t> position, Arr<float> weights) {
@@ -225,8 +240,10 @@ void bind_kernels(py::module_& root) {
         for (int64_t i = 0; i < T * K; ++i)
             expect(position.data()[i] >= 0 && position.data()[i] < R, "position entries must index rows of y_perm");
         auto y = empty<float>({T, D});
-        py::gil_scoped_release nogil;
-        moe_unpermute(y_perm.data(), D, position.data(), weights.data(), T, K, y.mutable_data(), false);
+        {
+            py::gil_scoped_release nogil;
+            moe_unpermute(y_perm.data(), D, position.data(), weights.data(), T, K, y.mutable_data(), false);
+        }
         return y;
     }, py::arg("y_perm").noconvert(), py::arg("position").noconvert(), py::arg("weights").noconvert());
 
@@ -237,8 +254,10 @@ void bind_kernels(py::module_& root) {
         expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [rows, dim] with dim = " + std::to_string(w.dim));
         expect(offsets.data()[w.n_experts] == x.shape(0), "offsets[-1] must equal the rows of x");
         auto y = empty<float>({x.shape(0), w.dim});
-        py::gil_scoped_release nogil;
-        experts_contiguous(x.data(), offsets.data(), w, y.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            experts_contiguous(x.data(), offsets.data(), w, y.mutable_data());
+        }
         return y;
     }, py::arg("x").noconvert(), py::arg("offsets").noconvert(), py::arg("w13"), py::arg("w2"), py::arg("w13_scale"),
        py::arg("w2_scale"), py::arg("fp8"));
@@ -249,8 +268,10 @@ void bind_kernels(py::module_& root) {
                "x must be [experts, capacity, dim] matching the weights");
         expect_shape(counts, {w.n_experts}, "counts");
         auto y = empty<float>({x.shape(0), x.shape(1), w.dim});
-        py::gil_scoped_release nogil;
-        experts_masked(x.data(), x.shape(1), counts.data(), w, y.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            experts_masked(x.data(), x.shape(1), counts.data(), w, y.mutable_data());
+        }
         return y;
     }, py::arg("x").noconvert(), py::arg("counts").noconvert(), py::arg("w13"), py::arg("w2"), py::arg("w13_scale"),
        py::arg("w2_scale"), py::arg("fp8"));
@@ -278,8 +299,10 @@ void bind_kernels(py::module_& root) {
         const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
         cfg.validate(routed.n_experts, b != nullptr);
         auto y = empty<float>({x.shape(0), routed.dim});
-        py::gil_scoped_release nogil;
-        moe_layer(x.data(), x.shape(0), gate_w.data(), b, cfg, routed, shared, y.mutable_data());
+        {
+            py::gil_scoped_release nogil;
+            moe_layer(x.data(), x.shape(0), gate_w.data(), b, cfg, routed, shared, y.mutable_data());
+        }
         return y;
     }, py::arg("x").noconvert(), py::arg("gate_weight").noconvert(), py::arg("gate_bias"), py::arg("w13"),
        py::arg("w2"), py::arg("w13_scale"), py::arg("w2_scale"), py::arg("fp8"), py::arg("shared_w13"),

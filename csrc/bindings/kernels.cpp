@@ -12,6 +12,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/moe.hpp"
+#include "kernels/cpu/probe.hpp"
 
 namespace py = pybind11;
 using namespace dsperf::kernels;
@@ -81,6 +82,15 @@ void bind_kernels(py::module_& root) {
         d["avx512"] = f.avx512, d["avx512_bf16"] = f.avx512_bf16, d["amx_bf16"] = f.amx_bf16, d["isa"] = f.isa;
         return d;
     });
+
+    m.def("probe_bf16_peak_gflops", [](double seconds) {
+        py::gil_scoped_release nogil;
+        return probe_bf16_peak_gflops(seconds);
+    }, py::arg("seconds") = 0.5, "VDPBF16PS peak of all OpenMP threads, GFLOPS (0 without AVX-512 BF16)");
+    m.def("probe_read_bandwidth_gbps", [](int64_t bytes, int repeats) {
+        py::gil_scoped_release nogil;
+        return probe_read_bandwidth_gbps(bytes, repeats);
+    }, py::arg("bytes") = int64_t(1) << 30, py::arg("repeats") = 3, "Streaming-read bandwidth, GB/s");
 
     m.def("linear", [](Arr<uint16_t> x, py::array w, py::object w_scale, bool fp8) {
         expect(x.ndim() == 2 && w.ndim() == 2, "x and w must be 2-D");

@@ -7,20 +7,26 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
+#include <array>
+#include <utility>
+#include <vector>
+
 #define DSPERF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace dsperf::kernels::avx512 {
 
 namespace {
 
+// One tile over one K chunk [k0, k0 + klen). Accumulators live in registers for the chunk and in
+// acc (MR x NR vectors of 16 floats) between chunks; the last chunk reduces them into y.
 template <int MR, int NR>
 DSPERF_AVX512 void tile(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy,
-                        int64_t K, bool accumulate) {
+                        int64_t klen, bool first, bool last, float* acc, bool accumulate) {
     __m512 c[MR][NR];
     for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) c[i][j] = _mm512_setzero_ps();
+        for (int j = 0; j < NR; ++j) c[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * NR + j) * 16);
     int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
+    for (; k + 32 <= klen; k += 32) {
         __m512i a[MR];
         for (int i = 0; i < MR; ++i) a[i] = _mm512_loadu_si512(x + i * ldx + k);
         for (int j = 0; j < NR; ++j) {
@@ -28,14 +34,19 @@ DSPERF_AVX512 void tile(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t l
             for (int i = 0; i < MR; ++i) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a[i], (__m512bh)b);
         }
     }
-    if (k < K) {  // tail: masked loads zero the lanes past K
-        const __mmask32 mask = static_cast<__mmask32>((1ull << (K - k)) - 1);
+    if (k < klen) {  // tail: masked loads zero the lanes past the chunk
+        const __mmask32 mask = static_cast<__mmask32>((1ull << (klen - k)) - 1);
         __m512i a[MR];
         for (int i = 0; i < MR; ++i) a[i] = _mm512_maskz_loadu_epi16(mask, x + i * ldx + k);
         for (int j = 0; j < NR; ++j) {
             const __m512i b = _mm512_maskz_loadu_epi16(mask, w + j * ldw + k);
             for (int i = 0; i < MR; ++i) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a[i], (__m512bh)b);
         }
+    }
+    if (!last) {
+        for (int i = 0; i < MR; ++i)
+            for (int j = 0; j < NR; ++j) _mm512_storeu_ps(acc + (i * NR + j) * 16, c[i][j]);
+        return;
     }
     for (int i = 0; i < MR; ++i)
         for (int j = 0; j < NR; ++j) {
@@ -44,33 +55,49 @@ DSPERF_AVX512 void tile(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t l
         }
 }
 
-using TileFn = void (*)(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, int64_t, int64_t, bool);
+using TileFn = void (*)(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, int64_t, int64_t, bool, bool, float*,
+                        bool);
 
-constexpr int kMR = 4, kNR = 4;
+// 4 x 6 accumulators + 4 rows of x + 1 row of w = 29 of the 32 vector registers; 10 loads feed
+// 24 dot instructions per step.
+constexpr int kMR = 4, kNR = 6;
 
 // tiles[mr - 1][nr - 1]: the full tile and every remainder shape.
-template <int MR, int NR>
-constexpr TileFn pick() { return &tile<MR, NR>; }
-const TileFn kTiles[kMR][kNR] = {
-    {pick<1, 1>(), pick<1, 2>(), pick<1, 3>(), pick<1, 4>()},
-    {pick<2, 1>(), pick<2, 2>(), pick<2, 3>(), pick<2, 4>()},
-    {pick<3, 1>(), pick<3, 2>(), pick<3, 3>(), pick<3, 4>()},
-    {pick<4, 1>(), pick<4, 2>(), pick<4, 3>(), pick<4, 4>()},
+template <int MR, int... NR>
+constexpr std::array<TileFn, sizeof...(NR)> row_of_tiles(std::integer_sequence<int, NR...>) {
+    return {&tile<MR, NR + 1>...};
+}
+const std::array<TileFn, kNR> kTiles[kMR] = {
+    row_of_tiles<1>(std::make_integer_sequence<int, kNR>{}),
+    row_of_tiles<2>(std::make_integer_sequence<int, kNR>{}),
+    row_of_tiles<3>(std::make_integer_sequence<int, kNR>{}),
+    row_of_tiles<4>(std::make_integer_sequence<int, kNR>{}),
 };
 
 }  // namespace
 
 void linear_bf16_rows(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
                       int64_t n0, int64_t n1, int64_t K, bool accumulate) {
-    // A chunk of w rows stays in L2 while every tile of x passes over it.
-    constexpr int64_t kChunk = 32;
-    for (int64_t nc = n0; nc < n1; nc += kChunk) {
-        const int64_t nc_end = nc + kChunk < n1 ? nc + kChunk : n1;
-        for (int64_t m = 0; m < M; m += kMR) {
-            const int mr = int(M - m < kMR ? M - m : kMR);
-            for (int64_t n = nc; n < nc_end; n += kNR) {
-                const int nr = int(nc_end - n < kNR ? nc_end - n : kNR);
-                kTiles[mr - 1][nr - 1](x + m * ldx, ldx, w + n * ldw, ldw, y + m * ldy + n, ldy, K, accumulate);
+    // Blocking: a chunk of kNChunk rows of w and kKChunk columns of K. Within a K chunk, 4 rows of
+    // x (8 KB) stay in L1 while the w chunk (96 KB) streams from L2 past them; partial sums carry
+    // across K chunks in acc. For small M (decode) the same loop streams w once from memory.
+    constexpr int64_t kNChunk = 8 * kNR, kKChunk = 1024;
+    const int64_t m_tiles = (M + kMR - 1) / kMR;
+    std::vector<float> acc(static_cast<size_t>(m_tiles * (kNChunk / kNR) * kMR * kNR * 16));
+    for (int64_t nc = n0; nc < n1; nc += kNChunk) {
+        const int64_t nc_end = nc + kNChunk < n1 ? nc + kNChunk : n1;
+        for (int64_t kc = 0; kc < K; kc += kKChunk) {
+            const int64_t klen = K - kc < kKChunk ? K - kc : kKChunk;
+            const bool first = kc == 0, last = kc + klen >= K;
+            for (int64_t mt = 0; mt < m_tiles; ++mt) {
+                const int64_t m = mt * kMR;
+                const int mr = int(M - m < kMR ? M - m : kMR);
+                for (int64_t n = nc; n < nc_end; n += kNR) {
+                    const int nr = int(nc_end - n < kNR ? nc_end - n : kNR);
+                    float* tile_acc = acc.data() + (mt * (kNChunk / kNR) + (n - nc) / kNR) * kMR * kNR * 16;
+                    kTiles[mr - 1][nr - 1](x + m * ldx + kc, ldx, w + n * ldw + kc, ldw, y + m * ldy + n, ldy, klen,
+                                           first, last, tile_acc, accumulate);
+                }
             }
         }
     }
@@ -78,21 +105,25 @@ void linear_bf16_rows(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw
 
 DSPERF_AVX512 void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float scale, bf16_t* dst, int64_t ld_dst,
                                      int64_t rows, int64_t cols) {
-    // e4m3 bits moved into BF16 position give the value times 2^-120 exactly (the exponent
-    // bias differs by 120; FP8 subnormals land on BF16 subnormals), so one multiply by
-    // scale * 2^120 dequantises; the result is rounded to BF16 (RNE).
-    const __m512 s = _mm512_set1_ps(scale * 1.329227995784916e36f);  // 2^120
+    // e4m3 normals: the 7 magnitude bits moved into FP32 position with the exponent rebased by
+    // +120 give the value exactly. Subnormals (exponent 0) are mantissa x 2^-9, converted
+    // separately: FP32 denormals would cost a microcode assist each. Then x scale, rounded to BF16.
+    const __m512 s = _mm512_set1_ps(scale);
+    const __m512 sub_unit = _mm512_set1_ps(1.0f / 512.0f);
+    const __m512i rebase = _mm512_set1_epi32(120 << 23);
     for (int64_t r = 0; r < rows; ++r) {
-        int64_t c = 0;
-        for (; c < cols; c += 16) {
+        for (int64_t c = 0; c < cols; c += 16) {
             const int n = int(cols - c < 16 ? cols - c : 16);
             const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
-            const __m128i b = _mm_maskz_loadu_epi8(m, src + r * ld_src + c);
-            const __m512i v = _mm512_cvtepu8_epi32(b);
+            const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, src + r * ld_src + c));
             const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
             const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7f)), 20);
-            const __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_or_si512(sign, mag)), s);
-            _mm256_mask_storeu_epi16(dst + r * ld_dst + c, m, (__m256i)_mm512_cvtneps_pbh(f));
+            __m512 f = _mm512_castsi512_ps(_mm512_add_epi32(mag, rebase));
+            const __mmask16 subnormal = _mm512_testn_epi32_mask(v, _mm512_set1_epi32(0x78));
+            const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x7))), sub_unit);
+            f = _mm512_mask_mov_ps(f, subnormal, sub);
+            f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+            _mm256_mask_storeu_epi16(dst + r * ld_dst + c, m, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(f, s)));
         }
     }
 }

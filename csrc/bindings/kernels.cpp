@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/mla.hpp"
 #include "kernels/cpu/moe.hpp"
 #include "kernels/cpu/probe.hpp"
 
@@ -195,6 +196,33 @@ void bind_kernels(py::module_& root) {
         }
         return out;
     }, py::arg("w").noconvert(), py::arg("scale").noconvert());
+
+    m.def("mla_decode_absorbed", [](Arr<uint16_t> q_nope, Arr<uint16_t> q_rope, Arr<uint16_t> latent,
+                                    Arr<uint16_t> rope, Arr<int32_t> block_table, Arr<int32_t> seqlens, float scale,
+                                    int64_t num_splits) {
+        expect(q_nope.ndim() == 4 && q_rope.ndim() == 4, "q_nope and q_rope must be 4-D [batch, q_len, heads, dim]");
+        expect(latent.ndim() == 3 && rope.ndim() == 3, "the caches must be 3-D [blocks, block_size, dim]");
+        const int64_t B = q_nope.shape(0), Q = q_nope.shape(1), H = q_nope.shape(2), L = q_nope.shape(3);
+        PagedLatentCache c;
+        c.latent = latent.data(), c.rope = rope.data();
+        c.num_blocks = latent.shape(0), c.block_size = latent.shape(1), c.kv_lora = latent.shape(2);
+        c.rope_dim = rope.shape(2);
+        expect(L == c.kv_lora, "q_nope's last dimension must equal the latent cache's");
+        expect_shape(q_rope, {B, Q, H, c.rope_dim}, "q_rope");
+        expect_shape(rope, {c.num_blocks, c.block_size, c.rope_dim}, "rope_cache");
+        expect(block_table.ndim() == 2 && block_table.shape(0) == B, "block_table must be [batch, max_blocks]");
+        expect_shape(seqlens, {B}, "seqlens");
+        auto out = empty<float>({B, Q, H, L});
+        auto lse = empty<float>({B, Q, H});
+        {
+            py::gil_scoped_release nogil;
+            mla_decode_absorbed(q_nope.data(), q_rope.data(), B, Q, H, c, block_table.data(), block_table.shape(1),
+                                seqlens.data(), scale, num_splits, out.mutable_data(), lse.mutable_data());
+        }
+        return py::make_tuple(out, lse);
+    }, py::arg("q_nope").noconvert(), py::arg("q_rope").noconvert(), py::arg("latent_cache").noconvert(),
+       py::arg("rope_cache").noconvert(), py::arg("block_table").noconvert(), py::arg("seqlens").noconvert(),
+       py::arg("softmax_scale"), py::arg("num_splits"));
 
     m.def("moe_gate", [](Arr<float> logits, py::object bias, int64_t n_group, int64_t topk_group, int64_t top_k,
                          float route_scale, const std::string& score_func) {

@@ -282,3 +282,33 @@ def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scal
         shared = (sw[0], sw[1], sw[2], sw[3])
     args = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
     return _K.moe_layer(_bits(x), _bits(gate_weight), gate_bias, w[0], w[1], w[2], w[3], w[4], *shared, *args)
+
+
+# ---- MLA ---------------------------------------------------------------------------------------
+def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, num_splits=1):
+    """Absorbed MLA decode over a paged latent cache (FlashMLA's contract, on the CPU).
+
+    q_nope BF16 [B, Q, H, kv_lora] (queries with W_UK folded in), q_rope BF16 [B, Q, H, rope_dim];
+    latent_cache BF16 [blocks, block_size, kv_lora], rope_cache BF16 [blocks, block_size, rope_dim];
+    block_table int32 [B, max_blocks]; seqlens int32 [B] (each request's tokens, the Q new ones last,
+    causal among themselves). Keys split into num_splits ranges per request, merged by log-sum-exp.
+    Returns (out FP32 [B, Q, H, kv_lora] in latent space -- apply W_UV next -- and lse FP32 [B, Q, H]).
+    """
+    for name, a in (("q_nope", q_nope), ("q_rope", q_rope)):
+        _arr(name, a, (BF16,), 4)
+    for name, a in (("latent_cache", latent_cache), ("rope_cache", rope_cache)):
+        _arr(name, a, (BF16,), 3)
+    block_table = _ids("block_table", block_table, 2)
+    seqlens = _ids("seqlens", seqlens, 1)
+    if q_nope.shape[:3] != q_rope.shape[:3]:
+        raise ValueError(f"q_rope must match q_nope's [batch, q_len, heads] {q_nope.shape[:3]}, got {q_rope.shape[:3]}")
+    if latent_cache.shape[:2] != rope_cache.shape[:2]:
+        raise ValueError("latent_cache and rope_cache must have the same [blocks, block_size]")
+    if q_nope.shape[3] != latent_cache.shape[2] or q_rope.shape[3] != rope_cache.shape[2]:
+        raise ValueError("q_nope / q_rope widths must match latent_cache / rope_cache")
+    if block_table.shape[0] != q_nope.shape[0] or seqlens.shape[0] != q_nope.shape[0]:
+        raise ValueError(f"block_table and seqlens must have one row per request ({q_nope.shape[0]})")
+    if not (isinstance(softmax_scale, numbers.Real) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
+    return _K.mla_decode_absorbed(_bits(q_nope), _bits(q_rope), _bits(latent_cache), _bits(rope_cache), block_table,
+                                  seqlens, float(softmax_scale), _int("num_splits", num_splits, 1))

@@ -181,3 +181,26 @@ def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scal
     if shared_w13 is not None:
         y += expert_ffn(x, shared_w13, shared_w2, shared_w13_scale, shared_w2_scale)
     return y
+
+
+def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, num_splits=1):
+    """Absorbed MLA decode, one query token at a time over the gathered cache (num_splits does not
+    change the result)."""
+    B, Q, H, L = q_nope.shape
+    BS = latent_cache.shape[1]
+    out = np.zeros((B, Q, H, L), np.float32)
+    lse = np.zeros((B, Q, H), np.float32)
+    for b in range(B):
+        n = int(seqlens[b])
+        blocks = block_table[b, :-(-n // BS)]
+        lat = f32(latent_cache[blocks].reshape(-1, L)[:n])
+        rop = f32(rope_cache[blocks].reshape(-1, rope_cache.shape[2])[:n])
+        for i in range(Q):
+            seen = n - Q + i + 1
+            s = (f32(q_nope[b, i]) @ lat[:seen].T + f32(q_rope[b, i]) @ rop[:seen].T) * softmax_scale
+            m = s.max(axis=1, keepdims=True)
+            p = np.exp(s - m)
+            l_sum = p.sum(axis=1, keepdims=True)
+            out[b, i] = (p @ lat[:seen]) / l_sum
+            lse[b, i] = (m + np.log(l_sum))[:, 0]
+    return out, lse

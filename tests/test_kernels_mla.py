@@ -1,0 +1,73 @@
+"""MLA decode over the paged latent cache against dsperf.reference."""
+import numpy as np
+import pytest
+
+from dsperf import kernels as K
+from dsperf import reference as R
+from kernel_helpers import EPS_BF16, f32, rand_bf16
+
+BS = 64
+
+
+def make_case(rng, seqlens, q_len=1, heads=16, L=512, rope=64, spare_blocks=3):
+    """A paged cache whose blocks are handed out in a shuffled order, as an allocator would."""
+    need = [-(-n // BS) for n in seqlens]
+    total = sum(need) + spare_blocks
+    order = rng.permutation(total).astype(np.int32)
+    table = np.zeros((len(seqlens), max(need)), np.int32)
+    i = 0
+    for b, k in enumerate(need):
+        table[b, :k] = order[i:i + k]
+        i += k
+    latent = rand_bf16(rng, total, BS, L)
+    rope_c = rand_bf16(rng, total, BS, rope)
+    qn = rand_bf16(rng, len(seqlens), q_len, heads, L, scale=0.05)
+    qr = rand_bf16(rng, len(seqlens), q_len, heads, rope, scale=0.05)
+    return qn, qr, latent, rope_c, table, np.array(seqlens, np.int32)
+
+
+@pytest.mark.parametrize("seqlens, q_len, splits", [
+    ([1], 1, 1),                        # kv_len 1
+    ([63, 64, 65], 1, 1),               # around the block size
+    ([1000, 5, 130], 1, 3),             # one long context among short ones, split-KV
+    ([2, 200], 2, 4),                   # two query tokens (causal), more splits than some ranges
+    ([3], 1, 8),                        # splits with no keys
+])
+def test_mla_decode_matches_reference(seqlens, q_len, splits):
+    rng = np.random.default_rng(len(seqlens) * 100 + q_len * 10 + splits)
+    qn, qr, lat, rop, table, lens = make_case(rng, seqlens, q_len)
+    scale = (128 + 64) ** -0.5
+    out, lse = K.mla_decode(qn, qr, lat, rop, table, lens, scale, num_splits=splits)
+    rout, rlse = R.mla_decode(qn, qr, lat, rop, table, lens, scale)
+    # Probabilities are rounded to BF16 before the value GEMM: each output moves by at most
+    # about one BF16 unit of the largest value.
+    np.testing.assert_allclose(out, rout, atol=2 * EPS_BF16 * np.abs(f32(lat)).max())
+    np.testing.assert_allclose(lse, rlse, rtol=1e-5, atol=1e-5)
+
+
+def test_split_count_does_not_change_the_answer():
+    rng = np.random.default_rng(5)
+    qn, qr, lat, rop, table, lens = make_case(rng, [700, 90])
+    a, la = K.mla_decode(qn, qr, lat, rop, table, lens, 0.1, num_splits=1)
+    b, lb = K.mla_decode(qn, qr, lat, rop, table, lens, 0.1, num_splits=5)
+    np.testing.assert_allclose(a, b, atol=2 * EPS_BF16 * np.abs(f32(lat)).max())
+    np.testing.assert_allclose(la, lb, rtol=1e-5)
+
+
+@pytest.mark.parametrize("edit, exc, match", [
+    (lambda c: c.update(table=np.where(c["table"] == c["table"][0, 0], 99, c["table"]).astype(np.int32)),
+     ValueError, "block_table\\[0, 0\\] = 99 is outside the cache's"),
+    (lambda c: c.update(lens=np.array([200], np.int32)), ValueError, "exceeds the block table's 64 tokens"),
+    (lambda c: c.update(lens=np.array([0], np.int32)), ValueError, "shorter than the 1 query tokens"),
+    (lambda c: c.update(qn=f32(c["qn"])), TypeError, "q_nope must have dtype bfloat16"),
+    (lambda c: c.update(qr=c["qr"][:, :, :, :32].copy()), ValueError, "q_nope / q_rope widths"),
+    (lambda c: c.update(lat=c["lat"][:, :, :256].copy()), ValueError, "widths must match"),
+    (lambda c: c.update(scale=0.0), ValueError, "softmax_scale must be a positive number"),
+])
+def test_mla_decode_rejects_bad_input(edit, exc, match):
+    rng = np.random.default_rng(0)
+    qn, qr, lat, rop, table, lens = make_case(rng, [40], spare_blocks=0)
+    c = dict(qn=qn, qr=qr, lat=lat, rop=rop, table=table, lens=lens, scale=0.1)
+    edit(c)
+    with pytest.raises(exc, match=match):
+        K.mla_decode(c["qn"], c["qr"], c["lat"], c["rop"], c["table"], c["lens"], c["scale"])

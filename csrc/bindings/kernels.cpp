@@ -224,6 +224,81 @@ void bind_kernels(py::module_& root) {
        py::arg("rope_cache").noconvert(), py::arg("block_table").noconvert(), py::arg("seqlens").noconvert(),
        py::arg("softmax_scale"), py::arg("num_splits"));
 
+    // MLA layer: weights arrive as a dict of raw arrays; sizes are checked against each other here.
+    auto mla_weights = [](const py::dict& d, int64_t heads, int64_t nope, int64_t rope, int64_t v, float eps) {
+        MlaWeights w;
+        auto bf = [&](const char* k) { return d[k].cast<Arr<uint16_t>>(); };
+        auto f = [&](const char* k) { return d[k].cast<Arr<float>>(); };
+        auto wq_a = bf("wq_a"), wq_b = bf("wq_b"), wkv_a = bf("wkv_a"), wkv_b = bf("wkv_b"), wo = bf("wo");
+        auto qn = f("q_norm"), kvn = f("kv_norm");
+        w.heads = heads, w.nope = nope, w.rope = rope, w.v = v, w.eps = eps;
+        expect(wq_a.ndim() == 2, "wq_a must be 2-D [q_lora, dim]");
+        w.q_lora = wq_a.shape(0), w.dim = wq_a.shape(1);
+        expect(wkv_a.ndim() == 2 && wkv_a.shape(1) == w.dim && wkv_a.shape(0) > rope,
+               "wkv_a must be [kv_lora + rope, dim]");
+        w.kv_lora = wkv_a.shape(0) - rope;
+        expect_shape(wq_b, {heads * (nope + rope), w.q_lora}, "wq_b");
+        expect_shape(wkv_b, {heads * (nope + v), w.kv_lora}, "wkv_b");
+        expect_shape(wo, {w.dim, heads * v}, "wo");
+        expect_shape(qn, {w.q_lora}, "q_norm");
+        expect_shape(kvn, {w.kv_lora}, "kv_norm");
+        w.wq_a = wq_a.data(), w.wq_b = wq_b.data(), w.wkv_a = wkv_a.data(), w.wkv_b = wkv_b.data(), w.wo = wo.data();
+        w.q_norm = qn.data(), w.kv_norm = kvn.data();
+        if (d.contains("q_absorb") && !d["q_absorb"].is_none()) {
+            auto qa = bf("q_absorb"), oa = bf("o_absorb");
+            expect_shape(qa, {heads * w.kv_lora, w.q_lora}, "q_absorb");
+            expect_shape(oa, {w.dim, heads * w.kv_lora}, "o_absorb");
+            w.q_absorb = qa.data(), w.o_absorb = oa.data();
+        }
+        return w;
+    };
+    m.def("mla_absorb_weights", [mla_weights](const py::dict& d, int64_t heads, int64_t nope, int64_t rope, int64_t v) {
+        const MlaWeights w = mla_weights(d, heads, nope, rope, v, 1e-6f);
+        auto qa = empty<uint16_t>({heads * w.kv_lora, w.q_lora});
+        auto oa = empty<uint16_t>({w.dim, heads * w.kv_lora});
+        {
+            py::gil_scoped_release nogil;
+            mla_absorb_weights(w, qa.mutable_data(), oa.mutable_data());
+        }
+        return py::make_tuple(qa, oa);
+    }, py::arg("weights"), py::arg("heads"), py::arg("nope"), py::arg("rope"), py::arg("v"));
+    m.def("mla_forward", [mla_weights](const std::string& variant, Arr<uint16_t> x, const py::dict& d, int64_t heads,
+                                       int64_t nope, int64_t rope, int64_t v, float eps, Arr<float> freqs,
+                                       float scale, Arr<uint16_t> latent, Arr<uint16_t> k_pe, py::object k_full,
+                                       py::object v_full, int64_t prefix) {
+        MlaVariant var;
+        if (variant == "CD") var = MlaVariant::CD;
+        else if (variant == "CC") var = MlaVariant::CC;
+        else if (variant == "A_CC") var = MlaVariant::A_CC;
+        else if (variant == "A_CC_ME") var = MlaVariant::A_CC_ME;
+        else if (variant == "AM_CC_ME") var = MlaVariant::AM_CC_ME;
+        else throw std::invalid_argument("variant must be one of CD, CC, A_CC, A_CC_ME, AM_CC_ME, got '" + variant + "'");
+        const MlaWeights w = mla_weights(d, heads, nope, rope, v, eps);
+        expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [tokens, dim]");
+        expect_shape(freqs, {rope / 2}, "freqs");
+        MlaSequenceCache c;
+        expect(latent.ndim() == 2 && latent.shape(1) == w.kv_lora, "cache latent must be [capacity, kv_lora]");
+        c.capacity = latent.shape(0), c.prefix = prefix;
+        expect_shape(k_pe, {c.capacity, rope}, "cache k_pe");
+        c.latent = latent.mutable_data(), c.k_pe = k_pe.mutable_data();
+        Arr<uint16_t> kf, vf;
+        if (!k_full.is_none()) {
+            kf = k_full.cast<Arr<uint16_t>>(), vf = v_full.cast<Arr<uint16_t>>();
+            expect_shape(kf, {c.capacity, heads, nope + rope}, "cache k_full");
+            expect_shape(vf, {c.capacity, heads, v}, "cache v_full");
+            c.k_full = kf.mutable_data(), c.v_full = vf.mutable_data();
+        }
+        auto y = empty<float>({x.shape(0), w.dim});
+        {
+            py::gil_scoped_release nogil;
+            mla_forward(var, w, x.data(), x.shape(0), freqs.data(), scale, c, y.mutable_data());
+        }
+        return y;
+    }, py::arg("variant"), py::arg("x").noconvert(), py::arg("weights"), py::arg("heads"), py::arg("nope"),
+       py::arg("rope"), py::arg("v"), py::arg("eps"), py::arg("freqs").noconvert(), py::arg("softmax_scale"),
+       py::arg("latent").noconvert(), py::arg("k_pe").noconvert(), py::arg("k_full"), py::arg("v_full"),
+       py::arg("prefix"));
+
     m.def("moe_gate", [](Arr<float> logits, py::object bias, int64_t n_group, int64_t topk_group, int64_t top_k,
                          float route_scale, const std::string& score_func) {
         expect(logits.ndim() == 2, "logits must be 2-D [tokens, experts]");

@@ -312,3 +312,87 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
         raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
     return _K.mla_decode_absorbed(_bits(q_nope), _bits(q_rope), _bits(latent_cache), _bits(rope_cache), block_table,
                                   seqlens, float(softmax_scale), _int("num_splits", num_splits, 1))
+
+
+MLA_VARIANTS = ("CD", "CC", "A_CC", "A_CC_ME", "AM_CC_ME")
+_MLA_BF16 = ("wq_a", "wq_b", "wkv_a", "wkv_b", "wo")
+_MLA_F32 = ("q_norm", "kv_norm")
+
+
+class MlaCache:
+    """One sequence's MLA cache, filled in place by mla_forward: the kv_norm'ed latent BF16
+    [capacity, kv_lora] and the rotated rope key BF16 [capacity, rope]; with `decompressed=True`
+    (the CD variant) also the per-head keys [capacity, heads, nope + rope] and values
+    [capacity, heads, v]. `prefix` counts the tokens already in it."""
+
+    def __init__(self, capacity, kv_lora=512, rope=64, *, decompressed=False, heads=None, nope=128, v=128):
+        capacity = _int("capacity", capacity, 1)
+        self.latent = np.zeros((capacity, _int("kv_lora", kv_lora, 1)), BF16)
+        self.k_pe = np.zeros((capacity, _int("rope", rope, 2)), BF16)
+        self.k_full = self.v_full = None
+        if decompressed:
+            heads = _int("heads", heads, 1)
+            self.k_full = np.zeros((capacity, heads, nope + rope), BF16)
+            self.v_full = np.zeros((capacity, heads, v), BF16)
+        self.prefix = 0
+
+    @property
+    def capacity(self):
+        return self.latent.shape[0]
+
+
+def _mla_weights(weights):
+    if not isinstance(weights, dict):
+        raise TypeError(f"weights must be a dict of arrays, got {type(weights).__name__}")
+    out = {}
+    for k in _MLA_BF16:
+        if k not in weights:
+            raise ValueError(f"weights is missing '{k}'")
+        out[k] = _bits(_arr(f"weights['{k}']", weights[k], (BF16,), 2))
+    for k in _MLA_F32:
+        if k not in weights:
+            raise ValueError(f"weights is missing '{k}'")
+        out[k] = np.ascontiguousarray(_arr(f"weights['{k}']", weights[k], (F32, BF16), 1), dtype=np.float32)
+    for k in ("q_absorb", "o_absorb"):
+        if weights.get(k) is not None:
+            out[k] = _bits(_arr(f"weights['{k}']", weights[k], (BF16,), 2))
+    return out
+
+
+def mla_absorb_weights(weights, *, heads, nope=128, rope=64, v=128):
+    """A copy of weights with the AM_CC_ME products added: q_absorb [heads * kv_lora, q_lora]
+    (W_UK^T wq_b_nope per head) and o_absorb [dim, heads * kv_lora] (wo W_UV per head), BF16."""
+    w = _mla_weights(weights)
+    qa, oa = _K.mla_absorb_weights(w, _int("heads", heads, 1), _int("nope", nope, 1), _int("rope", rope, 2),
+                                   _int("v", v, 1))
+    return dict(weights, q_absorb=qa.view(BF16), o_absorb=oa.view(BF16))
+
+
+def mla_forward(variant, x, weights, cache, *, heads, freqs, softmax_scale, nope=128, rope=64, v=128, eps=1e-6):
+    """One MLA layer for the tokens x BF16 [T, dim] that follow cache.prefix tokens (prefill: T > 1,
+    causal; decode: T = 1), in one of the five execution variants (MLA_VARIANTS). Runs the prolog
+    (wq_a -> q_norm -> wq_b -> RoPE; wkv_a -> kv_norm, RoPE'd k_pe), appends the tokens to the
+    cache (advancing cache.prefix), attends, and applies wo. weights: wq_a, q_norm, wq_b, wkv_a,
+    kv_norm, wkv_b, wo (and q_absorb, o_absorb for AM_CC_ME: see mla_absorb_weights).
+    Returns FP32 [T, dim]."""
+    if variant not in MLA_VARIANTS:
+        raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
+    _arr("x", x, (BF16,), 2)
+    if not isinstance(cache, MlaCache):
+        raise TypeError(f"cache must be an MlaCache, got {type(cache).__name__}")
+    if variant == "CD" and cache.k_full is None:
+        raise ValueError("the CD variant needs MlaCache(..., decompressed=True)")
+    if variant == "AM_CC_ME" and weights.get("q_absorb") is None:
+        raise ValueError("AM_CC_ME needs weights['q_absorb'] and ['o_absorb'] (mla_absorb_weights)")
+    if cache.prefix + x.shape[0] > cache.capacity:
+        raise ValueError(f"cache has room for {cache.capacity - cache.prefix} more tokens, not {x.shape[0]}")
+    _arr("freqs", freqs, (F32,), 1)
+    if not (isinstance(softmax_scale, numbers.Real) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
+    w = _mla_weights(weights)
+    y = _K.mla_forward(variant, _bits(x), w, _int("heads", heads, 1), _int("nope", nope, 1), _int("rope", rope, 2),
+                       _int("v", v, 1), float(eps), freqs, float(softmax_scale), _bits(cache.latent),
+                       _bits(cache.k_pe), None if cache.k_full is None else _bits(cache.k_full),
+                       None if cache.v_full is None else _bits(cache.v_full), cache.prefix)
+    cache.prefix += x.shape[0]
+    return y

@@ -204,3 +204,31 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
             out[b, i] = (p @ lat[:seen]) / l_sum
             lse[b, i] = (m + np.log(l_sum))[:, 0]
     return out, lse
+
+
+def bf16(a):
+    return f32(np.asarray(a, np.float32).astype(BF16))
+
+
+def mla_forward(x, w, *, heads, freqs, softmax_scale, nope=128, rope=64, v=128, eps=1e-6):
+    """MLA over a whole sequence x [T, dim], causal, following DeepSeek-V3's model.py in its
+    non-absorbed form: BF16 activations after every projection and norm, FP32 attention."""
+    T = x.shape[0]
+    pos = np.arange(T, dtype=np.int32)
+    qa = bf16(rmsnorm(bf16(f32(x) @ f32(w["wq_a"]).T), w["q_norm"], eps))
+    q = bf16(qa @ f32(w["wq_b"]).T).reshape(T, heads, nope + rope)
+    q[..., nope:] = bf16(apply_rope(q[..., nope:], pos, freqs))
+    kv = bf16(f32(x) @ f32(w["wkv_a"]).T)
+    kv_lora = kv.shape[1] - rope
+    latent = bf16(rmsnorm(kv[:, :kv_lora], w["kv_norm"], eps))
+    k_pe = bf16(apply_rope(kv[:, kv_lora:], pos, freqs))
+    wkv_b = f32(w["wkv_b"]).reshape(heads, nope + v, kv_lora)
+    k_nope = bf16(np.einsum("tc,hdc->thd", latent, wkv_b[:, :nope]))
+    values = bf16(np.einsum("tc,hdc->thd", latent, wkv_b[:, nope:]))
+    keys = np.concatenate([k_nope, np.broadcast_to(k_pe[:, None, :], (T, heads, rope))], axis=-1)
+    scores = np.einsum("thd,shd->hts", q, keys) * softmax_scale
+    scores = np.where(np.tril(np.ones((T, T), bool))[None], scores, -np.inf)
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    o = bf16(np.einsum("hts,shd->thd", p, values)).reshape(T, heads * v)
+    return o @ f32(w["wo"]).T

@@ -136,3 +136,198 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
 }
 
 }  // namespace dsperf::kernels
+
+// ---- the five execution variants -----------------------------------------------------------------
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/elementwise.hpp"
+
+namespace dsperf::kernels {
+
+namespace {
+
+std::vector<bf16_t> to_bf16(const std::vector<float>& v) {
+    std::vector<bf16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+    return out;
+}
+
+// y = x w^T rounded to BF16 (a BF16 nn.Linear).
+std::vector<bf16_t> linear_to_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, int64_t M, int64_t N,
+                                   int64_t K) {
+    std::vector<float> y(static_cast<size_t>(M * N));
+    linear_bf16(x, ldx, w, ldw, y.data(), N, M, N, K);
+    return to_bf16(y);
+}
+
+// W_UK_h^T for every head: [heads, kv_lora, nope] (the run-time absorption multiplies q_nope by W_UK).
+std::vector<bf16_t> uk_transposed(const MlaWeights& w) {
+    std::vector<bf16_t> t(static_cast<size_t>(w.heads * w.kv_lora * w.nope));
+    for (int64_t h = 0; h < w.heads; ++h)
+        for (int64_t i = 0; i < w.nope; ++i)
+            for (int64_t c = 0; c < w.kv_lora; ++c)
+                t[size_t((h * w.kv_lora + c) * w.nope + i)] = w.wkv_b[(h * (w.nope + w.v) + i) * w.kv_lora + c];
+    return t;
+}
+
+}  // namespace
+
+void MlaWeights::validate(MlaVariant variant) const {
+    require(wq_a && q_norm && wq_b && wkv_a && kv_norm && wkv_b && wo, "MLA weights: every matrix is required");
+    require(dim > 0 && heads > 0 && q_lora > 0 && kv_lora > 0 && nope > 0 && rope > 0 && v > 0,
+            "MLA weights: every size must be positive");
+    require(rope % 2 == 0, "MLA weights: rope must be even");
+    require(variant != MlaVariant::AM_CC_ME || (q_absorb && o_absorb),
+            "AM_CC_ME needs the materialised q_absorb and o_absorb (mla_absorb_weights)");
+}
+
+void mla_absorb_weights(const MlaWeights& w, bf16_t* q_absorb, bf16_t* o_absorb) {
+    const int64_t H = w.heads, L = w.kv_lora, N = w.nope, V = w.v, QL = w.q_lora, D = w.dim;
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < H; ++h) {
+        // q_absorb_h[c, j] = sum_i W_UK_h[i, c] * wq_b_nope_h[i, j]
+        std::vector<float> acc(static_cast<size_t>(L * QL), 0.0f);
+        for (int64_t i = 0; i < N; ++i) {
+            const bf16_t* uk = w.wkv_b + (h * (N + V) + i) * L;
+            const bf16_t* qb = w.wq_b + (h * (N + w.rope) + i) * QL;
+            for (int64_t c = 0; c < L; ++c) {
+                const float u = bf16_to_f32(uk[c]);
+                float* row = acc.data() + c * QL;
+                for (int64_t j = 0; j < QL; ++j) row[j] += u * bf16_to_f32(qb[j]);
+            }
+        }
+        for (int64_t c = 0; c < L; ++c)
+            for (int64_t j = 0; j < QL; ++j) q_absorb[(h * L + c) * QL + j] = f32_to_bf16(acc[size_t(c * QL + j)]);
+        // o_absorb[d, h * L + c] = sum_i wo[d, h * V + i] * W_UV_h[i, c]
+        std::vector<float> oacc(static_cast<size_t>(D * L), 0.0f);
+        for (int64_t i = 0; i < V; ++i) {
+            const bf16_t* uv = w.wkv_b + (h * (N + V) + N + i) * L;
+            for (int64_t d = 0; d < D; ++d) {
+                const float wo = bf16_to_f32(w.wo[d * H * V + h * V + i]);
+                float* row = oacc.data() + d * L;
+                for (int64_t c = 0; c < L; ++c) row[c] += wo * bf16_to_f32(uv[c]);
+            }
+        }
+        for (int64_t d = 0; d < D; ++d)
+            for (int64_t c = 0; c < L; ++c) o_absorb[d * H * L + h * L + c] = f32_to_bf16(oacc[size_t(d * L + c)]);
+    }
+}
+
+void mla_decompress(const MlaWeights& w, const MlaSequenceCache& c, int64_t r0, int64_t r1, bf16_t* k_full,
+                    bf16_t* v_full) {
+    const int64_t H = w.heads, N = w.nope, R = w.rope, V = w.v, L = w.kv_lora, rows = r1 - r0;
+    if (rows <= 0) return;
+    // kv = latent wkv_b^T: [rows, heads * (nope + v)], per head nope keys then values.
+    const std::vector<bf16_t> kv = linear_to_bf16(c.latent + r0 * L, L, w.wkv_b, L, rows, H * (N + V), L);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < H; ++h) {
+            const bf16_t* src = kv.data() + (r * H + h) * (N + V);
+            bf16_t* k = k_full + (r * H + h) * (N + R);
+            std::copy(src, src + N, k);
+            std::copy(c.k_pe + (r0 + r) * R, c.k_pe + (r0 + r + 1) * R, k + N);
+            std::copy(src + N, src + N + V, v_full + (r * H + h) * V);
+        }
+}
+
+void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64_t T, const float* freqs, float scale,
+                 MlaSequenceCache& c, float* y) {
+    w.validate(variant);
+    require(T >= 1, "mla_forward: tokens must be >= 1");
+    require(c.latent && c.k_pe && c.prefix >= 0 && c.prefix + T <= c.capacity,
+            "mla_forward: the cache has no room for the new tokens");
+    require(variant != MlaVariant::CD || (c.k_full && c.v_full), "CD needs the decompressed K/V cache");
+    const int64_t H = w.heads, N = w.nope, R = w.rope, V = w.v, L = w.kv_lora, QL = w.q_lora, D = w.dim;
+    const int64_t P = c.prefix, total = P + T;
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(P + t);
+
+    // Prolog. Query path: x -> wq_a -> q_norm -> wq_b; RoPE on the rope part of each head.
+    std::vector<bf16_t> qa = linear_to_bf16(x, D, w.wq_a, D, T, QL, D);
+    rmsnorm(qa.data(), w.q_norm, qa.data(), T, QL, w.eps);
+    std::vector<bf16_t> q = linear_to_bf16(qa.data(), QL, w.wq_b, QL, T, H * (N + R), QL);
+    rope_inplace(q.data() + N, T, H, H * (N + R), N + R, pos.data(), freqs, R);
+    // KV path: x -> wkv_a -> [latent | k_pe]; kv_norm on the latent; RoPE on k_pe; into the cache.
+    const std::vector<bf16_t> kva = linear_to_bf16(x, D, w.wkv_a, D, T, L + R, D);
+    for (int64_t t = 0; t < T; ++t) {
+        std::copy(kva.data() + t * (L + R), kva.data() + t * (L + R) + L, c.latent + (P + t) * L);
+        std::copy(kva.data() + t * (L + R) + L, kva.data() + (t + 1) * (L + R), c.k_pe + (P + t) * R);
+    }
+    rmsnorm(c.latent + P * L, w.kv_norm, c.latent + P * L, T, L, w.eps);
+    rope_inplace(c.k_pe + P * R, T, 1, R, R, pos.data(), freqs, R);
+
+    AttentionArgs a;
+    a.q_len = T, a.kv_len = total, a.heads = H, a.scale = scale, a.causal_offset = P;
+    std::vector<float> o;           // attention output
+    std::vector<bf16_t> attn_out;   // [T, heads * v] for wo
+    if (variant == MlaVariant::CD || variant == MlaVariant::CC) {
+        // Multi-head attention over decompressed keys [nope | rope] and values.
+        std::vector<bf16_t> kf, vf;
+        const bf16_t *K = c.k_full, *Vv = c.v_full;
+        if (variant == MlaVariant::CD) {
+            mla_decompress(w, c, P, total, c.k_full + P * H * (N + R), c.v_full + P * H * V);
+        } else {
+            kf.resize(static_cast<size_t>(total * H * (N + R)));
+            vf.resize(static_cast<size_t>(total * H * V));
+            mla_decompress(w, c, 0, total, kf.data(), vf.data());
+            K = kf.data(), Vv = vf.data();
+        }
+        a.kv_heads = H, a.q1 = q.data(), a.k1 = K, a.d1 = N + R, a.v = Vv, a.dv = V;
+        o.resize(static_cast<size_t>(T * H * V));
+        attention(a, o.data(), nullptr);
+        attn_out = to_bf16(o);
+    } else {
+        // Absorbed: queries in latent space, multi-query attention over [latent | k_pe].
+        std::vector<bf16_t> q_abs(static_cast<size_t>(T * H * L));
+        if (variant == MlaVariant::AM_CC_ME) {
+            q_abs = linear_to_bf16(qa.data(), QL, w.q_absorb, QL, T, H * L, QL);
+        } else {
+            const std::vector<bf16_t> ukt = uk_transposed(w);
+            for (int64_t h = 0; h < H; ++h) {
+                const std::vector<bf16_t> part =
+                    linear_to_bf16(q.data() + h * (N + R), H * (N + R), ukt.data() + h * L * N, N, T, L, N);
+                for (int64_t t = 0; t < T; ++t)
+                    std::copy(part.data() + t * L, part.data() + (t + 1) * L, q_abs.data() + (t * H + h) * L);
+            }
+        }
+        std::vector<bf16_t> q_pe(static_cast<size_t>(T * H * R));
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < H; ++h)
+                std::copy(q.data() + (t * H + h) * (N + R) + N, q.data() + (t * H + h + 1) * (N + R),
+                          q_pe.data() + (t * H + h) * R);
+        std::vector<bf16_t> qcat, kcat;
+        a.kv_heads = 1, a.v = c.latent, a.dv = L;
+        if (variant == MlaVariant::A_CC) {
+            // The concatenating form: q = [q_abs | q_pe] per head, k = [latent | k_pe] per token.
+            qcat.resize(static_cast<size_t>(T * H * (L + R)));
+            kcat.resize(static_cast<size_t>(total * (L + R)));
+            for (int64_t i = 0; i < T * H; ++i) {
+                std::copy(q_abs.data() + i * L, q_abs.data() + (i + 1) * L, qcat.data() + i * (L + R));
+                std::copy(q_pe.data() + i * R, q_pe.data() + (i + 1) * R, qcat.data() + i * (L + R) + L);
+            }
+            for (int64_t n = 0; n < total; ++n) {
+                std::copy(c.latent + n * L, c.latent + (n + 1) * L, kcat.data() + n * (L + R));
+                std::copy(c.k_pe + n * R, c.k_pe + (n + 1) * R, kcat.data() + n * (L + R) + L);
+            }
+            a.q1 = qcat.data(), a.k1 = kcat.data(), a.d1 = L + R;
+        } else {
+            a.q1 = q_abs.data(), a.k1 = c.latent, a.d1 = L, a.q2 = q_pe.data(), a.k2 = c.k_pe, a.d2 = R;
+        }
+        o.resize(static_cast<size_t>(T * H * L));
+        attention(a, o.data(), nullptr);
+        const std::vector<bf16_t> o_lat = to_bf16(o);
+        if (variant == MlaVariant::AM_CC_ME) {
+            linear_bf16(o_lat.data(), H * L, w.o_absorb, H * L, y, D, T, D, H * L);
+            return;
+        }
+        // Per head: o_h = o_lat_h W_UV_h^T (W_UV_h is [v, kv_lora], already [out, in]).
+        attn_out.resize(static_cast<size_t>(T * H * V));
+        for (int64_t h = 0; h < H; ++h) {
+            const std::vector<bf16_t> part =
+                linear_to_bf16(o_lat.data() + h * L, H * L, w.wkv_b + (h * (N + V) + N) * L, L, T, V, L);
+            for (int64_t t = 0; t < T; ++t)
+                std::copy(part.data() + t * V, part.data() + (t + 1) * V, attn_out.data() + (t * H + h) * V);
+        }
+    }
+    linear_bf16(attn_out.data(), H * V, w.wo, H * V, y, D, T, D, H * V);
+}
+
+}  // namespace dsperf::kernels

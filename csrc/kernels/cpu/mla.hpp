@@ -30,3 +30,60 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
                          const int32_t* seqlens, float softmax_scale, int64_t num_splits, float* out, float* lse);
 
 }  // namespace dsperf::kernels
+
+namespace dsperf::kernels {
+
+// The five execution variants of MLA (seed 001):
+//   CD       cache the decompressed K/V per head; plain MHA over them.
+//   CC       cache the latent; decompress K/V from it at run time; MHA.
+//   A_CC     absorb W_UK into the query and W_UV into the output at run time; MQA over the latent
+//            with queries and keys concatenated [nope | rope] (copies).
+//   A_CC_ME  as A_CC with the nope and rope scores computed separately and added: no concatenation.
+//   AM_CC_ME as A_CC_ME with the absorbed products materialised ahead of time (mla_absorb_weights):
+//            q_absorb = W_UK^T wq_b_nope per head, o_absorb = wo W_UV per head.
+enum class MlaVariant { CD, CC, A_CC, A_CC_ME, AM_CC_ME };
+
+// One MLA layer's weights, BF16 in nn.Linear layout [out, in] (norm weights FP32).
+struct MlaWeights {
+    const bf16_t* wq_a = nullptr;    // [q_lora, dim]
+    const float* q_norm = nullptr;   // [q_lora]
+    const bf16_t* wq_b = nullptr;    // [heads * (nope + rope), q_lora]
+    const bf16_t* wkv_a = nullptr;   // [kv_lora + rope, dim]
+    const float* kv_norm = nullptr;  // [kv_lora]
+    const bf16_t* wkv_b = nullptr;   // [heads * (nope + v), kv_lora]: W_UK then W_UV per head
+    const bf16_t* wo = nullptr;      // [dim, heads * v]
+    const bf16_t* q_absorb = nullptr;  // AM_CC_ME: [heads * kv_lora, q_lora]
+    const bf16_t* o_absorb = nullptr;  // AM_CC_ME: [dim, heads * kv_lora]
+    int64_t dim = 0, heads = 0, q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v = 0;
+    float eps = 1e-6f;
+    void validate(MlaVariant variant) const;
+};
+
+// q_absorb [heads * kv_lora, q_lora] and o_absorb [dim, heads * kv_lora], computed in FP32 from the
+// BF16 weights and rounded to BF16.
+void mla_absorb_weights(const MlaWeights& w, bf16_t* q_absorb, bf16_t* o_absorb);
+
+// The latent cache of one sequence, contiguous: rows [0, prefix) hold earlier tokens, and the
+// layer writes its tokens' latent (kv_norm output) and rotated k_pe at rows [prefix, prefix + T).
+// CD also keeps the decompressed keys [rows, heads, nope + rope] and values [rows, heads, v], and
+// appends its tokens' rows the same way.
+struct MlaSequenceCache {
+    bf16_t* latent = nullptr;  // [capacity, kv_lora]
+    bf16_t* k_pe = nullptr;    // [capacity, rope]
+    bf16_t* k_full = nullptr;  // CD: [capacity, heads, nope + rope]
+    bf16_t* v_full = nullptr;  // CD: [capacity, heads, v]
+    int64_t prefix = 0, capacity = 0;
+};
+
+// Decompressed keys and values of cache rows [r0, r1) (CD's append, CC's run-time decompression).
+void mla_decompress(const MlaWeights& w, const MlaSequenceCache& c, int64_t r0, int64_t r1, bf16_t* k_full,
+                    bf16_t* v_full);
+
+// The MLA layer for T new tokens of one sequence at positions prefix .. prefix + T - 1 (prefill:
+// T > 1, causal; decode: T = 1): the prolog (wq_a -> q_norm -> wq_b -> RoPE; wkv_a -> kv_norm,
+// RoPE'd k_pe appended to the cache), attention in the chosen variant, and wo. x BF16 [T, dim];
+// freqs FP32 [rope / 2]; y FP32 [T, dim]. Intermediate activations are BF16, as DeepSeek-V3's.
+void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64_t tokens, const float* freqs,
+                 float softmax_scale, MlaSequenceCache& cache, float* y);
+
+}  // namespace dsperf::kernels

@@ -1,0 +1,99 @@
+#include "kernels/cpu/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/linear.hpp"
+
+namespace dsperf::kernels {
+
+void AttentionArgs::validate() const {
+    auto require = [](bool ok, const char* what) {
+        if (!ok) throw std::invalid_argument(what);
+    };
+    require(q_len >= 1 && kv_len >= 1 && heads >= 1, "attention: q_len, kv_len and heads must be positive");
+    require(kv_heads == 1 || kv_heads == heads, "attention: kv_heads must be 1 or heads");
+    require(q1 && k1 && d1 >= 1 && v && dv >= 1, "attention: q, k and v are required");
+    require(!q2 == !k2 && (!q2 || d2 >= 1), "attention: the second key part needs both q2 and k2");
+    require(scale > 0 && std::isfinite(scale), "attention: scale must be positive");
+    require(causal_offset < 0 || causal_offset + q_len <= kv_len, "attention: causal queries past the last key");
+}
+
+namespace {
+
+// One group of rows that share their keys: MHA runs it once per head (rows = q_len), MQA once
+// with every head folded in (rows = q_len * heads, row r = token r / heads).
+struct Group {
+    const bf16_t *q1, *k1, *q2, *k2, *v;
+    int64_t ldq1, ldk1, ldq2, ldk2, ldv;  // row strides
+    int64_t rows, tokens_per_row_divisor;
+    float* out;
+    int64_t ldo;
+    float* lse;
+    int64_t ld_lse;
+};
+
+void attend(const AttentionArgs& a, const Group& g) {
+    constexpr int64_t kChunk = 256;
+    const int64_t R = g.rows, dv = a.dv;
+    std::vector<float> m(static_cast<size_t>(R), -INFINITY), l(static_cast<size_t>(R), 0.0f);
+    std::vector<float> s(static_cast<size_t>(R * kChunk)), o(static_cast<size_t>(R * dv), 0.0f);
+    std::vector<bf16_t> p(static_cast<size_t>(R * kChunk)), vt(static_cast<size_t>(dv * kChunk));
+    for (int64_t n0 = 0; n0 < a.kv_len; n0 += kChunk) {
+        const int64_t n = std::min(kChunk, a.kv_len - n0);
+        if (a.causal_offset >= 0 && n0 > a.causal_offset + a.q_len - 1) break;  // no row sees these keys
+        linear_bf16(g.q1, g.ldq1, g.k1 + n0 * g.ldk1, g.ldk1, s.data(), n, R, n, a.d1);
+        if (g.q2) linear_bf16(g.q2, g.ldq2, g.k2 + n0 * g.ldk2, g.ldk2, s.data(), n, R, n, a.d2, true);
+        for (int64_t r = 0; r < R; ++r) {
+            const int64_t visible = a.causal_offset < 0 ? a.kv_len : a.causal_offset + r / g.tokens_per_row_divisor + 1;
+            float* sr = s.data() + r * n;
+            float mx = m[size_t(r)];
+            for (int64_t j = 0; j < n; ++j) {
+                sr[j] = n0 + j < visible ? sr[j] * a.scale : -INFINITY;
+                mx = std::max(mx, sr[j]);
+            }
+            const float corr = mx == -INFINITY ? 1.0f : std::exp(m[size_t(r)] - mx);
+            float sum = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                const float e = mx == -INFINITY ? 0.0f : std::exp(sr[j] - mx);
+                sum += e;
+                p[size_t(r * n + j)] = f32_to_bf16(e);
+            }
+            l[size_t(r)] = l[size_t(r)] * corr + sum;
+            m[size_t(r)] = mx;
+            if (corr != 1.0f)
+                for (int64_t d = 0; d < dv; ++d) o[size_t(r * dv + d)] *= corr;
+        }
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t d = 0; d < dv; ++d) vt[size_t(d * n + j)] = g.v[(n0 + j) * g.ldv + d];
+        linear_bf16(p.data(), n, vt.data(), n, o.data(), dv, R, dv, n, true);
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;
+        for (int64_t d = 0; d < dv; ++d) g.out[r * g.ldo + d] = o[size_t(r * dv + d)] * inv;
+        if (g.lse) g.lse[r * g.ld_lse] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -INFINITY;
+    }
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& a, float* out, float* lse) {
+    a.validate();
+    const int64_t H = a.heads, G = a.kv_heads;
+    if (G == 1) {  // MQA: heads fold into M; rows are (token, head) in order
+        Group g{a.q1, a.k1, a.q2, a.k2, a.v, a.d1, a.d1, a.d2, a.d2, a.dv, a.q_len * H, H, out, a.dv, lse, 1};
+        attend(a, g);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t h = 0; h < H; ++h) {
+        Group g{a.q1 + h * a.d1, a.k1 + h * a.d1, a.q2 ? a.q2 + h * a.d2 : nullptr, a.k2 ? a.k2 + h * a.d2 : nullptr,
+                a.v + h * a.dv, H * a.d1, H * a.d1, H * a.d2, H * a.d2, H * a.dv, a.q_len, 1,
+                out + h * a.dv, H * a.dv, lse ? lse + h : nullptr, H};
+        attend(a, g);
+    }
+}
+
+}  // namespace dsperf::kernels

@@ -1,0 +1,33 @@
+// Softmax attention over contiguous keys, chunked with an online softmax: the core the MLA
+// execution variants share. Keys may come in two parts whose scores add (nope + rope without
+// concatenating them); kv_heads is heads (MHA) or 1 (MQA: every head reads the same keys, and
+// the heads fold into the GEMM M dimension).
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/dtype.hpp"
+
+namespace dsperf::kernels {
+
+struct AttentionArgs {
+    int64_t q_len = 0, kv_len = 0, heads = 0, kv_heads = 1;
+    // q part p: q_p[t * heads * dq_p + h * dq_p + i]; k part p: k_p[n * kv_heads * dq_p + g * dq_p + i].
+    const bf16_t* q1 = nullptr;
+    const bf16_t* k1 = nullptr;
+    int64_t d1 = 0;
+    const bf16_t* q2 = nullptr;  // optional second part (null: none)
+    const bf16_t* k2 = nullptr;
+    int64_t d2 = 0;
+    const bf16_t* v = nullptr;   // v[n * kv_heads * dv + g * dv + i]
+    int64_t dv = 0;
+    float scale = 1;
+    // Query t sits at position causal_offset + t and sees keys [0, causal_offset + t]; a negative
+    // offset means no mask (every query sees every key).
+    int64_t causal_offset = -1;
+    void validate() const;
+};
+
+// out[t, h, :dv] FP32 (normalised); lse[t, h] when lse is not null.
+void attention(const AttentionArgs& a, float* out, float* lse);
+
+}  // namespace dsperf::kernels

@@ -18,6 +18,7 @@ def test_kernel_suite_on_portable_kernels():
     assert check.stdout.strip() == "portable", check.stderr
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         str(HERE / "test_kernels_blocks.py"), str(HERE / "test_kernels_moe.py"),
-                        str(HERE / "test_kernels_mla.py"), str(HERE / "test_kernels_mla_variants.py")],
+                        str(HERE / "test_kernels_mla.py"), str(HERE / "test_kernels_mla_variants.py"),
+                        str(HERE / "test_kernels_decode_layer.py")],
                        env=env, capture_output=True, text=True, timeout=600, cwd=HERE)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/decode_layer.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/mla.hpp"
@@ -59,6 +60,15 @@ ExpertWeights expert_weights(const py::array& w13, const py::array& w2, const py
         w.scale13 = a13.data(), w.scale2 = a2.data();
     }
     return w;
+}
+
+MlaVariant mla_variant(const std::string& v) {
+    if (v == "CD") return MlaVariant::CD;
+    if (v == "CC") return MlaVariant::CC;
+    if (v == "A_CC") return MlaVariant::A_CC;
+    if (v == "A_CC_ME") return MlaVariant::A_CC_ME;
+    if (v == "AM_CC_ME") return MlaVariant::AM_CC_ME;
+    throw std::invalid_argument("variant must be one of CD, CC, A_CC, A_CC_ME, AM_CC_ME, got '" + v + "'");
 }
 
 GateConfig gate_config(int64_t n_group, int64_t topk_group, int64_t top_k, float route_scale,
@@ -266,13 +276,7 @@ void bind_kernels(py::module_& root) {
                                        int64_t nope, int64_t rope, int64_t v, float eps, Arr<float> freqs,
                                        float scale, Arr<uint16_t> latent, Arr<uint16_t> k_pe, py::object k_full,
                                        py::object v_full, int64_t prefix) {
-        MlaVariant var;
-        if (variant == "CD") var = MlaVariant::CD;
-        else if (variant == "CC") var = MlaVariant::CC;
-        else if (variant == "A_CC") var = MlaVariant::A_CC;
-        else if (variant == "A_CC_ME") var = MlaVariant::A_CC_ME;
-        else if (variant == "AM_CC_ME") var = MlaVariant::AM_CC_ME;
-        else throw std::invalid_argument("variant must be one of CD, CC, A_CC, A_CC_ME, AM_CC_ME, got '" + variant + "'");
+        const MlaVariant var = mla_variant(variant);
         const MlaWeights w = mla_weights(d, heads, nope, rope, v, eps);
         expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [tokens, dim]");
         expect_shape(freqs, {rope / 2}, "freqs");
@@ -298,6 +302,58 @@ void bind_kernels(py::module_& root) {
        py::arg("rope"), py::arg("v"), py::arg("eps"), py::arg("freqs").noconvert(), py::arg("softmax_scale"),
        py::arg("latent").noconvert(), py::arg("k_pe").noconvert(), py::arg("k_full"), py::arg("v_full"),
        py::arg("prefix"));
+
+    m.def("decode_layer", [mla_weights](const std::string& variant, Arr<uint16_t> x, Arr<float> attn_norm,
+                                        Arr<float> ffn_norm, const py::dict& mla, int64_t heads, int64_t nope,
+                                        int64_t rope, int64_t v, float eps, Arr<float> freqs, float scale,
+                                        Arr<uint16_t> latent, Arr<uint16_t> k_pe, py::object k_full, py::object v_full,
+                                        int64_t prefix, Arr<uint16_t> gate_w, py::object gate_bias, py::array w13,
+                                        py::array w2, py::object s13, py::object s2, bool fp8, py::object shared_w13,
+                                        py::object shared_w2, py::object shared_s13, py::object shared_s2,
+                                        int64_t n_group, int64_t topk_group, int64_t top_k, float route_scale,
+                                        const std::string& score_func) {
+        DecodeLayerWeights w;
+        const MlaVariant var = mla_variant(variant);
+        w.mla = mla_weights(mla, heads, nope, rope, v, eps);
+        const int64_t D = w.mla.dim;
+        expect(x.ndim() == 2 && x.shape(1) == D, "x must be [tokens, dim]");
+        expect_shape(attn_norm, {D}, "attn_norm");
+        expect_shape(ffn_norm, {D}, "ffn_norm");
+        w.attn_norm = attn_norm.data(), w.ffn_norm = ffn_norm.data();
+        w.routed = expert_weights(w13, w2, s13, s2, fp8);
+        expect(w.routed.dim == D, "the experts' dim must equal the MLA's");
+        expect_shape(gate_w, {w.routed.n_experts, D}, "gate_weight");
+        w.gate_w = gate_w.data();
+        Arr<float> bias_arr;
+        if (!gate_bias.is_none()) {
+            bias_arr = gate_bias.cast<Arr<float>>();
+            expect_shape(bias_arr, {w.routed.n_experts}, "gate_bias");
+            w.gate_bias = bias_arr.data();
+        }
+        if (!shared_w13.is_none()) {
+            w.shared = expert_weights(shared_w13.cast<py::array>(), shared_w2.cast<py::array>(), shared_s13, shared_s2, fp8);
+            expect(w.shared.n_experts == 1 && w.shared.dim == D, "shared weights must be [1, 2 * I_s, dim] and [1, dim, I_s]");
+        }
+        w.gate = gate_config(n_group, topk_group, top_k, route_scale, score_func);
+        w.gate.validate(w.routed.n_experts, w.gate_bias != nullptr);
+        expect_shape(freqs, {rope / 2}, "freqs");
+        MlaSequenceCache c;
+        expect(latent.ndim() == 2 && latent.shape(1) == w.mla.kv_lora, "cache latent must be [capacity, kv_lora]");
+        c.capacity = latent.shape(0), c.prefix = prefix;
+        expect_shape(k_pe, {c.capacity, rope}, "cache k_pe");
+        c.latent = latent.mutable_data(), c.k_pe = k_pe.mutable_data();
+        Arr<uint16_t> kf, vf;
+        if (!k_full.is_none()) {
+            kf = k_full.cast<Arr<uint16_t>>(), vf = v_full.cast<Arr<uint16_t>>();
+            c.k_full = kf.mutable_data(), c.v_full = vf.mutable_data();
+        }
+        auto out = empty<uint16_t>({x.shape(0), D});
+        {
+            py::gil_scoped_release nogil;
+            decode_layer(var, w, x.data(), x.shape(0), freqs.data(), scale, c, out.mutable_data());
+        }
+        return out;
+    });
 
     m.def("moe_gate", [](Arr<float> logits, py::object bias, int64_t n_group, int64_t topk_group, int64_t top_k,
                          float route_scale, const std::string& score_func) {

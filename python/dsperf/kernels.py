@@ -396,3 +396,76 @@ def mla_forward(variant, x, weights, cache, *, heads, freqs, softmax_scale, nope
                        None if cache.v_full is None else _bits(cache.v_full), cache.prefix)
     cache.prefix += x.shape[0]
     return y
+
+
+# ---- one-call decode layer ------------------------------------------------------------------------
+def _moe_args(moe):
+    if not isinstance(moe, dict):
+        raise TypeError(f"layer['moe'] must be a dict, got {type(moe).__name__}")
+    for k in ("gate_weight", "w13", "w2", "n_group", "topk_group", "top_k", "route_scale"):
+        if k not in moe:
+            raise ValueError(f"layer['moe'] is missing '{k}'")
+    return moe
+
+
+def decode_layer(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=128, rope=64, v=128, eps=1e-6):
+    """A whole DeepSeek-V3 MoE block in one C++ call: x + MLA(RMSNorm(x)) -> + MoE(RMSNorm(.)).
+
+    x BF16 [T, dim] (the residual stream, T new tokens after cache.prefix); layer = {"attn_norm",
+    "ffn_norm" (FP32 [dim]), "mla": MLA weights as for mla_forward, "moe": {"gate_weight",
+    "gate_bias" (optional), "w13", "w2", "w13_scale"/"w2_scale" (FP8), "shared_w13"/"shared_w2"
+    (optional), "n_group", "topk_group", "top_k", "route_scale", "score_func"}}. Returns BF16 [T, dim]
+    and advances cache.prefix. decode_layer_by_ops is the same layer one kernel call at a time."""
+    if variant not in MLA_VARIANTS:
+        raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
+    _arr("x", x, (BF16,), 2)
+    if not isinstance(cache, MlaCache):
+        raise TypeError(f"cache must be an MlaCache, got {type(cache).__name__}")
+    if cache.prefix + x.shape[0] > cache.capacity:
+        raise ValueError(f"cache has room for {cache.capacity - cache.prefix} more tokens, not {x.shape[0]}")
+    if variant == "CD" and cache.k_full is None:
+        raise ValueError("the CD variant needs MlaCache(..., decompressed=True)")
+    moe = _moe_args(layer.get("moe"))
+    mla = _mla_weights(layer.get("mla", {}))
+    if variant == "AM_CC_ME" and "q_absorb" not in mla:
+        raise ValueError("AM_CC_ME needs layer['mla']['q_absorb'] and ['o_absorb'] (mla_absorb_weights)")
+    norms = [np.ascontiguousarray(_arr(f"layer['{k}']", layer.get(k), (F32,), 1)) for k in ("attn_norm", "ffn_norm")]
+    _arr("moe['gate_weight']", moe["gate_weight"], (BF16,), 2)
+    w = _expert_weights(moe["w13"], moe["w2"], moe.get("w13_scale"), moe.get("w2_scale"))
+    shared = (None, None, None, None)
+    if moe.get("shared_w13") is not None:
+        s13 = moe.get("shared_w13_scale")
+        s2 = moe.get("shared_w2_scale")
+        sw = _expert_weights(moe["shared_w13"][None], moe["shared_w2"][None], None if s13 is None else s13[None],
+                             None if s2 is None else s2[None])
+        shared = sw[:4]
+    bias = moe.get("gate_bias")
+    if bias is not None:
+        _arr("moe['gate_bias']", bias, (F32,), 1)
+    gate = _gate_args(moe["n_group"], moe["topk_group"], moe["top_k"], moe["route_scale"], moe.get("score_func", "sigmoid"))
+    _arr("freqs", freqs, (F32,), 1)
+    out = _K.decode_layer(variant, _bits(x), norms[0], norms[1], mla, _int("heads", heads, 1), _int("nope", nope, 1),
+                          _int("rope", rope, 2), _int("v", v, 1), float(eps), freqs, float(softmax_scale),
+                          _bits(cache.latent), _bits(cache.k_pe),
+                          None if cache.k_full is None else _bits(cache.k_full),
+                          None if cache.v_full is None else _bits(cache.v_full), cache.prefix,
+                          _bits(moe["gate_weight"]), bias, *w, *shared, *gate)
+    cache.prefix += x.shape[0]
+    return out.view(BF16)
+
+
+def decode_layer_by_ops(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=128, rope=64, v=128, eps=1e-6):
+    """decode_layer composed from the public kernels, one Python call per op: the baseline that
+    shows the per-op overhead the one-call layer removes."""
+    moe = _moe_args(layer.get("moe"))
+    h = rmsnorm(x, layer["attn_norm"], eps)
+    a = mla_forward(variant, h, layer["mla"], cache, heads=heads, freqs=freqs, softmax_scale=softmax_scale, nope=nope,
+                    rope=rope, v=v, eps=eps)
+    x1 = (x.astype(np.float32) + a).astype(BF16)
+    h2 = rmsnorm(x1, layer["ffn_norm"], eps)
+    m = moe_layer(h2, moe["gate_weight"], moe["w13"], moe["w2"], n_group=moe["n_group"], topk_group=moe["topk_group"],
+                  top_k=moe["top_k"], route_scale=moe["route_scale"], score_func=moe.get("score_func", "sigmoid"),
+                  gate_bias=moe.get("gate_bias"), shared_w13=moe.get("shared_w13"), shared_w2=moe.get("shared_w2"),
+                  w13_scale=moe.get("w13_scale"), w2_scale=moe.get("w2_scale"),
+                  shared_w13_scale=moe.get("shared_w13_scale"), shared_w2_scale=moe.get("shared_w2_scale"))
+    return (x1.astype(np.float32) + m).astype(BF16)

@@ -159,14 +159,24 @@ std::vector<bf16_t> linear_to_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w
     return to_bf16(y);
 }
 
-// W_UK_h^T for every head: [heads, kv_lora, nope] (the run-time absorption multiplies q_nope by W_UK).
-std::vector<bf16_t> uk_transposed(const MlaWeights& w) {
-    std::vector<bf16_t> t(static_cast<size_t>(w.heads * w.kv_lora * w.nope));
-    for (int64_t h = 0; h < w.heads; ++h)
-        for (int64_t i = 0; i < w.nope; ++i)
-            for (int64_t c = 0; c < w.kv_lora; ++c)
-                t[size_t((h * w.kv_lora + c) * w.nope + i)] = w.wkv_b[(h * (w.nope + w.v) + i) * w.kv_lora + c];
-    return t;
+// q_abs[t, h, :] = q_nope[t, h, :] W_UK_h: the run-time absorption. W_UK_h is [nope, kv_lora]
+// row-major, so each query row is a sum of nope scaled rows of W_UK_h (FP32, then BF16).
+std::vector<bf16_t> absorb_queries(const MlaWeights& w, const bf16_t* q, int64_t T) {
+    const int64_t H = w.heads, N = w.nope, R = w.rope, V = w.v, L = w.kv_lora;
+    std::vector<bf16_t> q_abs(static_cast<size_t>(T * H * L));
+#pragma omp parallel for schedule(static)
+    for (int64_t th = 0; th < T * H; ++th) {
+        const int64_t h = th % H;
+        std::vector<float> acc(static_cast<size_t>(L), 0.0f);
+        const bf16_t* qn = q + th * (N + R);
+        for (int64_t i = 0; i < N; ++i) {
+            const float a = bf16_to_f32(qn[i]);
+            const bf16_t* row = w.wkv_b + (h * (N + V) + i) * L;
+            for (int64_t c = 0; c < L; ++c) acc[size_t(c)] += a * bf16_to_f32(row[c]);
+        }
+        for (int64_t c = 0; c < L; ++c) q_abs[size_t(th * L + c)] = f32_to_bf16(acc[size_t(c)]);
+    }
+    return q_abs;
 }
 
 }  // namespace
@@ -280,13 +290,7 @@ void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64
         if (variant == MlaVariant::AM_CC_ME) {
             q_abs = linear_to_bf16(qa.data(), QL, w.q_absorb, QL, T, H * L, QL);
         } else {
-            const std::vector<bf16_t> ukt = uk_transposed(w);
-            for (int64_t h = 0; h < H; ++h) {
-                const std::vector<bf16_t> part =
-                    linear_to_bf16(q.data() + h * (N + R), H * (N + R), ukt.data() + h * L * N, N, T, L, N);
-                for (int64_t t = 0; t < T; ++t)
-                    std::copy(part.data() + t * L, part.data() + (t + 1) * L, q_abs.data() + (t * H + h) * L);
-            }
+            q_abs = absorb_queries(w, q.data(), T);
         }
         std::vector<bf16_t> q_pe(static_cast<size_t>(T * H * R));
         for (int64_t t = 0; t < T; ++t)

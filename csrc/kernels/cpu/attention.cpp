@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/common/fast_math.hpp"
 #include "kernels/cpu/linear.hpp"
 
 namespace dsperf::kernels {
@@ -40,7 +41,7 @@ void attend(const AttentionArgs& a, const Group& g) {
     const int64_t R = g.rows, dv = a.dv;
     std::vector<float> m(static_cast<size_t>(R), -INFINITY), l(static_cast<size_t>(R), 0.0f);
     std::vector<float> s(static_cast<size_t>(R * kChunk)), o(static_cast<size_t>(R * dv), 0.0f);
-    std::vector<bf16_t> p(static_cast<size_t>(R * kChunk)), vt(static_cast<size_t>(dv * kChunk));
+    std::vector<bf16_t> p(static_cast<size_t>(R * kChunk)), vp(static_cast<size_t>(dv * (kChunk + 1)));
     for (int64_t n0 = 0; n0 < a.kv_len; n0 += kChunk) {
         const int64_t n = std::min(kChunk, a.kv_len - n0);
         if (a.causal_offset >= 0 && n0 > a.causal_offset + a.q_len - 1) break;  // no row sees these keys
@@ -54,21 +55,25 @@ void attend(const AttentionArgs& a, const Group& g) {
                 sr[j] = n0 + j < visible ? sr[j] * a.scale : -INFINITY;
                 mx = std::max(mx, sr[j]);
             }
-            const float corr = mx == -INFINITY ? 1.0f : std::exp(m[size_t(r)] - mx);
+            const float corr = mx == -INFINITY ? 1.0f : exp_nonpositive(m[size_t(r)] - mx);
+            // exp in its own loop so that it vectorises; the sum and the BF16 rounding after.
+            for (int64_t j = 0; j < n; ++j) sr[j] = mx == -INFINITY ? 0.0f : exp_nonpositive(sr[j] - mx);
             float sum = 0;
             for (int64_t j = 0; j < n; ++j) {
-                const float e = mx == -INFINITY ? 0.0f : std::exp(sr[j] - mx);
-                sum += e;
-                p[size_t(r * n + j)] = f32_to_bf16(e);
+                sum += sr[j];
+                p[size_t(r * n + j)] = f32_to_bf16(sr[j]);
             }
             l[size_t(r)] = l[size_t(r)] * corr + sum;
             m[size_t(r)] = mx;
             if (corr != 1.0f)
                 for (int64_t d = 0; d < dv; ++d) o[size_t(r * dv + d)] *= corr;
         }
+        // Values in the VNNI pair layout (a zero row completes an odd chunk): o += p v, no horizontal sums.
         for (int64_t j = 0; j < n; ++j)
-            for (int64_t d = 0; d < dv; ++d) vt[size_t(d * n + j)] = g.v[(n0 + j) * g.ldv + d];
-        linear_bf16(p.data(), n, vt.data(), n, o.data(), dv, R, dv, n, true);
+            for (int64_t d = 0; d < dv; ++d) vp[size_t((j / 2) * dv * 2 + d * 2 + j % 2)] = g.v[(n0 + j) * g.ldv + d];
+        if (n % 2)
+            for (int64_t d = 0; d < dv; ++d) vp[size_t((n / 2) * dv * 2 + d * 2 + 1)] = 0;
+        gemm_bf16_vnni(p.data(), n, vp.data(), o.data(), dv, R, dv, n, true);
     }
     for (int64_t r = 0; r < R; ++r) {
         const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;

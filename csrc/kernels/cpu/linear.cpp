@@ -62,6 +62,22 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     });
 }
 
+void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
+                    int64_t K, bool accumulate) {
+    if (M < 0 || N < 0 || K < 0 || ldx < K || ldy < N) throw std::invalid_argument("gemm_bf16_vnni: bad sizes");
+    if (M == 0 || N == 0) return;
+    if (use_avx512()) return avx512::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
+    for (int64_t m = 0; m < M; ++m) {
+        float* row = y + m * ldy;
+        if (!accumulate) std::fill(row, row + N, 0.0f);
+        for (int64_t k = 0; k < K; ++k) {
+            const float a = bf16_to_f32(x[m * ldx + k]);
+            const bf16_t* b = bp + (k / 2) * N * 2 + k % 2;
+            for (int64_t n = 0; n < N; ++n) row[n] += a * bf16_to_f32(b[n * 2]);
+        }
+    }
+}
+
 void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_scale, float* y, int64_t ldy, int64_t M,
                 int64_t N, int64_t K, bool accumulate) {
     check_dims(M, N, K, ldx, K, ldy);

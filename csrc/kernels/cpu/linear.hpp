@@ -17,6 +17,13 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
 void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_scale, float* y, int64_t ldy, int64_t M,
                 int64_t N, int64_t K, bool accumulate = false);
 
+// y[M, N] (+)= x[M, K] @ B for a K x N matrix B given in the VNNI pair layout:
+// bp[(k / 2) * N * 2 + n * 2 + k % 2] (rows of B interleaved two by two; an odd K has a zero row
+// appended). No horizontal sums: the kernel for deep-M, shallow-K products such as attention's
+// probabilities times values.
+void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
+                    int64_t K, bool accumulate);
+
 // The micro-kernel families (linear.cpp picks one from cpu_features()).
 namespace portable {
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
@@ -28,6 +35,8 @@ void linear_bf16_rows(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw
                       int64_t n0, int64_t n1, int64_t K, bool accumulate);
 void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float scale, bf16_t* dst, int64_t ld_dst, int64_t rows,
                        int64_t cols);
+void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
+                    int64_t K, bool accumulate);
 }  // namespace avx512
 
 }  // namespace dsperf::kernels

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/fast_math.hpp"
 #include "kernels/cpu/linear.hpp"
 
 namespace dsperf::kernels {
@@ -17,22 +18,30 @@ void require(bool ok, const std::string& what) {
 }
 
 // Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax.
-// Writes the unnormalised-then-normalised output and the LSE of this key range.
-void attend_range(const bf16_t* qn, const bf16_t* qr, int64_t q_len, int64_t heads, const PagedLatentCache& c,
+// Keys are gathered from their pages a chunk of up to kChunk tokens at a time into one
+// contiguous [latent | rope] block, and the latent also into the VNNI pair layout for the value
+// GEMM: one 576-deep score GEMM and one value GEMM without horizontal sums per chunk.
+void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedLatentCache& c,
                   const int32_t* blocks, int64_t seqlen, int64_t k0, int64_t k1, float scale, float* out, float* lse) {
-    const int64_t rows = q_len * heads, L = c.kv_lora, R = c.rope_dim, BS = c.block_size;
+    constexpr int64_t kChunk = 256;
+    const int64_t rows = q_len * heads, L = c.kv_lora, R = c.rope_dim, BS = c.block_size, W = L + R;
     std::vector<float> m(static_cast<size_t>(rows), -INFINITY), l(static_cast<size_t>(rows), 0.0f);
-    std::vector<float> s(static_cast<size_t>(rows * BS)), o(static_cast<size_t>(rows * L), 0.0f);
-    std::vector<bf16_t> p(static_cast<size_t>(rows * BS)), vt(static_cast<size_t>(L * BS));
+    std::vector<float> s(static_cast<size_t>(rows * kChunk)), o(static_cast<size_t>(rows * L), 0.0f);
+    std::vector<bf16_t> p(static_cast<size_t>(rows * kChunk)), vp(static_cast<size_t>(L * (kChunk + 1)));
+    std::vector<bf16_t> keys(static_cast<size_t>(kChunk * W));
     for (int64_t start = k0; start < k1;) {
-        const int64_t blk = start / BS, off = start % BS;
-        const int64_t n = std::min(BS - off, k1 - start);  // keys of this block in range
-        const int64_t b = blocks[blk];
-        const bf16_t* lat = c.latent + (b * BS + off) * L;
-        const bf16_t* rop = c.rope + (b * BS + off) * R;
-        // Scores: [rows, n] = q_nope latent^T + q_rope rope^T.
-        linear_bf16(qn, L, lat, L, s.data(), n, rows, n, L);
-        linear_bf16(qr, R, rop, R, s.data(), n, rows, n, R, /*accumulate=*/true);
+        const int64_t n = std::min(kChunk, k1 - start);
+        for (int64_t j = 0; j < n; ++j) {  // gather: token start + j from its page
+            const int64_t tok = start + j, page = blocks[tok / BS], off = tok % BS;
+            const bf16_t* lat = c.latent + (page * BS + off) * L;
+            std::copy(lat, lat + L, keys.data() + j * W);
+            std::copy(c.rope + (page * BS + off) * R, c.rope + (page * BS + off + 1) * R, keys.data() + j * W + L);
+            bf16_t* pair = vp.data() + (j / 2) * L * 2 + j % 2;
+            for (int64_t d = 0; d < L; ++d) pair[d * 2] = lat[d];
+        }
+        if (n % 2)  // the zero row that completes the last pair
+            for (int64_t d = 0; d < L; ++d) vp[size_t((n / 2) * L * 2 + d * 2 + 1)] = 0;
+        linear_bf16(qcat, W, keys.data(), W, s.data(), n, rows, n, W);
         // Online softmax; query token i sits at position seqlen - q_len + i and sees keys up to it.
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t visible = seqlen - q_len + r / heads + 1;  // keys [0, visible)
@@ -42,22 +51,21 @@ void attend_range(const bf16_t* qn, const bf16_t* qr, int64_t q_len, int64_t hea
                 sr[j] = start + j < visible ? sr[j] * scale : -INFINITY;
                 mx = std::max(mx, sr[j]);
             }
-            const float correction = mx == -INFINITY ? 1.0f : std::exp(m[size_t(r)] - mx);
+            const float correction = mx == -INFINITY ? 1.0f : exp_nonpositive(m[size_t(r)] - mx);
+            // exp in its own loop so that it vectorises; the sum and the BF16 rounding after.
+            for (int64_t j = 0; j < n; ++j) sr[j] = mx == -INFINITY ? 0.0f : exp_nonpositive(sr[j] - mx);
             float sum = 0;
             for (int64_t j = 0; j < n; ++j) {
-                const float e = mx == -INFINITY ? 0.0f : std::exp(sr[j] - mx);
-                sum += e;
-                p[size_t(r * n + j)] = f32_to_bf16(e);
+                sum += sr[j];
+                p[size_t(r * n + j)] = f32_to_bf16(sr[j]);
             }
             l[size_t(r)] = l[size_t(r)] * correction + sum;
             m[size_t(r)] = mx;
             if (correction != 1.0f)
                 for (int64_t d = 0; d < L; ++d) o[size_t(r * L + d)] *= correction;
         }
-        // Values are the latent itself: o += p [rows, n] @ latent [n, L], via latent^T [L, n].
-        for (int64_t j = 0; j < n; ++j)
-            for (int64_t d = 0; d < L; ++d) vt[size_t(d * n + j)] = lat[j * L + d];
-        linear_bf16(p.data(), n, vt.data(), n, o.data(), L, rows, L, n, /*accumulate=*/true);
+        // Values are the latent itself: o += p [rows, n] @ latent [n, L].
+        gemm_bf16_vnni(p.data(), n, vp.data(), o.data(), L, rows, L, n, /*accumulate=*/true);
         start += n;
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -91,7 +99,13 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
                                                         std::to_string(c.num_blocks) + " blocks");
         }
     }
-    const int64_t rows = q_len * heads, L = c.kv_lora;
+    const int64_t rows = q_len * heads, L = c.kv_lora, W = L + c.rope_dim;
+    // Queries as [rows, latent | rope], the layout of the gathered keys.
+    std::vector<bf16_t> qcat(static_cast<size_t>(batch * rows * W));
+    for (int64_t i = 0; i < batch * rows; ++i) {
+        std::copy(q_nope + i * L, q_nope + (i + 1) * L, qcat.data() + i * W);
+        std::copy(q_rope + i * c.rope_dim, q_rope + (i + 1) * c.rope_dim, qcat.data() + i * W + L);
+    }
     // Work items: (request, split). Splits cut the keys into equal ranges; each writes partial
     // outputs merged below by their log-sum-exp.
     std::vector<float> part_out(static_cast<size_t>(batch * num_splits * rows * L));
@@ -108,8 +122,8 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
             std::fill(pl, pl + rows, -INFINITY);
             continue;
         }
-        attend_range(q_nope + b * rows * L, q_rope + b * rows * c.rope_dim, q_len, heads, c,
-                     block_table + b * max_blocks, len, k0, k1, scale, po, pl);
+        attend_range(qcat.data() + b * rows * W, q_len, heads, c, block_table + b * max_blocks, len, k0, k1, scale,
+                     po, pl);
     }
 #pragma omp parallel for schedule(static)
     for (int64_t br = 0; br < batch * rows; ++br) {

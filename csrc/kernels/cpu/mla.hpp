@@ -17,7 +17,7 @@ struct PagedLatentCache {
     int64_t num_blocks = 0, block_size = 64, kv_lora = 512, rope_dim = 64;
 };
 
-// Absorbed MLA decode (the A_CC_ME form FlashMLA computes): W_UK is already folded into q_nope,
+// Absorbed MLA decode (the absorbed form FlashMLA computes): W_UK is already folded into q_nope,
 // so every head attends to the shared latent as a multi-query attention with keys
 // [latent | rope] (kv_lora + rope_dim wide) and values = latent; the caller applies W_UV.
 // q_nope[B, Q, H, kv_lora], q_rope[B, Q, H, rope_dim] (BF16): Q new tokens per request, the last Q

@@ -68,6 +68,28 @@ static void test_linear(std::mt19937& g) {
     check(worst <= 1.0, "linear_fp8 against a naive loop");
 }
 
+static void test_vnni(std::mt19937& g) {
+    // N = 40 (a partial last column block), K = 257 (odd: a zero row completes the last pair).
+    const int64_t M = 5, N = 40, K = 257;
+    auto x = random_bf16(g, M * K), b = random_bf16(g, K * N);
+    std::vector<bf16_t> bp(((K + 1) / 2) * N * 2, 0);
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) bp[(k / 2) * N * 2 + n * 2 + k % 2] = b[k * N + n];
+    std::vector<float> y(M * N, 1.0f);
+    gemm_bf16_vnni(x.data(), K, bp.data(), y.data(), N, M, N, K, /*accumulate=*/true);
+    double worst = 0;
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            double s = 1, bound = 1;
+            for (int64_t k = 0; k < K; ++k) {
+                const double p = double(bf16_to_f32(x[m * K + k])) * bf16_to_f32(b[k * N + n]);
+                s += p, bound += std::fabs(p);
+            }
+            worst = std::max(worst, std::fabs(y[m * N + n] - s) / (bound * 1e-5));
+        }
+    check(worst <= 1.0, "gemm_bf16_vnni against a naive loop (partial block, odd K, accumulate)");
+}
+
 static void test_moe(std::mt19937& g) {
     const int64_t T = 9, E = 16, topk = 4;
     std::normal_distribution<float> d;
@@ -142,6 +164,7 @@ int main() {
     std::mt19937 g(42);
     std::printf("isa %s\n", cpu_features().isa.c_str());
     test_linear(g);
+    test_vnni(g);
     test_moe(g);
     test_mla(g);
     std::printf("%d passed, %d failed\n", checks - failures, failures);

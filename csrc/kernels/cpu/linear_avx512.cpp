@@ -129,6 +129,10 @@ DSPERF_AVX512 void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float sca
 }
 
 namespace {
+DSPERF_AVX512 inline __m512i load_pairs(const bf16_t* src, bool partial, __mmask32 mask) {
+    return partial ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_loadu_si512(src);
+}
+
 // MR rows of x times ND 16-column blocks of B: MR x ND accumulators, ND vectors of B and one
 // broadcast pair of x live in registers; K advances two at a time.
 template <int MR, int ND>
@@ -140,10 +144,13 @@ DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int
             const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
             c[i][j] = accumulate ? _mm512_maskz_loadu_ps(mk, y + i * ldy + j * 16) : _mm512_setzero_ps();
         }
+    // The last block may be partial: its loads stop at column N (two BF16 per column).
+    const int tail_cols = __builtin_popcount(unsigned(last_mask));
+    const __mmask32 last_pairs = static_cast<__mmask32>(tail_cols >= 16 ? ~0ull : (1ull << (2 * tail_cols)) - 1);
     const int64_t pairs = K / 2;
     for (int64_t kp = 0; kp < pairs; ++kp) {
         __m512i b[ND];
-        for (int j = 0; j < ND; ++j) b[j] = _mm512_loadu_si512(bp + (kp * N + j * 16) * 2);
+        for (int j = 0; j < ND; ++j) b[j] = load_pairs(bp + (kp * N + j * 16) * 2, j == ND - 1, last_pairs);
         for (int i = 0; i < MR; ++i) {
             int32_t pair;
             __builtin_memcpy(&pair, x + i * ldx + 2 * kp, 4);
@@ -153,7 +160,7 @@ DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int
     }
     if (K % 2) {  // the last x column pairs with B's zero row
         __m512i b[ND];
-        for (int j = 0; j < ND; ++j) b[j] = _mm512_loadu_si512(bp + (pairs * N + j * 16) * 2);
+        for (int j = 0; j < ND; ++j) b[j] = load_pairs(bp + (pairs * N + j * 16) * 2, j == ND - 1, last_pairs);
         for (int i = 0; i < MR; ++i) {
             const __m512i a = _mm512_set1_epi32(int32_t(x[i * ldx + K - 1]));
             for (int j = 0; j < ND; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a, (__m512bh)b[j]);

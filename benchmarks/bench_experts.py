@@ -24,18 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.baselines, run as a script
 
-from dsperf import _C
-from dsperf import kernels as K
+from benchmarks.deepseek_v3.baseline.common import random_bf16  # noqa: E402
+from dsperf import _C  # noqa: E402
+from dsperf import kernels as K  # noqa: E402
 
 D, I = 7168, 2048
-
-
-def random_bf16(rng, shape):
-    """BF16 values of magnitude 2^-9..1 with random signs, made from bits (fast for GBs)."""
-    sign = rng.integers(0, 2, size=shape, dtype=np.uint16) << 15
-    exp = rng.integers(118, 127, size=shape, dtype=np.uint16) << 7
-    man = rng.integers(0, 128, size=shape, dtype=np.uint16)
-    return (sign | exp | man).view(K.BF16)
 
 
 def random_fp8(rng, shape):

@@ -122,26 +122,20 @@ void bind_kernels(py::module_& root) {
         return y;
     }, py::arg("x").noconvert(), py::arg("w"), py::arg("w_scale"), py::arg("fp8"));
 
-    m.def("rmsnorm_f32", [](Arr<float> x, Arr<float> w, float eps) {
+    auto norm = [](auto x, Arr<float> w, float eps) {
         expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
         expect_shape(w, {x.shape(1)}, "weight");
-        auto out = empty<float>({x.shape(0), x.shape(1)});
+        auto out = empty<typename decltype(x)::value_type>({x.shape(0), x.shape(1)});
         {
             py::gil_scoped_release nogil;
             rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
         }
         return out;
-    }, py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
-    m.def("rmsnorm_bf16", [](Arr<uint16_t> x, Arr<float> w, float eps) {
-        expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
-        expect_shape(w, {x.shape(1)}, "weight");
-        auto out = empty<uint16_t>({x.shape(0), x.shape(1)});
-        {
-            py::gil_scoped_release nogil;
-            rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
-        }
-        return out;
-    }, py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
+    };
+    m.def("rmsnorm_f32", [norm](Arr<float> x, Arr<float> w, float eps) { return norm(x, w, eps); },
+          py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
+    m.def("rmsnorm_bf16", [norm](Arr<uint16_t> x, Arr<float> w, float eps) { return norm(x, w, eps); },
+          py::arg("x").noconvert(), py::arg("weight").noconvert(), py::arg("eps"));
 
     m.def("rope_frequencies", [](int64_t dim, double base, double factor, int64_t original_seq_len,
                                  int64_t max_seq_len, double beta_fast, double beta_slow) {

@@ -22,6 +22,27 @@ void AttentionArgs::validate() const {
     require(causal_offset < 0 || causal_offset + q_len <= kv_len, "attention: causal queries past the last key");
 }
 
+void online_softmax_row(float* s, int64_t n, int64_t k_start, int64_t visible, float scale, float& m, float& l,
+                        bf16_t* p, float* o, int64_t dv) {
+    float mx = m;
+    for (int64_t j = 0; j < n; ++j) {
+        s[j] = k_start + j < visible ? s[j] * scale : -INFINITY;
+        mx = std::max(mx, s[j]);
+    }
+    const float correction = mx == -INFINITY ? 1.0f : exp_nonpositive(m - mx);
+    // exp in its own loop so that it vectorises; the sum and the BF16 rounding after.
+    for (int64_t j = 0; j < n; ++j) s[j] = mx == -INFINITY ? 0.0f : exp_nonpositive(s[j] - mx);
+    float sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        sum += s[j];
+        p[j] = f32_to_bf16(s[j]);
+    }
+    l = l * correction + sum;
+    m = mx;
+    if (correction != 1.0f)
+        for (int64_t d = 0; d < dv; ++d) o[d] *= correction;
+}
+
 namespace {
 
 // One group of rows that share their keys: MHA runs it once per head (rows = q_len), MQA once
@@ -49,24 +70,8 @@ void attend(const AttentionArgs& a, const Group& g) {
         if (g.q2) linear_bf16(g.q2, g.ldq2, g.k2 + n0 * g.ldk2, g.ldk2, s.data(), n, R, n, a.d2, true);
         for (int64_t r = 0; r < R; ++r) {
             const int64_t visible = a.causal_offset < 0 ? a.kv_len : a.causal_offset + r / g.tokens_per_row_divisor + 1;
-            float* sr = s.data() + r * n;
-            float mx = m[size_t(r)];
-            for (int64_t j = 0; j < n; ++j) {
-                sr[j] = n0 + j < visible ? sr[j] * a.scale : -INFINITY;
-                mx = std::max(mx, sr[j]);
-            }
-            const float corr = mx == -INFINITY ? 1.0f : exp_nonpositive(m[size_t(r)] - mx);
-            // exp in its own loop so that it vectorises; the sum and the BF16 rounding after.
-            for (int64_t j = 0; j < n; ++j) sr[j] = mx == -INFINITY ? 0.0f : exp_nonpositive(sr[j] - mx);
-            float sum = 0;
-            for (int64_t j = 0; j < n; ++j) {
-                sum += sr[j];
-                p[size_t(r * n + j)] = f32_to_bf16(sr[j]);
-            }
-            l[size_t(r)] = l[size_t(r)] * corr + sum;
-            m[size_t(r)] = mx;
-            if (corr != 1.0f)
-                for (int64_t d = 0; d < dv; ++d) o[size_t(r * dv + d)] *= corr;
+            online_softmax_row(s.data() + r * n, n, n0, visible, a.scale, m[size_t(r)], l[size_t(r)],
+                               p.data() + r * n, o.data() + r * dv, dv);
         }
         // Values in the VNNI pair layout (a zero row completes an odd chunk): o += p v, no horizontal sums.
         for (int64_t j = 0; j < n; ++j)

@@ -27,6 +27,13 @@ struct AttentionArgs {
     void validate() const;
 };
 
+// One row of an online softmax over a chunk of n raw scores s for keys k_start .. k_start + n - 1:
+// keys at or past `visible` are masked, the rest scaled; the running max m and sum l are updated,
+// the row's output accumulator o (dv wide) rescaled to the new max, and the probabilities written
+// to p in BF16 for the value GEMM. s is overwritten.
+void online_softmax_row(float* s, int64_t n, int64_t k_start, int64_t visible, float scale, float& m, float& l,
+                        bf16_t* p, float* o, int64_t dv);
+
 // out[t, h, :dv] FP32 (normalised); lse[t, h] when lse is not null.
 void attention(const AttentionArgs& a, float* out, float* lse);
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/fast_math.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/linear.hpp"
 
 namespace dsperf::kernels {
@@ -43,27 +43,9 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
             for (int64_t d = 0; d < L; ++d) vp[size_t((n / 2) * L * 2 + d * 2 + 1)] = 0;
         linear_bf16(qcat, W, keys.data(), W, s.data(), n, rows, n, W);
         // Online softmax; query token i sits at position seqlen - q_len + i and sees keys up to it.
-        for (int64_t r = 0; r < rows; ++r) {
-            const int64_t visible = seqlen - q_len + r / heads + 1;  // keys [0, visible)
-            float* sr = s.data() + r * n;
-            float mx = m[size_t(r)];
-            for (int64_t j = 0; j < n; ++j) {
-                sr[j] = start + j < visible ? sr[j] * scale : -INFINITY;
-                mx = std::max(mx, sr[j]);
-            }
-            const float correction = mx == -INFINITY ? 1.0f : exp_nonpositive(m[size_t(r)] - mx);
-            // exp in its own loop so that it vectorises; the sum and the BF16 rounding after.
-            for (int64_t j = 0; j < n; ++j) sr[j] = mx == -INFINITY ? 0.0f : exp_nonpositive(sr[j] - mx);
-            float sum = 0;
-            for (int64_t j = 0; j < n; ++j) {
-                sum += sr[j];
-                p[size_t(r * n + j)] = f32_to_bf16(sr[j]);
-            }
-            l[size_t(r)] = l[size_t(r)] * correction + sum;
-            m[size_t(r)] = mx;
-            if (correction != 1.0f)
-                for (int64_t d = 0; d < L; ++d) o[size_t(r * L + d)] *= correction;
-        }
+        for (int64_t r = 0; r < rows; ++r)
+            online_softmax_row(s.data() + r * n, n, start, seqlen - q_len + r / heads + 1, scale, m[size_t(r)],
+                               l[size_t(r)], p.data() + r * n, o.data() + r * L, L);
         // Values are the latent itself: o += p [rows, n] @ latent [n, L].
         gemm_bf16_vnni(p.data(), n, vp.data(), o.data(), L, rows, L, n, /*accumulate=*/true);
         start += n;

@@ -44,6 +44,14 @@ Arr<T> empty(std::initializer_list<py::ssize_t> shape) {
     return Arr<T>(std::vector<py::ssize_t>(shape));
 }
 
+// A view of an argument that must already be a C-contiguous array of T: a converting cast would
+// make a temporary copy whose data dies with this call's helper.
+template <typename T>
+Arr<T> exact_view(const py::object& o, const char* name) {
+    expect(py::isinstance<Arr<T>>(o), std::string(name) + " must be a C-contiguous array of the expected dtype");
+    return o.cast<Arr<T>>();
+}
+
 ExpertWeights expert_weights(const py::array& w13, const py::array& w2, const py::object& s13, const py::object& s2,
                              bool fp8) {
     ExpertWeights w;
@@ -54,12 +62,37 @@ ExpertWeights expert_weights(const py::array& w13, const py::array& w2, const py
            "w2 must be [experts, dim, inter] matching w13");
     w.w13 = w13.data(), w.w2 = w2.data(), w.fp8 = fp8;
     if (fp8) {
-        auto a13 = s13.cast<Arr<float>>(), a2 = s2.cast<Arr<float>>();
+        auto a13 = exact_view<float>(s13, "w13_scale"), a2 = exact_view<float>(s2, "w2_scale");
         expect_shape(a13, {w.n_experts, (2 * w.inter + 127) / 128, (w.dim + 127) / 128}, "w13_scale");
         expect_shape(a2, {w.n_experts, (w.dim + 127) / 128, (w.inter + 127) / 128}, "w2_scale");
         w.scale13 = a13.data(), w.scale2 = a2.data();
     }
     return w;
+}
+
+// An optional FP32 [n] bias (null when None). The argument's array keeps the data alive.
+const float* optional_bias(const py::object& bias, int64_t n, const char* name) {
+    if (bias.is_none()) return nullptr;
+    auto arr = exact_view<float>(bias, name);
+    expect_shape(arr, {n}, name);
+    return arr.data();
+}
+
+// One sequence's MLA cache from its arrays (k_full / v_full None unless the CD variant).
+MlaSequenceCache sequence_cache(Arr<uint16_t>& latent, Arr<uint16_t>& k_pe, const py::object& k_full,
+                                const py::object& v_full, int64_t prefix, const MlaWeights& w) {
+    MlaSequenceCache c;
+    expect(latent.ndim() == 2 && latent.shape(1) == w.kv_lora, "cache latent must be [capacity, kv_lora]");
+    c.capacity = latent.shape(0), c.prefix = prefix;
+    expect_shape(k_pe, {c.capacity, w.rope}, "cache k_pe");
+    c.latent = latent.mutable_data(), c.k_pe = k_pe.mutable_data();
+    if (!k_full.is_none()) {
+        auto kf = exact_view<uint16_t>(k_full, "cache k_full"), vf = exact_view<uint16_t>(v_full, "cache v_full");
+        expect_shape(kf, {c.capacity, w.heads, w.nope + w.rope}, "cache k_full");
+        expect_shape(vf, {c.capacity, w.heads, w.v}, "cache v_full");
+        c.k_full = kf.mutable_data(), c.v_full = vf.mutable_data();
+    }
+    return c;
 }
 
 MlaVariant mla_variant(const std::string& v) {
@@ -231,8 +264,8 @@ void bind_kernels(py::module_& root) {
     // MLA layer: weights arrive as a dict of raw arrays; sizes are checked against each other here.
     auto mla_weights = [](const py::dict& d, int64_t heads, int64_t nope, int64_t rope, int64_t v, float eps) {
         MlaWeights w;
-        auto bf = [&](const char* k) { return d[k].cast<Arr<uint16_t>>(); };
-        auto f = [&](const char* k) { return d[k].cast<Arr<float>>(); };
+        auto bf = [&](const char* k) { return exact_view<uint16_t>(d[k], k); };
+        auto f = [&](const char* k) { return exact_view<float>(d[k], k); };
         auto wq_a = bf("wq_a"), wq_b = bf("wq_b"), wkv_a = bf("wkv_a"), wkv_b = bf("wkv_b"), wo = bf("wo");
         auto qn = f("q_norm"), kvn = f("kv_norm");
         w.heads = heads, w.nope = nope, w.rope = rope, w.v = v, w.eps = eps;
@@ -274,18 +307,7 @@ void bind_kernels(py::module_& root) {
         const MlaWeights w = mla_weights(d, heads, nope, rope, v, eps);
         expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [tokens, dim]");
         expect_shape(freqs, {rope / 2}, "freqs");
-        MlaSequenceCache c;
-        expect(latent.ndim() == 2 && latent.shape(1) == w.kv_lora, "cache latent must be [capacity, kv_lora]");
-        c.capacity = latent.shape(0), c.prefix = prefix;
-        expect_shape(k_pe, {c.capacity, rope}, "cache k_pe");
-        c.latent = latent.mutable_data(), c.k_pe = k_pe.mutable_data();
-        Arr<uint16_t> kf, vf;
-        if (!k_full.is_none()) {
-            kf = k_full.cast<Arr<uint16_t>>(), vf = v_full.cast<Arr<uint16_t>>();
-            expect_shape(kf, {c.capacity, heads, nope + rope}, "cache k_full");
-            expect_shape(vf, {c.capacity, heads, v}, "cache v_full");
-            c.k_full = kf.mutable_data(), c.v_full = vf.mutable_data();
-        }
+        MlaSequenceCache c = sequence_cache(latent, k_pe, k_full, v_full, prefix, w);
         auto y = empty<float>({x.shape(0), w.dim});
         {
             py::gil_scoped_release nogil;
@@ -318,12 +340,7 @@ void bind_kernels(py::module_& root) {
         expect(w.routed.dim == D, "the experts' dim must equal the MLA's");
         expect_shape(gate_w, {w.routed.n_experts, D}, "gate_weight");
         w.gate_w = gate_w.data();
-        Arr<float> bias_arr;
-        if (!gate_bias.is_none()) {
-            bias_arr = gate_bias.cast<Arr<float>>();
-            expect_shape(bias_arr, {w.routed.n_experts}, "gate_bias");
-            w.gate_bias = bias_arr.data();
-        }
+        w.gate_bias = optional_bias(gate_bias, w.routed.n_experts, "gate_bias");
         if (!shared_w13.is_none()) {
             w.shared = expert_weights(shared_w13.cast<py::array>(), shared_w2.cast<py::array>(), shared_s13, shared_s2, fp8);
             expect(w.shared.n_experts == 1 && w.shared.dim == D, "shared weights must be [1, 2 * I_s, dim] and [1, dim, I_s]");
@@ -331,16 +348,7 @@ void bind_kernels(py::module_& root) {
         w.gate = gate_config(n_group, topk_group, top_k, route_scale, score_func);
         w.gate.validate(w.routed.n_experts, w.gate_bias != nullptr);
         expect_shape(freqs, {rope / 2}, "freqs");
-        MlaSequenceCache c;
-        expect(latent.ndim() == 2 && latent.shape(1) == w.mla.kv_lora, "cache latent must be [capacity, kv_lora]");
-        c.capacity = latent.shape(0), c.prefix = prefix;
-        expect_shape(k_pe, {c.capacity, rope}, "cache k_pe");
-        c.latent = latent.mutable_data(), c.k_pe = k_pe.mutable_data();
-        Arr<uint16_t> kf, vf;
-        if (!k_full.is_none()) {
-            kf = k_full.cast<Arr<uint16_t>>(), vf = v_full.cast<Arr<uint16_t>>();
-            c.k_full = kf.mutable_data(), c.v_full = vf.mutable_data();
-        }
+        MlaSequenceCache c = sequence_cache(latent, k_pe, k_full, v_full, prefix, w.mla);
         auto out = empty<uint16_t>({x.shape(0), D});
         {
             py::gil_scoped_release nogil;
@@ -354,13 +362,7 @@ void bind_kernels(py::module_& root) {
         expect(logits.ndim() == 2, "logits must be 2-D [tokens, experts]");
         const int64_t T = logits.shape(0), E = logits.shape(1);
         const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
-        const float* b = nullptr;
-        Arr<float> bias_arr;
-        if (!bias.is_none()) {
-            bias_arr = bias.cast<Arr<float>>();
-            expect_shape(bias_arr, {E}, "bias");
-            b = bias_arr.data();
-        }
+        const float* b = optional_bias(bias, E, "bias");
         cfg.validate(E, b != nullptr);
         auto w = empty<float>({T, top_k});
         auto ids = empty<int32_t>({T, top_k});
@@ -452,13 +454,7 @@ void bind_kernels(py::module_& root) {
             shared = expert_weights(shared_w13.cast<py::array>(), shared_w2.cast<py::array>(), shared_s13, shared_s2, fp8);
             expect(shared.n_experts == 1 && shared.dim == routed.dim, "shared weights must be [1, 2 * I_s, dim] and [1, dim, I_s]");
         }
-        const float* b = nullptr;
-        Arr<float> bias_arr;
-        if (!gate_bias.is_none()) {
-            bias_arr = gate_bias.cast<Arr<float>>();
-            expect_shape(bias_arr, {routed.n_experts}, "gate_bias");
-            b = bias_arr.data();
-        }
+        const float* b = optional_bias(gate_bias, routed.n_experts, "gate_bias");
         const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
         cfg.validate(routed.n_experts, b != nullptr);
         auto y = empty<float>({x.shape(0), routed.dim});

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.baselines, run as a script
 
-from benchmarks.deepseek_v3.baseline.common import random_bf16  # noqa: E402
+from benchmarks.deepseek_v3.baseline.common import random_bf16, run_times  # noqa: E402
 from dsperf import _C  # noqa: E402
 from dsperf import kernels as K  # noqa: E402
 
@@ -39,13 +39,8 @@ def random_fp8(rng, shape):
 
 
 def best(fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    """Fastest of `repeats` runs, seconds (the machine is shared: the minimum is the least disturbed)."""
+    return min(run_times(fn, repeats))
 
 
 def main():

@@ -37,14 +37,19 @@ def random_bf16(rng, shape, scale_exp=118):
     return (sign | exp | man).view(K.BF16)
 
 
-def median_ms(fn, repeats):
-    fn()  # warm-up
+def run_times(fn, repeats):
+    """Seconds of `repeats` runs of fn after one warm-up run."""
+    fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return times
+
+
+def median_ms(fn, repeats):
+    return statistics.median(run_times(fn, repeats)) * 1e3
 
 
 def print_table(title: str, columns: list[str], rows: list[list]):

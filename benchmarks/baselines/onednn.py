@@ -27,14 +27,15 @@ def load():
     fn = so.onednn_matmul_bf16
     fn.restype = ctypes.c_double
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                   ctypes.c_int]
+                   ctypes.c_int, ctypes.c_int64]
 
-    def matmul_bf16(x, w, reps=3):
-        """(y = x @ w.T in FP32, fastest of `reps` runs in seconds)."""
+    def matmul_bf16(x, w, reps=3, flush_bytes=0):
+        """(y = x @ w.T in FP32, fastest of `reps` runs in seconds); flush_bytes > 0 evicts the caches
+        before each timed run."""
         M, K = x.shape
         N = w.shape[0]
         y = np.empty((M, N), np.float32)
-        t = fn(x.ctypes.data, w.ctypes.data, y.ctypes.data, M, N, K, reps)
+        t = fn(x.ctypes.data, w.ctypes.data, y.ctypes.data, M, N, K, reps, flush_bytes)
         if t < 0:
             raise RuntimeError("oneDNN matmul failed")
         return y, t

@@ -23,23 +23,30 @@ def main():
     ap.add_argument("--kv-len", type=int, default=4096)
     ap.add_argument("--splits", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fp8", action="store_true", help="FP8 latent cache (1x128 scales) instead of BF16")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     B, H, N, L, R, BS = a.batch, a.heads, a.kv_len, 512, 64, 64
     blocks = B * (-(-N // BS))
     latent = (rng.standard_normal((blocks, BS, L), dtype=np.float32)).astype(K.BF16)
+    scale = None
+    if a.fp8:
+        q, s = K.act_quant(latent.reshape(-1, L))
+        latent, scale = q.reshape(blocks, BS, L), s.reshape(blocks, BS, -1)
     rope = (rng.standard_normal((blocks, BS, R), dtype=np.float32)).astype(K.BF16)
     table = rng.permutation(blocks).astype(np.int32).reshape(B, -1)
     qn = (0.05 * rng.standard_normal((B, 1, H, L), dtype=np.float32)).astype(K.BF16)
     qr = (0.05 * rng.standard_normal((B, 1, H, R), dtype=np.float32)).astype(K.BF16)
     lens = np.full(B, N, np.int32)
-    run = lambda: K.mla_decode(qn, qr, latent, rope, table, lens, 192 ** -0.5, num_splits=a.splits)  # noqa: E731
+    run = lambda: K.mla_decode(qn, qr, latent, rope, table, lens, 192 ** -0.5, num_splits=a.splits,  # noqa: E731
+                               latent_scale=scale)
     run()
     t = min(_timed(run) for _ in range(a.repeats))
     flops = 2.0 * B * H * N * (L + R + L)
     peak = _C.kernels.probe_bf16_peak_gflops(1.0)
-    cache_mb = (latent.nbytes + rope.nbytes) / 1e6
-    print(f"isa {K.isa()}; batch {B}, heads {H}, kv_len {N}, splits {a.splits}; cache {cache_mb:.0f} MB BF16 "
+    cache_mb = (latent.nbytes + rope.nbytes + (0 if scale is None else scale.nbytes)) / 1e6
+    print(f"isa {K.isa()}; batch {B}, heads {H}, kv_len {N}, splits {a.splits}; cache {cache_mb:.0f} MB "
+          f"{'FP8 latent' if a.fp8 else 'BF16'} "
           f"(L3-resident: {'yes' if cache_mb < 200 else 'no'})")
     print(f"mla_decode: {t * 1e3:.1f} ms, {flops / t / 1e9:.1f} GFLOPS = {flops / t / 1e9 / peak:.1%} of the probed "
           f"VDPBF16PS peak {peak:.1f} GFLOPS (target >= 50%); {cache_mb / 1e3 / t:.1f} GB/s of cache")

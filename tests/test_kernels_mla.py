@@ -71,3 +71,57 @@ def test_mla_decode_rejects_bad_input(edit, exc, match):
     edit(c)
     with pytest.raises(exc, match=match):
         K.mla_decode(c["qn"], c["qr"], c["lat"], c["rop"], c["table"], c["lens"], c["scale"])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_paged_cache_write_then_decode(dtype):
+    rng = np.random.default_rng(21)
+    seqlens = [70, 3]
+    table = np.array([[4, 1], [2, 0]], np.int32)
+    cache = K.PagedMlaCache(5, BS, 512, 64, dtype=dtype)
+    # Tokens arrive interleaved across the two requests, as a batch scheduler sends them.
+    requests = np.array([0] * seqlens[0] + [1] * seqlens[1], np.int32)
+    positions = np.concatenate([np.arange(n) for n in seqlens]).astype(np.int32)
+    order = rng.permutation(len(requests))
+    latent, k_pe = rand_bf16(rng, len(requests), 512), rand_bf16(rng, len(requests), 64)
+    K.paged_cache_write(cache, table, requests[order], positions[order], latent[order], k_pe[order])
+    # Each token sits where its block table says.
+    for i in (0, 69, 70, 72):
+        blk, row = table[requests[i], positions[i] // BS], positions[i] % BS
+        np.testing.assert_array_equal(f32(cache.rope[blk, row]), f32(k_pe[i]))
+        if dtype == "bf16":
+            np.testing.assert_array_equal(f32(cache.latent[blk, row]), f32(latent[i]))
+        else:
+            q, s = R.act_quant(latent[i:i + 1])
+            np.testing.assert_array_equal(cache.latent[blk, row].view(np.uint8), q[0].view(np.uint8))
+            np.testing.assert_array_equal(cache.latent_scale[blk, row], s[0])
+    qn = rand_bf16(rng, 2, 1, 8, 512, scale=0.05)
+    qr = rand_bf16(rng, 2, 1, 8, 64, scale=0.05)
+    lens = np.array(seqlens, np.int32)
+    out, lse = K.mla_decode(qn, qr, cache.latent, cache.rope, table, lens, 0.1, num_splits=2,
+                            latent_scale=cache.latent_scale)
+    rout, rlse = R.mla_decode(qn, qr, cache.latent, cache.rope, table, lens, 0.1, latent_scale=cache.latent_scale)
+    np.testing.assert_allclose(out, rout, atol=2 * EPS_BF16 * np.abs(f32(latent)).max())
+    np.testing.assert_allclose(lse, rlse, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("requests, positions, match", [
+    ([2], [0], "request 2 is outside the block table's 2 rows"),
+    ([0], [128], "position 128 is outside the request's 128 slots"),
+    ([1], [70], "block 9 is outside the cache's 5 blocks"),
+])
+def test_paged_cache_write_rejects_bad_addresses(requests, positions, match):
+    cache = K.PagedMlaCache(5, BS, 512, 64)
+    table = np.array([[0, 1], [2, 9]], np.int32)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=match):
+        K.paged_cache_write(cache, table, np.array(requests, np.int32), np.array(positions, np.int32),
+                            rand_bf16(rng, 1, 512), rand_bf16(rng, 1, 64))
+
+
+def test_fp8_latent_needs_its_scales():
+    cache = K.PagedMlaCache(2, BS, 512, 64, dtype="fp8")
+    rng = np.random.default_rng(0)
+    qn, qr = rand_bf16(rng, 1, 1, 2, 512), rand_bf16(rng, 1, 1, 2, 64)
+    with pytest.raises(ValueError, match="an FP8 latent_cache needs latent_scale"):
+        K.mla_decode(qn, qr, cache.latent, cache.rope, np.zeros((1, 1), np.int32), np.array([1], np.int32), 0.1)

@@ -234,16 +234,27 @@ void bind_kernels(py::module_& root) {
         return out;
     }, py::arg("w").noconvert(), py::arg("scale").noconvert());
 
-    m.def("mla_decode_absorbed", [](Arr<uint16_t> q_nope, Arr<uint16_t> q_rope, Arr<uint16_t> latent,
+    m.def("mla_decode_absorbed", [](Arr<uint16_t> q_nope, Arr<uint16_t> q_rope, py::array latent, py::object latent_scale,
                                     Arr<uint16_t> rope, Arr<int32_t> block_table, Arr<int32_t> seqlens, float scale,
                                     int64_t num_splits) {
         expect(q_nope.ndim() == 4 && q_rope.ndim() == 4, "q_nope and q_rope must be 4-D [batch, q_len, heads, dim]");
         expect(latent.ndim() == 3 && rope.ndim() == 3, "the caches must be 3-D [blocks, block_size, dim]");
         const int64_t B = q_nope.shape(0), Q = q_nope.shape(1), H = q_nope.shape(2), L = q_nope.shape(3);
         PagedLatentCache c;
-        c.latent = latent.data(), c.rope = rope.data();
         c.num_blocks = latent.shape(0), c.block_size = latent.shape(1), c.kv_lora = latent.shape(2);
-        c.rope_dim = rope.shape(2);
+        c.rope_dim = rope.shape(2), c.rope = rope.data();
+        Arr<uint8_t> lat8;
+        Arr<uint16_t> lat16;
+        Arr<float> lsc;
+        if (latent_scale.is_none()) {
+            lat16 = exact_view<uint16_t>(latent, "latent_cache");
+            c.latent = lat16.data();
+        } else {
+            lat8 = exact_view<uint8_t>(latent, "latent_cache");
+            lsc = exact_view<float>(latent_scale, "latent_scale");
+            expect_shape(lsc, {c.num_blocks, c.block_size, (c.kv_lora + 127) / 128}, "latent_scale");
+            c.latent_fp8 = lat8.data(), c.latent_scale = lsc.data();
+        }
         expect(L == c.kv_lora, "q_nope's last dimension must equal the latent cache's");
         expect_shape(q_rope, {B, Q, H, c.rope_dim}, "q_rope");
         expect_shape(rope, {c.num_blocks, c.block_size, c.rope_dim}, "rope_cache");
@@ -257,9 +268,43 @@ void bind_kernels(py::module_& root) {
                                 seqlens.data(), scale, num_splits, out.mutable_data(), lse.mutable_data());
         }
         return py::make_tuple(out, lse);
-    }, py::arg("q_nope").noconvert(), py::arg("q_rope").noconvert(), py::arg("latent_cache").noconvert(),
-       py::arg("rope_cache").noconvert(), py::arg("block_table").noconvert(), py::arg("seqlens").noconvert(),
-       py::arg("softmax_scale"), py::arg("num_splits"));
+    }, py::arg("q_nope").noconvert(), py::arg("q_rope").noconvert(), py::arg("latent_cache"),
+       py::arg("latent_scale"), py::arg("rope_cache").noconvert(), py::arg("block_table").noconvert(),
+       py::arg("seqlens").noconvert(), py::arg("softmax_scale"), py::arg("num_splits"));
+
+    m.def("paged_cache_write", [](py::array latent, py::object latent_scale, Arr<uint16_t> rope, Arr<int32_t> table,
+                                  Arr<int32_t> request, Arr<int32_t> position, Arr<uint16_t> new_latent,
+                                  Arr<uint16_t> new_rope) {
+        expect(latent.ndim() == 3 && rope.ndim() == 3, "the caches must be 3-D [blocks, block_size, dim]");
+        const int64_t NB = latent.shape(0), BS = latent.shape(1), L = latent.shape(2), R = rope.shape(2);
+        expect_shape(rope, {NB, BS, R}, "rope_cache");
+        expect(table.ndim() == 2, "block_table must be [batch, max_blocks]");
+        expect(request.ndim() == 1, "request must be 1-D");
+        const int64_t T = request.shape(0);
+        expect_shape(position, {T}, "positions");
+        expect_shape(new_latent, {T, L}, "latent");
+        expect_shape(new_rope, {T, R}, "k_pe");
+        Arr<uint16_t> lat16;
+        Arr<uint8_t> lat8;
+        Arr<float> lsc;
+        bf16_t* l16 = nullptr;
+        fp8_t* l8 = nullptr;
+        float* sc = nullptr;
+        if (latent_scale.is_none()) {
+            lat16 = exact_view<uint16_t>(latent, "latent_cache");
+            l16 = lat16.mutable_data();
+        } else {
+            lat8 = exact_view<uint8_t>(latent, "latent_cache");
+            lsc = exact_view<float>(latent_scale, "latent_scale");
+            expect_shape(lsc, {NB, BS, (L + 127) / 128}, "latent_scale");
+            l8 = lat8.mutable_data(), sc = lsc.mutable_data();
+        }
+        py::gil_scoped_release nogil;
+        paged_cache_write(l16, l8, sc, rope.mutable_data(), NB, BS, L, R, table.data(), table.shape(0), table.shape(1),
+                          request.data(), position.data(), T, new_latent.data(), new_rope.data());
+    }, py::arg("latent_cache"), py::arg("latent_scale"), py::arg("rope_cache").noconvert(),
+       py::arg("block_table").noconvert(), py::arg("request").noconvert(), py::arg("positions").noconvert(),
+       py::arg("latent").noconvert(), py::arg("k_pe").noconvert());
 
     // MLA layer: weights arrive as a dict of raw arrays; sizes are checked against each other here.
     auto mla_weights = [](const py::dict& d, int64_t heads, int64_t nope, int64_t rope, int64_t v, float eps) {

@@ -285,19 +285,58 @@ def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scal
 
 
 # ---- MLA ---------------------------------------------------------------------------------------
-def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, num_splits=1):
+class PagedMlaCache:
+    """A paged latent cache shared by many requests: `num_blocks` blocks of `block_size` tokens
+    holding each token's latent (BF16, or FP8 e4m3 with one FP32 scale per 128 values) and its
+    rotated rope key (BF16). Requests address it through block tables (see paged_cache_write and
+    mla_decode)."""
+
+    def __init__(self, num_blocks, block_size=64, kv_lora=512, rope=64, *, dtype="bf16"):
+        if dtype not in ("bf16", "fp8"):
+            raise ValueError(f"dtype must be 'bf16' or 'fp8', got {dtype!r}")
+        nb, bs = _int("num_blocks", num_blocks, 1), _int("block_size", block_size, 1)
+        kv_lora, rope = _int("kv_lora", kv_lora, 1), _int("rope", rope, 2)
+        self.latent = np.zeros((nb, bs, kv_lora), BF16 if dtype == "bf16" else FP8)
+        self.latent_scale = None if dtype == "bf16" else np.zeros((nb, bs, -(-kv_lora // 128)), np.float32)
+        self.rope = np.zeros((nb, bs, rope), BF16)
+
+    @property
+    def dtype(self):
+        return "bf16" if self.latent_scale is None else "fp8"
+
+
+def paged_cache_write(cache, block_table, requests, positions, latent, k_pe):
+    """Writes tokens into a PagedMlaCache in place: token t (latent BF16 [T, kv_lora], k_pe BF16
+    [T, rope]) of request requests[t] at position positions[t]. An FP8 cache quantises the latent
+    per 128 values. Ids outside the table or the cache raise ValueError."""
+    if not isinstance(cache, PagedMlaCache):
+        raise TypeError(f"cache must be a PagedMlaCache, got {type(cache).__name__}")
+    _arr("latent", latent, (BF16,), 2)
+    _arr("k_pe", k_pe, (BF16,), 2)
+    _K.paged_cache_write(_bits(cache.latent), cache.latent_scale, _bits(cache.rope), _ids("block_table", block_table, 2),
+                         _ids("requests", requests, 1), _ids("positions", positions, 1), _bits(latent), _bits(k_pe))
+
+
+def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, num_splits=1,
+               latent_scale=None):
     """Absorbed MLA decode over a paged latent cache (FlashMLA's contract, on the CPU).
 
     q_nope BF16 [B, Q, H, kv_lora] (queries with W_UK folded in), q_rope BF16 [B, Q, H, rope_dim];
-    latent_cache BF16 [blocks, block_size, kv_lora], rope_cache BF16 [blocks, block_size, rope_dim];
-    block_table int32 [B, max_blocks]; seqlens int32 [B] (each request's tokens, the Q new ones last,
-    causal among themselves). Keys split into num_splits ranges per request, merged by log-sum-exp.
-    Returns (out FP32 [B, Q, H, kv_lora] in latent space -- apply W_UV next -- and lse FP32 [B, Q, H]).
+    latent_cache [blocks, block_size, kv_lora] BF16, or FP8 with latent_scale FP32
+    [blocks, block_size, kv_lora / 128]; rope_cache BF16 [blocks, block_size, rope_dim] (a
+    PagedMlaCache holds all three); block_table int32 [B, max_blocks]; seqlens int32 [B] (each
+    request's tokens, the Q new ones last, causal among themselves). Keys split into num_splits
+    ranges per request, merged by log-sum-exp. Returns (out FP32 [B, Q, H, kv_lora] in latent space --
+    apply W_UV next -- and lse FP32 [B, Q, H]).
     """
     for name, a in (("q_nope", q_nope), ("q_rope", q_rope)):
         _arr(name, a, (BF16,), 4)
-    for name, a in (("latent_cache", latent_cache), ("rope_cache", rope_cache)):
-        _arr(name, a, (BF16,), 3)
+    _arr("latent_cache", latent_cache, (BF16, FP8), 3)
+    _arr("rope_cache", rope_cache, (BF16,), 3)
+    if (latent_cache.dtype == FP8) != (latent_scale is not None):
+        raise ValueError("an FP8 latent_cache needs latent_scale, and a BF16 one takes none")
+    if latent_scale is not None:
+        _arr("latent_scale", latent_scale, (F32,), 3)
     block_table = _ids("block_table", block_table, 2)
     seqlens = _ids("seqlens", seqlens, 1)
     if q_nope.shape[:3] != q_rope.shape[:3]:
@@ -310,8 +349,8 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
         raise ValueError(f"block_table and seqlens must have one row per request ({q_nope.shape[0]})")
     if not (isinstance(softmax_scale, numbers.Real) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
-    return _K.mla_decode_absorbed(_bits(q_nope), _bits(q_rope), _bits(latent_cache), _bits(rope_cache), block_table,
-                                  seqlens, float(softmax_scale), _int("num_splits", num_splits, 1))
+    return _K.mla_decode_absorbed(_bits(q_nope), _bits(q_rope), _bits(latent_cache), latent_scale, _bits(rope_cache),
+                                  block_table, seqlens, float(softmax_scale), _int("num_splits", num_splits, 1))
 
 
 MLA_VARIANTS = ("CD", "CC", "A_CC", "A_CC_ME", "AM_CC_ME")

@@ -183,9 +183,12 @@ def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scal
     return y
 
 
-def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, num_splits=1):
+def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, num_splits=1,
+               latent_scale=None):
     """Absorbed MLA decode, one query token at a time over the gathered cache (num_splits does not
-    change the result)."""
+    change the result). An FP8 latent is dequantised to BF16 first (value x its 128-group scale)."""
+    if latent_scale is not None:
+        latent_cache = (f32(latent_cache) * np.repeat(latent_scale, 128, axis=2)[..., :latent_cache.shape[2]]).astype(BF16)
     B, Q, H, L = q_nope.shape
     BS = latent_cache.shape[1]
     out = np.zeros((B, Q, H, L), np.float32)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/linear.hpp"
 
 namespace dsperf::kernels {
@@ -15,6 +16,16 @@ namespace {
 
 void require(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
+}
+
+// FP8 e4m3 -> FP32 for all 256 codes, built once.
+const float* fp8_lut() {
+    static const auto table = [] {
+        std::vector<float> t(256);
+        for (int i = 0; i < 256; ++i) t[size_t(i)] = fp8_to_f32(fp8_t(i));
+        return t;
+    }();
+    return table.data();
 }
 
 // Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax.
@@ -33,8 +44,16 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         const int64_t n = std::min(kChunk, k1 - start);
         for (int64_t j = 0; j < n; ++j) {  // gather: token start + j from its page
             const int64_t tok = start + j, page = blocks[tok / BS], off = tok % BS;
-            const bf16_t* lat = c.latent + (page * BS + off) * L;
-            std::copy(lat, lat + L, keys.data() + j * W);
+            bf16_t* key = keys.data() + j * W;
+            if (c.latent_fp8) {  // dequantise the FP8 latent to BF16 on the way in
+                const fp8_t* q = c.latent_fp8 + (page * BS + off) * L;
+                const float* sc = c.latent_scale + (page * BS + off) * ((L + 127) / 128);
+                for (int64_t d = 0; d < L; ++d) key[d] = f32_to_bf16(fp8_lut()[q[d]] * sc[d / 128]);
+            } else {
+                const bf16_t* src = c.latent + (page * BS + off) * L;
+                std::copy(src, src + L, key);
+            }
+            const bf16_t* lat = key;
             std::copy(c.rope + (page * BS + off) * R, c.rope + (page * BS + off + 1) * R, keys.data() + j * W + L);
             bf16_t* pair = vp.data() + (j / 2) * L * 2 + j % 2;
             for (int64_t d = 0; d < L; ++d) pair[d * 2] = lat[d];
@@ -59,12 +78,40 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
 
 }  // namespace
 
+void paged_cache_write(bf16_t* latent, fp8_t* latent_fp8, float* latent_scale, bf16_t* rope, int64_t num_blocks,
+                       int64_t BS, int64_t L, int64_t R, const int32_t* block_table, int64_t batch, int64_t max_blocks,
+                       const int32_t* request, const int32_t* position, int64_t T, const bf16_t* new_latent,
+                       const bf16_t* new_rope) {
+    require(num_blocks >= 1 && BS >= 1 && L >= 1 && R >= 1, "paged_cache_write: the cache shape must be positive");
+    require(!latent_fp8 || latent_scale, "paged_cache_write: an FP8 latent needs its scales");
+    for (int64_t t = 0; t < T; ++t) {
+        const std::string at = "token " + std::to_string(t) + ": ";
+        require(request[t] >= 0 && request[t] < batch, at + "request " + std::to_string(request[t]) +
+                                                           " is outside the block table's " + std::to_string(batch) + " rows");
+        require(position[t] >= 0 && position[t] < max_blocks * BS,
+                at + "position " + std::to_string(position[t]) + " is outside the request's " +
+                    std::to_string(max_blocks * BS) + " slots");
+        const int32_t blk = block_table[request[t] * max_blocks + position[t] / BS];
+        require(blk >= 0 && blk < num_blocks, at + "block " + std::to_string(blk) + " is outside the cache's " +
+                                                  std::to_string(num_blocks) + " blocks");
+    }
+    const int64_t groups = (L + 127) / 128;
+    for (int64_t t = 0; t < T; ++t) {
+        const int64_t row = int64_t(block_table[request[t] * max_blocks + position[t] / BS]) * BS + position[t] % BS;
+        std::copy(new_rope + t * R, new_rope + (t + 1) * R, rope + row * R);
+        if (latent_fp8) act_quant(new_latent + t * L, 1, L, latent_fp8 + row * L, latent_scale + row * groups);
+        else std::copy(new_latent + t * L, new_latent + (t + 1) * L, latent + row * L);
+    }
+}
+
 void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t batch, int64_t q_len, int64_t heads,
                          const PagedLatentCache& c, const int32_t* block_table, int64_t max_blocks,
                          const int32_t* seqlens, float scale, int64_t num_splits, float* out, float* lse) {
     require(batch >= 0 && q_len >= 1 && heads >= 1, "mla_decode: q_len and heads must be positive");
     require(c.block_size >= 1 && c.kv_lora >= 1 && c.rope_dim >= 1 && c.num_blocks >= 1,
             "mla_decode: the cache shape must be positive");
+    require((c.latent != nullptr) != (c.latent_fp8 != nullptr) && (!c.latent_fp8 || c.latent_scale),
+            "mla_decode: give the latent in BF16, or in FP8 with its scales");
     require(num_splits >= 1, "num_splits must be >= 1");
     require(std::isfinite(scale) && scale > 0, "softmax_scale must be positive");
     for (int64_t b = 0; b < batch; ++b) {

@@ -12,10 +12,21 @@
 namespace dsperf::kernels {
 
 struct PagedLatentCache {
-    const bf16_t* latent = nullptr;
-    const bf16_t* rope = nullptr;
+    const bf16_t* latent = nullptr;      // BF16 latent, or null when latent_fp8 is given
+    const fp8_t* latent_fp8 = nullptr;   // FP8 e4m3 latent with one FP32 scale per 128 values of a token:
+    const float* latent_scale = nullptr; //   latent_scale[num_blocks, block_size, kv_lora / 128]
+    const bf16_t* rope = nullptr;        // the rope key stays BF16
     int64_t num_blocks = 0, block_size = 64, kv_lora = 512, rope_dim = 64;
 };
+
+// Writes T new tokens into a paged cache: token t of request[t] at position[t] goes to block
+// block_table[request[t], position[t] / block_size], row position[t] % block_size. With an FP8
+// latent (latent_fp8 non-null) each token's latent is quantised per 128 values (scale = amax / 448).
+// Block ids and positions are checked against the table and the cache.
+void paged_cache_write(bf16_t* latent, fp8_t* latent_fp8, float* latent_scale, bf16_t* rope, int64_t num_blocks,
+                       int64_t block_size, int64_t kv_lora, int64_t rope_dim, const int32_t* block_table,
+                       int64_t batch, int64_t max_blocks, const int32_t* request, const int32_t* position,
+                       int64_t tokens, const bf16_t* new_latent, const bf16_t* new_rope);
 
 // Absorbed MLA decode (the absorbed form FlashMLA computes): W_UK is already folded into q_nope,
 // so every head attends to the shared latent as a multi-query attention with keys

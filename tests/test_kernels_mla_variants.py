@@ -5,7 +5,7 @@ import pytest
 
 from dsperf import kernels as K
 from dsperf import reference as R
-from kernel_helpers import EPS_BF16, rand_bf16
+from kernel_helpers import EPS_BF16, f32, rand_bf16
 
 DIMS = dict(heads=4, nope=32, rope=16, v=32)
 D, QL, KVL = 256, 96, 64
@@ -81,3 +81,48 @@ def test_mla_forward_rejects_bad_input():
         K.mla_forward("CC", rand_bf16(rng, 5, D), w, cache, freqs=freqs, softmax_scale=0.1, **DIMS)
     with pytest.raises(ValueError, match="wq_b: dimension 0"):
         K.mla_forward("CC", x, w, cache, freqs=freqs, softmax_scale=0.1, heads=3, nope=32, rope=16, v=32)
+
+
+def test_batched_paged_decode_pipeline_matches_reference():
+    """Two requests of different lengths: the prolog writes every token into one paged cache; the
+    last token of each is decoded together by mla_decode (absorbed), then W_UV and wo in numpy."""
+    rng = np.random.default_rng(8)
+    w = make_weights(rng)
+    H, N, Rp, V = DIMS["heads"], DIMS["nope"], DIMS["rope"], DIMS["v"]
+    freqs = K.rope_frequencies(dim=Rp, max_seq_len=4096)
+    scale = (N + Rp) ** -0.5
+    lens = [70, 9]
+    xs = [rand_bf16(rng, n, D) for n in lens]
+    cache = K.PagedMlaCache(6, 64, KVL, Rp)
+    table = np.array([[3, 0], [5, 1]], np.int32)
+    last = []
+    for r, x in enumerate(xs):
+        out = K.mla_prolog(x, w, np.arange(len(x), dtype=np.int32), freqs=freqs, cache=cache, block_table=table,
+                           requests=np.full(len(x), r, np.int32), **DIMS)
+        last.append(out)
+    wkv_b = f32(w["wkv_b"]).reshape(H, N + V, KVL)
+    q_abs = np.stack([np.einsum("hd,hdc->hc", f32(o["q_nope"][-1]), wkv_b[:, :N]) for o in last])
+    q_abs = q_abs.astype(np.float32).astype(K.BF16)[:, None]          # [B, 1, H, kv_lora]
+    q_pe = np.stack([o["q_pe"][-1] for o in last])[:, None]           # [B, 1, H, rope]
+    o_lat, _ = K.mla_decode(q_abs, q_pe, cache.latent, cache.rope, table, np.array(lens, np.int32), scale, num_splits=2)
+    o_lat = f32(o_lat[:, 0].astype(K.BF16))                            # [B, H, kv_lora]
+    o = np.einsum("bhc,hdc->bhd", o_lat, wkv_b[:, N:]).astype(np.float32).astype(K.BF16)
+    y = f32(o).reshape(len(lens), H * V) @ f32(w["wo"]).T
+    for r, x in enumerate(xs):
+        ref = R.mla_forward(x, w, freqs=freqs, softmax_scale=scale, **DIMS)[-1]
+        assert rel_err(y[r], ref) < 3 * EPS_BF16
+
+
+def test_mla_prolog_outputs_match_reference_pieces():
+    rng = np.random.default_rng(9)
+    w = make_weights(rng)
+    freqs = K.rope_frequencies(dim=DIMS["rope"])
+    x = rand_bf16(rng, 5, D)
+    pos = np.array([0, 1, 7, 100, 3], np.int32)
+    out = K.mla_prolog(x, w, pos, freqs=freqs, **DIMS)
+    kv = R.bf16(f32(x) @ f32(w["wkv_a"]).T)
+    np.testing.assert_allclose(f32(out["latent"]), f32(R.rmsnorm(kv[:, :KVL].astype(K.BF16), w["kv_norm"])),
+                               rtol=2 * EPS_BF16, atol=1e-6)
+    np.testing.assert_allclose(f32(out["k_pe"]), f32(R.apply_rope(kv[:, KVL:].astype(K.BF16), pos, freqs)),
+                               rtol=4 * EPS_BF16, atol=4 * EPS_BF16)
+    assert out["q_nope"].shape == (5, DIMS["heads"], DIMS["nope"]) and out["q_pe"].shape == (5, DIMS["heads"], DIMS["rope"])

@@ -334,6 +334,25 @@ void bind_kernels(py::module_& root) {
         }
         return w;
     };
+    m.def("mla_prolog", [mla_weights](Arr<uint16_t> x, const py::dict& d, int64_t heads, int64_t nope, int64_t rope,
+                                      int64_t v, float eps, Arr<int32_t> positions, Arr<float> freqs) {
+        const MlaWeights w = mla_weights(d, heads, nope, rope, v, eps);
+        expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [tokens, dim]");
+        const int64_t T = x.shape(0);
+        expect_shape(positions, {T}, "positions");
+        expect_shape(freqs, {rope / 2}, "freqs");
+        auto qa = empty<uint16_t>({T, w.q_lora});
+        auto q = empty<uint16_t>({T, heads, nope + rope});
+        auto latent = empty<uint16_t>({T, w.kv_lora});
+        auto k_pe = empty<uint16_t>({T, rope});
+        {
+            py::gil_scoped_release nogil;
+            mla_prolog(w, x.data(), T, positions.data(), freqs.data(), qa.mutable_data(), q.mutable_data(),
+                       latent.mutable_data(), k_pe.mutable_data());
+        }
+        return py::make_tuple(qa, q, latent, k_pe);
+    }, py::arg("x").noconvert(), py::arg("weights"), py::arg("heads"), py::arg("nope"), py::arg("rope"), py::arg("v"),
+       py::arg("eps"), py::arg("positions").noconvert(), py::arg("freqs").noconvert());
     m.def("mla_absorb_weights", [mla_weights](const py::dict& d, int64_t heads, int64_t nope, int64_t rope, int64_t v) {
         const MlaWeights w = mla_weights(d, heads, nope, rope, v, 1e-6f);
         auto qa = empty<uint16_t>({heads * w.kv_lora, w.q_lora});

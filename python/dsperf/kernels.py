@@ -398,6 +398,30 @@ def _mla_weights(weights):
     return out
 
 
+def mla_prolog(x, weights, positions, *, heads, freqs, nope=128, rope=64, v=128, eps=1e-6, cache=None,
+               block_table=None, requests=None):
+    """The fused MLA prolog (seed 003) in one call: x BF16 [T, dim] at positions int32 [T] ->
+    dict(qa [T, q_lora] (the q_norm output), q_nope [T, heads, nope], q_pe [T, heads, rope] (RoPE'd),
+    latent [T, kv_lora] (kv_norm'ed), k_pe [T, rope] (RoPE'd)), all BF16. With a PagedMlaCache,
+    block_table and requests (int32 [T], each token's row of the table), the new latent and k_pe are
+    also written into the cache at their positions."""
+    _arr("x", x, (BF16,), 2)
+    positions = _ids("positions", positions, 1)
+    _arr("freqs", freqs, (F32,), 1)
+    if positions.shape[0] != x.shape[0]:
+        raise ValueError(f"positions must have one entry per token ({x.shape[0]}), got {positions.shape[0]}")
+    if (cache is None) != (block_table is None) or (cache is None) != (requests is None):
+        raise ValueError("cache, block_table and requests go together")
+    qa, q, latent, k_pe = _K.mla_prolog(_bits(x), _mla_weights(weights), _int("heads", heads, 1), _int("nope", nope, 1),
+                                        _int("rope", rope, 2), _int("v", v, 1), float(eps), positions, freqs)
+    q = q.view(BF16)
+    out = dict(qa=qa.view(BF16), q_nope=np.ascontiguousarray(q[..., :nope]), q_pe=np.ascontiguousarray(q[..., nope:]),
+               latent=latent.view(BF16), k_pe=k_pe.view(BF16))
+    if cache is not None:
+        paged_cache_write(cache, block_table, requests, positions, out["latent"], out["k_pe"])
+    return out
+
+
 def mla_absorb_weights(weights, *, heads, nope=128, rope=64, v=128):
     """A copy of weights with the AM_CC_ME products added: q_absorb [heads * kv_lora, q_lora]
     (W_UK^T wq_b_nope per head) and o_absorb [dim, heads * kv_lora] (wo W_UV per head), BF16."""

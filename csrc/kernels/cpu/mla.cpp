@@ -281,6 +281,29 @@ void mla_decompress(const MlaWeights& w, const MlaSequenceCache& c, int64_t r0, 
         }
 }
 
+void mla_prolog(const MlaWeights& w, const bf16_t* x, int64_t T, const int32_t* pos, const float* freqs, bf16_t* qa,
+                bf16_t* q, bf16_t* latent, bf16_t* k_pe) {
+    w.validate(MlaVariant::CC);
+    require(T >= 0, "mla_prolog: tokens must be >= 0");
+    const int64_t H = w.heads, N = w.nope, R = w.rope, L = w.kv_lora, QL = w.q_lora, D = w.dim;
+    if (T == 0) return;
+    // Query path: x -> wq_a -> q_norm -> wq_b; RoPE on the rope part of each head.
+    const std::vector<bf16_t> qa_raw = linear_to_bf16(x, D, w.wq_a, D, T, QL, D);
+    rmsnorm(qa_raw.data(), w.q_norm, qa, T, QL, w.eps);
+    const std::vector<bf16_t> qb = linear_to_bf16(qa, QL, w.wq_b, QL, T, H * (N + R), QL);
+    std::copy(qb.begin(), qb.end(), q);
+    rope_inplace(q + N, T, H, H * (N + R), N + R, pos, freqs, R);
+    // KV path: x -> wkv_a -> [latent | k_pe]; kv_norm on the latent; RoPE on k_pe.
+    const std::vector<bf16_t> kva = linear_to_bf16(x, D, w.wkv_a, D, T, L + R, D);
+    std::vector<bf16_t> raw(static_cast<size_t>(T * L));
+    for (int64_t t = 0; t < T; ++t) {
+        std::copy(kva.data() + t * (L + R), kva.data() + t * (L + R) + L, raw.data() + t * L);
+        std::copy(kva.data() + t * (L + R) + L, kva.data() + (t + 1) * (L + R), k_pe + t * R);
+    }
+    rmsnorm(raw.data(), w.kv_norm, latent, T, L, w.eps);
+    rope_inplace(k_pe, T, 1, R, R, pos, freqs, R);
+}
+
 void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64_t T, const float* freqs, float scale,
                  MlaSequenceCache& c, float* y) {
     w.validate(variant);
@@ -293,19 +316,8 @@ void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64
     std::vector<int32_t> pos(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(P + t);
 
-    // Prolog. Query path: x -> wq_a -> q_norm -> wq_b; RoPE on the rope part of each head.
-    std::vector<bf16_t> qa = linear_to_bf16(x, D, w.wq_a, D, T, QL, D);
-    rmsnorm(qa.data(), w.q_norm, qa.data(), T, QL, w.eps);
-    std::vector<bf16_t> q = linear_to_bf16(qa.data(), QL, w.wq_b, QL, T, H * (N + R), QL);
-    rope_inplace(q.data() + N, T, H, H * (N + R), N + R, pos.data(), freqs, R);
-    // KV path: x -> wkv_a -> [latent | k_pe]; kv_norm on the latent; RoPE on k_pe; into the cache.
-    const std::vector<bf16_t> kva = linear_to_bf16(x, D, w.wkv_a, D, T, L + R, D);
-    for (int64_t t = 0; t < T; ++t) {
-        std::copy(kva.data() + t * (L + R), kva.data() + t * (L + R) + L, c.latent + (P + t) * L);
-        std::copy(kva.data() + t * (L + R) + L, kva.data() + (t + 1) * (L + R), c.k_pe + (P + t) * R);
-    }
-    rmsnorm(c.latent + P * L, w.kv_norm, c.latent + P * L, T, L, w.eps);
-    rope_inplace(c.k_pe + P * R, T, 1, R, R, pos.data(), freqs, R);
+    std::vector<bf16_t> qa(static_cast<size_t>(T * QL)), q(static_cast<size_t>(T * H * (N + R)));
+    mla_prolog(w, x, T, pos.data(), freqs, qa.data(), q.data(), c.latent + P * L, c.k_pe + P * R);
 
     AttentionArgs a;
     a.q_len = T, a.kv_len = total, a.heads = H, a.scale = scale, a.causal_offset = P;

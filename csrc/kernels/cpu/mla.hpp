@@ -70,6 +70,13 @@ struct MlaWeights {
     void validate(MlaVariant variant) const;
 };
 
+// The fused MLA prolog (seed 003) for T tokens at positions[t]: x -> wq_a -> q_norm (qa, kept for
+// AM_CC_ME) -> wq_b -> RoPE on each head's rope part (q); x -> wkv_a -> kv_norm on the latent, RoPE on
+// k_pe. Every output BF16, as DeepSeek-V3's activations: qa [T, q_lora], q [T, heads, nope + rope],
+// latent [T, kv_lora], k_pe [T, rope].
+void mla_prolog(const MlaWeights& w, const bf16_t* x, int64_t tokens, const int32_t* positions, const float* freqs,
+                bf16_t* qa, bf16_t* q, bf16_t* latent, bf16_t* k_pe);
+
 // q_absorb [heads * kv_lora, q_lora] and o_absorb [dim, heads * kv_lora], computed in FP32 from the
 // BF16 weights and rounded to BF16.
 void mla_absorb_weights(const MlaWeights& w, bf16_t* q_absorb, bf16_t* o_absorb);

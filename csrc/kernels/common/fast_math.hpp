@@ -27,4 +27,24 @@ inline float exp_nonpositive(float x) {
     return x < -87.0f ? 0.0f : p * scale;
 }
 
+// e^x for any x, clamped to [-87, 88] (beyond that FP32 under- or overflows anyway): the same
+// polynomial with round-to-nearest range reduction (the 1.5 * 2^23 trick), vectorisable.
+inline float exp_approx(float x) {
+    const float c = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float t = c * 1.44269504f;
+    const float n = (t + 12582912.0f) - 12582912.0f;  // nearest integer (|t| < 2^22)
+    const float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t bits = (int32_t(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
 }  // namespace dsperf::kernels

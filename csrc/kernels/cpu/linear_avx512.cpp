@@ -29,6 +29,8 @@ DSPERF_AVX512 void tile(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t l
     for (; k + 32 <= klen; k += 32) {
         __m512i a[MR];
         for (int i = 0; i < MR; ++i) a[i] = _mm512_loadu_si512(x + i * ldx + k);
+        // Streaming w from memory (decode): ask for the next tile's rows while this one computes.
+        for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * ldw + k), _MM_HINT_T1);
         for (int j = 0; j < NR; ++j) {
             const __m512i b = _mm512_loadu_si512(w + j * ldw + k);
             for (int i = 0; i < MR; ++i) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a[i], (__m512bh)b);

@@ -89,20 +89,24 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
     // multiplied with all of x.
     for_n_slices(N, kBlock, [&](int64_t n0, int64_t n1) {
         const int64_t rows = n1 - n0;
-        std::vector<bf16_t> wb(static_cast<size_t>(rows * K));
+        // Per-thread scratch, kept between slices and calls: every element is written before it is
+        // read, so it needs no zeroing (a fresh vector would memset 1.8 MB per slice).
+        thread_local std::vector<bf16_t> scratch;
+        if (scratch.size() < static_cast<size_t>(rows * K)) scratch.resize(static_cast<size_t>(rows * K));
+        bf16_t* wb_data = scratch.data();
         for (int64_t kb = 0; kb < k_blocks; ++kb) {
             const int64_t k0 = kb * kBlock, cols = std::min(K, k0 + kBlock) - k0;
             const float scale = w_scale[(n0 / kBlock) * k_blocks + kb];
             if (simd) {
-                avx512::fp8_block_to_bf16(w + n0 * K + k0, K, scale, wb.data() + k0, K, rows, cols);
+                avx512::fp8_block_to_bf16(w + n0 * K + k0, K, scale, wb_data + k0, K, rows, cols);
             } else {
                 for (int64_t r = 0; r < rows; ++r)
                     for (int64_t c = 0; c < cols; ++c)
-                        wb[size_t(r * K + k0 + c)] = f32_to_bf16(fp8_to_f32(w[(n0 + r) * K + k0 + c]) * scale);
+                        wb_data[r * K + k0 + c] = f32_to_bf16(fp8_to_f32(w[(n0 + r) * K + k0 + c]) * scale);
             }
         }
-        if (simd) avx512::linear_bf16_rows(x, ldx, wb.data(), K, y + n0, ldy, M, 0, rows, K, accumulate);
-        else portable::linear_bf16(x, ldx, wb.data(), K, y + n0, ldy, M, rows, K, accumulate);
+        if (simd) avx512::linear_bf16_rows(x, ldx, wb_data, K, y + n0, ldy, M, 0, rows, K, accumulate);
+        else portable::linear_bf16(x, ldx, wb_data, K, y + n0, ldy, M, rows, K, accumulate);
     });
 }
 

@@ -8,6 +8,10 @@
 #include <stdexcept>
 #include <string>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/decode_layer.hpp"
 #include "kernels/cpu/elementwise.hpp"
@@ -131,10 +135,27 @@ void bind_kernels(py::module_& root) {
         py::gil_scoped_release nogil;
         return probe_bf16_peak_gflops(seconds);
     }, py::arg("seconds") = 0.5, "VDPBF16PS peak of all OpenMP threads, GFLOPS (0 without AVX-512 BF16)");
-    m.def("probe_read_bandwidth_gbps", [](int64_t bytes, int repeats) {
+    m.def("probe_read_bandwidth_gbps", [](int64_t bytes, int repeats, int threads) {
         py::gil_scoped_release nogil;
-        return probe_read_bandwidth_gbps(bytes, repeats);
-    }, py::arg("bytes") = int64_t(1) << 30, py::arg("repeats") = 3, "Streaming-read bandwidth, GB/s");
+        return probe_read_bandwidth_gbps(bytes, repeats, threads);
+    }, py::arg("bytes") = int64_t(1) << 30, py::arg("repeats") = 3, py::arg("threads") = 0,
+       "Streaming-read bandwidth, GB/s (threads 0: all)");
+    m.def("probe_triad_bandwidth_gbps", [](int64_t bytes, int repeats, int threads) {
+        py::gil_scoped_release nogil;
+        return probe_triad_bandwidth_gbps(bytes, repeats, threads);
+    }, py::arg("bytes") = int64_t(768) << 20, py::arg("repeats") = 3, py::arg("threads") = 0,
+       "STREAM triad bandwidth, GB/s (threads 0: all)");
+    m.def("probe_fp32_fma_peak_gflops", [](double seconds) {
+        py::gil_scoped_release nogil;
+        return probe_fp32_fma_peak_gflops(seconds);
+    }, py::arg("seconds") = 0.5, "FP32 FMA peak of all OpenMP threads, GFLOPS");
+    m.def("max_threads", [] {
+#ifdef _OPENMP
+        return omp_get_max_threads();
+#else
+        return 1;
+#endif
+    }, "OpenMP threads the kernels use");
 
     m.def("linear", [](Arr<uint16_t> x, py::array w, py::object w_scale, bool fp8) {
         expect(x.ndim() == 2 && w.ndim() == 2, "x and w must be 2-D");

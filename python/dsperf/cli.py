@@ -52,6 +52,10 @@ def _add_devices(sub):
     p.add_argument("--mode", default="corrected", help="as_published shows the seed's values")
     sub.add_parser("fixes", help="list the seed quirks that corrected mode fixes")
     sub.add_parser("deviations", help="each fix's effect on the headline figures (docs/DEVIATIONS.md)")
+    c = sub.add_parser("calibrate", help="measure this machine and write it as a device spec")
+    c.add_argument("--force", action="store_true", help="measure again even if a calibration is cached")
+    c.add_argument("--quick", action="store_true", help="short probes (seconds): noisier figures")
+    c.add_argument("--out", help="device file to write (default ~/.cache/dsperf/cpu-<host>.toml)")
 
 
 def _add_deepseek(sub):
@@ -100,6 +104,13 @@ def main(argv=None) -> int:
     try:
         if args.command == "tables":
             text = _run_tables(args)
+        elif args.command == "calibrate":
+            from .calibrate import calibrate
+
+            path, m = calibrate(force=args.force, quick=args.quick, path=args.out)
+            rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in m.items())
+            text = f"| measurement | value |\n|---|---|\n{rows}\n\ndevice file: {path}" + \
+                   (" (reused; --force to measure again)" if m.get("reused") else "") + "\n"
         elif args.command == "deviations":
             from .deviations import deviation_effects
 

@@ -80,7 +80,7 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
     values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
     if seed_values:
         values.update({k: v for k, v in data.get("as_published", {}).items() if k in SPEC_FIELDS})
-    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published")]
+    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration")]
     if unknown:
         raise ValueError(f"device file {source} has an unknown field '{unknown[0]}'")
     spec = DeviceSpec()

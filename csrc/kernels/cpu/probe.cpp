@@ -8,6 +8,10 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define DSPERF_AVX512 __attribute__((target("avx512f,avx512bw,avx512bf16")))
@@ -35,6 +39,43 @@ DSPERF_AVX512 double dpbf16_loop(int64_t iters) {
     return double(iters) * 16 * 64;
 }
 #endif
+
+// 16 independent FMA chains (16 zmm accumulators on AVX-512, plain floats elsewhere); returns
+// FLOPs done.
+#ifdef DSPERF_AVX512
+__attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iters) {
+    __m512 c[16];
+    for (auto& v : c) v = _mm512_setzero_ps();
+    __m512 a = _mm512_set1_ps(0.999999f);
+    const __m512 b = _mm512_set1_ps(1e-7f);
+    for (int64_t it = 0; it < iters; ++it) {
+        for (auto& v : c) v = _mm512_fmadd_ps(v, a, b);
+        __asm__ volatile("" : "+v"(a));
+    }
+    float sink = 0;
+    for (auto& v : c) sink += _mm512_reduce_add_ps(v);
+    volatile float keep = sink;
+    (void)keep;
+    return double(iters) * 16 * 32;
+}
+#endif
+
+double fma_loop(int64_t iters) {
+#ifdef DSPERF_AVX512
+    if (cpu_features().avx512) return fma_loop_avx512(iters);
+#endif
+    float c[16] = {};
+    float a = 0.999999f;
+    for (int64_t it = 0; it < iters; ++it) {
+        for (float& v : c) v = v * a + 1e-7f;
+        __asm__ volatile("" : "+r"(a));
+    }
+    float sink = 0;
+    for (float v : c) sink += v;
+    volatile float keep = sink;
+    (void)keep;
+    return double(iters) * 16 * 2;
+}
 }  // namespace
 
 double probe_bf16_peak_gflops(double seconds) {
@@ -57,12 +98,59 @@ double probe_bf16_peak_gflops(double seconds) {
 #endif
 }
 
-double probe_read_bandwidth_gbps(int64_t bytes, int repeats) {
+double probe_fp32_fma_peak_gflops(double seconds) {
+    if (!(seconds > 0)) throw std::invalid_argument("seconds must be positive");
+    double flops = 0, elapsed = 0;
+#pragma omp parallel reduction(+ : flops) reduction(max : elapsed)
+    {
+        const double t0 = now();
+        double f = 0;
+        while (now() - t0 < seconds) f += fma_loop(1000000);
+        flops += f;
+        elapsed = now() - t0;
+    }
+    return flops / elapsed / 1e9;
+}
+
+namespace {
+int thread_count(int threads) {
+#ifdef _OPENMP
+    return threads > 0 ? threads : omp_get_max_threads();
+#else
+    (void)threads;
+    return 1;
+#endif
+}
+}  // namespace
+
+double probe_triad_bandwidth_gbps(int64_t bytes, int repeats, int threads) {
+    if (bytes < (3 << 20)) throw std::invalid_argument("bytes must be at least 3 MiB");
+    if (repeats < 1) throw std::invalid_argument("repeats must be >= 1");
+    const int nt = thread_count(threads);
+    const int64_t n = bytes / 3 / int64_t(sizeof(double));
+    std::vector<double> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < n; ++i) a[size_t(i)] = 0, b[size_t(i)] = 1, c[size_t(i)] = 2;
+    double best = 0;
+    for (int r = 0; r < repeats; ++r) {
+        const double t0 = now();
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t i = 0; i < n; ++i) a[size_t(i)] = b[size_t(i)] + 3.0 * c[size_t(i)];
+        const double t = now() - t0;
+        best = std::max(best, double(n) * 3 * sizeof(double) / t / 1e9);
+    }
+    volatile double keep = a[size_t(n / 2)];
+    (void)keep;
+    return best;
+}
+
+double probe_read_bandwidth_gbps(int64_t bytes, int repeats, int threads) {
     if (bytes < (1 << 20)) throw std::invalid_argument("bytes must be at least 1 MiB");
     if (repeats < 1) throw std::invalid_argument("repeats must be >= 1");
+    const int nt = thread_count(threads);
     const int64_t n = bytes / int64_t(sizeof(uint64_t));
     std::vector<uint64_t> buf(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = uint64_t(i);  // first touch by the reading thread
     double best = 0;
     uint64_t sink = 0;
@@ -71,7 +159,7 @@ double probe_read_bandwidth_gbps(int64_t bytes, int repeats) {
         uint64_t total = 0;
         // Integer sums reassociate freely, so the compiler vectorises the loop: the load ports,
         // not an add chain, set the pace.
-#pragma omp parallel for schedule(static) reduction(+ : total)
+#pragma omp parallel for schedule(static) reduction(+ : total) num_threads(nt)
         for (int64_t i = 0; i < n; ++i) total += buf[size_t(i)];
         const double t = now() - t0;
         sink += total;

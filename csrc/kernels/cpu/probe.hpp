@@ -8,8 +8,15 @@ namespace dsperf::kernels {
 // GFLOPS of VDPBF16PS on all OpenMP threads for about `seconds`; 0 where AVX-512 BF16 is absent.
 double probe_bf16_peak_gflops(double seconds);
 
-// GB/s (1e9) of summing a buffer of `bytes` (much larger than the caches) with all OpenMP
-// threads, the best of `repeats` passes.
-double probe_read_bandwidth_gbps(int64_t bytes, int repeats);
+// GFLOPS of FP32 FMAs (AVX-512 where present, else what the compiler makes of plain C++).
+double probe_fp32_fma_peak_gflops(double seconds);
+
+// GB/s (1e9) of summing a buffer of `bytes` (much larger than the caches) with `threads` OpenMP
+// threads (0: all), the best of `repeats` passes.
+double probe_read_bandwidth_gbps(int64_t bytes, int repeats, int threads = 0);
+
+// GB/s of the STREAM triad a[i] = b[i] + s * c[i] over three arrays of bytes / 3 (24 bytes moved per
+// element, as STREAM counts), `threads` threads (0: all), best of `repeats`.
+double probe_triad_bandwidth_gbps(int64_t bytes, int repeats, int threads = 0);
 
 }  // namespace dsperf::kernels

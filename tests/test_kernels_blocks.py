@@ -21,7 +21,7 @@ def test_linear_bf16(rng, m, k, n):
     assert_dot_close(K.linear(x, w), R.linear(x, w), np.abs(f32(x)) @ np.abs(f32(w)).T, 2 * k * EPS_F32)
 
 
-@pytest.mark.parametrize("m, k, n", [(1, 128, 128), (3, 300, 200), (17, 1024, 256)])
+@pytest.mark.parametrize("m, k, n", [(1, 128, 128), (3, 300, 200), (17, 1024, 256), (40, 300, 200)])
 def test_linear_fp8_block_scaled(rng, m, k, n):
     x = rand_bf16(rng, m, k)
     w, s = rand_fp8_weight(rng, n, k)

@@ -29,8 +29,9 @@ static std::vector<bf16_t> random_bf16(std::mt19937& g, size_t n, float scale = 
     return v;
 }
 
-static void test_linear(std::mt19937& g) {
-    const int64_t M = 7, N = 13, K = 301;
+// M = 7 runs the BF16 dot kernel; M = 37 the FP32-FMA kernel (from 32 rows), with a partial panel.
+static void test_linear(std::mt19937& g, int64_t M) {
+    const int64_t N = 13, K = 301;
     auto x = random_bf16(g, M * K), w = random_bf16(g, N * K);
     std::vector<float> y(M * N);
     linear_bf16(x.data(), K, w.data(), K, y.data(), N, M, N, K);
@@ -163,7 +164,8 @@ static void test_mla(std::mt19937& g) {
 int main() {
     std::mt19937 g(42);
     std::printf("isa %s\n", cpu_features().isa.c_str());
-    test_linear(g);
+    test_linear(g, 7);
+    test_linear(g, 37);
     test_vnni(g);
     test_moe(g);
     test_mla(g);

@@ -17,6 +17,10 @@ void check_dims(int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64
 
 bool use_avx512() { return cpu_features().isa == "avx512_bf16"; }
 
+// From this many rows of x, widening to FP32 pays for itself (the widened w panel is reused by
+// every row); below it (decode) the BF16 dot kernel reads w once as it streams.
+constexpr int64_t kFmaMinRows = 32;
+
 // Threads split N in slices of whole 4-row tiles (and whole 128-row blocks for FP8).
 template <typename F>
 void for_n_slices(int64_t N, int64_t align, F&& body) {
@@ -57,6 +61,18 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     check_dims(M, N, K, ldx, ldw, ldy);
     if (M == 0 || N == 0) return;
     if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
+    if (M >= kFmaMinRows) {
+        // Many rows (prefill): widen x to FP32 once and run FP32 FMAs, which this class of CPU issues
+        // twice as fast as BF16 dot products; the widened w panels are reused by every row.
+        std::vector<float> xf(static_cast<size_t>(M * K));
+#pragma omp parallel for schedule(static)
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
+        for_n_slices(N, 96, [&](int64_t n0, int64_t n1) {  // whole 32-column panels
+            avx512::linear_bf16_rows_fma(xf.data(), w, ldw, y, ldy, M, n0, n1, K, accumulate);
+        });
+        return;
+    }
     for_n_slices(N, 96, [&](int64_t n0, int64_t n1) {  // whole 4 x 6 tiles
         avx512::linear_bf16_rows(x, ldx, w, ldw, y, ldy, M, n0, n1, K, accumulate);
     });
@@ -85,6 +101,14 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
     constexpr int64_t kBlock = 128;
     const int64_t k_blocks = (K + kBlock - 1) / kBlock;
     const bool simd = use_avx512();
+    // Many rows: x widened to FP32 once for the FMA kernel (see linear_bf16).
+    std::vector<float> xf;
+    if (simd && M >= kFmaMinRows) {
+        xf.resize(static_cast<size_t>(M * K));
+#pragma omp parallel for schedule(static)
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
+    }
     // One 128-row block of w at a time: dequantised to BF16 in a per-thread scratch (in L2), then
     // multiplied with all of x.
     for_n_slices(N, kBlock, [&](int64_t n0, int64_t n1) {
@@ -105,7 +129,8 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
                         wb_data[r * K + k0 + c] = f32_to_bf16(fp8_to_f32(w[(n0 + r) * K + k0 + c]) * scale);
             }
         }
-        if (simd) avx512::linear_bf16_rows(x, ldx, wb_data, K, y + n0, ldy, M, 0, rows, K, accumulate);
+        if (!xf.empty()) avx512::linear_bf16_rows_fma(xf.data(), wb_data, K, y + n0, ldy, M, 0, rows, K, accumulate);
+        else if (simd) avx512::linear_bf16_rows(x, ldx, wb_data, K, y + n0, ldy, M, 0, rows, K, accumulate);
         else portable::linear_bf16(x, ldx, wb_data, K, y + n0, ldy, M, rows, K, accumulate);
     });
 }

@@ -37,6 +37,11 @@ void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float scale, bf16_t* ds
                        int64_t cols);
 void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
                     int64_t K, bool accumulate);
+// Output columns [n0, n1) of y = x w^T with x already widened to FP32 (xf [M, K]) and w BF16: w is
+// widened a 32-column panel at a time and multiplied with FP32 FMAs (twice VDPBF16PS's rate on CPUs
+// that run two FMA ports but one BF16 dot port).
+void linear_bf16_rows_fma(const float* xf, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M, int64_t n0,
+                          int64_t n1, int64_t K, bool accumulate);
 }  // namespace avx512
 
 }  // namespace dsperf::kernels

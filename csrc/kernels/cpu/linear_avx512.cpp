@@ -202,6 +202,69 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
     }
 }
 
+namespace {
+constexpr int kPanel = 32;  // output columns per panel: two vectors of 16
+constexpr int kFmaMR = 12;  // rows per tile: 24 accumulators + 2 panel vectors + 1 broadcast
+
+// y[MR rows, panel] (+)= xf[MR rows, kc] * wp[kc][32]; cols < 32 masks the last panel.
+template <int MR>
+DSPERF_AVX512 void fma_tile(const float* xf, int64_t ldx, const float* wp, float* y, int64_t ldy, int64_t kc,
+                            bool load_y, __mmask16 m0, __mmask16 m1) {
+    __m512 c[MR][2];
+    for (int i = 0; i < MR; ++i) {
+        c[i][0] = load_y ? _mm512_maskz_loadu_ps(m0, y + i * ldy) : _mm512_setzero_ps();
+        c[i][1] = load_y ? _mm512_maskz_loadu_ps(m1, y + i * ldy + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m512 b0 = _mm512_loadu_ps(wp + k * kPanel), b1 = _mm512_loadu_ps(wp + k * kPanel + 16);
+        for (int i = 0; i < MR; ++i) {
+            const __m512 a = _mm512_set1_ps(xf[i * ldx + k]);
+            c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+        }
+    }
+    for (int i = 0; i < MR; ++i) {
+        _mm512_mask_storeu_ps(y + i * ldy, m0, c[i][0]);
+        _mm512_mask_storeu_ps(y + i * ldy + 16, m1, c[i][1]);
+    }
+}
+
+using FmaFn = void (*)(const float*, int64_t, const float*, float*, int64_t, int64_t, bool, __mmask16, __mmask16);
+template <int... MR>
+constexpr std::array<FmaFn, sizeof...(MR)> fma_tiles(std::integer_sequence<int, MR...>) {
+    return {&fma_tile<MR + 1>...};
+}
+const std::array<FmaFn, kFmaMR> kFmaTiles = fma_tiles(std::make_integer_sequence<int, kFmaMR>{});
+}  // namespace
+
+void linear_bf16_rows_fma(const float* xf, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M, int64_t n0,
+                          int64_t n1, int64_t K, bool accumulate) {
+    constexpr int64_t kKChunk = 512;  // a widened panel chunk is 64 KB: L2, streamed past L1-hot rows of x
+    std::vector<float> wp(static_cast<size_t>(kKChunk * kPanel));
+    for (int64_t n = n0; n < n1; n += kPanel) {
+        const int cols = int(n1 - n < kPanel ? n1 - n : kPanel);
+        const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+        const __mmask16 m1 = static_cast<__mmask16>(cols <= 16 ? 0 : cols >= 32 ? 0xffff : (1u << (cols - 16)) - 1);
+        for (int64_t kc = 0; kc < K; kc += kKChunk) {
+            const int64_t klen = K - kc < kKChunk ? K - kc : kKChunk;
+            // Widen the panel chunk: wp[k][j] = w[n + j][kc + k], zero past the last column.
+            for (int j = 0; j < kPanel; ++j) {
+                if (j >= cols) {
+                    for (int64_t k = 0; k < klen; ++k) wp[size_t(k * kPanel + j)] = 0;
+                    continue;
+                }
+                const bf16_t* src = w + (n + j) * ldw + kc;
+                for (int64_t k = 0; k < klen; ++k) wp[size_t(k * kPanel + j)] = bf16_to_f32(src[k]);
+            }
+            const bool load_y = accumulate || kc > 0;
+            for (int64_t m = 0; m < M; m += kFmaMR) {
+                const int mr = int(M - m < kFmaMR ? M - m : kFmaMR);
+                kFmaTiles[size_t(mr - 1)](xf + m * K + kc, K, wp.data(), y + m * ldy + n, ldy, klen, load_y, m0, m1);
+            }
+        }
+    }
+}
+
 }  // namespace dsperf::kernels::avx512
 
 #else  // not x86-64: the dispatcher never selects these
@@ -211,6 +274,8 @@ void linear_bf16_rows(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, in
                       int64_t, bool) {}
 void fp8_block_to_bf16(const fp8_t*, int64_t, float, bf16_t*, int64_t, int64_t, int64_t) {}
 void gemm_bf16_vnni(const bf16_t*, int64_t, const bf16_t*, float*, int64_t, int64_t, int64_t, int64_t, bool) {}
+void linear_bf16_rows_fma(const float*, const bf16_t*, int64_t, float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          bool) {}
 }  // namespace dsperf::kernels::avx512
 
 #endif

@@ -44,12 +44,14 @@ def main():
     t = min(_timed(run) for _ in range(a.repeats))
     flops = 2.0 * B * H * N * (L + R + L)
     peak = _C.kernels.probe_bf16_peak_gflops(1.0)
+    fma_peak = _C.kernels.probe_fp32_fma_peak_gflops(1.0)
     cache_mb = (latent.nbytes + rope.nbytes + (0 if scale is None else scale.nbytes)) / 1e6
     print(f"isa {K.isa()}; batch {B}, heads {H}, kv_len {N}, splits {a.splits}; cache {cache_mb:.0f} MB "
           f"{'FP8 latent' if a.fp8 else 'BF16'} "
           f"(L3-resident: {'yes' if cache_mb < 200 else 'no'})")
     print(f"mla_decode: {t * 1e3:.1f} ms, {flops / t / 1e9:.1f} GFLOPS = {flops / t / 1e9 / peak:.1%} of the probed "
-          f"VDPBF16PS peak {peak:.1f} GFLOPS (target >= 50%); {cache_mb / 1e3 / t:.1f} GB/s of cache")
+          f"VDPBF16PS peak {peak:.1f} GFLOPS (target >= 50%; no AMX here), {flops / t / 1e9 / fma_peak:.1%} of the "
+          f"FP32 FMA peak {fma_peak:.1f}; {cache_mb / 1e3 / t:.1f} GB/s of cache")
 
 
 def _timed(fn):

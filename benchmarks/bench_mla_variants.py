@@ -60,7 +60,9 @@ def main():
     w = weights(rng)
     freqs = K.rope_frequencies()
     kv = a.kv_len
-    peak = _C.kernels.probe_bf16_peak_gflops(1.0) * 1e9
+    # The kernels use FP32 FMAs for GEMMs of 32 rows and up and VDPBF16PS below: the roofline takes
+    # the faster of the two peaks.
+    peak = max(_C.kernels.probe_bf16_peak_gflops(1.0), _C.kernels.probe_fp32_fma_peak_gflops(1.0)) * 1e9
     bw = _C.kernels.probe_read_bandwidth_gbps(1 << 30, 3) * 1e9
     x = (rng.standard_normal((1, D), dtype=np.float32)).astype(K.BF16)
     print(f"isa {K.isa()}; one decode step, kv_len {kv}, {H} heads; peak {peak / 1e9:.1f} GFLOPS, "

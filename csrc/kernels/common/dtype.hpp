@@ -50,6 +50,17 @@ inline float fp8_to_f32(fp8_t v) {
     return sign ? -mag : mag;
 }
 
+// All 256 codes decoded once: fp8_to_f32 through a table (the per-value decode calls ldexp).
+inline const float* fp8_table() {
+    static const struct Table {
+        float v[256];
+        Table() {
+            for (int i = 0; i < 256; ++i) v[i] = fp8_to_f32(fp8_t(i));
+        }
+    } table;
+    return table.v;
+}
+
 // Round to nearest even, saturating at +-448 (values beyond the range clip rather than become
 // NaN); NaN stays NaN.
 inline fp8_t f32_to_fp8(float f) {

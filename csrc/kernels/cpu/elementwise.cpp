@@ -145,7 +145,7 @@ void weight_dequant(const fp8_t* w, const float* scale, int64_t rows, int64_t co
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-            out[r * cols + c] = f32_to_bf16(fp8_to_f32(w[r * cols + c]) * scale[(r / kBlock) * col_blocks + c / kBlock]);
+            out[r * cols + c] = f32_to_bf16(fp8_table()[w[r * cols + c]] * scale[(r / kBlock) * col_blocks + c / kBlock]);
 }
 
 }  // namespace dsperf::kernels

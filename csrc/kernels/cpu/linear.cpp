@@ -109,9 +109,10 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
         for (int64_t m = 0; m < M; ++m)
             for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
     }
-    // One 128-row block of w at a time: dequantised to BF16 in a per-thread scratch (in L2), then
-    // multiplied with all of x.
-    for_n_slices(N, kBlock, [&](int64_t n0, int64_t n1) {
+    // 64 rows of w at a time (half a scale block): dequantised to BF16 in a per-thread scratch small
+    // enough to stay in L2 beside the weights streaming in, then multiplied with all of x.
+    constexpr int64_t kSlice = 64;
+    for_n_slices(N, kSlice, [&](int64_t n0, int64_t n1) {
         const int64_t rows = n1 - n0;
         // Per-thread scratch, kept between slices and calls: every element is written before it is
         // read, so it needs no zeroing (a fresh vector would memset 1.8 MB per slice).
@@ -126,7 +127,7 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
             } else {
                 for (int64_t r = 0; r < rows; ++r)
                     for (int64_t c = 0; c < cols; ++c)
-                        wb_data[r * K + k0 + c] = f32_to_bf16(fp8_to_f32(w[(n0 + r) * K + k0 + c]) * scale);
+                        wb_data[r * K + k0 + c] = f32_to_bf16(fp8_table()[w[(n0 + r) * K + k0 + c]] * scale);
             }
         }
         if (!xf.empty()) avx512::linear_bf16_rows_fma(xf.data(), wb_data, K, y + n0, ldy, M, 0, rows, K, accumulate);

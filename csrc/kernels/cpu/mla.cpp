@@ -18,16 +18,6 @@ void require(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
 }
 
-// FP8 e4m3 -> FP32 for all 256 codes, built once.
-const float* fp8_lut() {
-    static const auto table = [] {
-        std::vector<float> t(256);
-        for (int i = 0; i < 256; ++i) t[size_t(i)] = fp8_to_f32(fp8_t(i));
-        return t;
-    }();
-    return table.data();
-}
-
 // Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax.
 // Keys are gathered from their pages a chunk of up to kChunk tokens at a time into one
 // contiguous [latent | rope] block, and the latent also into the VNNI pair layout for the value
@@ -48,7 +38,7 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
             if (c.latent_fp8) {  // dequantise the FP8 latent to BF16 on the way in
                 const fp8_t* q = c.latent_fp8 + (page * BS + off) * L;
                 const float* sc = c.latent_scale + (page * BS + off) * ((L + 127) / 128);
-                for (int64_t d = 0; d < L; ++d) key[d] = f32_to_bf16(fp8_lut()[q[d]] * sc[d / 128]);
+                for (int64_t d = 0; d < L; ++d) key[d] = f32_to_bf16(fp8_table()[q[d]] * sc[d / 128]);
             } else {
                 const bf16_t* src = c.latent + (page * BS + off) * L;
                 std::copy(src, src + L, key);

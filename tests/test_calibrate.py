@@ -51,3 +51,9 @@ def test_cli_calibrate_reports_the_file(quick_run, capsys):
     assert main(["calibrate", "--out", str(path)]) == 0
     out = capsys.readouterr().out
     assert str(path) in out and "reused" in out and "fp32_fma_peak_gflops" in out
+
+
+def test_out_must_be_a_file(tmp_path):
+    from dsperf.cli import main
+
+    assert main(["calibrate", "--out", str(tmp_path)]) == 2

@@ -119,6 +119,8 @@ def calibrate(force=False, quick=False, path=None):
     else:  # pragma: no cover
         import tomli as tomllib
     path = Path(path) if path else default_path()
+    if path.is_dir():
+        raise ValueError(f"out: '{path}' is a directory; give the path of a .toml file")
     if path.exists() and not force:
         with open(path, "rb") as f:
             return path, dict(tomllib.load(f).get("calibration", {}), reused=True)

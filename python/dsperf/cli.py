@@ -125,7 +125,7 @@ def main(argv=None) -> int:
             text = device_table(list_devices(), args.mode).to_markdown(floatfmt=".4g") + "\n"
         else:
             text = _run_deepseek()
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OSError) as e:
         print(f"dsperf {args.command}: error: {e}", file=sys.stderr)
         return 2
     sys.stdout.write(text)

@@ -45,3 +45,12 @@ def test_decode_layer_rejects_missing_pieces():
                        freqs=freqs, softmax_scale=0.1, **DIMS)
     with pytest.raises(TypeError, match="layer\\['attn_norm'\\] must be a numpy array"):
         K.decode_layer("A_CC_ME", x, dict(layer, attn_norm=None), cache, freqs=freqs, softmax_scale=0.1, **DIMS)
+
+
+def test_decode_layer_shared_expert_needs_both_matrices():
+    rng = np.random.default_rng(0)
+    layer = make_layer(rng)
+    moe = {k: v for k, v in layer["moe"].items() if k != "shared_w2"}
+    with pytest.raises(ValueError, match="moe: shared_w13 and moe: shared_w2 go together"):
+        K.decode_layer("A_CC_ME", rand_bf16(rng, 1, D), dict(layer, moe=moe), K.MlaCache(4, KVL, DIMS["rope"]),
+                       freqs=K.rope_frequencies(dim=DIMS["rope"]), softmax_scale=0.1, **DIMS)

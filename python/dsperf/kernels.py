@@ -85,6 +85,19 @@ def _expert_weights(w13, w2, w13_scale, w2_scale):
     return _bits(w13), _bits(w2), w13_scale, w2_scale, fp8
 
 
+def _shared_expert(dtype, shared_w13, shared_w2, shared_w13_scale, shared_w2_scale, where=""):
+    """The shared experts as a one-expert ExpertWeights tuple (w13, w2, s13, s2), or four Nones."""
+    if (shared_w13 is None) != (shared_w2 is None):
+        raise ValueError(f"{where}shared_w13 and {where}shared_w2 go together")
+    if shared_w13 is None:
+        return (None, None, None, None)
+    _arr(f"{where}shared_w13", shared_w13, (dtype,), 2)
+    _arr(f"{where}shared_w2", shared_w2, (dtype,), 2)
+    s13 = None if shared_w13_scale is None else _arr(f"{where}shared_w13_scale", shared_w13_scale, (F32,), 2)[None]
+    s2 = None if shared_w2_scale is None else _arr(f"{where}shared_w2_scale", shared_w2_scale, (F32,), 2)[None]
+    return _expert_weights(shared_w13[None], shared_w2[None], s13, s2)[:4]
+
+
 # ---- building blocks ---------------------------------------------------------------------------
 def linear(x, w, w_scale=None):
     """y = x @ w.T in FP32: x BF16 [M, K]; w BF16 [N, K], or FP8 [N, K] with w_scale FP32
@@ -270,16 +283,7 @@ def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scal
     if gate_bias is not None:
         _arr("gate_bias", gate_bias, (F32,), 1)
     w = _expert_weights(w13, w2, w13_scale, w2_scale)
-    shared = (None, None, None, None)
-    if (shared_w13 is None) != (shared_w2 is None):
-        raise ValueError("shared_w13 and shared_w2 go together")
-    if shared_w13 is not None:
-        _arr("shared_w13", shared_w13, (w13.dtype,), 2)
-        _arr("shared_w2", shared_w2, (w13.dtype,), 2)
-        s13 = None if shared_w13_scale is None else _arr("shared_w13_scale", shared_w13_scale, (F32,), 2)[None]
-        s2 = None if shared_w2_scale is None else _arr("shared_w2_scale", shared_w2_scale, (F32,), 2)[None]
-        sw = _expert_weights(shared_w13[None], shared_w2[None], s13, s2)
-        shared = (sw[0], sw[1], sw[2], sw[3])
+    shared = _shared_expert(w13.dtype, shared_w13, shared_w2, shared_w13_scale, shared_w2_scale)
     args = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
     return _K.moe_layer(_bits(x), _bits(gate_weight), gate_bias, w[0], w[1], w[2], w[3], w[4], *shared, *args)
 
@@ -380,6 +384,22 @@ class MlaCache:
         return self.latent.shape[0]
 
 
+def _check_mla_call(variant, x, cache, weights):
+    """The checks mla_forward and decode_layer share: variant, x, the cache's kind and room, and
+    the materialised products AM_CC_ME needs."""
+    if variant not in MLA_VARIANTS:
+        raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
+    _arr("x", x, (BF16,), 2)
+    if not isinstance(cache, MlaCache):
+        raise TypeError(f"cache must be an MlaCache, got {type(cache).__name__}")
+    if variant == "CD" and cache.k_full is None:
+        raise ValueError("the CD variant needs MlaCache(..., decompressed=True)")
+    if variant == "AM_CC_ME" and (not isinstance(weights, dict) or weights.get("q_absorb") is None):
+        raise ValueError("AM_CC_ME needs weights['q_absorb'] and ['o_absorb'] (mla_absorb_weights)")
+    if cache.prefix + x.shape[0] > cache.capacity:
+        raise ValueError(f"cache has room for {cache.capacity - cache.prefix} more tokens, not {x.shape[0]}")
+
+
 def _mla_weights(weights):
     if not isinstance(weights, dict):
         raise TypeError(f"weights must be a dict of arrays, got {type(weights).__name__}")
@@ -438,17 +458,7 @@ def mla_forward(variant, x, weights, cache, *, heads, freqs, softmax_scale, nope
     cache (advancing cache.prefix), attends, and applies wo. weights: wq_a, q_norm, wq_b, wkv_a,
     kv_norm, wkv_b, wo (and q_absorb, o_absorb for AM_CC_ME: see mla_absorb_weights).
     Returns FP32 [T, dim]."""
-    if variant not in MLA_VARIANTS:
-        raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
-    _arr("x", x, (BF16,), 2)
-    if not isinstance(cache, MlaCache):
-        raise TypeError(f"cache must be an MlaCache, got {type(cache).__name__}")
-    if variant == "CD" and cache.k_full is None:
-        raise ValueError("the CD variant needs MlaCache(..., decompressed=True)")
-    if variant == "AM_CC_ME" and weights.get("q_absorb") is None:
-        raise ValueError("AM_CC_ME needs weights['q_absorb'] and ['o_absorb'] (mla_absorb_weights)")
-    if cache.prefix + x.shape[0] > cache.capacity:
-        raise ValueError(f"cache has room for {cache.capacity - cache.prefix} more tokens, not {x.shape[0]}")
+    _check_mla_call(variant, x, cache, weights)
     _arr("freqs", freqs, (F32,), 1)
     if not (isinstance(softmax_scale, numbers.Real) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
@@ -479,29 +489,16 @@ def decode_layer(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=
     "gate_bias" (optional), "w13", "w2", "w13_scale"/"w2_scale" (FP8), "shared_w13"/"shared_w2"
     (optional), "n_group", "topk_group", "top_k", "route_scale", "score_func"}}. Returns BF16 [T, dim]
     and advances cache.prefix. decode_layer_by_ops is the same layer one kernel call at a time."""
-    if variant not in MLA_VARIANTS:
-        raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
-    _arr("x", x, (BF16,), 2)
-    if not isinstance(cache, MlaCache):
-        raise TypeError(f"cache must be an MlaCache, got {type(cache).__name__}")
-    if cache.prefix + x.shape[0] > cache.capacity:
-        raise ValueError(f"cache has room for {cache.capacity - cache.prefix} more tokens, not {x.shape[0]}")
-    if variant == "CD" and cache.k_full is None:
-        raise ValueError("the CD variant needs MlaCache(..., decompressed=True)")
+    if not isinstance(layer, dict):
+        raise TypeError(f"layer must be a dict, got {type(layer).__name__}")
+    _check_mla_call(variant, x, cache, layer.get("mla"))
     moe = _moe_args(layer.get("moe"))
-    mla = _mla_weights(layer.get("mla", {}))
-    if variant == "AM_CC_ME" and "q_absorb" not in mla:
-        raise ValueError("AM_CC_ME needs layer['mla']['q_absorb'] and ['o_absorb'] (mla_absorb_weights)")
+    mla = _mla_weights(layer.get("mla"))
     norms = [np.ascontiguousarray(_arr(f"layer['{k}']", layer.get(k), (F32,), 1)) for k in ("attn_norm", "ffn_norm")]
     _arr("moe['gate_weight']", moe["gate_weight"], (BF16,), 2)
     w = _expert_weights(moe["w13"], moe["w2"], moe.get("w13_scale"), moe.get("w2_scale"))
-    shared = (None, None, None, None)
-    if moe.get("shared_w13") is not None:
-        s13 = moe.get("shared_w13_scale")
-        s2 = moe.get("shared_w2_scale")
-        sw = _expert_weights(moe["shared_w13"][None], moe["shared_w2"][None], None if s13 is None else s13[None],
-                             None if s2 is None else s2[None])
-        shared = sw[:4]
+    shared = _shared_expert(moe["w13"].dtype, moe.get("shared_w13"), moe.get("shared_w2"), moe.get("shared_w13_scale"),
+                            moe.get("shared_w2_scale"), where="moe: ")
     bias = moe.get("gate_bias")
     if bias is not None:
         _arr("moe['gate_bias']", bias, (F32,), 1)

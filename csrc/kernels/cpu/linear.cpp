@@ -29,6 +29,18 @@ void for_n_slices(int64_t N, int64_t align, F&& body) {
     for (int64_t b = 0; b < blocks; ++b) body(b * align, std::min(N, (b + 1) * align));
 }
 
+// x widened to FP32 once ([M, K], contiguous) for the FMA kernel; empty below kFmaMinRows or
+// without AVX-512, where the BF16 kernels read x directly.
+std::vector<float> widen_for_fma(const bf16_t* x, int64_t ldx, int64_t M, int64_t K) {
+    std::vector<float> xf;
+    if (!use_avx512() || M < kFmaMinRows) return xf;
+    xf.resize(static_cast<size_t>(M * K));
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
+    return xf;
+}
+
 }  // namespace
 
 namespace portable {
@@ -61,13 +73,10 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     check_dims(M, N, K, ldx, ldw, ldy);
     if (M == 0 || N == 0) return;
     if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
-    if (M >= kFmaMinRows) {
-        // Many rows (prefill): widen x to FP32 once and run FP32 FMAs, which this class of CPU issues
-        // twice as fast as BF16 dot products; the widened w panels are reused by every row.
-        std::vector<float> xf(static_cast<size_t>(M * K));
-#pragma omp parallel for schedule(static)
-        for (int64_t m = 0; m < M; ++m)
-            for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
+    // Many rows (prefill): widen x to FP32 once and run FP32 FMAs, which this class of CPU issues
+    // twice as fast as BF16 dot products; the widened w panels are reused by every row.
+    const std::vector<float> xf = widen_for_fma(x, ldx, M, K);
+    if (!xf.empty()) {
         for_n_slices(N, 96, [&](int64_t n0, int64_t n1) {  // whole 32-column panels
             avx512::linear_bf16_rows_fma(xf.data(), w, ldw, y, ldy, M, n0, n1, K, accumulate);
         });
@@ -101,14 +110,7 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
     constexpr int64_t kBlock = 128;
     const int64_t k_blocks = (K + kBlock - 1) / kBlock;
     const bool simd = use_avx512();
-    // Many rows: x widened to FP32 once for the FMA kernel (see linear_bf16).
-    std::vector<float> xf;
-    if (simd && M >= kFmaMinRows) {
-        xf.resize(static_cast<size_t>(M * K));
-#pragma omp parallel for schedule(static)
-        for (int64_t m = 0; m < M; ++m)
-            for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
-    }
+    const std::vector<float> xf = widen_for_fma(x, ldx, M, K);  // many rows: the FMA kernel
     // 64 rows of w at a time (half a scale block): dequantised to BF16 in a per-thread scratch small
     // enough to stay in L2 beside the weights streaming in, then multiplied with all of x.
     constexpr int64_t kSlice = 64;

@@ -47,10 +47,9 @@ class TableOptions:
     tps_filter: float = 20.0
 
 
-def _prefill_detail(o: TableOptions, devices, tp, dp):
-    """The seed's 2.5 layout: per-layer times with layer counts, sums, tokens/s per node."""
+def _prefill_detail(o: TableOptions, df: pd.DataFrame):
+    """The seed's 2.5 layout of a prefill() frame: per-layer times with layer counts, sums, tokens/s per node."""
     m = load_model(o.model)
-    df = cm.prefill(m, devices, o.seq_len, o.kv_cache_hit, tp, dp, o.dispatch_nodes, o.mode)
     detail = pd.DataFrame({
         "MLA": df["dense_mla_ms"], "DenseMLP": df["dense_mlp_ms"], "TP_MLA": df["mla_ms"],
         "Shared Expert": df["shared_expert_ms"], "Routed Expert": df["routed_expert_ms"],
@@ -60,7 +59,7 @@ def _prefill_detail(o: TableOptions, devices, tp, dp):
     detail.insert(0, "Layers", [str(x) for x in layers])
     sums = pd.DataFrame({"Sum(Overlap)": df["sum_overlap_ms"], "Sum": df["sum_ms"]}).T
     tps = pd.DataFrame({"Sum(Overlap)": df["tokens_per_s_node_overlap"], "Sum": df["tokens_per_s_node"]}).T
-    return detail, sums, tps, df
+    return detail, sums, tps
 
 
 def prefill_tables(o: TableOptions) -> list[Table]:
@@ -80,15 +79,16 @@ def prefill_tables(o: TableOptions) -> list[Table]:
         out.append(Table(f"2.4 Prefill all-to-all, TP={tp}, dispatch to {o.dispatch_nodes} nodes (ms)",
                          df[["dispatch_ms", "combine_ms"]].rename(columns={"dispatch_ms": "Dispatch",
                                                                            "combine_ms": "Combine"})))
-    for tp, dp in ((o.tp, o.dp), (o.alt_tp, o.alt_dp)):
-        detail, sums, tps, _ = _prefill_detail(o, o.prefill_devices, tp, dp)
+    for tp, dp, df in ((o.tp, o.dp, main), (o.alt_tp, o.alt_dp, alt)):
+        detail, sums, tps = _prefill_detail(o, df)
         out.append(Table(f"2.5 Prefill per-layer times, TP={tp} DP={dp} (ms)", detail))
         out.append(Table(f"2.5 Prefill sum over layers, TP={tp} DP={dp} (ms)", sums))
         out.append(Table(f"2.5 Prefill tokens/s per node, TP={tp} DP={dp}", tps, ".1f"))
     from .hardware import load_device
     variants = [load_device(o.scaleout_device, o.mode, scaleout_gbps=bw, name=label)
                 for label, bw in o.scaleout_variants]
-    detail, sums, _, _ = _prefill_detail(o, variants, o.tp, o.dp)
+    detail, sums, _ = _prefill_detail(o, cm.prefill(o.model, variants, o.seq_len, o.kv_cache_hit, o.tp, o.dp,
+                                                    o.dispatch_nodes, o.mode))
     order = ["TP_MLA", "Shared Expert", "Dispatch", "Routed Expert", "Combine"]
     out.append(Table(f"2.6 {o.scaleout_device} scale-out bandwidth variants, TP={o.tp} DP={o.dp} (ms)",
                      detail.loc[order]))

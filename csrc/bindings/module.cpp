@@ -201,6 +201,7 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
 }  // namespace
 
 void bind_kernels(py::module_& root);  // kernels.cpp
+void bind_ep(py::module_& root);       // ep.cpp
 
 PYBIND11_MODULE(_C, mod) {
     mod.doc() = "dsperf C++ core: model block costs, device specs, prefill/decode cost model";
@@ -211,6 +212,7 @@ PYBIND11_MODULE(_C, mod) {
 #endif
 
     bind_kernels(mod);
+    bind_ep(mod);
 
     py::class_<ModelConfig>(mod, "ModelConfig")
         .def(py::init<>())

@@ -1,0 +1,31 @@
+"""Expert parallelism across processes: EPLB (no MPI needed), and, over MPI (mpi4py), all-to-all
+dispatch/combine in DeepEP's normal and low-latency layouts, an EP MoE layer and two-batch overlap.
+
+    mpirun -np 4 python -m dsperf.ep.bench [--quick]
+
+See docs/EP.md. The MPI parts import mpi4py when first used, so `import dsperf.ep` works without it.
+"""
+from .eplb import EplbPlan, imbalance, rebalance, zipf_load
+
+
+def mpi_available() -> tuple[bool, str]:
+    """(True, "") when mpi4py imports and MPI initialises, else (False, the reason)."""
+    try:
+        from mpi4py import MPI  # noqa: F401
+    except Exception as exc:  # ImportError, or a RuntimeError from a broken MPI library
+        return False, f"mpi4py/MPI unavailable: {exc}"
+    return True, ""
+
+
+def __getattr__(name):
+    # The MPI-backed parts load on first use.
+    if name in ("EpComm", "DispatchHandle", "LowLatencyHandle", "raw_alltoallv"):
+        from . import alltoall
+        return getattr(alltoall, name)
+    if name in ("EpMoeLayer", "ep_moe_layer"):
+        from . import layer
+        return getattr(layer, name)
+    if name == "loopback":
+        from .bench import loopback
+        return loopback
+    raise AttributeError(f"module 'dsperf.ep' has no attribute {name!r}")

@@ -1,0 +1,645 @@
+"""All-to-all dispatch and combine of MoE tokens over MPI, in DeepEP's two layouts.
+
+Normal mode (prefill): the ranks first exchange how many tokens each sends to each (and per
+expert), then one variable-size exchange (MPI_Ialltoallv) carries each token once per destination
+rank, with its top-k ids local to that rank and its weights. The receiver lays the rows out in the
+contiguous per-expert layout (a token with two experts on the rank appears twice). Combine reduces
+each received token over the rank's experts (FP32, weighted), sends it back in BF16, and the source
+sums the partials over ranks (FP32), in the tokens' original order.
+
+Low-latency mode (decode): every rank may send at most ``max_tokens`` tokens; each (token, expert)
+pair travels once, in one exchange of point-to-point messages received into buffers of the maximum
+size (no count exchange first), and lands in the masked layout [local_experts, ranks * max_tokens,
+hidden] with per-expert counts. Combine sends each pair's expert output back in BF16 and the source
+forms sum_k weight_k * y_k in slot order, as the single-process layer does.
+
+Dispatch payloads are FP8 (e4m3, one FP32 scale per 128 values, dsperf.kernels.act_quant) or BF16.
+
+Errors: every call first checks its arguments locally and carries the verdict in the first
+message it exchanges, so a bad argument on one rank raises the same ValueError on every rank
+(naming the rank and the argument) instead of leaving the others waiting. Every wait runs under a
+watchdog: past ``timeout_s`` (default 60 s) without progress, as when a peer died, the rank prints
+why and calls MPI_Abort, which ends the whole job with an error.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .. import kernels
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
+F32 = np.dtype(np.float32)
+
+_DTYPES = {"bf16": 0, "fp8": 1}
+_ERR_BYTES = 248            # room for one rank's error message in a header
+_MAGIC = 0x64737065         # "dspe"
+ABORT_CODE = 3              # exit status of a job ended by the watchdog
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:  # pragma: no cover - exercised only without mpi4py
+        raise ImportError("dsperf.ep needs mpi4py (pip install mpi4py, with an MPI library such as "
+                          "OpenMPI: apt-get install libopenmpi-dev openmpi-bin)") from exc
+    return MPI
+
+
+# ---- watchdog ----------------------------------------------------------------------------------
+class _Watchdog:
+    """Aborts the MPI job when a guarded wait outlives its deadline (a dead or stuck peer)."""
+
+    def __init__(self, comm, timeout_s):
+        self.comm = comm
+        self.timeout_s = timeout_s
+        self._deadline = None
+        self._what = ""
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def _run(self):
+        while True:
+            time.sleep(0.2)
+            with self._lock:
+                late = self._deadline is not None and time.monotonic() > self._deadline
+                what = self._what
+            if late:
+                sys.stderr.write(f"dsperf.ep: rank {self.comm.Get_rank()}: no progress for {self.timeout_s:g} s "
+                                 f"while waiting for {what} (a peer rank may have died or be stuck); "
+                                 "aborting the job\n")
+                sys.stderr.flush()
+                self.comm.Abort(ABORT_CODE)
+
+    @contextmanager
+    def guard(self, what):
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="dsperf-ep-watchdog", daemon=True)
+            self._thread.start()
+        with self._lock:
+            self._deadline = time.monotonic() + self.timeout_s
+            self._what = what
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deadline = None
+
+
+# ---- headers: local verdicts and the values every rank must agree on ----------------------------
+def _header(ok_error, values):
+    """int64 words: magic, ok, the values, then the error text (UTF-8, cut to _ERR_BYTES)."""
+    text = (ok_error or "").encode("utf-8", "replace")[:_ERR_BYTES]
+    err = np.zeros(_ERR_BYTES, np.uint8)
+    err[:len(text)] = np.frombuffer(text, np.uint8)
+    words = np.array([_MAGIC, 0 if ok_error else 1, *values], np.int64)
+    return np.concatenate([words, err.view(np.int64)])
+
+
+def _parse_headers(rows, names):
+    """rows: [ranks, words] headers. Returns the values as [ranks, len(names)], or raises the first
+    rank's error (or a disagreement) as ValueError, identically on every rank."""
+    n = len(names)
+    if np.any(rows[:, 0] != _MAGIC):
+        bad = int(np.nonzero(rows[:, 0] != _MAGIC)[0][0])
+        raise RuntimeError(f"dsperf.ep: rank {bad} sent a message that is not a dsperf.ep header "
+                           "(ranks are running different code or calls out of order)")
+    bad = np.nonzero(rows[:, 1] == 0)[0]
+    if bad.size:
+        msgs = []
+        for r in bad:
+            text = rows[r, 2 + n:].view(np.uint8).tobytes().rstrip(b"\0").decode("utf-8", "replace")
+            msgs.append(f"rank {int(r)}: {text}")
+        raise ValueError("; ".join(msgs))
+    return rows[:, 2:2 + n]
+
+
+def _agree(values, names, agree):
+    """Raise ValueError naming the first value in `agree` that differs between ranks."""
+    for j, name in enumerate(names):
+        if name in agree and np.any(values[:, j] != values[0, j]):
+            per_rank = ", ".join(f"rank {r} has {int(v)}" for r, v in enumerate(values[:, j]))
+            raise ValueError(f"{name} differs between ranks: {per_rank}")
+
+
+def _header_words(n_values):
+    return 2 + n_values + _ERR_BYTES // 8
+
+
+# ---- argument checks ---------------------------------------------------------------------------
+def _check_array(name, a, dtypes, shape):
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
+    if a.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {' or '.join(str(d) for d in dtypes)}, got {a.dtype}")
+    if a.ndim != len(shape) or any(s is not None and a.shape[i] != s for i, s in enumerate(shape)):
+        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+        raise ValueError(f"{name} must have shape {want}, got {list(a.shape)}")
+    return np.ascontiguousarray(a)
+
+
+def _local_check(fn):
+    """Run fn(); return (result, None) or (None, 'the error message')."""
+    try:
+        return fn(), None
+    except (TypeError, ValueError) as exc:
+        return None, str(exc)
+
+
+# ---- results and handles -----------------------------------------------------------------------
+@dataclass
+class DispatchHandle:
+    """What normal-mode combine needs: who sent what, and how received rows map to experts."""
+    num_tokens: int            # tokens of this rank (combine's output rows)
+    send_counts: np.ndarray    # [ranks] tokens sent to each rank
+    send_index: np.ndarray     # [sum(send_counts)] the token of each sent row, grouped by rank
+    recv_counts: np.ndarray    # [ranks] tokens received from each rank
+    position: np.ndarray       # [received, top_k] row of each (token, local slot) in the expert layout (0 if not local)
+    weights: np.ndarray        # [received, top_k] FP32 weights, 0 where the slot's expert is on another rank
+    hidden: int
+
+
+@dataclass
+class DispatchOut:
+    """Normal-mode dispatch result: rows in the contiguous per-expert layout of this rank's experts.
+    x: FP8 or BF16 [rows, hidden]; scales: FP32 [rows, ceil(hidden / 128)] for FP8, else None;
+    offsets: int64 [local_experts + 1], local expert e owns rows offsets[e]:offsets[e + 1];
+    num_recv_tokens: distinct tokens received."""
+    x: np.ndarray
+    scales: np.ndarray | None
+    offsets: np.ndarray
+    num_recv_tokens: int
+    handle: DispatchHandle
+
+
+@dataclass
+class LowLatencyHandle:
+    num_tokens: int
+    top_k: int
+    send_rows: np.ndarray      # [ranks] (token, expert) pairs sent to each rank
+    pair_order: np.ndarray     # [tokens * top_k] flat pair index of each sent row, grouped by rank
+    recv_rows: np.ndarray      # [ranks] pairs received from each rank
+    recv_slot: np.ndarray      # [sum(recv_rows)] flat index into [local_experts * capacity] of each received row
+    hidden: int
+
+
+@dataclass
+class LowLatencyOut:
+    """Low-latency dispatch result, the masked layout: x [local_experts, ranks * max_tokens, hidden]
+    (FP8 or BF16; rows past counts[e] are zero), scales FP32 [local_experts, capacity,
+    ceil(hidden / 128)] for FP8, counts int32 [local_experts]. Within an expert, rows come from
+    rank 0 first, then rank 1, ...; within a rank, in token order."""
+    x: np.ndarray
+    scales: np.ndarray | None
+    counts: np.ndarray
+    handle: LowLatencyHandle
+
+
+class Pending:
+    """An exchange in flight: wait() completes it (under the watchdog) and returns its result.
+    test() drives MPI progress without blocking and says whether the requests are done."""
+
+    def __init__(self, ep, requests, finish, what):
+        self._ep, self._reqs, self._finish, self._what = ep, requests, finish, what
+        self._done = False
+        self._result = None
+
+    def test(self):
+        return self._done or self._ep._mpi.Request.Testall(self._reqs)
+
+    def wait(self):
+        if not self._done:
+            self._ep._waitall(self._reqs, self._what)
+            self._result = self._finish()
+            self._done = True
+        return self._result
+
+
+def _row_layout(hidden, fp8):
+    """Bytes of a payload row: FP8 values + FP32 scales, or BF16 values."""
+    if fp8:
+        return hidden + 4 * -(-hidden // 128)
+    return 2 * hidden
+
+
+def _payload(x, fp8):
+    """(values, scales or None) of x, quantising a BF16 x when fp8 is asked for."""
+    if isinstance(x, tuple):
+        return x
+    if fp8:
+        return kernels.act_quant(x)
+    return x, None
+
+
+def _rows_u8(values, scales):
+    """[T, row_bytes] uint8 of the payload (a copy only for FP8, to append the scales)."""
+    v = values.view(np.uint8).reshape(values.shape[0], values.shape[1] * values.itemsize)
+    if scales is None:
+        return v
+    return np.concatenate([v, scales.view(np.uint8).reshape(scales.shape[0], 4 * scales.shape[1])], axis=1)
+
+
+def _split_rows(rows_u8, hidden, fp8, lead_shape):
+    """Inverse of _rows_u8 on received rows: (values, scales) shaped lead_shape + [..]."""
+    if fp8:
+        vals = np.ascontiguousarray(rows_u8[:, :hidden]).view(FP8).reshape(*lead_shape, hidden)
+        sc = np.ascontiguousarray(rows_u8[:, hidden:]).view(F32).reshape(*lead_shape, -(-hidden // 128))
+        return vals, sc
+    return np.ascontiguousarray(rows_u8).view(BF16).reshape(*lead_shape, hidden), None
+
+
+class EpComm:
+    """Dispatch and combine over an MPI communicator whose ranks each own num_experts / ranks
+    consecutive experts (rank r: experts [r * E / R, (r + 1) * E / R)).
+
+    Collective: every rank constructs it with the same num_experts, hidden and max_tokens; a
+    difference raises ValueError on every rank naming the argument. max_tokens (tokens per rank
+    per call) is needed by the low-latency mode only. timeout_s bounds every wait (watchdog).
+    """
+
+    _NAMES = ("num_experts", "hidden", "max_tokens", "ranks")
+
+    def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0):
+        MPI = _mpi()
+        self._mpi = MPI
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.timeout_s = float(timeout_s) if isinstance(timeout_s, (int, float)) and timeout_s > 0 else 60.0
+        self._watchdog = _Watchdog(self.comm, self.timeout_s)
+
+        def check():
+            for name, v in (("num_experts", num_experts), ("hidden", hidden)):
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                    raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
+                                           or max_tokens < 1):
+                raise ValueError(f"max_tokens must be None or an integer >= 1, got {max_tokens!r}")
+            if num_experts % self.size:
+                raise ValueError(f"num_experts ({num_experts}) must be a multiple of the ranks ({self.size})")
+            if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+                raise ValueError(f"timeout_s must be a number > 0, got {timeout_s!r}")
+            return int(num_experts), int(hidden), -1 if max_tokens is None else int(max_tokens)
+
+        vals, err = _local_check(check)
+        mine = _header(err, (*(vals if vals else (0, 0, 0)), self.size))
+        rows = np.empty((self.size, mine.size), np.int64)
+        self._waitall([self.comm.Iallgather(mine, rows)], "the EpComm set-up")
+        values = _parse_headers(rows, self._NAMES)
+        _agree(values, self._NAMES, set(self._NAMES))
+        self.num_experts, self.hidden, mt = (int(v) for v in vals)
+        self.max_tokens = None if mt < 0 else mt
+        self.local_experts = self.num_experts // self.size
+        self.first_expert = self.rank * self.local_experts
+
+    # -- waiting -------------------------------------------------------------------------------
+    def _waitall(self, reqs, what):
+        with self._watchdog.guard(what):
+            self._mpi.Request.Waitall(reqs)
+
+    def barrier(self):
+        self._waitall([self.comm.Ibarrier()], "a barrier")
+
+    # -- argument checks shared by both modes ----------------------------------------------------
+    def _check_tokens(self, x, topk_ids, topk_weights, fp8, need_weights):
+        if isinstance(x, tuple):
+            if len(x) != 2:
+                raise ValueError("x as a tuple must be (fp8 values, scales)")
+            vals = _check_array("x[0]", x[0], (FP8,), (None, self.hidden))
+            sc = _check_array("x[1]", x[1], (F32,), (vals.shape[0], -(-self.hidden // 128)))
+            if not fp8:
+                raise ValueError("x given as FP8 (values, scales) needs fp8=True")
+            T = vals.shape[0]
+            x = (vals, sc)
+        else:
+            x = _check_array("x", x, (BF16,), (None, self.hidden))
+            T = x.shape[0]
+        ids = _check_array("topk_ids", topk_ids, (np.dtype(np.int32), np.dtype(np.int64)), (T, None))
+        if ids.shape[1] < 1:
+            raise ValueError("topk_ids must have at least one column (top_k >= 1)")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_experts):
+            raise ValueError(f"topk_ids must lie in [0, num_experts = {self.num_experts}), "
+                             f"got values in [{ids.min()}, {ids.max()}]")
+        if ids.size and np.any(np.diff(np.sort(ids, axis=1), axis=1) == 0):
+            raise ValueError("topk_ids must not repeat an expert within a token")
+        w = None
+        if need_weights or topk_weights is not None:
+            w = _check_array("topk_weights", topk_weights, (F32,), ids.shape)
+        return x, ids.astype(np.int64), w, T
+
+    # -- normal mode -----------------------------------------------------------------------------
+    def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, async_op=False):
+        """Normal-mode dispatch. x: BF16 [tokens, hidden] (quantised here when fp8) or an FP8
+        (values, scales) pair from kernels.act_quant; topk_ids int [tokens, top_k] in
+        [0, num_experts); topk_weights FP32 [tokens, top_k]. Returns a DispatchOut (or a Pending
+        whose wait() returns it, with async_op=True; the count exchange completes before return)."""
+        MPI = self._mpi
+        W, E_loc = self.size, self.local_experts
+        checked, err = _local_check(lambda: self._check_tokens(x, topk_ids, topk_weights, fp8, True))
+        if err is None:
+            xx, ids, w, T = checked
+            K = ids.shape[1]
+            dest = ids // E_loc                                       # [T, K]
+            to_rank = np.zeros((T, W), bool)
+            to_rank[np.arange(T)[:, None], dest] = True
+            send_counts = to_rank.sum(axis=0).astype(np.int64)       # tokens per destination
+            per_expert = np.bincount(ids.ravel(), minlength=self.num_experts).reshape(W, E_loc)
+        else:
+            T, K = 0, 0
+            send_counts = np.zeros(W, np.int64)
+            per_expert = np.zeros((W, E_loc), np.int64)
+        names = ("top_k", "fp8")
+        head = _header(err, (K, int(bool(fp8))))
+        block = np.concatenate([np.broadcast_to(head, (W, head.size)), send_counts[:, None], per_expert], axis=1)
+        block = np.ascontiguousarray(block, np.int64)
+        got = np.empty_like(block)
+        self._waitall([self.comm.Ialltoall(block, got)], "the dispatch count exchange")
+        values = _parse_headers(got[:, :head.size], names)
+        _agree(values, names, set(names))
+        recv_counts = got[:, head.size].copy()
+        recv_per_expert = got[:, head.size + 1:].sum(axis=0)
+
+        # One record per (token, destination): payload, K local ids (-1: not on that rank), K weights.
+        vals, scales = _payload(xx, fp8)
+        payload = _rows_u8(vals, scales)
+        pay = payload.shape[1]
+        pad = -pay % 4
+        rec = pay + pad + 8 * K
+        order_rank, order_tok = np.nonzero(to_rank.T)                # grouped by rank, tokens ascending
+        send = np.empty((order_tok.size, rec), np.uint8)
+        send[:, :pay] = payload[order_tok]
+        lid = np.where(dest[order_tok] == order_rank[:, None], ids[order_tok] % E_loc, -1).astype(np.int32)
+        send[:, pay + pad:pay + pad + 4 * K] = lid.view(np.uint8).reshape(-1, 4 * K)
+        send[:, pay + pad + 4 * K:] = w[order_tok].view(np.uint8).reshape(-1, 4 * K)
+        n_recv = int(recv_counts.sum())
+        recv = np.empty((n_recv, rec), np.uint8)
+        sc, rc = send_counts * rec, recv_counts * rec
+        req = self.comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])
+        hidden = self.hidden
+
+        def finish():
+            lid_r = np.ascontiguousarray(recv[:, pay + pad:pay + pad + 4 * K]).view(np.int32)
+            w_r = np.ascontiguousarray(recv[:, pay + pad + 4 * K:]).view(F32)
+            mine = lid_r >= 0
+            offsets, position, source = kernels.moe_route(np.where(mine, lid_r, E_loc).astype(np.int32), E_loc + 1)
+            rows = int(offsets[E_loc])
+            if rows != int(recv_per_expert.sum()):
+                raise RuntimeError(f"dsperf.ep: rank {self.rank} received {rows} expert rows, "
+                                   f"the count exchange announced {int(recv_per_expert.sum())}")
+            xv, xs = _split_rows(recv[source[:rows], :pay], hidden, fp8, (rows,))
+            handle = DispatchHandle(T, send_counts, order_tok.astype(np.int64), recv_counts,
+                                    np.where(mine, position, 0).astype(np.int32), np.where(mine, w_r, 0).astype(F32),
+                                    hidden)
+            return DispatchOut(xv, xs, offsets[:E_loc + 1].copy(), n_recv, handle)
+
+        pending = Pending(self, [req], finish, "the dispatch payload exchange")
+        return pending if async_op else pending.wait()
+
+    def combine(self, y, handle: DispatchHandle, *, async_op=False):
+        """Normal-mode combine. y: FP32 [rows, hidden], the experts' outputs in the layout dispatch
+        returned. Returns FP32 [tokens, hidden]: sum over each token's experts of weight * output,
+        on the rank and in the order the tokens came from."""
+        MPI = self._mpi
+        W, h = self.size, handle.hidden
+
+        def check():
+            rows_needed = int(handle.position.max()) + 1 if handle.position.size else 0
+            yy = _check_array("y", y, (F32,), (None, h))
+            if yy.shape[0] < rows_needed:
+                raise ValueError(f"y must have the {rows_needed} rows dispatch returned, got {yy.shape[0]}")
+            return yy
+
+        yy, err = _local_check(check)
+        if err is None and handle.position.shape[0]:
+            part = kernels.moe_unpermute(yy, handle.position, handle.weights)
+        else:
+            part = np.zeros((handle.position.shape[0], h), F32)
+        # Each message leads with a status row, so a bad y on one rank is reported on every rank.
+        send = _with_status(part, handle.recv_counts, err)
+        recv = np.empty((int(handle.send_counts.sum()) + W, h), BF16)
+        row = 2 * h
+        sc, rc = (handle.recv_counts + 1) * row, (handle.send_counts + 1) * row
+        req = self.comm.Ialltoallv([send.view(np.uint8), (sc, _displs(sc)), MPI.BYTE],
+                                   [recv.view(np.uint8), (rc, _displs(rc)), MPI.BYTE])
+
+        def finish():
+            starts = _displs(handle.send_counts + 1)
+            _raise_status(recv, starts)
+            out = np.zeros((handle.num_tokens, h), F32)
+            sent = _displs(handle.send_counts)
+            for r in range(W):  # partials summed in rank order
+                n = int(handle.send_counts[r])
+                if n:
+                    idx = handle.send_index[sent[r]:sent[r] + n]
+                    out[idx] += recv[starts[r] + 1:starts[r] + 1 + n].astype(F32)
+            return out
+
+        pending = Pending(self, [req], finish, "the combine exchange")
+        return pending if async_op else pending.wait()
+
+    # -- low-latency mode ------------------------------------------------------------------------
+    def low_latency_dispatch(self, x, topk_ids, *, fp8=True, async_op=False):
+        """Low-latency dispatch: at most max_tokens tokens per rank, each (token, expert) pair sent
+        once, one exchange. Returns a LowLatencyOut (masked layout), or a Pending with async_op."""
+        MPI = self._mpi
+        W, E_loc, h = self.size, self.local_experts, self.hidden
+
+        def check():
+            if self.max_tokens is None:
+                raise ValueError("the low-latency mode needs EpComm(max_tokens=...)")
+            out = self._check_tokens(x, topk_ids, None, fp8, False)
+            if out[3] > self.max_tokens:
+                raise ValueError(f"x has {out[3]} tokens, more than max_tokens = {self.max_tokens}")
+            return out
+
+        checked, err = _local_check(check)
+        max_tokens = self.max_tokens or 1
+        row_b = _row_layout(h, bool(fp8))
+        names = ("fp8", "row_bytes") + tuple(f"count{e}" for e in range(E_loc))
+        hwords = _header_words(len(names))
+        hslots = -(-hwords * 8 // row_b)                              # header rows per message
+        if err is None:
+            xx, ids, _, T = checked
+            K = ids.shape[1]
+            flat = ids.ravel()
+            pair_order = np.argsort(flat, kind="stable")              # by expert, then token
+            sorted_e = flat[pair_order]
+            send_rows = np.bincount(sorted_e // E_loc, minlength=W).astype(np.int64)
+            per_expert = np.bincount(flat, minlength=self.num_experts).reshape(W, E_loc)
+            vals, scales = _payload(xx, fp8)
+            payload = _rows_u8(vals, scales)
+        else:
+            T, K = 0, 0
+            pair_order = np.zeros(0, np.int64)
+            send_rows = np.zeros(W, np.int64)
+            per_expert = np.zeros((W, E_loc), np.int64)
+            payload = np.zeros((0, row_b), np.uint8)
+        # Send buffer: per destination, header rows then its pairs' payload rows.
+        msg_rows = hslots + send_rows
+        msg_start = _displs(msg_rows)
+        send = np.zeros((int(msg_rows.sum()), row_b), np.uint8)
+        for r in range(W):
+            head = _header(err, (int(bool(fp8)), row_b, *per_expert[r]))
+            hv = send[msg_start[r]:msg_start[r] + hslots].reshape(-1)
+            hv[:head.size * 8] = head.view(np.uint8)
+        dest_slot = np.repeat(msg_start + hslots, send_rows) + (np.arange(pair_order.size) - np.repeat(_displs(send_rows), send_rows))
+        if pair_order.size:
+            send[dest_slot] = payload[pair_order // K]
+        # Receive buffers of the maximum size: a peer sends each of its tokens at most once per expert.
+        # A peer with BF16 rows is larger than FP8 ones; size for the larger so a mismatch is reported,
+        # not truncated.
+        cap_rows = max_tokens * E_loc
+        big_b = max(row_b, _row_layout(h, False))
+        recv_bytes = hslots * row_b + (cap_rows + 1) * big_b
+        recv = np.empty((W, recv_bytes), np.uint8)
+        tag = 0x4c4c
+        reqs = [self.comm.Irecv([recv[s], MPI.BYTE], source=s, tag=tag) for s in range(W)]
+        for r in range(W):
+            reqs.append(self.comm.Isend([send[msg_start[r]:msg_start[r] + msg_rows[r]], MPI.BYTE], dest=r, tag=tag))
+        statuses = [MPI.Status() for _ in reqs]
+        cap = W * max_tokens
+        fp8b = bool(fp8)
+
+        def finish():
+            nbytes = [statuses[s].Get_count(MPI.BYTE) for s in range(W)]
+            heads = np.stack([recv[s, :hwords * 8].view(np.int64) for s in range(W)])
+            values = _parse_headers(heads, names)
+            _agree(values, names, {"fp8", "row_bytes"})
+            counts_se = values[:, 2:].astype(np.int64)                 # [source, local expert]
+            recv_rows = counts_se.sum(axis=1)
+            for s in range(W):
+                if nbytes[s] != hslots * row_b + recv_rows[s] * row_b:
+                    raise RuntimeError(f"dsperf.ep: rank {self.rank} got {nbytes[s]} bytes from rank {s}, "
+                                       f"its header announced {recv_rows[s]} rows")
+            # Masked layout: expert e's rows from source 0, then 1, ...
+            base = np.cumsum(counts_se, axis=0) - counts_se            # [source, expert] first row
+            slots = []
+            for s in range(W):
+                e_s = np.repeat(np.arange(E_loc), counts_se[s])
+                j_s = np.arange(e_s.size) - np.repeat(_displs(counts_se[s]), counts_se[s])
+                slots.append(e_s * cap + base[s, e_s] + j_s)
+            recv_slot = np.concatenate(slots)
+            rows_u8 = np.concatenate([recv[s, hslots * row_b:hslots * row_b + recv_rows[s] * row_b].reshape(-1, row_b)
+                                      for s in range(W)]) if recv_rows.sum() else np.zeros((0, row_b), np.uint8)
+            dense = np.zeros((E_loc * cap, row_b), np.uint8)
+            dense[recv_slot] = rows_u8
+            xv, xs = _split_rows(dense, h, fp8b, (E_loc, cap))
+            counts = counts_se.sum(axis=0).astype(np.int32)
+            handle = LowLatencyHandle(T, K, send_rows, pair_order.astype(np.int64), recv_rows,
+                                      recv_slot.astype(np.int64), h)
+            return LowLatencyOut(xv, xs, counts, handle)
+
+        pending = _StatusPending(self, reqs, statuses, finish, "the low-latency dispatch exchange")
+        return pending if async_op else pending.wait()
+
+    def low_latency_combine(self, y, topk_weights, handle: LowLatencyHandle, *, async_op=False):
+        """Low-latency combine. y: FP32 [local_experts, ranks * max_tokens, hidden] expert outputs
+        in the masked layout; topk_weights FP32 [tokens, top_k] of this rank's tokens. Returns FP32
+        [tokens, hidden] = sum_k weights[t, k] * y of pair (t, k), in slot order."""
+        MPI = self._mpi
+        W, E_loc, h = self.size, self.local_experts, handle.hidden
+        cap = W * (self.max_tokens or 1)
+
+        def check():
+            yy = _check_array("y", y, (F32,), (E_loc, cap, h))
+            ww = _check_array("topk_weights", topk_weights, (F32,), (handle.num_tokens, handle.top_k))
+            return yy, ww
+
+        checked, err = _local_check(check)
+        if err is None:
+            yy, ww = checked
+            back = yy.reshape(E_loc * cap, h)[handle.recv_slot]          # in the order received
+        else:
+            back = np.zeros((handle.recv_slot.size, h), F32)
+        send = _with_status(back, handle.recv_rows, err)
+        recv = np.empty((handle.pair_order.size + W, h), BF16)
+        tag = 0x4c43
+        rstart, sstart = _displs(handle.send_rows + 1), _displs(handle.recv_rows + 1)
+        reqs = [self.comm.Irecv([recv[rstart[s]:rstart[s] + handle.send_rows[s] + 1].view(np.uint8), MPI.BYTE],
+                                source=s, tag=tag) for s in range(W)]
+        for r in range(W):
+            reqs.append(self.comm.Isend([send[sstart[r]:sstart[r] + handle.recv_rows[r] + 1].view(np.uint8), MPI.BYTE],
+                                        dest=r, tag=tag))
+
+        def finish():
+            _raise_status(recv, rstart)
+            T, K = handle.num_tokens, handle.top_k
+            if T == 0:
+                return np.zeros((0, h), F32)
+            keep = np.ones(recv.shape[0], bool)
+            keep[rstart] = False
+            rows = recv[keep].astype(F32)
+            position = np.empty(T * K, np.int32)
+            position[handle.pair_order] = np.arange(T * K, dtype=np.int32)
+            return kernels.moe_unpermute(rows, position.reshape(T, K), ww)
+
+        pending = Pending(self, reqs, finish, "the low-latency combine exchange")
+        return pending if async_op else pending.wait()
+
+
+def _with_status(rows, counts, err):
+    """BF16 rows grouped by peer (counts[r] rows for peer r), each group led by a status row: the
+    first 4 bytes 1 (ok) or 0, then the error text."""
+    W, h = len(counts), rows.shape[1]
+    out = np.zeros((rows.shape[0] + W, h), BF16)
+    starts = _displs(np.asarray(counts) + 1)
+    keep = np.ones(out.shape[0], bool)
+    keep[starts] = False
+    out[keep] = rows.astype(BF16)
+    status = np.zeros(2 * h, np.uint8)
+    text = (err or "").encode("utf-8", "replace")[:max(0, 2 * h - 4)]
+    if 2 * h >= 4:
+        status[:4] = np.frombuffer(np.int32(0 if err else 1).tobytes(), np.uint8)
+        status[4:4 + len(text)] = np.frombuffer(text, np.uint8)
+    else:
+        status[:] = 0 if err else 1
+    out.view(np.uint8)[starts] = status
+    return out
+
+
+def _raise_status(recv, starts):
+    u8 = recv.view(np.uint8)
+    msgs = []
+    for r, st in enumerate(starts):
+        row = u8[st]
+        ok = (int(np.frombuffer(row[:4].tobytes(), np.int32)[0]) == 1) if row.size >= 4 else row[0] == 1
+        if not ok:
+            text = row[4:].tobytes().rstrip(b"\0").decode("utf-8", "replace") or "bad input to combine"
+            msgs.append(f"rank {r}: {text}")
+    if msgs:
+        raise ValueError("; ".join(msgs))
+
+
+class _StatusPending(Pending):
+    def __init__(self, ep, requests, statuses, finish, what):
+        super().__init__(ep, requests, finish, what)
+        self._statuses = statuses
+
+    def wait(self):
+        if not self._done:
+            with self._ep._watchdog.guard(self._what):
+                self._ep._mpi.Request.Waitall(self._reqs, self._statuses)
+            self._result = self._finish()
+            self._done = True
+        return self._result
+
+
+def _displs(counts):
+    out = np.zeros(len(counts), np.int64)
+    if len(counts) > 1:
+        np.cumsum(counts[:-1], out=out[1:])
+    return out
+
+
+def raw_alltoallv(comm, send, send_counts, recv, recv_counts):
+    """The baseline: one blocking MPI_Alltoallv of bytes, buffers laid out by rank beforehand."""
+    from mpi4py import MPI
+    sc, rc = np.asarray(send_counts, np.int64), np.asarray(recv_counts, np.int64)
+    comm.Alltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])

@@ -1,0 +1,241 @@
+"""One MPI job of the EP tests: `mpirun -np N python tests/ep_worker.py SCENARIO [options]`.
+
+Rank 0 prints one line `RESULT <json>` with what it measured; tests/test_ep_mpi.py asserts on it.
+Scenarios: layer (the EP layer against the single-process one), layout (dispatch layouts checked
+row by row), bad_hidden, bad_experts, bad_ids, bad_combine (errors on every rank), die (a rank
+exits), stuck (a rank stops answering; the watchdog ends the job).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from dsperf import kernels
+from dsperf.ep import alltoall, eplb
+from dsperf.ep.layer import EpMoeLayer, dequant_rows, local_expert_weights
+from mpi4py import MPI
+
+BF16, F32 = alltoall.BF16, alltoall.F32
+EPS_BF16 = 2.0 ** -8
+DIM, INTER, E, TOPK, NGROUP, TOPKGROUP = 256, 128, 16, 4, 4, 2
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+
+
+def report(obj):
+    results = comm.gather(obj, root=0)
+    if rank == 0:
+        print("RESULT " + json.dumps(results), flush=True)
+
+
+def weights(seed=0):
+    rng = np.random.default_rng(seed)
+    bf = lambda *s, scale=1.0: (rng.standard_normal(s) * scale).astype(np.float32).astype(BF16)  # noqa: E731
+    return dict(gate_weight=bf(E, DIM, scale=0.05), w13=bf(E, 2 * INTER, DIM, scale=0.05),
+                w2=bf(E, DIM, INTER, scale=0.05), shared_w13=bf(2 * INTER, DIM, scale=0.05),
+                shared_w2=bf(DIM, INTER, scale=0.05))
+
+
+GATE = dict(n_group=NGROUP, topk_group=TOPKGROUP, top_k=TOPK, route_scale=2.5)
+
+
+def tokens_of(spec, r, seed):
+    counts = [int(c) for c in spec.split(",")]
+    counts = (counts * size)[:size] if len(counts) < size else counts[:size]
+    rng = np.random.default_rng(1000 + seed)
+    xs = [(rng.standard_normal((c, DIM))).astype(np.float32).astype(BF16) for c in counts]
+    return xs[r], np.concatenate(xs), counts
+
+
+def composed_reference(x, w, bias, fp8):
+    """The single-process layer from the kernels, with the experts fed the FP8-rounded x when fp8,
+    and the bound sum_k |w_k| |y_k| that BF16 rounding of partial sums stays under."""
+    weights_, ids = kernels.moe_gate(x, w["gate_weight"], bias, **GATE)
+    xe = dequant_rows(*kernels.act_quant(x)) if fp8 else x
+    offsets, position, source = kernels.moe_route(ids, E)
+    y_perm = kernels.experts_contiguous(kernels.moe_permute(xe, source), offsets, w["w13"], w["w2"])
+    out = kernels.moe_unpermute(y_perm, position, weights_)
+    shared = kernels.experts_contiguous(x, np.array([0, x.shape[0]], np.int64), w["shared_w13"][None], w["shared_w2"][None])
+    bound = np.einsum("tk,tkd->td", np.abs(weights_), np.abs(y_perm[position])) if x.shape[0] else np.zeros_like(out)
+    return out + shared, bound, np.bincount(ids.ravel(), minlength=E)
+
+
+def scenario_layer(a):
+    w = weights(a.seed)
+    bias = None
+    if a.skew:
+        bias = np.zeros(E, np.float32)
+        bias[:4] = 10.0         # every token picks experts 0-3: the first rank(s) get all the work
+    x, x_all, counts = tokens_of(a.tokens, rank, a.seed)
+    plan = None
+    if a.eplb != "none":
+        load = np.bincount(kernels.moe_gate(x_all, w["gate_weight"], bias, **GATE)[1].ravel(), minlength=E) \
+            if x_all.shape[0] else np.ones(E)
+        plan = eplb.rebalance(load.astype(float), E + 8, num_gpus=size, num_groups=NGROUP,
+                              num_nodes=2 if a.eplb == "hierarchical" else 1, policy=a.eplb)
+    w13, w2, _, _ = local_expert_weights(w["w13"], w["w2"], rank, size, plan)
+    layer = EpMoeLayer(w["gate_weight"], w13, w2, gate_bias=bias, shared_w13=w["shared_w13"], shared_w2=w["shared_w2"],
+                       plan=plan, mode=a.mode, fp8=bool(a.fp8), max_tokens=max(counts) if a.mode == "low_latency" else None,
+                       timeout_s=30, **GATE)
+    out = layer(x, overlap=bool(a.overlap))
+    # Per-rank tokens received, for the "a rank that receives nothing" cases.
+    d = layer.ep.dispatch(x, *reversed(layer.route(x)), fp8=False) if a.mode == "normal" else None
+    got_rows = int(d.offsets[-1]) if d is not None else -1
+    outs = comm.gather(out, root=0)
+    rows = comm.gather(got_rows, root=0)
+    res = None
+    if rank == 0:
+        ep_out = np.concatenate(outs)
+        single = kernels.moe_layer(x_all, w["gate_weight"], w["w13"], w["w2"], gate_bias=bias,
+                                   shared_w13=w["shared_w13"], shared_w2=w["shared_w2"], **GATE)
+        comp, bound, load = composed_reference(x_all, w, bias, bool(a.fp8))
+        excess = np.abs(ep_out - comp) - EPS_BF16 * bound - 1e-6
+        norm = lambda v: float(np.linalg.norm(v))  # noqa: E731
+        res = dict(tokens=counts, shape=list(ep_out.shape), max_excess=float(excess.max()) if excess.size else -1.0,
+                   rel_err_vs_single=norm(ep_out - single) / max(norm(single), 1e-30),
+                   max_abs_vs_single=float(np.abs(ep_out - single).max()) if ep_out.size else 0.0,
+                   rows_per_rank=rows, expert_load=load.tolist(),
+                   replicas=None if plan is None else plan.logcnt.tolist())
+    layer.close()
+    if rank == 0:
+        print("RESULT " + json.dumps(res), flush=True)
+
+
+def scenario_layout(a):
+    """Tokens tagged with (rank, index) in their first two values; the dispatch layouts are checked
+    against the routing every rank knows (all ranks draw all ranks' ids from one seed)."""
+    K, T = TOPK, 6
+    ep = alltoall.EpComm(E, DIM, max_tokens=T, timeout_s=30)
+    rng = np.random.default_rng(a.seed)
+    ids_all = np.stack([np.stack([rng.choice(E, K, replace=False) for _ in range(T)]) for _ in range(size)]).astype(np.int32)
+    if a.skew:
+        ids_all[:, :, :] = np.arange(K)   # everything to experts 0..K-1
+    w_all = rng.random((size, T, K)).astype(np.float32)
+    x = rng.standard_normal((T, DIM)).astype(np.float32)
+    x[:, 0], x[:, 1] = rank, np.arange(T)
+    x = x.astype(BF16)
+    el = ep.local_experts
+    errors = []
+    # Normal mode, BF16 payload: expert e's rows are the (source, token) pairs routed to it, in order.
+    d = ep.dispatch(x, ids_all[rank], w_all[rank], fp8=False)
+    for e in range(el):
+        g = rank * el + e
+        want = [(s, t) for s in range(size) for t in range(T) if g in ids_all[s, t]]
+        rows = d.x[d.offsets[e]:d.offsets[e + 1]].astype(np.float32)
+        have = [(int(r[0]), int(r[1])) for r in rows]
+        if have != want:
+            errors.append(f"normal expert {g}: got {have[:4]}.. want {want[:4]}..")
+    # Combine of an identity expert: each token comes back as (sum of its weights) * x.
+    y = d.x.astype(np.float32)
+    back = ep.combine(y, d.handle)
+    expect = w_all[rank].sum(axis=1)[:, None] * x.astype(np.float32)
+    tol = 2 * EPS_BF16 * np.abs(expect) * K + 1e-6
+    if not np.all(np.abs(back - expect) <= tol):
+        errors.append(f"normal combine off by {np.abs(back - expect).max():.3g}")
+    # Low-latency mode, FP8 payload.
+    lo = ep.low_latency_dispatch(x, ids_all[rank], fp8=True)
+    xv = dequant_rows(lo.x, lo.scales).astype(np.float32)
+    for e in range(el):
+        g = rank * el + e
+        want = [(s, t) for s in range(size) for t in range(T) if g in ids_all[s, t]]
+        n = int(lo.counts[e])
+        have = [(int(np.rint(r[0])), int(np.rint(r[1]))) for r in xv[e, :n]]
+        if have != want or np.any(lo.x[e, n:].view(np.uint8)):
+            errors.append(f"low-latency expert {g}: got {have[:4]}.. want {want[:4]}..")
+    back = ep.low_latency_combine(xv, w_all[rank], lo.handle)
+    xq = dequant_rows(*kernels.act_quant(x)).astype(np.float32)
+    expect = w_all[rank].sum(axis=1)[:, None] * xq
+    if not np.all(np.abs(back - expect) <= 2 * EPS_BF16 * np.abs(xq) * w_all[rank].sum(axis=1)[:, None] + 1e-6):
+        errors.append(f"low-latency combine off by {np.abs(back - expect).max():.3g}")
+    report(dict(errors=errors, recv_rows=int(d.offsets[-1]), ll_counts=lo.counts.tolist()))
+
+
+def expect_error(fn):
+    try:
+        fn()
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def scenario_bad(a):
+    if a.scenario == "bad_hidden":
+        msg = expect_error(lambda: alltoall.EpComm(E, DIM if rank != 1 else DIM // 2, timeout_s=30))
+    elif a.scenario == "bad_experts":
+        msg = expect_error(lambda: alltoall.EpComm(E if rank != 1 else 2 * E, DIM, timeout_s=30))
+    elif a.scenario == "bad_ids":
+        ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=30)
+        ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
+        if rank == 1:
+            ids[2, 1] = E + 5
+        x = np.zeros((4, DIM), BF16)
+        w = np.ones((4, TOPK), np.float32)
+        fn = (lambda: ep.dispatch(x, ids, w)) if a.mode == "normal" else (lambda: ep.low_latency_dispatch(x, ids))
+        msg = expect_error(fn)
+        # The communicator still works after a reported error.
+        ids[:] = np.arange(TOPK)
+        ok_after = (ep.dispatch(x, ids, w) if a.mode == "normal" else ep.low_latency_dispatch(x, ids)) is not None
+        msg = (msg, ok_after)
+    elif a.scenario == "bad_combine":
+        ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=30)
+        ids = np.tile(np.arange(0, E, E // TOPK, dtype=np.int32), (4, 1))
+        x = np.zeros((4, DIM), BF16)
+        w = np.ones((4, TOPK), np.float32)
+        if a.mode == "normal":
+            d = ep.dispatch(x, ids, w, fp8=False)
+            y = d.x.astype(np.float32)
+            msg = expect_error(lambda: ep.combine(y[:, :DIM // 2].copy() if rank == 0 else y, d.handle))
+        else:
+            d = ep.low_latency_dispatch(x, ids, fp8=False)
+            y = d.x.astype(np.float32)
+            msg = expect_error(lambda: ep.low_latency_combine(y, w[:, :2].copy() if rank == 0 else w, d.handle))
+    report(dict(error=msg))
+
+
+def scenario_die(a):
+    ep = alltoall.EpComm(E, DIM, timeout_s=a.timeout)
+    x = np.zeros((4, DIM), BF16)
+    ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
+    w = np.ones((4, TOPK), np.float32)
+    ep.dispatch(x, ids, w)
+    if rank == 1:
+        if a.scenario == "die":
+            sys.stderr.write("rank 1 exits on purpose\n")
+            sys.stderr.flush()
+            os._exit(7)
+        time.sleep(a.sleep)     # stuck: alive but silent
+    ep.dispatch(x, ids, w)
+    print(f"rank {rank} finished", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario")
+    p.add_argument("--mode", default="normal", choices=["normal", "low_latency"])
+    p.add_argument("--fp8", type=int, default=0)
+    p.add_argument("--overlap", type=int, default=0)
+    p.add_argument("--eplb", default="none", choices=["none", "hierarchical", "global"])
+    p.add_argument("--tokens", default="8")
+    p.add_argument("--skew", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=30)
+    p.add_argument("--sleep", type=float, default=40)
+    a = p.parse_args()
+    if a.scenario == "layer":
+        scenario_layer(a)
+    elif a.scenario == "layout":
+        scenario_layout(a)
+    elif a.scenario.startswith("bad_"):
+        scenario_bad(a)
+    elif a.scenario in ("die", "stuck"):
+        scenario_die(a)
+    else:
+        raise SystemExit(f"unknown scenario {a.scenario}")
+
+
+if __name__ == "__main__":
+    main()

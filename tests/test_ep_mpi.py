@@ -1,0 +1,135 @@
+"""Expert parallelism over MPI: each test launches `mpirun -np N python -m mpi4py tests/ep_worker.py`
+and asserts on the RESULT line rank 0 prints (or on how the job ended).
+
+Skipped with the reason when mpirun or mpi4py is missing, unless DSPERF_REQUIRE_MPI=1 (CI sets it),
+which turns a missing MPI into a failure.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dsperf import ep
+
+WORKER = Path(__file__).with_name("ep_worker.py")
+EPS_BF16 = 2.0 ** -8
+EPS_FP8 = 2.0 ** -4          # e4m3: 3 fraction bits
+
+
+def _mpi_reason():
+    if shutil.which("mpirun") is None:
+        return "mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
+    ok, why = ep.mpi_available()
+    return None if ok else why
+
+
+_REASON = _mpi_reason()
+if _REASON and os.environ.get("DSPERF_REQUIRE_MPI") == "1":
+    raise RuntimeError(f"DSPERF_REQUIRE_MPI=1 but MPI is unusable: {_REASON}")
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"EP tests need MPI: {_REASON}")
+
+
+def run(np_, *args, timeout=120):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", sys.executable, "-m", "mpi4py", str(WORKER), *map(str, args)]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return p, time.monotonic() - t0
+
+
+def result(np_, *args):
+    p, _ = run(np_, *args)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    assert p.returncode == 0 and lines, f"mpirun failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def check_layer(res, fp8):
+    # Against the single-process composition of the same kernels (FP8-rounded expert input when
+    # fp8): every element within the BF16 rounding of the combine partials, sum_k |w_k| |y_k| * 2^-8.
+    assert res["max_excess"] <= 0, res
+    # Against dsperf.kernels.moe_layer itself: within BF16 (or, with an FP8 payload, FP8) rounding.
+    assert res["rel_err_vs_single"] <= (EPS_FP8 if fp8 else EPS_BF16), res
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+@pytest.mark.parametrize("mode", ["normal", "low_latency"])
+def test_dispatch_layouts_row_by_row(np_, mode):
+    for skew in (0, 1):
+        per_rank = result(np_, "layout", "--skew", skew, "--seed", np_)
+        for r in per_rank:
+            assert r["errors"] == []
+        if skew:   # everything went to the first rank's experts; the others received nothing
+            assert per_rank[0]["recv_rows"] > 0 and all(r["recv_rows"] == 0 for r in per_rank[1:])
+
+
+CASES = [
+    # (ranks, mode, fp8, overlap, eplb, tokens per rank, skew)
+    (2, "normal", 0, 0, "none", "8", 0),
+    (2, "low_latency", 1, 0, "none", "8", 0),
+    (2, "normal", 1, 1, "global", "7,3", 1),
+    (4, "normal", 1, 0, "none", "8", 0),
+    (4, "normal", 0, 1, "hierarchical", "9,0,3,6", 1),
+    (4, "low_latency", 0, 1, "none", "8", 0),
+    (4, "low_latency", 1, 0, "global", "6", 1),
+    (4, "normal", 0, 0, "none", "1,0,0,0", 0),          # a single token in total
+    (4, "low_latency", 1, 1, "hierarchical", "0,0,1,0", 0),
+]
+
+
+@pytest.mark.parametrize("np_, mode, fp8, overlap, eplb, tokens, skew", CASES)
+def test_ep_layer_equals_single_process(np_, mode, fp8, overlap, eplb, tokens, skew):
+    res = result(np_, "layer", "--mode", mode, "--fp8", fp8, "--overlap", overlap, "--eplb", eplb,
+                 "--tokens", tokens, "--skew", skew)
+    check_layer(res, fp8)
+    assert res["shape"] == [sum(res["tokens"]), 256]
+    if skew and mode == "normal" and eplb == "none":
+        assert 0 in res["rows_per_rank"]
+    if eplb != "none":
+        assert res["replicas"] is not None and sum(res["replicas"]) == 16 + 8
+
+
+def test_skewed_routing_leaves_ranks_without_tokens():
+    res = result(4, "layer", "--mode", "normal", "--tokens", "8", "--skew", "1")
+    check_layer(res, 0)
+    assert res["rows_per_rank"][0] == 4 * 8 * 4 and res["rows_per_rank"][1:] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("scenario, needle", [("bad_hidden", "hidden differs between ranks: rank 0 has 256, rank 1 has 128"),
+                                              ("bad_experts", "num_experts differs between ranks")])
+def test_mismatched_sizes_fail_on_every_rank(scenario, needle):
+    per_rank = result(2, scenario)
+    assert all(needle in r["error"] for r in per_rank)
+
+
+@pytest.mark.parametrize("mode", ["normal", "low_latency"])
+def test_bad_ids_fail_on_every_rank_and_the_comm_survives(mode):
+    per_rank = result(4, "bad_ids", "--mode", mode)
+    for r in per_rank:
+        msg, ok_after = r["error"]
+        assert msg.startswith("rank 1: topk_ids must lie in [0, num_experts = 16)") and ok_after
+
+
+@pytest.mark.parametrize("mode, needle", [("normal", "rank 0: y must have shape"),
+                                          ("low_latency", "rank 0: topk_weights must have shape")])
+def test_bad_combine_input_fails_on_every_rank(mode, needle):
+    per_rank = result(2, "bad_combine", "--mode", mode)
+    assert all(r["error"] and needle in r["error"] for r in per_rank)
+
+
+def test_a_dying_rank_ends_the_job_with_an_error():
+    p, elapsed = run(4, "die", "--timeout", 50)
+    assert p.returncode != 0 and elapsed < 60
+    assert "finished" not in p.stdout
+
+
+def test_a_stuck_rank_trips_the_watchdog():
+    p, elapsed = run(4, "stuck", "--timeout", 3, "--sleep", 40)
+    assert p.returncode != 0 and elapsed < 30
+    assert "no progress for 3 s" in p.stderr

@@ -12,7 +12,9 @@ from dsperf import calibrate as cal
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     path = tmp_path_factory.mktemp("cal") / "cpu.toml"
-    return cal.calibrate(quick=True, path=path)
+    # A tiny fit sweep: the real one (dsperf.sweeps.fit_points) takes a minute or more.
+    points = [("linear", dict(m=m, n=256, k=512, dtype="bf16")) for m in (1, 32, 128)]
+    return cal.calibrate(quick=True, path=path, points=points, repeats=2)
 
 
 def test_writes_a_loadable_device(quick_run):
@@ -35,6 +37,17 @@ def test_figures_are_sane(quick_run):
     for t in range(1, threads + 1):
         assert 0 < m[f"read_gbps_{t}t"] < 2000 and 0 < m[f"triad_gbps_{t}t"] < 2000
     assert 0 < m["call_overhead_us"] < 1000
+    # Cache-resident data reads at least about as fast as memory (a VM may share the LLC).
+    assert m["cache_read_gbps"] > 0.5 * m[f"read_gbps_{threads}t"]
+
+
+def test_writes_the_fitted_efficiencies(quick_run):
+    path, m = quick_run
+    e = m["efficiency"]["linear/bf16"]
+    assert 0 < e.compute <= 3 and 0 < e.memory <= 3 and e.overhead_us >= 0
+    dev = dsperf.load_device(str(path), "corrected")
+    assert dev.call_overhead_us == pytest.approx(m["call_overhead_us"], rel=1e-3) and dev.cache_bw_gbps > 0
+    assert cal.fit_csv_path(path).exists()
 
 
 def test_second_call_reuses_the_file(quick_run):

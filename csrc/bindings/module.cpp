@@ -202,6 +202,7 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
 
 void bind_kernels(py::module_& root);  // kernels.cpp
 void bind_ep(py::module_& root);       // ep.cpp
+void bind_kernel_cost(py::module_& root);  // kernel_cost.cpp
 
 PYBIND11_MODULE(_C, mod) {
     mod.doc() = "dsperf C++ core: model block costs, device specs, prefill/decode cost model";
@@ -213,6 +214,7 @@ PYBIND11_MODULE(_C, mod) {
 
     bind_kernels(mod);
     bind_ep(mod);
+    bind_kernel_cost(mod);
 
     py::class_<ModelConfig>(mod, "ModelConfig")
         .def(py::init<>())
@@ -255,6 +257,8 @@ PYBIND11_MODULE(_C, mod) {
         .def_readwrite("discount", &DeviceSpec::discount)
         .def_readwrite("gpus_per_node", &DeviceSpec::gpus_per_node)
         .def_readwrite("seed_decode_tp", &DeviceSpec::seed_decode_tp)
+        .def_readwrite("cache_bw_gbps", &DeviceSpec::cache_bw_gbps)
+        .def_readwrite("call_overhead_us", &DeviceSpec::call_overhead_us)
         .def("validate", &DeviceSpec::validate)
         .def("fp16_tflops_eff", &DeviceSpec::fp16_tflops_eff, py::arg("comm_sms"))
         .def("fp8_tflops_eff", &DeviceSpec::fp8_tflops_eff, py::arg("comm_sms"))

@@ -32,6 +32,8 @@ void DeviceSpec::validate() const {
     require(discount > 0 && discount <= 1, name, "discount", "must lie in (0, 1]");
     require(gpus_per_node > 0, name, "gpus_per_node", "must be positive");
     require(seed_decode_tp > 0, name, "seed_decode_tp", "must be positive");
+    require(cache_bw_gbps >= 0, name, "cache_bw_gbps", "must be >= 0");
+    require(call_overhead_us >= 0, name, "call_overhead_us", "must be >= 0");
 }
 
 double DeviceSpec::fp16_tflops_eff(int comm_sms) const {

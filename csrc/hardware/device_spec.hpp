@@ -20,6 +20,9 @@ struct DeviceSpec {
     double discount = 0.85;          // fraction of peak reached overall (compute, memory, links)
     int gpus_per_node = 8;
     int seed_decode_tp = 4;          // TP the seed's best-TP rule picks when TP beats TP1
+    // Kernel cost model only (costmodel/kernel_cost.hpp); the seed's model does not use them.
+    double cache_bw_gbps = 0;        // bandwidth of data resident in the last-level cache (0: unknown)
+    double call_overhead_us = 0;     // fixed cost of one kernel call (launch, or Python -> C++)
 
     void validate() const;           // throws std::invalid_argument naming the field
 

@@ -1,10 +1,14 @@
 """`dsperf calibrate`: measure this machine and write it as a device spec the cost model can use.
 
-Measures the VDPBF16PS (BF16 dot) and FP32 FMA peaks of all threads, the streaming-read and STREAM-
-triad bandwidths by thread count, and the cost of one call from Python into a C++ kernel. Each
-figure is the best of several passes, with the spread between passes reported as its noise. The
-result is written as a device TOML (same fields as the GPU specs, plus a [calibration] table of the
-raw measurements) under ~/.cache/dsperf (or --out), and reused until asked to re-measure.
+Two steps. The probes: the VDPBF16PS (BF16 dot) and FP32 FMA peaks of all threads, the streaming-
+read and STREAM-triad bandwidths by thread count, the read bandwidth of cache-resident data, and
+the cost of one call from Python into a C++ kernel; each figure is the best of several passes, with
+the spread between passes reported as its noise. Then the fit: the kernels of the calibration
+sweep (dsperf.sweeps.fit_points) are timed and the per-family efficiencies of the kernel cost model
+fitted to them (dsperf.predict.fit_efficiencies). The result is a device TOML (the GPU specs'
+fields, a [calibration] table of the raw measurements and an [efficiency] table per kernel family)
+under ~/.cache/dsperf (or --out), with the fit sweep's CSV beside it, reused until asked to
+re-measure.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from pathlib import Path
 
 from . import _C
 from . import kernels as K
+from .harness import l3_bytes
 
 CACHE_DIR = Path(os.environ.get("DSPERF_CACHE", Path.home() / ".cache" / "dsperf"))
 
@@ -76,13 +81,16 @@ def measure(quick=False) -> dict:
         m[f"read_gbps_{t}t"], m[f"read_spread_{t}t"] = _best_and_spread(lambda: k.probe_read_bandwidth_gbps(buf, 2, t), passes)
         m[f"triad_gbps_{t}t"], m[f"triad_spread_{t}t"] = _best_and_spread(
             lambda: k.probe_triad_bandwidth_gbps(buf, 2, t), passes)
+    llc = min(64 << 20, max(4 << 20, l3_bytes() // 4))  # inside the last-level cache, beyond L2
+    m["cache_read_gbps"], m["cache_read_spread"] = _best_and_spread(
+        lambda: k.probe_read_bandwidth_gbps(llc, 20, threads), passes)
     m["call_overhead_us"] = _call_overhead_us(500 if quick else 5000)
     m["mem_gb"] = _mem_gb()
     m["measured_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return m
 
 
-def to_toml(m: dict, name: str) -> str:
+def to_toml(m: dict, name: str, efficiencies=None) -> str:
     """The measurements as a device file: rates are achieved rates, so derate and discount are 1."""
     threads = m["threads"]
     lines = [
@@ -102,29 +110,55 @@ def to_toml(m: dict, name: str) -> str:
         f"scaleout_gbps = {m[f'triad_gbps_{threads}t']:.3f}",
         "discount = 1.0",
         "gpus_per_node = 1",
+        f"cache_bw_gbps = {m['cache_read_gbps']:.3f}",
+        f"call_overhead_us = {m['call_overhead_us']:.3f}",
         "",
         "[calibration]",
     ]
     for key, value in m.items():
-        lines.append(f"{key} = {value!r}" if not isinstance(value, str) else f'{key} = "{value}"')
-    return "\n".join(lines).replace("True", "true").replace("False", "false") + "\n"
+        if isinstance(value, bool):
+            lines.append(f"{key} = {str(value).lower()}")
+        elif isinstance(value, str):
+            lines.append(f'{key} = "{value}"')
+        else:
+            lines.append(f"{key} = {value!r}")
+    for key, e in sorted((efficiencies or {}).items()):
+        lines += ["", f'[efficiency."{key}"]', f"compute = {e.compute:.6g}", f"memory = {e.memory:.6g}",
+                  f"overhead_us = {e.overhead_us:.6g}", f"overlap = {str(e.overlap).lower()}"]
+    return "\n".join(lines) + "\n"
 
 
-def calibrate(force=False, quick=False, path=None):
-    """(path, measurements): reuses the file at path unless force; else measures and writes it."""
-    import sys
+def fit_csv_path(path) -> Path:
+    """Where the fit sweep of a calibration file is kept."""
+    path = Path(path)
+    return path.with_name(path.stem + ".fit.csv")
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
+
+def calibrate(force=False, quick=False, path=None, points=None, repeats=None, progress=False):
+    """(path, measurements): reuses the file at path unless force; else probes, times the fit
+    sweep (`points`, default sweeps.fit_points(quick)) and writes the file. The measurements
+    include 'efficiency', {key: KernelEfficiency}."""
+    from .hardware import _read_toml, load_device
+    from .kernel_cost import efficiencies_from_dict
+    from .harness import run_sweep
+    from .predict import fit_efficiencies
+    from .sweeps import fit_points
+
     path = Path(path) if path else default_path()
     if path.is_dir():
         raise ValueError(f"out: '{path}' is a directory; give the path of a .toml file")
     if path.exists() and not force:
-        with open(path, "rb") as f:
-            return path, dict(tomllib.load(f).get("calibration", {}), reused=True)
+        data = _read_toml(path)
+        return path, dict(data.get("calibration", {}), efficiency=efficiencies_from_dict(data.get("efficiency", {})),
+                          reused=True)
     m = measure(quick=quick)
+    name = f"CPU-{socket.gethostname()}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_toml(m, f"CPU-{socket.gethostname()}"))
-    return path, dict(m, reused=False)
+    path.write_text(to_toml(m, name))  # the probes alone, so the fit can price against them
+    spec = load_device(str(path), "corrected")
+    pts = fit_points(quick) if points is None else list(points)
+    sweep = run_sweep(pts, repeats=repeats or (3 if quick else 5), progress=progress)
+    effs = fit_efficiencies(sweep, spec)
+    sweep.to_csv(fit_csv_path(path), index=False)
+    path.write_text(to_toml(m, name, effs))
+    return path, dict(m, efficiency=effs, reused=False)

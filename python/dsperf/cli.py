@@ -56,6 +56,19 @@ def _add_devices(sub):
     c.add_argument("--force", action="store_true", help="measure again even if a calibration is cached")
     c.add_argument("--quick", action="store_true", help="short probes (seconds): noisier figures")
     c.add_argument("--out", help="device file to write (default ~/.cache/dsperf/cpu-<host>.toml)")
+    c.add_argument("--progress", action="store_true", help="a progress bar on stderr during the fit sweep")
+
+
+def _add_report(sub):
+    r = sub.add_parser("report", help="the main job: calibrate (or reuse), print the seed's tables, run the kernel "
+                                      "sweep and write a predicted-vs-measured report folder")
+    r.add_argument("--quick", action="store_true", help="the small sweep (a few minutes)")
+    r.add_argument("--out", default="report", help="report folder (default ./report)")
+    r.add_argument("--recalibrate", action="store_true", help="measure the machine again even if a calibration is cached")
+    r.add_argument("--calibration", help="device file to use or write (default ~/.cache/dsperf/cpu-<host>.toml)")
+    r.add_argument("--hot", action="store_true", help="cache-resident data (default: caches flushed before each call)")
+    r.add_argument("--repeats", type=int, help="timed calls per point (default 5, quick 3)")
+    r.add_argument("--no-tables", action="store_true", help="do not print the seed's tables (still written)")
 
 
 def _add_deepseek(sub):
@@ -100,6 +113,7 @@ def main(argv=None) -> int:
     _add_tables(sub)
     _add_devices(sub)
     _add_deepseek(sub)
+    _add_report(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "tables":
@@ -107,10 +121,24 @@ def main(argv=None) -> int:
         elif args.command == "calibrate":
             from .calibrate import calibrate
 
-            path, m = calibrate(force=args.force, quick=args.quick, path=args.out)
+            from .predict import efficiencies_table
+
+            path, m = calibrate(force=args.force, quick=args.quick, path=args.out, progress=args.progress)
+            effs = m.pop("efficiency")
             rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in m.items())
-            text = f"| measurement | value |\n|---|---|\n{rows}\n\ndevice file: {path}" + \
-                   (" (reused; --force to measure again)" if m.get("reused") else "") + "\n"
+            text = f"| measurement | value |\n|---|---|\n{rows}\n\n"
+            if effs:
+                text += "fitted kernel efficiencies:\n\n" + efficiencies_table(effs).to_markdown(index=False, floatfmt=".3g")
+            text += f"\n\ndevice file: {path}" + (" (reused; --force to measure again)" if m.get("reused") else "") + "\n"
+        elif args.command == "report":
+            from .report import run_report
+
+            if args.repeats is not None and args.repeats < 1:
+                raise ValueError("--repeats must be >= 1")
+            run_report(args.out, quick=args.quick, cold=not args.hot, force_calibration=args.recalibrate,
+                       calibration=args.calibration, repeats=args.repeats, progress=sys.stderr.isatty(),
+                       print_tables=not args.no_tables)
+            text = ""
         elif args.command == "deviations":
             from .deviations import deviation_effects
 

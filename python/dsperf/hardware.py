@@ -32,8 +32,11 @@ SPEC_FIELDS = {
     "discount": float,
     "gpus_per_node": int,
     "seed_decode_tp": int,
+    "cache_bw_gbps": float,
+    "call_overhead_us": float,
 }
-REQUIRED = [k for k in SPEC_FIELDS if k != "seed_decode_tp"]
+OPTIONAL = ("seed_decode_tp", "cache_bw_gbps", "call_overhead_us")
+REQUIRED = [k for k in SPEC_FIELDS if k not in OPTIONAL]
 
 DeviceLike = Union[str, os.PathLike, DeviceSpec]
 
@@ -80,7 +83,7 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
     values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
     if seed_values:
         values.update({k: v for k, v in data.get("as_published", {}).items() if k in SPEC_FIELDS})
-    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration")]
+    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency")]
     if unknown:
         raise ValueError(f"device file {source} has an unknown field '{unknown[0]}'")
     spec = DeviceSpec()

@@ -1,0 +1,54 @@
+// Python face of the kernel cost model (costmodel/kernel_cost.hpp): dsperf._C.kernel_cost.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "costmodel/kernel_cost.hpp"
+
+namespace py = pybind11;
+using namespace dsperf;
+
+void bind_kernel_cost(py::module_& root) {
+    py::module_ m = root.def_submodule("kernel_cost", "FLOPs, bytes and roofline time of single kernel calls");
+    py::class_<KernelWork>(m, "KernelWork")
+        .def(py::init<>())
+        .def(py::init([](double flops, double bytes, bool fp8) { return KernelWork{flops, bytes, fp8}; }),
+             py::arg("flops"), py::arg("bytes"), py::arg("fp8") = false)
+        .def_readwrite("flops", &KernelWork::flops)
+        .def_readwrite("bytes", &KernelWork::bytes)
+        .def_readwrite("fp8", &KernelWork::fp8)
+        .def("__iadd__", [](KernelWork& a, const KernelWork& b) { return a += b; })
+        .def("__add__", [](KernelWork a, const KernelWork& b) { return a += b; })
+        .def("__repr__", [](const KernelWork& w) {
+            return "KernelWork(flops=" + std::to_string(w.flops) + ", bytes=" + std::to_string(w.bytes) +
+                   (w.fp8 ? ", fp8=True)" : ")");
+        });
+    py::class_<KernelEfficiency>(m, "KernelEfficiency")
+        .def(py::init([](double c, double mem, double o, bool overlap) { return KernelEfficiency{c, mem, o, overlap}; }),
+             py::arg("compute") = 1.0, py::arg("memory") = 1.0, py::arg("overhead_us") = 0.0,
+             py::arg("overlap") = true)
+        .def_readwrite("compute", &KernelEfficiency::compute)
+        .def_readwrite("memory", &KernelEfficiency::memory)
+        .def_readwrite("overhead_us", &KernelEfficiency::overhead_us)
+        .def_readwrite("overlap", &KernelEfficiency::overlap)
+        .def("__repr__", [](const KernelEfficiency& e) {
+            return "KernelEfficiency(compute=" + std::to_string(e.compute) + ", memory=" + std::to_string(e.memory) +
+                   ", overhead_us=" + std::to_string(e.overhead_us) + (e.overlap ? ", overlap=True)" : ", overlap=False)");
+        });
+    py::class_<MlaShape>(m, "MlaShape")
+        .def(py::init([](int64_t dim, int64_t heads, int64_t q_lora, int64_t kv_lora, int64_t nope, int64_t rope,
+                         int64_t v) { return MlaShape{dim, heads, q_lora, kv_lora, nope, rope, v}; }),
+             py::arg("dim") = 7168, py::arg("heads") = 128, py::arg("q_lora") = 1536, py::arg("kv_lora") = 512,
+             py::arg("nope") = 128, py::arg("rope") = 64, py::arg("v") = 128);
+    m.def("kernel_seconds", &kernel_seconds, py::arg("work"), py::arg("device"), py::arg("efficiency"),
+          py::arg("cache_resident") = false);
+    m.def("linear_work", &linear_work, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("fp8") = false);
+    m.def("gate_work", &gate_work, py::arg("tokens"), py::arg("dim"), py::arg("experts"), py::arg("top_k"));
+    m.def("experts_work", &experts_work, py::arg("rows"), py::arg("active_experts"), py::arg("dim"), py::arg("inter"),
+          py::arg("fp8") = false);
+    m.def("dispatch_combine_work", &dispatch_combine_work, py::arg("tokens"), py::arg("top_k"), py::arg("dim"));
+    m.def("mla_decode_work", &mla_decode_work, py::arg("keys"), py::arg("batch"), py::arg("q_len"), py::arg("heads"),
+          py::arg("kv_lora") = 512, py::arg("rope") = 64, py::arg("fp8_cache") = false);
+    m.def("mla_forward_work", &mla_forward_work, py::arg("variant"), py::arg("tokens"), py::arg("prefix"),
+          py::arg("shape"));
+    m.def("rmsnorm_work", &rmsnorm_work, py::arg("tokens"), py::arg("width"));
+}

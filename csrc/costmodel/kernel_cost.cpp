@@ -1,0 +1,158 @@
+#include "costmodel/kernel_cost.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace dsperf {
+
+namespace {
+constexpr double kBf16 = 2, kFp32 = 4;
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+void require_nonneg(int64_t v, const char* name) { require(v >= 0, std::string(name) + " must be >= 0"); }
+void require_pos(int64_t v, const char* name) { require(v > 0, std::string(name) + " must be > 0"); }
+
+// Bytes of an [n, k] weight: BF16, or FP8 plus one FP32 scale per 128x128 block.
+double weight_bytes(double n, double k, bool fp8) {
+    if (!fp8) return n * k * kBf16;
+    const double blocks = std::ceil(n / 128) * std::ceil(k / 128);
+    return n * k + blocks * kFp32;
+}
+}  // namespace
+
+void KernelEfficiency::validate() const {
+    require(compute > 0, "efficiency 'compute' must be > 0");
+    require(memory > 0, "efficiency 'memory' must be > 0");
+    require(overhead_us >= 0, "efficiency 'overhead_us' must be >= 0");
+}
+
+void MlaShape::validate() const {
+    require_pos(dim, "dim"), require_pos(heads, "heads"), require_nonneg(q_lora, "q_lora");
+    require_pos(kv_lora, "kv_lora"), require_pos(nope, "nope"), require_pos(rope, "rope"), require_pos(v, "v");
+}
+
+double kernel_seconds(const KernelWork& w, const DeviceSpec& d, const KernelEfficiency& e, bool cache_resident) {
+    e.validate();
+    require(w.flops >= 0 && w.bytes >= 0, "work must have flops >= 0 and bytes >= 0");
+    const double peak_tflops = (w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) * d.compute_derate;
+    const double bw = cache_resident && d.cache_bw_gbps > 0 ? d.cache_bw_gbps : d.mem_bw_gbps;
+    const double compute_s = w.flops / (peak_tflops * 1e12 * e.compute);
+    const double memory_s = w.bytes / (bw * 1e9 * e.memory);
+    return (d.call_overhead_us + e.overhead_us) * 1e-6 + (e.overlap ? std::max(compute_s, memory_s) : compute_s + memory_s);
+}
+
+KernelWork linear_work(int64_t m, int64_t n, int64_t k, bool fp8) {
+    require_nonneg(m, "m"), require_pos(n, "n"), require_pos(k, "k");
+    KernelWork w;
+    w.flops = 2.0 * m * n * k;
+    w.bytes = weight_bytes(n, k, fp8) + double(m) * k * kBf16 + double(m) * n * kFp32;
+    w.fp8 = fp8;
+    return w;
+}
+
+KernelWork gate_work(int64_t tokens, int64_t dim, int64_t experts, int64_t top_k) {
+    require_nonneg(tokens, "tokens"), require_pos(dim, "dim"), require_pos(experts, "experts");
+    require_pos(top_k, "top_k");
+    KernelWork w = linear_work(tokens, experts, dim, false);
+    // Scores, group sums and the top-k selection: a handful of operations per logit.
+    w.flops += 8.0 * tokens * experts;
+    w.bytes += double(tokens) * top_k * (kFp32 + 4);
+    return w;
+}
+
+KernelWork experts_work(int64_t rows, int64_t active_experts, int64_t dim, int64_t inter, bool fp8) {
+    require_nonneg(rows, "rows"), require_nonneg(active_experts, "active_experts");
+    require_pos(dim, "dim"), require_pos(inter, "inter");
+    require(active_experts <= rows, "active_experts must be <= rows (an expert with rows reads its weights)");
+    KernelWork w;
+    const double r = double(rows), d = double(dim), i = double(inter);
+    w.flops = r * (2 * (2 * i) * d + 2 * d * i);
+    w.bytes = active_experts * (weight_bytes(2 * i, d, fp8) + weight_bytes(d, i, fp8)) +
+              r * (d * kBf16 + 2 * i * kFp32 + i * kBf16 + d * kFp32);
+    w.fp8 = fp8;
+    return w;
+}
+
+KernelWork dispatch_combine_work(int64_t tokens, int64_t top_k, int64_t dim) {
+    require_nonneg(tokens, "tokens"), require_pos(top_k, "top_k"), require_pos(dim, "dim");
+    const double rows = double(tokens) * top_k, d = double(dim);
+    KernelWork w;
+    w.flops = 2 * rows * d;                                   // the weighted sum of combine
+    w.bytes = rows * d * (kBf16 + kBf16)                      // permute: gather and write
+              + rows * d * kFp32 + double(tokens) * d * kFp32;  // combine: read the rows, write the tokens
+    return w;
+}
+
+KernelWork mla_decode_work(int64_t keys, int64_t batch, int64_t q_len, int64_t heads, int64_t kv_lora, int64_t rope,
+                           bool fp8_cache) {
+    require_nonneg(keys, "keys"), require_pos(batch, "batch"), require_pos(q_len, "q_len");
+    require_pos(heads, "heads"), require_pos(kv_lora, "kv_lora"), require_pos(rope, "rope");
+    const double rows = double(q_len) * heads;  // query rows that share each request's keys
+    KernelWork w;
+    w.flops = 2 * double(keys) * rows * (kv_lora + rope + kv_lora);
+    const double latent = fp8_cache ? kv_lora + kFp32 * (kv_lora / 128) : kv_lora * kBf16;
+    w.bytes = double(keys) * (latent + rope * kBf16) +
+              double(batch) * rows * ((kv_lora + rope) * kBf16 + kv_lora * kFp32 + kFp32);
+    return w;
+}
+
+KernelWork rmsnorm_work(int64_t tokens, int64_t width) {
+    require_nonneg(tokens, "tokens"), require_pos(width, "width");
+    KernelWork w;
+    w.flops = 4.0 * tokens * width;
+    w.bytes = double(tokens) * width * 2 * kBf16 + width * kFp32;
+    return w;
+}
+
+KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+    require(variant >= 0 && variant <= 4, "variant must be one of CD, CC, A_CC, A_CC_ME, AM_CC_ME (0..4)");
+    require_pos(tokens, "tokens"), require_nonneg(prefix, "prefix");
+    s.validate();
+    const int64_t T = tokens, S = prefix + tokens, H = s.heads;
+    const int64_t D = s.dim, QL = s.q_lora, L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
+    const bool absorbed = variant >= 2, materialised = variant == 4;
+    KernelWork w;
+    // Prolog: wq_a -> q_norm -> wq_b (AM_CC_ME runs only the rope columns of wq_b and q_absorb
+    // instead of the nope columns), wkv_a -> kv_norm.
+    w += linear_work(T, QL, D, false);
+    w += rmsnorm_work(T, QL);
+    w += linear_work(T, H * (materialised ? R : N + R), QL, false);
+    w += linear_work(T, L + R, D, false);
+    w += rmsnorm_work(T, L);
+    // Attention: every query row against all S keys, computed then masked.
+    const double rect = double(T) * S * H;
+    if (!absorbed) {
+        // CD decompresses the new tokens into its cache; CC decompresses all S from the latent.
+        const int64_t decompressed = variant == 0 ? T : S;
+        w += linear_work(decompressed, H * (N + V), L, false);
+        w.flops += 2 * rect * ((N + R) + V);
+        const double kv_row = double(H) * ((N + R) + V) * kBf16;
+        w.bytes += double(S) * kv_row + (variant == 0 ? double(T) * kv_row : double(S) * kv_row);
+        w.bytes += double(S) * (L + R) * kBf16;
+        w += linear_work(T, D, H * V, false);  // wo
+    } else {
+        if (materialised) {
+            w += linear_work(T, H * L, QL, false);  // q_absorb
+        } else {
+            w.flops += 2.0 * T * H * N * L;  // q_nope x W_UK per head
+            w.bytes += double(H) * N * L * kBf16;
+        }
+        w.flops += 2 * rect * ((L + R) + L);
+        w.bytes += double(S) * (L + R) * kBf16 * (variant == 2 ? 3 : 1);  // A_CC copies [latent | k_pe]
+        if (materialised) {
+            w += linear_work(T, D, H * L, false);  // o_absorb
+        } else {
+            w.flops += 2.0 * T * H * L * V;  // o_latent x W_UV per head
+            w.bytes += double(H) * V * L * kBf16;
+            w += linear_work(T, D, H * V, false);  // wo
+        }
+    }
+    return w;
+}
+
+}  // namespace dsperf

@@ -1,0 +1,75 @@
+// The cost model of single kernels: the work one call does (FLOPs and bytes moved to or from
+// memory) and its roofline time on a device. The same functions price a kernel on a GPU spec
+// (datasheet peaks) and on this CPU (the spec `dsperf calibrate` writes), with per-family
+// efficiencies that calibration fits against measured times.
+//
+// Work counts what the kernels execute, not the useful minimum: attention computes every key
+// chunk up to the last visible one for every query row and masks (the full q x kv rectangle in
+// a prefill from an empty cache), and each weight is read once per call.
+#pragma once
+#include <cstdint>
+
+#include "hardware/device_spec.hpp"
+
+namespace dsperf {
+
+struct KernelWork {
+    double flops = 0;   // 2 x multiply-accumulates (plus the few elementwise ops that matter)
+    double bytes = 0;   // bytes read from and written to memory, each once
+    bool fp8 = false;   // its GEMMs take FP8 inputs (priced at the FP8 peak where the device has one)
+    KernelWork& operator+=(const KernelWork& o) {
+        flops += o.flops, bytes += o.bytes, fp8 = fp8 || o.fp8;
+        return *this;
+    }
+};
+
+// What a kernel family reaches of the device's peaks, its fixed cost per call beyond the
+// device's call overhead, and whether its memory traffic overlaps its arithmetic (the roofline's
+// max) or adds to it (a kernel that loads, then computes, as small CPU GEMMs do). Calibration fits
+// these per family; 1, 1, 0, overlapped is the ideal roofline.
+struct KernelEfficiency {
+    double compute = 1.0;
+    double memory = 1.0;
+    double overhead_us = 0.0;
+    bool overlap = true;
+    void validate() const;  // throws std::invalid_argument naming the field
+};
+
+// Roofline time of one call, seconds: the device's call overhead + the family's overhead +
+// max (or, without overlap, the sum) of flops / (peak x compute_derate x compute) and
+// bytes / (bandwidth x memory). cache_resident
+// prices the bytes at the device's cache bandwidth (cache_bw_gbps, when the spec has one).
+double kernel_seconds(const KernelWork& w, const DeviceSpec& d, const KernelEfficiency& e, bool cache_resident);
+
+// y[M, N] = x[M, K] @ w[N, K]^T: BF16 x, BF16 or FP8 (128x128 block-scaled) w, FP32 y.
+KernelWork linear_work(int64_t m, int64_t n, int64_t k, bool fp8);
+
+// Router: logits of T BF16 tokens over E experts, sigmoid/softmax, group-limited top-k.
+KernelWork gate_work(int64_t tokens, int64_t dim, int64_t experts, int64_t top_k);
+
+// Grouped expert FFN (either layout): `rows` token rows spread over `active_experts` experts
+// (experts with no rows are skipped and read nothing), merged gate_up, SiLU-mul, down projection.
+KernelWork experts_work(int64_t rows, int64_t active_experts, int64_t dim, int64_t inter, bool fp8);
+
+// Dispatch (permute BF16 rows into expert order) plus combine (weighted un-permute in FP32).
+KernelWork dispatch_combine_work(int64_t tokens, int64_t top_k, int64_t dim);
+
+// Absorbed MLA decode over a paged latent cache: `keys` = the sum over requests of seqlens,
+// `batch` requests x q_len query tokens x heads, keys [kv_lora | rope] and values = the latent.
+KernelWork mla_decode_work(int64_t keys, int64_t batch, int64_t q_len, int64_t heads, int64_t kv_lora,
+                           int64_t rope, bool fp8_cache);
+
+// The MLA dimensions of one layer (on one TP rank: heads = n_heads / TP).
+struct MlaShape {
+    int64_t dim = 7168, heads = 128, q_lora = 1536, kv_lora = 512, nope = 128, rope = 64, v = 128;
+    void validate() const;
+};
+
+// One MLA layer (prolog, attention in a variant, wo) for `tokens` new tokens after `prefix`
+// cached ones of one sequence. variant: 0 CD, 1 CC, 2 A_CC, 3 A_CC_ME, 4 AM_CC_ME.
+KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s);
+
+// RMSNorm of T rows of width `width` (BF16 in and out, FP32 weight).
+KernelWork rmsnorm_work(int64_t tokens, int64_t width);
+
+}  // namespace dsperf

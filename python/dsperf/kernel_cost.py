@@ -1,0 +1,153 @@
+"""Predicted latency of single kernel calls: the work each kernel family does (C++,
+csrc/costmodel/kernel_cost.cpp) priced on a device's roofline with per-family efficiencies.
+
+A kernel point is a family name and its parameters, e.g.
+``("experts_masked", dict(rows=64, active=8, dim=7168, inter=2048, dtype="bf16"))``. Base families
+are priced directly; composite ones (``moe_layer``, ``decode_layer``) are the sum of their parts,
+each part at its own family's efficiency, with the call overhead paid once: they are predicted,
+never fitted, so they test whether the model composes.
+
+The same functions price a GPU spec (``predict_ms(..., device="H800")``, ideal efficiencies unless
+given) and this CPU (the spec `dsperf calibrate` writes, whose [efficiency] table holds the fitted
+factors).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from . import _C
+from .hardware import DeviceLike, load_device
+
+KC = _C.kernel_cost
+KernelWork = KC.KernelWork
+KernelEfficiency = KC.KernelEfficiency
+VARIANTS = ("CD", "CC", "A_CC", "A_CC_ME", "AM_CC_ME")
+
+# The families calibration fits (name -> the parameters a point gives).
+BASE_FAMILIES = {
+    "linear": ("m", "n", "k", "dtype"),
+    "gate": ("tokens", "dim", "experts", "top_k"),
+    "dispatch_combine": ("tokens", "top_k", "dim"),
+    "experts_contiguous": ("rows", "active", "dim", "inter", "dtype"),
+    "experts_masked": ("rows", "active", "dim", "inter", "dtype"),
+    "mla_decode": ("keys", "batch", "q_len", "heads", "dtype"),
+    "mla_prefill": ("variant", "tokens", "prefix", "heads"),
+    "mla_step": ("variant", "tokens", "prefix", "heads"),
+}
+COMPOSITE_FAMILIES = {
+    "moe_layer": ("tokens", "dim", "inter", "experts", "top_k", "active", "shared_inter", "dtype"),
+    "decode_layer": ("variant", "tokens", "prefix", "heads", "dim", "inter", "experts", "top_k", "active",
+                     "shared_inter", "dtype"),
+}
+FAMILIES = {**BASE_FAMILIES, **COMPOSITE_FAMILIES}
+# Families whose efficiency depends on the weight/cache dtype: fitted per dtype ("linear/fp8").
+DTYPE_FAMILIES = ("linear", "experts_contiguous", "experts_masked", "mla_decode")
+
+
+def efficiency_key(family: str, params: Mapping) -> str:
+    """The key of the efficiency a point is priced with: the family, plus /dtype where it matters."""
+    return f"{family}/{params['dtype']}" if family in DTYPE_FAMILIES else family
+
+
+def _dtype(params) -> bool:
+    dt = params.get("dtype", "bf16")
+    if dt not in ("bf16", "fp8"):
+        raise ValueError(f"dtype must be 'bf16' or 'fp8', got {dt!r}")
+    return dt == "fp8"
+
+
+def _mla_shape(p) -> "KC.MlaShape":
+    return KC.MlaShape(dim=p.get("dim", 7168), heads=p["heads"], q_lora=p.get("q_lora", 1536),
+                       kv_lora=p.get("kv_lora", 512), nope=p.get("nope", 128), rope=p.get("rope", 64),
+                       v=p.get("v", 128))
+
+
+def _variant(p) -> int:
+    v = p.get("variant")
+    if v not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {v!r}")
+    return VARIANTS.index(v)
+
+
+def _base_work(family: str, p: Mapping) -> KernelWork:
+    if family == "linear":
+        return KC.linear_work(p["m"], p["n"], p["k"], _dtype(p))
+    if family == "gate":
+        return KC.gate_work(p["tokens"], p["dim"], p["experts"], p["top_k"])
+    if family == "dispatch_combine":
+        return KC.dispatch_combine_work(p["tokens"], p["top_k"], p["dim"])
+    if family in ("experts_contiguous", "experts_masked"):
+        return KC.experts_work(p["rows"], p["active"], p["dim"], p["inter"], _dtype(p))
+    if family == "mla_decode":
+        return KC.mla_decode_work(p["keys"], p["batch"], p["q_len"], p["heads"], p.get("kv_lora", 512),
+                                  p.get("rope", 64), _dtype(p))
+    if family in ("mla_prefill", "mla_step"):
+        return KC.mla_forward_work(_variant(p), p["tokens"], p["prefix"], _mla_shape(p))
+    raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(FAMILIES)}")
+
+
+def parts(family: str, params: Mapping) -> list[tuple[str, dict, KernelWork]]:
+    """The (family, params, work) parts a point is priced as: itself for a base family, its
+    component kernels for a composite one."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict, got {type(params).__name__}")
+    missing = [k for k in FAMILIES.get(family, ()) if k not in params and k != "dtype"]
+    if family in FAMILIES and missing:
+        raise ValueError(f"{family} needs the parameter '{missing[0]}'")
+    p = dict(params)
+    if family == "moe_layer":
+        rows = p["tokens"] * p["top_k"]
+        out = [("gate", dict(tokens=p["tokens"], dim=p["dim"], experts=p["experts"], top_k=p["top_k"])),
+               ("dispatch_combine", dict(tokens=p["tokens"], top_k=p["top_k"], dim=p["dim"])),
+               ("experts_contiguous", dict(rows=rows, active=p["active"], dim=p["dim"], inter=p["inter"],
+                                           dtype=p.get("dtype", "bf16")))]
+        if p["shared_inter"]:
+            out.append(("experts_contiguous", dict(rows=p["tokens"], active=1 if p["tokens"] else 0, dim=p["dim"],
+                                                   inter=p["shared_inter"], dtype=p.get("dtype", "bf16"))))
+        return [(f, q, _base_work(f, q)) for f, q in out]
+    if family == "decode_layer":
+        mla = ("mla_step" if p["tokens"] == 1 else "mla_prefill",
+               dict(variant=p["variant"], tokens=p["tokens"], prefix=p["prefix"], heads=p["heads"], dim=p["dim"]))
+        moe = {k: p[k] for k in COMPOSITE_FAMILIES["moe_layer"] if k in p}
+        return [(mla[0], mla[1], _base_work(*mla))] + parts("moe_layer", moe)
+    return [(family, p, _base_work(family, p))]
+
+
+def work(family: str, params: Mapping) -> KernelWork:
+    """Total FLOPs and bytes of one call."""
+    total = KernelWork()
+    for _, _, w in parts(family, params):
+        total += w
+    return total
+
+
+def predict_ms(family: str, params: Mapping, device: DeviceLike = "H800",
+               efficiencies: Mapping[str, KernelEfficiency] | None = None, cache_resident: bool = False) -> float:
+    """Predicted milliseconds of one call: each part's roofline time at its family's efficiency
+    (ideal where `efficiencies` has none), plus the device's call overhead once."""
+    spec = device if isinstance(device, _C.DeviceSpec) else load_device(device, "corrected")
+    efficiencies = efficiencies or {}
+    total = spec.call_overhead_us * 1e-6
+    for fam, p, w in parts(family, params):
+        eff = efficiencies.get(efficiency_key(fam, p), KernelEfficiency())
+        total += KC.kernel_seconds(w, spec, eff, cache_resident) - spec.call_overhead_us * 1e-6
+    return total * 1e3
+
+
+def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
+    """The [efficiency] table of a device file ({key: {compute, memory, overhead_us}}) as objects."""
+    out = {}
+    for key, v in table.items():
+        try:
+            out[key] = KernelEfficiency(float(v["compute"]), float(v["memory"]), float(v.get("overhead_us", 0.0)),
+                                        bool(v.get("overlap", True)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"efficiency '{key}' must have numeric compute and memory: {e}") from None
+    return out
+
+
+def load_efficiencies(path) -> dict[str, KernelEfficiency]:
+    """The fitted efficiencies of a calibrated device file (empty when it has none)."""
+    from .hardware import _read_toml
+
+    return efficiencies_from_dict(_read_toml(path).get("efficiency", {}))

@@ -1,0 +1,118 @@
+"""Predicted against measured: fit per-family efficiencies to measured kernel times, predict a
+sweep with them, and summarise the errors.
+
+The fit is a grid search per efficiency key (family, or family/dtype) over the compute and memory
+efficiencies and a fixed per-call overhead, minimising the squared log error of
+kernel_cost.predict_ms; it sees only the calibration sweep, so errors on the report's sweep are
+out of sample. Composite families are never fitted.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from . import _C
+from .kernel_cost import BASE_FAMILIES, FAMILIES, KernelEfficiency, efficiency_key, parts
+
+# Search grid: efficiencies from 1% to 300% (above 1 where the probes under-read what a kernel's
+# access pattern gets, e.g. partly cache-resident data), overheads from 0 to 2 ms.
+COMPUTE_GRID = np.geomspace(0.01, 3.0, 90)
+MEMORY_GRID = np.geomspace(0.01, 3.0, 90)
+OVERHEAD_GRID_US = np.concatenate([[0.0], np.geomspace(1.0, 300.0, 25)])
+
+
+def _params(row: Mapping, family: str) -> dict:
+    """A point's parameters from a sweep row (NaN-free, ints where they were ints)."""
+    out = {}
+    for k in FAMILIES[family]:
+        v = row.get(k)
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            continue
+        out[k] = int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v
+        if isinstance(out[k], np.integer):
+            out[k] = int(out[k])
+    return out
+
+
+def points_of(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    """(family, params) of every row of a sweep DataFrame."""
+    return [(r["kernel"], _params(r, r["kernel"])) for r in df.to_dict("records")]
+
+
+def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, KernelEfficiency]:
+    """Fits one KernelEfficiency per efficiency key from a measured sweep of base families."""
+    kc = _C.kernel_cost
+    groups: dict[str, list[tuple[float, float, bool, float]]] = {}
+    for (family, p), measured in zip(points_of(df), df["measured_ms"]):
+        if family not in BASE_FAMILIES:
+            continue
+        (_, q, w), = parts(family, p)
+        groups.setdefault(efficiency_key(family, q), []).append((w.flops, w.bytes, w.fp8, measured * 1e-3))
+    out = {}
+    for key, pts in groups.items():
+        flops = np.array([p[0] for p in pts])
+        nbytes = np.array([p[1] for p in pts])
+        peak = np.array([(spec.fp8_tflops if p[2] and spec.fp8_tflops > 0 else spec.fp16_tflops) for p in pts])
+        peak = peak * spec.compute_derate * 1e12
+        bw = (spec.cache_bw_gbps if cache_resident and spec.cache_bw_gbps > 0 else spec.mem_bw_gbps) * 1e9
+        meas = np.array([p[3] for p in pts])
+        tc = (flops / peak)[None, None, None, :] / COMPUTE_GRID[:, None, None, None]
+        tm = (nbytes / bw)[None, None, None, :] / MEMORY_GRID[None, :, None, None]
+        oh = ((spec.call_overhead_us + OVERHEAD_GRID_US) * 1e-6)[None, None, :, None]
+        best = None
+        for overlap in (True, False):
+            err = np.log((oh + (np.maximum(tc, tm) if overlap else tc + tm)) / meas)
+            # Squared log error, plus a small pull towards efficiencies of 1 and no overhead, which
+            # only decides between fits the data cannot tell apart.
+            loss = (err ** 2).sum(-1)
+            loss = loss + 1e-3 * (np.log(COMPUTE_GRID)[:, None, None] ** 2 + np.log(MEMORY_GRID)[None, :, None] ** 2)
+            loss = loss + 1e-3 * np.log1p(OVERHEAD_GRID_US)[None, None, :]
+            i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
+            if best is None or loss[i, j, k] < best[0]:
+                best = (loss[i, j, k], kc.KernelEfficiency(float(COMPUTE_GRID[i]), float(MEMORY_GRID[j]),
+                                                           float(OVERHEAD_GRID_US[k]), overlap))
+        out[key] = best[1]
+    return out
+
+
+def predict_frame(df: pd.DataFrame, spec, efficiencies: Mapping[str, KernelEfficiency],
+                  cache_resident=False) -> pd.DataFrame:
+    """The sweep with predicted_ms, the work (GFLOP, MB), the bound the roofline picks, and the
+    relative error (predicted - measured) / measured."""
+    from .kernel_cost import predict_ms, work
+
+    out = df.copy()
+    pred, gflop, mb, bound, eff_keys = [], [], [], [], []
+    for family, p in points_of(df):
+        pred.append(predict_ms(family, p, spec, efficiencies, cache_resident))
+        w = work(family, p)
+        gflop.append(w.flops / 1e9)
+        mb.append(w.bytes / 1e6)
+        peak = (spec.fp8_tflops if w.fp8 and spec.fp8_tflops > 0 else spec.fp16_tflops) * spec.compute_derate
+        bound.append("compute" if w.flops / (peak * 1e12) > w.bytes / (spec.mem_bw_gbps * 1e9) else "memory")
+        eff_keys.append(efficiency_key(family, p) if family in BASE_FAMILIES else "(parts)")
+    out["predicted_ms"] = pred
+    out["gflop"] = gflop
+    out["mbytes"] = mb
+    out["bound"] = bound
+    out["efficiency_key"] = eff_keys
+    out["rel_error"] = (out["predicted_ms"] - out["measured_ms"]) / out["measured_ms"]
+    return out
+
+
+def error_summary(pred: pd.DataFrame) -> pd.DataFrame:
+    """Median and 90th-percentile |relative error| per kernel family and overall."""
+    rows = []
+    for name, g in list(pred.groupby("kernel", sort=False)) + [("overall", pred)]:
+        e = g["rel_error"].abs()
+        rows.append({"kernel": name, "points": len(g), "median_abs_error": float(e.median()),
+                     "p90_abs_error": float(np.percentile(e, 90)), "worst_error": float(g["rel_error"].iloc[e.argmax()])})
+    return pd.DataFrame(rows)
+
+
+def efficiencies_table(effs: Mapping[str, KernelEfficiency]) -> pd.DataFrame:
+    return pd.DataFrame([{"key": k, "compute": e.compute, "memory": e.memory, "overhead_us": e.overhead_us,
+                          "overlap": e.overlap}
+                         for k, e in sorted(effs.items())])

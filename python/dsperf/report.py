@@ -1,0 +1,135 @@
+"""`dsperf report`: the main job. Calibrate this machine (or reuse the calibration), print the
+seed's tables, run the kernel sweep, predict every point with the calibrated cost model, and write
+a report folder:
+
+    report.md                  the summary: machine, efficiencies, errors, worst points, seed tables
+    predicted_vs_measured.csv  one row per measured point: kernel, predicted_ms, measured_ms, ...
+    errors_by_family.csv       median / 90th-percentile |relative error| per family and overall
+    efficiencies.csv           the fitted per-family efficiencies
+    fit_sweep.csv              the calibration sweep they were fitted on (other shapes)
+    seed_tables.md             every table of the seed analysis (as_published)
+    *.png                      predicted vs measured, errors by family, roofline
+"""
+from __future__ import annotations
+
+import datetime
+import shutil
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_OUT = Path("report")
+
+
+def _seed_tables() -> str:
+    from .tables import TableOptions, all_tables, render
+
+    return render(all_tables(TableOptions(), ("model", "devices", "prefill", "decode")), "markdown")
+
+
+def _fmt_pct(x):
+    return f"{x * 100:.1f}%"
+
+
+def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False, calibration=None, points=None,
+               fit_points=None, repeats=None, progress=True, print_tables=True, stream=None) -> Path:
+    """Runs the whole job and returns the report folder. points / fit_points override the sweeps
+    (tests use tiny ones); calibration is the device file to use or write."""
+    from . import plots, sweeps
+    from .calibrate import calibrate, fit_csv_path
+    from .harness import run_sweep
+    from .hardware import load_device
+    from .predict import efficiencies_table, error_summary, predict_frame
+
+    stream = stream or sys.stdout
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: '{out}' exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    cal_path, m = calibrate(force=force_calibration, quick=quick, path=calibration, points=fit_points,
+                            repeats=repeats, progress=progress)
+    spec = load_device(str(cal_path), "corrected")
+    effs = m["efficiency"]
+    stream.write(f"calibration: {cal_path} ({'reused' if m['reused'] else 'measured now'}); "
+                 f"{spec.fp16_tflops * 1e3:.0f} GFLOPS, {spec.mem_bw_gbps:.1f} GB/s, "
+                 f"{spec.call_overhead_us:.1f} us per call, {len(effs)} fitted kernel families\n")
+    if not effs:
+        raise ValueError(f"calibration file '{cal_path}' has no [efficiency] table; run `dsperf calibrate --force`")
+
+    tables = _seed_tables()
+    (out / "seed_tables.md").write_text(tables)
+    if print_tables:
+        stream.write(tables + "\n")
+
+    pts = sweeps.default_points(quick) if points is None else list(points)
+    stream.write(f"kernel sweep: {len(pts)} points, {'cold (caches flushed)' if cold else 'cache-resident'}\n")
+    stream.flush()
+    measured = run_sweep(pts, repeats=repeats or (3 if quick else 5), cold=cold, progress=progress)
+    pred = predict_frame(measured, spec, effs, cache_resident=not cold)
+    summary = error_summary(pred)
+    lead = ["kernel", "predicted_ms", "measured_ms", "rel_error"]
+    pred = pred[lead + [c for c in pred.columns if c not in lead]]
+    pred.to_csv(out / "predicted_vs_measured.csv", index=False)
+    summary.to_csv(out / "errors_by_family.csv", index=False)
+    eff_table = efficiencies_table(effs)
+    eff_table.to_csv(out / "efficiencies.csv", index=False)
+    fit_csv = fit_csv_path(cal_path)
+    if fit_csv.exists():
+        shutil.copyfile(fit_csv, out / "fit_sweep.csv")
+    figures = plots.save_all(pred, summary, spec, out)
+
+    elapsed = time.perf_counter() - t_start
+    md = _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed)
+    (out / "report.md").write_text(md)
+    overall = summary[summary["kernel"] == "overall"].iloc[0]
+    stream.write(summary.to_markdown(index=False, floatfmt=".3f") + "\n")
+    stream.write(f"\npredicted vs measured over {len(pred)} points: median |error| {_fmt_pct(overall.median_abs_error)}, "
+                 f"90th percentile {_fmt_pct(overall.p90_abs_error)} (targets 15% / 35%)\n")
+    stream.write(f"report written to {out.resolve()} ({elapsed:.0f} s)\n")
+    return out
+
+
+def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed) -> str:
+    cols = ["kernel", "variant", "dtype", "tokens", "rows", "active", "keys", "batch", "m", "n", "k",
+            "measured_ms", "predicted_ms", "rel_error", "bound"]
+    worst = pred.reindex(pred["rel_error"].abs().sort_values(ascending=False).index).head(8)
+    worst = worst[[c for c in cols if c in worst.columns]]
+    cal_rows = [(k, v) for k, v in m.items() if k not in ("efficiency",)]
+    lines = [
+        "# dsperf report",
+        "",
+        f"Written {datetime.datetime.now().isoformat(timespec='seconds')} in {elapsed:.0f} s.",
+        "",
+        "## This machine",
+        "",
+        f"Device file: `{cal_path}` ({'reused' if m.get('reused') else 'measured in this run'}).",
+        f"Compute peak {spec.fp16_tflops * 1e3:.1f} GFLOPS, memory {spec.mem_bw_gbps:.2f} GB/s "
+        f"(cache-resident {spec.cache_bw_gbps:.1f} GB/s), {spec.call_overhead_us:.2f} us per call.",
+        "",
+        "| measurement | value |",
+        "|---|---|",
+    ]
+    lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in cal_rows]
+    lines += [
+        "",
+        "## Fitted efficiencies (from the calibration sweep, fit_sweep.csv)",
+        "",
+        eff_table.to_markdown(index=False, floatfmt=".3g"),
+        "",
+        f"## Predicted vs measured ({'caches flushed before each call' if cold else 'cache-resident data'})",
+        "",
+        "Out of sample: the sweep's shapes differ from the calibration sweep's; moe_layer and decode_layer",
+        "are predicted as the sum of their parts and never fitted.",
+        "",
+        summary.to_markdown(index=False, floatfmt=".3f"),
+        "",
+        "Worst points:",
+        "",
+        worst.to_markdown(index=False, floatfmt=".3g"),
+        "",
+    ]
+    lines += [f"![{f.stem}]({f.name})" for f in figures]
+    lines += ["", "Every point: predicted_vs_measured.csv. The seed's tables: seed_tables.md.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""The kernel cost model: work counts checked by hand and by their scaling laws, the roofline
+arithmetic, composites as the sum of their parts, GPU specs, and bad input."""
+import math
+
+import pytest
+
+import dsperf
+from dsperf import kernel_cost as kc
+
+KC = dsperf._C.kernel_cost
+
+
+def test_linear_work_by_hand():
+    w = KC.linear_work(2, 3, 4, False)
+    assert w.flops == 2 * 2 * 3 * 4
+    assert w.bytes == 3 * 4 * 2 + 2 * 4 * 2 + 2 * 3 * 4  # BF16 weight and x, FP32 y
+    f8 = KC.linear_work(1, 256, 384, True)
+    # FP8: one byte per weight plus one FP32 scale per 128x128 block (2 x 3 blocks).
+    assert f8.fp8 and f8.bytes == 256 * 384 + 6 * 4 + 384 * 2 + 256 * 4
+
+
+def test_experts_work_skips_idle_experts_and_scales_with_rows():
+    assert KC.experts_work(0, 0, 64, 32, False).flops == 0
+    assert KC.experts_work(0, 0, 64, 32, False).bytes == 0
+    one, two = KC.experts_work(10, 2, 64, 32), KC.experts_work(20, 2, 64, 32)
+    assert two.flops == 2 * one.flops == 2 * 10 * 6 * 64 * 32
+    # Doubling the active experts adds exactly one more set of weights per expert.
+    more = KC.experts_work(10, 4, 64, 32)
+    assert more.bytes - one.bytes == 2 * (2 * 32 * 64 + 64 * 32) * 2
+    with pytest.raises(ValueError, match="active_experts"):
+        KC.experts_work(1, 2, 64, 32)
+
+
+@pytest.mark.parametrize("variant", kc.VARIANTS)
+def test_mla_attention_work_grows_linearly_with_the_context(variant):
+    shape = KC.MlaShape(dim=512, heads=4)
+    w = [KC.mla_forward_work(kc.VARIANTS.index(variant), 1, p, shape) for p in (100, 200, 300)]
+    assert w[2].flops - w[1].flops == pytest.approx(w[1].flops - w[0].flops)
+    per_key = (w[1].flops - w[0].flops) / 100
+    H, L, R, N, V = 4, 512, 64, 128, 128
+    expected = {"CD": 2 * H * (N + R + V), "A_CC": 2 * H * (L + R + L), "A_CC_ME": 2 * H * (L + R + L),
+                "AM_CC_ME": 2 * H * (L + R + L),
+                "CC": 2 * H * (N + R + V) + 2 * L * H * (N + V)}[variant]  # CC decompresses every key
+    assert per_key == pytest.approx(expected)
+
+
+def test_materialised_absorption_trades_flops_for_weights():
+    shape = KC.MlaShape()
+    a = KC.mla_forward_work(3, 1, 4096, shape)   # A_CC_ME
+    am = KC.mla_forward_work(4, 1, 4096, shape)  # AM_CC_ME
+    assert am.bytes > a.bytes  # q_absorb and o_absorb are larger than wq_b's nope part and wo
+
+
+def test_roofline_max_or_sum_overhead_and_cache():
+    spec = dsperf.load_device("H800", "corrected", call_overhead_us=5, cache_bw_gbps=10000)
+    w = KC.KernelWork(1e12, 1e9)
+    peak = spec.fp16_tflops * spec.compute_derate * 1e12
+    tc, tm = 1e12 / (peak * 0.5), 1e9 / (spec.mem_bw_gbps * 1e9 * 0.25)
+    assert KC.kernel_seconds(w, spec, KC.KernelEfficiency(0.5, 0.25, 10)) == pytest.approx(15e-6 + max(tc, tm))
+    assert KC.kernel_seconds(w, spec, KC.KernelEfficiency(0.5, 0.25, 10, False)) == pytest.approx(15e-6 + tc + tm)
+    hot = KC.kernel_seconds(KC.KernelWork(0, 1e9), spec, KC.KernelEfficiency(), True)
+    assert hot == pytest.approx(5e-6 + 1e9 / 10000e9)
+    # FP8 work runs at the FP8 peak where the device has one.
+    f8 = KC.kernel_seconds(KC.KernelWork(1e12, 0, True), spec, KC.KernelEfficiency())
+    assert f8 == pytest.approx(5e-6 + 1e12 / (spec.fp8_tflops * spec.compute_derate * 1e12))
+
+
+def test_mla_decode_on_h800_is_bandwidth_bound_as_flashmla_reports():
+    # FlashMLA's decode shape: 128 heads, 64 requests of 4096 keys, BF16 latent cache.
+    p = dict(keys=64 * 4096, batch=64, q_len=1, heads=128, dtype="bf16")
+    w = kc.work("mla_decode", p)
+    spec = dsperf.load_device("H800", "corrected")
+    ms = kc.predict_ms("mla_decode", p, spec)
+    assert ms == pytest.approx(w.bytes / (spec.mem_bw_gbps * 1e9) * 1e3)
+    # The latent cache dominates; queries in and FP32 outputs add 8%.
+    assert w.bytes / 1e6 == pytest.approx(64 * 4096 * 576 * 2 / 1e6, rel=0.1)
+
+
+def test_composites_are_the_sum_of_their_parts_with_one_call_overhead():
+    spec = dsperf.load_device("H800", "corrected", call_overhead_us=7)
+    effs = {"gate": KC.KernelEfficiency(0.3, 0.5, 4), "experts_contiguous/bf16": KC.KernelEfficiency(0.6, 0.8, 9)}
+    p = dict(tokens=16, dim=7168, inter=2048, experts=256, top_k=8, active=100, shared_inter=2048, dtype="bf16")
+    parts = kc.parts("moe_layer", p)
+    assert [f for f, _, _ in parts] == ["gate", "dispatch_combine", "experts_contiguous", "experts_contiguous"]
+    total = sum(kc.predict_ms(f, q, spec, effs) for f, q, _ in parts)
+    assert kc.predict_ms("moe_layer", p, spec, effs) == pytest.approx(total - 3 * 7e-3)
+    layer = dict(p, variant="A_CC_ME", prefix=100, heads=16, tokens=1, active=8)
+    names = [f for f, _, _ in kc.parts("decode_layer", layer)]
+    assert names[0] == "mla_step" and names[1:] == ["gate", "dispatch_combine", "experts_contiguous",
+                                                     "experts_contiguous"]
+
+
+@pytest.mark.parametrize("family, params, match", [
+    ("nope", {}, "unknown kernel family"),
+    ("linear", dict(m=1, n=2), "needs the parameter 'k'"),
+    ("linear", dict(m=1, n=2, k=3, dtype="fp16"), "dtype"),
+    ("mla_step", dict(variant="XX", tokens=1, prefix=0, heads=1), "variant"),
+    ("linear", dict(m=-1, n=2, k=3), "m must be"),
+])
+def test_bad_points_are_named(family, params, match):
+    with pytest.raises(ValueError, match=match):
+        kc.predict_ms(family, params, "H800")
+
+
+def test_bad_efficiency_is_named():
+    with pytest.raises(ValueError, match="memory"):
+        KC.kernel_seconds(KC.KernelWork(1, 1), dsperf.load_device("H800"), KC.KernelEfficiency(1, 0))
+    with pytest.raises(ValueError, match="efficiency 'x'"):
+        kc.efficiencies_from_dict({"x": {"compute": "fast"}})

@@ -1,0 +1,139 @@
+"""The harness, the efficiency fit, the figures and `dsperf report`, on tiny sweeps."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import dsperf
+from dsperf import harness, kernel_cost as kc, plots, predict
+
+KC = dsperf._C.kernel_cost
+
+# Tiny points of every family (seconds in all), DeepSeek-V3's MLA ranks with one head.
+TINY = [
+    ("linear", dict(m=4, n=256, k=512, dtype="bf16")),
+    ("linear", dict(m=4, n=256, k=512, dtype="fp8")),
+    ("gate", dict(tokens=8, dim=256, experts=16, top_k=4)),
+    ("dispatch_combine", dict(tokens=8, top_k=4, dim=256)),
+    ("experts_contiguous", dict(rows=12, active=3, dim=256, inter=128, dtype="bf16")),
+    ("experts_masked", dict(rows=5, active=2, dim=256, inter=128, dtype="fp8")),
+    ("mla_decode", dict(keys=300, batch=2, q_len=1, heads=2, dtype="fp8")),
+    ("mla_prefill", dict(variant="CD", tokens=4, prefix=0, heads=1, dim=256)),
+    ("mla_step", dict(variant="AM_CC_ME", tokens=1, prefix=70, heads=1, dim=256)),
+    ("moe_layer", dict(tokens=3, dim=256, inter=128, experts=16, top_k=4, shared_inter=128, dtype="bf16")),
+    ("decode_layer", dict(variant="A_CC_ME", tokens=1, prefix=10, heads=1, dim=256, inter=128, experts=16, top_k=4,
+                          shared_inter=128, dtype="bf16")),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep():
+    return harness.run_sweep(TINY, repeats=2, warmup=1, cold=False, progress=False)
+
+
+def test_sweep_measures_every_family(tiny_sweep):
+    df = tiny_sweep
+    assert list(df["kernel"]) == [f for f, _ in TINY]
+    assert (df["measured_ms"] > 0).all() and (df["min_ms"] <= df["measured_ms"]).all()
+    assert (df["spread"] >= 0).all() and (df["repeats"] == 2).all() and not df["cold"].any()
+    # The composite layers record how many experts the gate's routing activated.
+    for fam in ("moe_layer", "decode_layer"):
+        active = df.loc[df["kernel"] == fam, "active"].iloc[0]
+        assert 1 <= active <= 16
+
+
+def test_cold_sweep_flushes_the_cache():
+    df = harness.run_sweep(TINY[:1], repeats=1, cold=True, progress=False)
+    assert df["cold"].all() and df["measured_ms"].iloc[0] > 0
+    assert harness.l3_bytes() >= 1 << 20
+
+
+def test_measure_returns_median_and_spread():
+    calls = []
+    r = harness.measure(lambda: calls.append(1), repeats=4, warmup=2, flush=lambda: None)
+    assert len(calls) == 6 and r["repeats"] == 4 and r["min_ms"] <= r["measured_ms"]
+    with pytest.raises(ValueError, match="repeats"):
+        harness.measure(lambda: None, repeats=0)
+
+
+def test_unknown_family_is_named():
+    with pytest.raises(ValueError, match="unknown kernel family 'gemm'"):
+        harness.build("gemm", {}, harness.Pool())
+
+
+def _synthetic(spec, effs, points):
+    """A sweep whose 'measured' times are the model's own, at known efficiencies."""
+    rows = [dict(kernel=f, **p, measured_ms=kc.predict_ms(f, p, spec, effs)) for f, p in points]
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_known_efficiencies():
+    spec = dsperf.load_device("H800", "corrected", call_overhead_us=3)
+    truth = {"linear/bf16": KC.KernelEfficiency(0.4, 0.7, 20, False),
+             "gate": KC.KernelEfficiency(0.2, 0.9, 0, True)}
+    shapes = [(1, 512, 512), (1, 4096, 7168), (4, 16384, 7168), (16, 2048, 2048), (64, 4096, 7168), (1024, 4096, 7168),
+              (4096, 4096, 7168)]
+    pts = [("linear", dict(m=m, n=n, k=k, dtype="bf16")) for m, n, k in shapes]
+    pts += [("gate", dict(tokens=t, dim=7168, experts=256, top_k=8)) for t in (1, 32, 1024, 8192, 65536)]
+    fitted = predict.fit_efficiencies(_synthetic(spec, truth, pts), spec)
+    step = predict.COMPUTE_GRID[1] / predict.COMPUTE_GRID[0]
+    for key, e in truth.items():
+        f = fitted[key]
+        assert f.overlap == e.overlap
+        assert e.compute / step <= f.compute <= e.compute * step
+        assert e.memory / step <= f.memory <= e.memory * step
+    # And the fitted model predicts new shapes of those families within a few per cent.
+    new = [("linear", dict(m=m, n=2048, k=7168, dtype="bf16")) for m in (2, 32, 512)]
+    pred = predict.predict_frame(_synthetic(spec, truth, new), spec, fitted)
+    assert pred["rel_error"].abs().max() < 0.08
+
+
+def test_error_summary_by_hand():
+    pred = pd.DataFrame({"kernel": ["a", "a", "b"], "rel_error": [0.1, -0.3, 0.5]})
+    s = predict.error_summary(pred).set_index("kernel")
+    assert s.loc["a", "median_abs_error"] == pytest.approx(0.2)
+    assert s.loc["a", "worst_error"] == pytest.approx(-0.3)
+    assert s.loc["overall", "points"] == 3 and s.loc["overall", "median_abs_error"] == pytest.approx(0.3)
+    assert s.loc["overall", "p90_abs_error"] == pytest.approx(np.percentile([0.1, 0.3, 0.5], 90))
+
+
+def test_figures_have_labelled_axes(tiny_sweep, tmp_path):
+    spec = dsperf.load_device("H800", "corrected")
+    pred = predict.predict_frame(tiny_sweep, spec, {})
+    summary = predict.error_summary(pred)
+    for fig in (plots.scatter(pred), plots.errors_by_family(summary), plots.roofline(pred, spec)):
+        ax = fig.axes[0]
+        assert ax.get_xlabel() and ax.get_ylabel() and "(" in ax.get_ylabel()
+    paths = plots.save_all(pred, summary, spec, tmp_path)
+    assert [p.name for p in paths] == ["predicted_vs_measured.png", "errors_by_family.png", "roofline.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
+def test_report_writes_the_folder(tmp_path, capsys):
+    from dsperf.report import run_report
+
+    fit = [TINY[0], ("linear", dict(m=64, n=256, k=512, dtype="bf16")), TINY[2],
+           ("gate", dict(tokens=64, dim=256, experts=16, top_k=4))]
+    pts = [("linear", dict(m=8, n=256, k=512, dtype="bf16")), ("gate", dict(tokens=16, dim=256, experts=16, top_k=4))]
+    out = run_report(tmp_path / "rep", quick=True, calibration=tmp_path / "cal.toml", points=pts, fit_points=fit,
+                     repeats=2, progress=False, print_tables=False)
+    csv = pd.read_csv(out / "predicted_vs_measured.csv")
+    assert {"kernel", "predicted_ms", "measured_ms"} <= set(csv.columns) and len(csv) == len(pts)
+    assert (csv["predicted_ms"] > 0).all()
+    for name in ("report.md", "errors_by_family.csv", "efficiencies.csv", "fit_sweep.csv", "seed_tables.md",
+                 "roofline.png"):
+        assert (out / name).exists(), name
+    assert "median" in (out / "report.md").read_text()
+    assert "report written to" in capsys.readouterr().out
+    # The calibration is reused by the next run, efficiencies included.
+    path, m = dsperf.calibrate.calibrate(path=tmp_path / "cal.toml")
+    assert m["reused"] and set(m["efficiency"]) == {"linear/bf16", "gate"}
+
+
+def test_report_cli_errors_are_one_line(tmp_path, capsys):
+    from dsperf.cli import main
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["report", "--out", str(f), "--calibration", str(tmp_path / "c.toml")]) == 2
+    assert "out" in capsys.readouterr().err
+    assert main(["report", "--repeats", "0"]) == 2

@@ -11,6 +11,7 @@ does a list of points, with a progress line, and returns a DataFrame (CSV-ready)
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import sys
 import time
@@ -243,25 +244,58 @@ class CacheFlusher:
         return int(self.buf.sum())
 
 
-def measure(call: Callable[[], object], repeats=5, warmup=1, flush: Callable[[], object] | None = None) -> dict:
+def _cpu_jiffies():
+    """(busy jiffies of the whole machine, jiffies of this process), or None where /proc is absent."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        total = [int(v) for v in fields]
+        busy = sum(total) - total[3] - (total[4] if len(total) > 4 else 0)  # minus idle and iowait
+        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        return busy, int(own[11]) + int(own[12])  # utime + stime of all threads
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _foreign_cores(before, after, seconds):
+    """Cores other processes kept busy on average between two _cpu_jiffies readings."""
+    if before is None or after is None or seconds <= 0:
+        return 0.0
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / hz / seconds)
+
+
+def measure(call: Callable[[], object], repeats=5, warmup=1, flush: Callable[[], object] | None = None,
+            max_foreign_cores=0.3, attempts=3) -> dict:
     """Times `repeats` calls after `warmup` untimed ones; flush (if given) runs before each timed
-    call, untimed. Returns median, min and spread ((p75 - p25) / median) in ms."""
+    call, untimed. Returns median, min and spread ((p75 - p25) / median) in ms, and the cores other
+    processes used meanwhile: on a shared machine the point is measured again (up to `attempts`
+    times) while they use more than max_foreign_cores, and the least disturbed attempt is kept."""
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be >= 1 and warmup >= 0")
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        if flush is not None:
-            flush()
-        t0 = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - t0) * 1e3)
+    best = None
+    for attempt in range(attempts):
+        for _ in range(warmup):
+            call()
+        times = []
+        j0, w0 = _cpu_jiffies(), time.perf_counter()
+        for _ in range(repeats):
+            if flush is not None:
+                flush()
+            t0 = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t0) * 1e3)
+        foreign = _foreign_cores(j0, _cpu_jiffies(), time.perf_counter() - w0)
+        if best is None or foreign < best[1]:
+            best = (times, foreign)
+        if foreign <= max_foreign_cores:
+            break
+        time.sleep(0.5 * (attempt + 1))
+    times, foreign = best
     times.sort()
     med = statistics.median(times)
     q1, q3 = np.percentile(times, [25, 75])
     return {"measured_ms": med, "min_ms": times[0], "spread": float((q3 - q1) / med) if med > 0 else 0.0,
-            "repeats": repeats}
+            "repeats": repeats, "foreign_cores": round(foreign, 3)}
 
 
 def _progress(i, n, label, stream):

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ep/ep_copy.hpp"
 #include "ep/eplb.hpp"
 
 namespace py = pybind11;
@@ -57,11 +58,73 @@ double imbalance(const Arr<double>& load, const Arr<int32_t>& phy2log, const Arr
     return placement_imbalance(load.data(), load.shape(0), phy2log.data(), phy2log.shape(0), logcnt.data(), num_gpus);
 }
 
+template <typename T>
+using Raw = py::array_t<T, py::array::c_style>;  // no conversion: outputs are written in place
+
+void expect(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+// The exchange's row copies. BF16 travels as raw uint16 bits; dsperf/ep/alltoall.py checks shapes.
+void bind_copies(py::module_& m) {
+    m.def("weighted_rows_to_bf16", [](Raw<float> y, Raw<int32_t> position, Raw<float> weights, Raw<uint16_t> out) {
+        expect(y.ndim() == 2 && position.ndim() == 2 && weights.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
+        expect(weights.shape(0) == position.shape(0) && weights.shape(1) == position.shape(1), "weights must match position");
+        expect(out.shape(0) == position.shape(0) && out.shape(1) == y.shape(1), "out must be [tokens, dim]");
+        py::gil_scoped_release release;
+        weighted_rows_to_bf16(y.data(), y.shape(0), y.shape(1), position.data(), weights.data(), position.shape(0),
+                              position.shape(1), out.mutable_data());
+    });
+    m.def("accumulate_bf16_rows", [](Raw<uint16_t> rows, Raw<int64_t> index, Raw<float> out) {
+        expect(rows.ndim() == 2 && index.ndim() == 1 && out.ndim() == 2, "rows 2-D, index 1-D, out 2-D");
+        expect(index.shape(0) == rows.shape(0) && out.shape(1) == rows.shape(1), "index must have one entry per row, out the rows' width");
+        py::gil_scoped_release release;
+        accumulate_bf16_rows(rows.data(), rows.shape(0), rows.shape(1), index.data(), out.shape(0), out.mutable_data());
+    });
+    m.def("weighted_sum_bf16_rows", [](Raw<uint16_t> rows, Raw<int32_t> position, Raw<float> weights, Raw<float> out) {
+        expect(rows.ndim() == 2 && position.ndim() == 2 && weights.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
+        expect(weights.shape(0) == position.shape(0) && weights.shape(1) == position.shape(1), "weights must match position");
+        expect(out.shape(0) == position.shape(0) && out.shape(1) == rows.shape(1), "out must be [tokens, dim]");
+        py::gil_scoped_release release;
+        weighted_sum_bf16_rows(rows.data(), rows.shape(0), rows.shape(1), position.data(), weights.data(),
+                               position.shape(0), position.shape(1), out.mutable_data());
+    });
+    m.def("gather_rows_to_bf16", [](Raw<float> y, Raw<int64_t> index, Raw<uint16_t> out) {
+        expect(y.ndim() == 2 && index.ndim() == 1 && out.ndim() == 2, "y 2-D, index 1-D, out 2-D");
+        expect(out.shape(0) == index.shape(0) && out.shape(1) == y.shape(1), "out must be [len(index), dim]");
+        py::gil_scoped_release release;
+        gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), index.data(), index.shape(0), out.mutable_data());
+    });
+    m.def("copy_rows", [](Raw<uint8_t> src, int64_t src_col, py::object src_index, Raw<uint8_t> dst, int64_t dst_col,
+                          py::object dst_index, int64_t n, int64_t width) {
+        expect(src.ndim() == 2 && dst.ndim() == 2, "src and dst must be 2-D byte arrays");
+        Raw<int64_t> si, di;
+        const int64_t* sp = nullptr;
+        const int64_t* dp = nullptr;
+        if (!src_index.is_none()) {
+            si = src_index.cast<Raw<int64_t>>();
+            expect(si.ndim() == 1 && si.shape(0) >= n, "src_index must have n entries");
+            sp = si.data();
+        }
+        if (!dst_index.is_none()) {
+            di = dst_index.cast<Raw<int64_t>>();
+            expect(di.ndim() == 1 && di.shape(0) >= n, "dst_index must have n entries");
+            dp = di.data();
+        }
+        if (!sp) expect(n <= src.shape(0), "n exceeds the source rows");
+        if (!dp) expect(n <= dst.shape(0), "n exceeds the destination rows");
+        py::gil_scoped_release release;
+        copy_rows(src.data(), src.shape(0), src.shape(1), src_col, sp, dst.mutable_data(), dst.shape(0), dst.shape(1),
+                  dst_col, dp, n, width);
+    });
+}
+
 }  // namespace
 
 void bind_ep(py::module_& root) {
     py::module_ m = root.def_submodule("ep", "expert-parallel helpers: EPLB");
     m.def("rebalance", &rebalance, py::arg("load"), py::arg("num_physical"), py::arg("num_groups"),
           py::arg("num_nodes"), py::arg("num_gpus"), py::arg("policy"));
+    bind_copies(m);
     m.def("imbalance", &imbalance, py::arg("load"), py::arg("phy2log"), py::arg("logcnt"), py::arg("num_gpus"));
 }

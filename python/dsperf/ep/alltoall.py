@@ -32,7 +32,9 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .. import kernels
+from .. import _C, kernels
+
+_C_EP = _C.ep
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -164,6 +166,7 @@ class DispatchHandle:
     position: np.ndarray       # [received, top_k] row of each (token, local slot) in the expert layout (0 if not local)
     weights: np.ndarray        # [received, top_k] FP32 weights, 0 where the slot's expert is on another rank
     hidden: int
+    wire_bytes: dict           # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
 
 
 @dataclass
@@ -188,6 +191,7 @@ class LowLatencyHandle:
     recv_rows: np.ndarray      # [ranks] pairs received from each rank
     recv_slot: np.ndarray      # [sum(recv_rows)] flat index into [local_experts * capacity] of each received row
     hidden: int
+    wire_bytes: dict           # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
 
 
 @dataclass
@@ -238,21 +242,19 @@ def _payload(x, fp8):
     return x, None
 
 
-def _rows_u8(values, scales):
-    """[T, row_bytes] uint8 of the payload (a copy only for FP8, to append the scales)."""
-    v = values.view(np.uint8).reshape(values.shape[0], values.shape[1] * values.itemsize)
+def _parts(values, scales):
+    """The payload as byte matrices laid side by side in a row: values, then scales (FP8 only)."""
+    v = np.ascontiguousarray(values).view(np.uint8).reshape(values.shape[0], values.shape[1] * values.itemsize)
     if scales is None:
-        return v
-    return np.concatenate([v, scales.view(np.uint8).reshape(scales.shape[0], 4 * scales.shape[1])], axis=1)
+        return [v]
+    return [v, np.ascontiguousarray(scales).view(np.uint8).reshape(scales.shape[0], 4 * scales.shape[1])]
 
 
-def _split_rows(rows_u8, hidden, fp8, lead_shape):
-    """Inverse of _rows_u8 on received rows: (values, scales) shaped lead_shape + [..]."""
-    if fp8:
-        vals = np.ascontiguousarray(rows_u8[:, :hidden]).view(FP8).reshape(*lead_shape, hidden)
-        sc = np.ascontiguousarray(rows_u8[:, hidden:]).view(F32).reshape(*lead_shape, -(-hidden // 128))
-        return vals, sc
-    return np.ascontiguousarray(rows_u8).view(BF16).reshape(*lead_shape, hidden), None
+def _copy_parts(parts, src_index, dst, dst_index, n):
+    col = 0
+    for part in parts:
+        _C_EP.copy_rows(part, 0, src_index, dst, col, dst_index, n, part.shape[1])
+        col += part.shape[1]
 
 
 class EpComm:
@@ -298,6 +300,26 @@ class EpComm:
         self.max_tokens = None if mt < 0 else mt
         self.local_experts = self.num_experts // self.size
         self.first_expert = self.rank * self.local_experts
+        # Exchange buffers live as long as the communicator (fresh pages cost more than the copies),
+        # two of each kind so that two micro-batches can be in flight (two-batch overlap).
+        self._buffers = {}
+        self._turn = {}
+        self._ll_dirty = {}
+
+    def _next_turn(self, kind):
+        t = self._turn.get(kind, 1) ^ 1
+        self._turn[kind] = t
+        return t
+
+    def _buffer(self, key, shape, dtype):
+        """A persistent array of at least this size for key, viewed as shape/dtype (contents kept)."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buf = self._buffers.get(key)
+        if buf is None or buf.nbytes < nbytes:
+            buf = np.zeros(max(nbytes, 64), np.uint8)
+            self._buffers[key] = buf
+        return buf[:nbytes].view(dtype).reshape(shape)
 
     # -- waiting -------------------------------------------------------------------------------
     def _waitall(self, reqs, what):
@@ -368,18 +390,20 @@ class EpComm:
 
         # One record per (token, destination): payload, K local ids (-1: not on that rank), K weights.
         vals, scales = _payload(xx, fp8)
-        payload = _rows_u8(vals, scales)
-        pay = payload.shape[1]
+        parts = _parts(vals, scales)
+        pay = sum(p.shape[1] for p in parts)
         pad = -pay % 4
         rec = pay + pad + 8 * K
         order_rank, order_tok = np.nonzero(to_rank.T)                # grouped by rank, tokens ascending
-        send = np.empty((order_tok.size, rec), np.uint8)
-        send[:, :pay] = payload[order_tok]
+        turn = self._next_turn("dispatch")
+        send = self._buffer(("dispatch_send", turn), (order_tok.size, rec), np.uint8)
+        order_tok = order_tok.astype(np.int64)
+        _copy_parts(parts, order_tok, send, None, order_tok.size)
         lid = np.where(dest[order_tok] == order_rank[:, None], ids[order_tok] % E_loc, -1).astype(np.int32)
         send[:, pay + pad:pay + pad + 4 * K] = lid.view(np.uint8).reshape(-1, 4 * K)
         send[:, pay + pad + 4 * K:] = w[order_tok].view(np.uint8).reshape(-1, 4 * K)
         n_recv = int(recv_counts.sum())
-        recv = np.empty((n_recv, rec), np.uint8)
+        recv = self._buffer(("dispatch_recv", turn), (n_recv, rec), np.uint8)
         sc, rc = send_counts * rec, recv_counts * rec
         req = self.comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])
         hidden = self.hidden
@@ -393,10 +417,22 @@ class EpComm:
             if rows != int(recv_per_expert.sum()):
                 raise RuntimeError(f"dsperf.ep: rank {self.rank} received {rows} expert rows, "
                                    f"the count exchange announced {int(recv_per_expert.sum())}")
-            xv, xs = _split_rows(recv[source[:rows], :pay], hidden, fp8, (rows,))
+            pick = source[:rows].astype(np.int64)
+            if fp8:
+                xv = self._buffer(("dispatch_x", turn), (rows, hidden), FP8)
+                xs = self._buffer(("dispatch_scales", turn), (rows, pay - hidden), np.uint8)
+                _C_EP.copy_rows(recv, 0, pick, xv.view(np.uint8), 0, None, rows, hidden)
+                _C_EP.copy_rows(recv, hidden, pick, xs, 0, None, rows, pay - hidden)
+                xs = xs.view(F32)
+            else:
+                xv = self._buffer(("dispatch_x", turn), (rows, hidden), BF16)
+                _C_EP.copy_rows(recv, 0, pick, xv.view(np.uint8), 0, None, rows, pay)
+                xs = None
+            wire = dict(dispatch_send=send_counts * rec, dispatch_recv=recv_counts * rec,
+                        combine_send=(recv_counts + 1) * 2 * hidden, combine_recv=(send_counts + 1) * 2 * hidden)
             handle = DispatchHandle(T, send_counts, order_tok.astype(np.int64), recv_counts,
                                     np.where(mine, position, 0).astype(np.int32), np.where(mine, w_r, 0).astype(F32),
-                                    hidden)
+                                    hidden, wire)
             return DispatchOut(xv, xs, offsets[:E_loc + 1].copy(), n_recv, handle)
 
         pending = Pending(self, [req], finish, "the dispatch payload exchange")
@@ -417,28 +453,37 @@ class EpComm:
             return yy
 
         yy, err = _local_check(check)
-        if err is None and handle.position.shape[0]:
-            part = kernels.moe_unpermute(yy, handle.position, handle.weights)
-        else:
-            part = np.zeros((handle.position.shape[0], h), F32)
+        turn = self._next_turn("combine")
         # Each message leads with a status row, so a bad y on one rank is reported on every rank.
-        send = _with_status(part, handle.recv_counts, err)
-        recv = np.empty((int(handle.send_counts.sum()) + W, h), BF16)
+        send = self._buffer(("combine_send", turn), (handle.position.shape[0] + W, h), np.uint16)
+        starts = _displs(handle.recv_counts + 1)
+        _write_status(send, starts, err)
+        first = _displs(handle.recv_counts)
+        for r in range(W):
+            n = int(handle.recv_counts[r])
+            if n == 0:
+                continue
+            dst = send[starts[r] + 1:starts[r] + 1 + n]
+            if err is None:
+                _C_EP.weighted_rows_to_bf16(yy, handle.position[first[r]:first[r] + n],
+                                            handle.weights[first[r]:first[r] + n], dst)
+            else:
+                dst[:] = 0
+        recv = self._buffer(("combine_recv", turn), (int(handle.send_counts.sum()) + W, h), np.uint16)
         row = 2 * h
         sc, rc = (handle.recv_counts + 1) * row, (handle.send_counts + 1) * row
-        req = self.comm.Ialltoallv([send.view(np.uint8), (sc, _displs(sc)), MPI.BYTE],
-                                   [recv.view(np.uint8), (rc, _displs(rc)), MPI.BYTE])
+        req = self.comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])
 
         def finish():
-            starts = _displs(handle.send_counts + 1)
-            _raise_status(recv, starts)
+            rstarts = _displs(handle.send_counts + 1)
+            _raise_status(recv, rstarts)
             out = np.zeros((handle.num_tokens, h), F32)
             sent = _displs(handle.send_counts)
             for r in range(W):  # partials summed in rank order
                 n = int(handle.send_counts[r])
                 if n:
-                    idx = handle.send_index[sent[r]:sent[r] + n]
-                    out[idx] += recv[starts[r] + 1:starts[r] + 1 + n].astype(F32)
+                    _C_EP.accumulate_bf16_rows(recv[rstarts[r] + 1:rstarts[r] + 1 + n],
+                                               handle.send_index[sent[r]:sent[r] + n], out)
             return out
 
         pending = Pending(self, [req], finish, "the combine exchange")
@@ -473,32 +518,32 @@ class EpComm:
             sorted_e = flat[pair_order]
             send_rows = np.bincount(sorted_e // E_loc, minlength=W).astype(np.int64)
             per_expert = np.bincount(flat, minlength=self.num_experts).reshape(W, E_loc)
-            vals, scales = _payload(xx, fp8)
-            payload = _rows_u8(vals, scales)
+            parts = _parts(*_payload(xx, fp8))
         else:
             T, K = 0, 0
             pair_order = np.zeros(0, np.int64)
             send_rows = np.zeros(W, np.int64)
             per_expert = np.zeros((W, E_loc), np.int64)
-            payload = np.zeros((0, row_b), np.uint8)
+            parts = []
         # Send buffer: per destination, header rows then its pairs' payload rows.
         msg_rows = hslots + send_rows
         msg_start = _displs(msg_rows)
-        send = np.zeros((int(msg_rows.sum()), row_b), np.uint8)
+        turn = self._next_turn("ll_dispatch")
+        send = self._buffer(("ll_send", turn), (int(msg_rows.sum()), row_b), np.uint8)
         for r in range(W):
             head = _header(err, (int(bool(fp8)), row_b, *per_expert[r]))
             hv = send[msg_start[r]:msg_start[r] + hslots].reshape(-1)
             hv[:head.size * 8] = head.view(np.uint8)
         dest_slot = np.repeat(msg_start + hslots, send_rows) + (np.arange(pair_order.size) - np.repeat(_displs(send_rows), send_rows))
         if pair_order.size:
-            send[dest_slot] = payload[pair_order // K]
+            _copy_parts(parts, (pair_order // K).astype(np.int64), send, dest_slot.astype(np.int64), pair_order.size)
         # Receive buffers of the maximum size: a peer sends each of its tokens at most once per expert.
         # A peer with BF16 rows is larger than FP8 ones; size for the larger so a mismatch is reported,
         # not truncated.
         cap_rows = max_tokens * E_loc
         big_b = max(row_b, _row_layout(h, False))
         recv_bytes = hslots * row_b + (cap_rows + 1) * big_b
-        recv = np.empty((W, recv_bytes), np.uint8)
+        recv = self._buffer(("ll_recv", turn), (W, recv_bytes), np.uint8)
         tag = 0x4c4c
         reqs = [self.comm.Irecv([recv[s], MPI.BYTE], source=s, tag=tag) for s in range(W)]
         for r in range(W):
@@ -520,20 +565,36 @@ class EpComm:
                                        f"its header announced {recv_rows[s]} rows")
             # Masked layout: expert e's rows from source 0, then 1, ...
             base = np.cumsum(counts_se, axis=0) - counts_se            # [source, expert] first row
+            nsc = -(-h // 128)
+            xv = self._buffer(("ll_x", turn, fp8b), (E_loc * cap, h), FP8 if fp8b else BF16)
+            xs = self._buffer(("ll_scales", turn), (E_loc * cap, nsc), F32) if fp8b else None
+            dirty = self._ll_dirty.pop(("ll_x", turn, fp8b), None)   # rows the last use wrote: zero again
+            if dirty is not None and dirty.size:
+                xv.view(np.uint8)[dirty] = 0
+                if xs is not None:
+                    xs[dirty] = 0
             slots = []
             for s in range(W):
                 e_s = np.repeat(np.arange(E_loc), counts_se[s])
                 j_s = np.arange(e_s.size) - np.repeat(_displs(counts_se[s]), counts_se[s])
-                slots.append(e_s * cap + base[s, e_s] + j_s)
-            recv_slot = np.concatenate(slots)
-            rows_u8 = np.concatenate([recv[s, hslots * row_b:hslots * row_b + recv_rows[s] * row_b].reshape(-1, row_b)
-                                      for s in range(W)]) if recv_rows.sum() else np.zeros((0, row_b), np.uint8)
-            dense = np.zeros((E_loc * cap, row_b), np.uint8)
-            dense[recv_slot] = rows_u8
-            xv, xs = _split_rows(dense, h, fp8b, (E_loc, cap))
+                slot_s = (e_s * cap + base[s, e_s] + j_s).astype(np.int64)
+                slots.append(slot_s)
+                rows_s = recv[s, hslots * row_b:(hslots + recv_rows[s]) * row_b].reshape(-1, row_b)
+                if fp8b:
+                    _C_EP.copy_rows(rows_s, 0, None, xv.view(np.uint8), 0, slot_s, slot_s.size, h)
+                    _C_EP.copy_rows(rows_s, h, None, xs.view(np.uint8).reshape(E_loc * cap, 4 * nsc), 0, slot_s,
+                                    slot_s.size, 4 * nsc)
+                else:
+                    _C_EP.copy_rows(rows_s, 0, None, xv.view(np.uint8), 0, slot_s, slot_s.size, row_b)
+            recv_slot = np.concatenate(slots).astype(np.int64)
+            self._ll_dirty[("ll_x", turn, fp8b)] = recv_slot
+            xv = xv.reshape(E_loc, cap, h)
+            xs = None if xs is None else xs.reshape(E_loc, cap, nsc)
             counts = counts_se.sum(axis=0).astype(np.int32)
+            wire = dict(dispatch_send=msg_rows * row_b, dispatch_recv=np.array(nbytes, np.int64),
+                        combine_send=(recv_rows + 1) * 2 * h, combine_recv=(send_rows + 1) * 2 * h)
             handle = LowLatencyHandle(T, K, send_rows, pair_order.astype(np.int64), recv_rows,
-                                      recv_slot.astype(np.int64), h)
+                                      recv_slot.astype(np.int64), h, wire)
             return LowLatencyOut(xv, xs, counts, handle)
 
         pending = _StatusPending(self, reqs, statuses, finish, "the low-latency dispatch exchange")
@@ -553,55 +614,60 @@ class EpComm:
             return yy, ww
 
         checked, err = _local_check(check)
-        if err is None:
-            yy, ww = checked
-            back = yy.reshape(E_loc * cap, h)[handle.recv_slot]          # in the order received
-        else:
-            back = np.zeros((handle.recv_slot.size, h), F32)
-        send = _with_status(back, handle.recv_rows, err)
-        recv = np.empty((handle.pair_order.size + W, h), BF16)
+        turn = self._next_turn("ll_combine")
+        sstart = _displs(handle.recv_rows + 1)
+        send = self._buffer(("ll_combine_send", turn), (handle.recv_slot.size + W, h), np.uint16)
+        _write_status(send, sstart, err)
+        first = _displs(handle.recv_rows)
+        yy2 = checked[0].reshape(E_loc * cap, h) if err is None else None
+        for r in range(W):           # rows go back in the order they came
+            n = int(handle.recv_rows[r])
+            if n == 0:
+                continue
+            dst = send[sstart[r] + 1:sstart[r] + 1 + n]
+            if err is None:
+                _C_EP.gather_rows_to_bf16(yy2, handle.recv_slot[first[r]:first[r] + n], dst)
+            else:
+                dst[:] = 0
+        recv = self._buffer(("ll_combine_recv", turn), (handle.pair_order.size + W, h), np.uint16)
         tag = 0x4c43
-        rstart, sstart = _displs(handle.send_rows + 1), _displs(handle.recv_rows + 1)
-        reqs = [self.comm.Irecv([recv[rstart[s]:rstart[s] + handle.send_rows[s] + 1].view(np.uint8), MPI.BYTE],
+        rstart = _displs(handle.send_rows + 1)
+        reqs = [self.comm.Irecv([recv[rstart[s]:rstart[s] + handle.send_rows[s] + 1], MPI.BYTE],
                                 source=s, tag=tag) for s in range(W)]
         for r in range(W):
-            reqs.append(self.comm.Isend([send[sstart[r]:sstart[r] + handle.recv_rows[r] + 1].view(np.uint8), MPI.BYTE],
+            reqs.append(self.comm.Isend([send[sstart[r]:sstart[r] + handle.recv_rows[r] + 1], MPI.BYTE],
                                         dest=r, tag=tag))
 
         def finish():
             _raise_status(recv, rstart)
             T, K = handle.num_tokens, handle.top_k
+            out = np.zeros((T, h), F32)
             if T == 0:
-                return np.zeros((0, h), F32)
-            keep = np.ones(recv.shape[0], bool)
-            keep[rstart] = False
-            rows = recv[keep].astype(F32)
-            position = np.empty(T * K, np.int32)
-            position[handle.pair_order] = np.arange(T * K, dtype=np.int32)
-            return kernels.moe_unpermute(rows, position.reshape(T, K), ww)
+                return out
+            # Row of pair p in recv: its place in the sent order, shifted past the status rows.
+            sent_pos = np.empty(T * K, np.int64)
+            sent_pos[handle.pair_order] = np.arange(T * K)
+            group = np.searchsorted(_displs(handle.send_rows), sent_pos, side="right") - 1
+            position = (sent_pos + group + 1).astype(np.int32).reshape(T, K)
+            _C_EP.weighted_sum_bf16_rows(recv, position, checked[1], out)
+            return out
 
         pending = Pending(self, reqs, finish, "the low-latency combine exchange")
         return pending if async_op else pending.wait()
 
 
-def _with_status(rows, counts, err):
-    """BF16 rows grouped by peer (counts[r] rows for peer r), each group led by a status row: the
-    first 4 bytes 1 (ok) or 0, then the error text."""
-    W, h = len(counts), rows.shape[1]
-    out = np.zeros((rows.shape[0] + W, h), BF16)
-    starts = _displs(np.asarray(counts) + 1)
-    keep = np.ones(out.shape[0], bool)
-    keep[starts] = False
-    out[keep] = rows.astype(BF16)
-    status = np.zeros(2 * h, np.uint8)
-    text = (err or "").encode("utf-8", "replace")[:max(0, 2 * h - 4)]
-    if 2 * h >= 4:
+def _write_status(buf, starts, err):
+    """Status rows (BF16 bits, uint16) at the given rows: first 4 bytes 1 (ok) or 0, then the error text."""
+    u8 = buf.view(np.uint8)
+    width = u8.shape[1]
+    status = np.zeros(width, np.uint8)
+    if width >= 4:
         status[:4] = np.frombuffer(np.int32(0 if err else 1).tobytes(), np.uint8)
+        text = (err or "").encode("utf-8", "replace")[:width - 4]
         status[4:4 + len(text)] = np.frombuffer(text, np.uint8)
     else:
         status[:] = 0 if err else 1
-    out.view(np.uint8)[starts] = status
-    return out
+    u8[starts] = status
 
 
 def _raise_status(recv, starts):

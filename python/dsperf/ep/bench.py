@@ -1,0 +1,256 @@
+"""`mpirun -np 4 python -m dsperf.ep.bench [--quick]`: check the EP MoE layer against the
+single-process one, then time dispatch + combine by tokens and mode against a raw MPI_Alltoallv
+of the same bytes, beside the cost model's all-to-all term fed with this machine's loopback
+latency and bandwidth, and the two-batch overlap against none.
+
+Rank 0 prints the tables; every rank takes part. Figures are medians of a few repetitions, each
+started after a barrier; on an oversubscribed machine (more ranks than cores) they are noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from .. import kernels
+from .alltoall import BF16, F32, EpComm, _displs, raw_alltoallv
+
+# DeepSeek-V3's MoE shape for the communication table.
+HIDDEN, EXPERTS, TOP_K = 7168, 256, 8
+
+
+def _comm():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, repeats=20) -> dict:
+    """Point-to-point latency and bandwidth between ranks 0 and 1 of comm (the others wait), by
+    ping-pong: latency_us = half the round trip of a small message, bandwidth_gbps = large message
+    bytes / half its round trip (1e9 bytes/s). Collective over comm (>= 2 ranks); every rank gets
+    the same dict."""
+    comm = _comm() if comm is None else comm
+    if comm.Get_size() < 2:
+        raise ValueError("loopback needs a communicator of at least 2 ranks (mpirun -np 2 ...)")
+    rank = comm.Get_rank()
+    out = {}
+    for key, nbytes, reps in (("latency_us", small_bytes, repeats * 10), ("bandwidth_gbps", large_bytes, repeats)):
+        buf = np.zeros(max(1, nbytes), np.uint8)
+        times = []
+        comm.Barrier()
+        for i in range(reps + 2):
+            t0 = time.perf_counter()
+            if rank == 0:
+                comm.Send(buf, dest=1, tag=7)
+                comm.Recv(buf, source=1, tag=7)
+            elif rank == 1:
+                comm.Recv(buf, source=0, tag=7)
+                comm.Send(buf, dest=0, tag=7)
+            if i >= 2:
+                times.append((time.perf_counter() - t0) / 2)
+        half = float(np.median(times)) if rank == 0 else 0.0
+        half = comm.bcast(half, root=0)
+        out[key] = half * 1e6 if key == "latency_us" else nbytes / half / 1e9
+    comm.Barrier()
+    return out
+
+
+def _median_time(comm, fn, repeats, warmup=2):
+    for _ in range(warmup):   # first calls fault in the exchange buffers (kept for later calls)
+        comm.Barrier()
+        fn()
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    # The collective finishes when its slowest rank does.
+    return comm.allreduce(float(np.median(times)), op=_max())
+
+
+def _max():
+    from mpi4py import MPI
+    return MPI.MAX
+
+
+def _routing(rng, tokens, experts, top_k):
+    ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :top_k].astype(np.int32)
+    w = rng.random((tokens, top_k)).astype(np.float32)
+    return ids, w
+
+
+def _model_ms(tokens, ranks, bw_gbps, mode="corrected"):
+    """The cost model's dispatch + combine term (decode.cpp) for DeepSeek-V3 at batch `tokens` per
+    rank, EP over `ranks`, no redundant experts, with the scale-out bandwidth set to bw_gbps."""
+    import dsperf
+    from ..hardware import load_device
+    dev = load_device("H800", mode=mode, scaleout_gbps=bw_gbps, discount=1.0)
+    r = dsperf.decode("DeepSeek-V3", devices=[dev], batch_sizes=[tokens], ep=ranks, redundant_experts=0, mode=mode)
+    return float(r["dispatch_ms"].iloc[0] + r["combine_ms"].iloc[0])
+
+
+def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
+    """Rows of dispatch + combine timings (rank 0's list; others get [])."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    lb = loopback(comm)
+    rows = []
+    ep_n = EpComm(EXPERTS, HIDDEN, comm=comm)
+    rng = np.random.default_rng(seed + rank)
+    for T in token_list:
+        x = (rng.standard_normal((T, HIDDEN)) * 0.5).astype(np.float32).astype(BF16)
+        q = kernels.act_quant(x)
+        ids, w = _routing(rng, T, EXPERTS, TOP_K)
+        modes = ["normal"] + (["low_latency"] if T <= ll_max else [])
+        for mode in modes:
+            if mode == "normal":
+                d = ep_n.dispatch(q, ids, w)
+                y = np.zeros((d.x.shape[0], HIDDEN), F32)
+                wb = d.handle.wire_bytes
+                run = lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w).handle)  # noqa: E731
+                exchanges = 3          # count exchange, payload, combine
+            else:
+                ep_l = EpComm(EXPERTS, HIDDEN, comm=comm, max_tokens=T)
+                lo = ep_l.low_latency_dispatch(q, ids)
+                y = np.zeros(lo.x.shape, F32)
+                wb = lo.handle.wire_bytes
+                run = lambda: ep_l.low_latency_combine(y, w, ep_l.low_latency_dispatch(q, ids).handle)  # noqa: E731
+                exchanges = 2
+            ours = _median_time(comm, run, repeats)
+            bufs = [(np.zeros(int(wb[a].sum()), np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
+                    for a, b in (("dispatch_send", "dispatch_recv"), ("combine_send", "combine_recv"))]
+
+            def raw():
+                for sb, sc, rb, rc in bufs:
+                    raw_alltoallv(comm, sb, sc, rb, rc)
+            raw_t = _median_time(comm, raw, repeats)
+            # Bytes leaving this rank for other ranks, dispatch + combine, averaged over ranks.
+            remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)
+            remote[rank] = 0
+            mb = comm.allreduce(float(remote.sum()), op=_max()) / 1e6
+            model = _model_ms(T, size, lb["bandwidth_gbps"]) + exchanges * lb["latency_us"] / 1e3
+            rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours * 1e3, raw_alltoallv_ms=raw_t * 1e3,
+                             ratio=ours / raw_t, gbps=mb / 1e3 / ours, model_ms=model,
+                             model_err=(model - ours * 1e3) / (ours * 1e3)))
+    return (rows, lb) if rank == 0 else ([], lb)
+
+
+def _layer_weights(rng, experts, dim, inter):
+    bf = lambda *s: (rng.standard_normal(s) * 0.05).astype(np.float32).astype(BF16)  # noqa: E731
+    return dict(gate_weight=bf(experts, dim), w13=bf(experts, 2 * inter, dim), w2=bf(experts, dim, inter),
+                shared_w13=bf(2 * inter, dim), shared_w2=bf(dim, inter))
+
+
+def check_layer(comm, tokens=32, dim=1024, inter=256, experts=32, top_k=8, seed=0):
+    """EP layer (both modes, FP8 and BF16 payloads, with and without overlap) against
+    kernels.moe_layer on the gathered tokens; rank 0 returns rows of the relative errors."""
+    from .layer import EpMoeLayer, local_expert_weights
+    rank, size = comm.Get_rank(), comm.Get_size()
+    w = _layer_weights(np.random.default_rng(seed), experts, dim, inter)   # the same on every rank
+    gate = dict(n_group=8, topk_group=4, top_k=top_k, route_scale=2.5)
+    x = (np.random.default_rng(100 + rank).standard_normal((tokens, dim))).astype(np.float32).astype(BF16)
+    w13, w2, _, _ = local_expert_weights(w["w13"], w["w2"], rank, size)
+    xs = comm.gather(x, root=0)
+    single = kernels.moe_layer(np.concatenate(xs), w["gate_weight"], w["w13"], w["w2"], shared_w13=w["shared_w13"],
+                               shared_w2=w["shared_w2"], **gate) if rank == 0 else None
+    rows = []
+    for mode in ("normal", "low_latency"):
+        for fp8 in (False, True):
+            layer = EpMoeLayer(w["gate_weight"], w13, w2, shared_w13=w["shared_w13"], shared_w2=w["shared_w2"],
+                               mode=mode, fp8=fp8, max_tokens=tokens, comm=comm, **gate)
+            for overlap in (False, True):
+                outs = comm.gather(layer(x, overlap=overlap), root=0)
+                if rank == 0:
+                    out = np.concatenate(outs)
+                    rel = float(np.linalg.norm(out - single) / np.linalg.norm(single))
+                    tol = 2.0 ** -4 if fp8 else 2.0 ** -8
+                    rows.append(dict(mode=mode, payload="fp8" if fp8 else "bf16", overlap=overlap, rel_err=rel,
+                                     tolerance=tol, ok=rel <= tol))
+            layer.close()
+    return rows
+
+
+def overlap_table(comm, tokens, repeats, dim=2048, inter=512, experts=32, top_k=8, seed=0):
+    """The EP layer (normal mode, FP8 dispatch) with and without two-batch overlap, and the cost
+    model's overlap bound: communication hidden up to the compute, (compute + comm) / max(compute, comm)."""
+    from .layer import EpMoeLayer, dequant_rows, local_expert_weights
+    rank, size = comm.Get_rank(), comm.Get_size()
+    w = _layer_weights(np.random.default_rng(seed), experts, dim, inter)
+    gate = dict(n_group=8, topk_group=4, top_k=top_k, route_scale=2.5)
+    w13, w2, _, _ = local_expert_weights(w["w13"], w["w2"], rank, size)
+    layer = EpMoeLayer(w["gate_weight"], w13, w2, shared_w13=w["shared_w13"], shared_w2=w["shared_w2"],
+                       mode="normal", fp8=True, comm=comm, **gate)
+    x = (np.random.default_rng(7 + rank).standard_normal((tokens, dim))).astype(np.float32).astype(BF16)
+    plain = _median_time(comm, lambda: layer(x), repeats)
+    tbo = _median_time(comm, lambda: layer(x, overlap=True), repeats)
+    # The parts, timed alone: communication (dispatch + combine) and computation (gate, experts, shared).
+    weights, ids = layer.route(x)
+    d = layer.ep.dispatch(x, ids, weights)
+    y = np.zeros((d.x.shape[0], dim), F32)
+    comm_t = _median_time(comm, lambda: layer.ep.combine(y, layer.ep.dispatch(x, ids, weights).handle), repeats)
+
+    def compute():
+        layer.route(x)
+        kernels.experts_contiguous(dequant_rows(d.x, d.scales), d.offsets, w13, w2)
+        layer._shared(x)
+    comp_t = _median_time(comm, compute, repeats)
+    layer.close()
+    model_speedup = (comp_t + comm_t) / max(comp_t, comm_t)
+    return dict(tokens=tokens, dim=dim, no_overlap_ms=plain * 1e3, overlap_ms=tbo * 1e3, speedup=plain / tbo,
+                comm_ms=comm_t * 1e3, compute_ms=comp_t * 1e3, model_speedup=model_speedup)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m dsperf.ep.bench",
+                                description="EP layer check and dispatch/combine timings (run under mpirun)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (under a minute on 2 cores)")
+    p.add_argument("--tokens", default=None, help="comma-separated tokens per rank for the timing table")
+    p.add_argument("--repeats", type=int, default=None)
+    a = p.parse_args(argv)
+    comm = _comm()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2:
+        print("dsperf.ep.bench needs at least 2 ranks: mpirun -np 4 python -m dsperf.ep.bench", file=sys.stderr)
+        return 2
+    tokens = [int(t) for t in a.tokens.split(",")] if a.tokens else ([1, 128, 1024] if a.quick else
+                                                                       [1, 16, 128, 256, 1024, 4096])
+    repeats = a.repeats or (3 if a.quick else 7)
+    import pandas as pd
+
+    checks = check_layer(comm, tokens=16 if a.quick else 64)
+    if rank == 0:
+        df = pd.DataFrame(checks)
+        print(f"EP layer on {size} ranks vs the single-process dsperf.kernels.moe_layer (relative error, Frobenius)")
+        print(df.to_markdown(index=False, floatfmt=".3g"))
+        print()
+    rows, lb = comm_table(comm, tokens, repeats)
+    if rank == 0:
+        print(f"loopback (ranks 0-1 ping-pong): latency {lb['latency_us']:.1f} us, bandwidth {lb['bandwidth_gbps']:.2f} GB/s")
+        print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
+              "ratio = ours / raw MPI_Alltoallv of the same bytes; model = cost model's all-to-all term at the "
+              "loopback bandwidth + one loopback latency per exchange")
+        print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
+        print()
+    ov = overlap_table(comm, 256 if a.quick else 1024, repeats)
+    if rank == 0:
+        print("two-batch overlap (normal mode, FP8 dispatch): measured speed-up vs the cost model's bound")
+        print(pd.DataFrame([ov]).to_markdown(index=False, floatfmt=".3g"))
+    ok = all(r["ok"] for r in checks) if rank == 0 else True
+    ok = comm.bcast(ok, root=0)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    comm = _comm()
+    try:
+        code = main()
+    except BaseException as exc:  # one rank failing must end the job, not leave the others waiting
+        if not isinstance(exc, SystemExit):
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
+            comm.Abort(1)
+        raise
+    sys.exit(code)

@@ -202,6 +202,25 @@ def overlap_table(comm, tokens, repeats, dim=2048, inter=512, experts=32, top_k=
                 comm_ms=comm_t * 1e3, compute_ms=comp_t * 1e3, model_speedup=model_speedup)
 
 
+def eplb_table(experts=256, slots=288, gpus=32, groups=8, nodes=4, tokens=4096, seed=0):
+    """Imbalance (max / mean tokens per GPU) before and after EPLB: Zipf-like loads, and the gate's
+    own routing of random inputs (random gate weights, DeepSeek-V3's group-limited top-8)."""
+    from . import eplb
+    loads = {f"zipf alpha={a}": eplb.zipf_load(experts, tokens * 8, alpha=a, seed=seed) for a in (0.8, 1.2)}
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((tokens, 1024)).astype(np.float32).astype(BF16)
+    g = (rng.standard_normal((experts, 1024)) * 0.05).astype(np.float32).astype(BF16)
+    ids = kernels.moe_gate(x, g, n_group=8, topk_group=4, top_k=8, route_scale=2.5)[1]
+    loads["gate routing"] = np.bincount(ids.ravel(), minlength=experts).astype(float)
+    rows = []
+    for name, load in loads.items():
+        row = dict(load=name, before=eplb.imbalance(load, num_gpus=gpus))
+        for policy, kw in (("hierarchical", dict(num_groups=groups, num_nodes=nodes)), ("global", {})):
+            row[f"after_{policy}"] = eplb.imbalance(load, eplb.rebalance(load, slots, num_gpus=gpus, policy=policy, **kw))
+        rows.append(row)
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m dsperf.ep.bench",
                                 description="EP layer check and dispatch/combine timings (run under mpirun)")
@@ -237,6 +256,10 @@ def main(argv=None):
     if rank == 0:
         print("two-batch overlap (normal mode, FP8 dispatch): measured speed-up vs the cost model's bound")
         print(pd.DataFrame([ov]).to_markdown(index=False, floatfmt=".3g"))
+    if rank == 0:
+        print()
+        print("EPLB: max / mean tokens per GPU, 256 experts on 288 slots over 32 GPUs (4 nodes, 8 groups)")
+        print(pd.DataFrame(eplb_table()).to_markdown(index=False, floatfmt=".3f"))
     ok = all(r["ok"] for r in checks) if rank == 0 else True
     ok = comm.bcast(ok, root=0)
     return 0 if ok else 1

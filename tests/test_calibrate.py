@@ -43,7 +43,7 @@ def test_figures_are_sane(quick_run):
 
 def test_writes_the_fitted_efficiencies(quick_run):
     path, m = quick_run
-    e = m["efficiency"]["linear/bf16"]
+    e = dsperf.kernel_cost.lookup_efficiency(m["efficiency"], "linear", dict(m=128, n=256, k=512))
     assert 0 < e.compute <= 3 and 0 < e.memory <= 3 and e.overhead_us >= 0
     dev = dsperf.load_device(str(path), "corrected")
     assert dev.call_overhead_us == pytest.approx(m["call_overhead_us"], rel=1e-3) and dev.cache_bw_gbps > 0

@@ -34,7 +34,7 @@ def test_sweep_measures_every_family(tiny_sweep):
     df = tiny_sweep
     assert list(df["kernel"]) == [f for f, _ in TINY]
     assert (df["measured_ms"] > 0).all() and (df["min_ms"] <= df["measured_ms"]).all()
-    assert (df["spread"] >= 0).all() and (df["repeats"] == 2).all() and not df["cold"].any()
+    assert (df["spread"] >= 0).all() and df["repeats"].between(2, 8).all() and not df["cold"].any()
     # The composite layers record how many experts the gate's routing activated.
     for fam in ("moe_layer", "decode_layer"):
         active = df.loc[df["kernel"] == fam, "active"].iloc[0]
@@ -50,7 +50,8 @@ def test_cold_sweep_flushes_the_cache():
 def test_measure_returns_median_and_spread():
     calls = []
     r = harness.measure(lambda: calls.append(1), repeats=4, warmup=2, flush=lambda: None)
-    assert len(calls) == 6 and r["repeats"] == 4 and r["min_ms"] <= r["measured_ms"]
+    # Fast calls repeat up to 4x within the time budget.
+    assert 4 <= r["repeats"] <= 16 and len(calls) == 2 + r["repeats"] and r["min_ms"] <= r["measured_ms"]
     with pytest.raises(ValueError, match="repeats"):
         harness.measure(lambda: None, repeats=0)
 
@@ -71,16 +72,20 @@ def test_fit_recovers_known_efficiencies():
     truth = {"linear/bf16": KC.KernelEfficiency(0.4, 0.7, 20, False),
              "gate": KC.KernelEfficiency(0.2, 0.9, 0, True)}
     shapes = [(1, 512, 512), (1, 4096, 7168), (4, 16384, 7168), (16, 2048, 2048), (64, 4096, 7168), (1024, 4096, 7168),
-              (4096, 4096, 7168)]
+              (4096, 4096, 7168), (32, 1024, 1024), (128, 16384, 2048), (512, 512, 512)]
     pts = [("linear", dict(m=m, n=n, k=k, dtype="bf16")) for m, n, k in shapes]
     pts += [("gate", dict(tokens=t, dim=7168, experts=256, top_k=8)) for t in (1, 32, 1024, 8192, 65536)]
     fitted = predict.fit_efficiencies(_synthetic(spec, truth, pts), spec)
-    step = predict.COMPUTE_GRID[1] / predict.COMPUTE_GRID[0]
-    for key, e in truth.items():
-        f = fitted[key]
-        assert f.overlap == e.overlap
-        assert e.compute / step <= f.compute <= e.compute * step
-        assert e.memory / step <= f.memory <= e.memory * step
+    step = (predict.COMPUTE_GRID[1] / predict.COMPUTE_GRID[0]) ** 2  # two grid steps
+    # Each family (and GEMM rows regime, where the kernels have two) is fitted on its own; what
+    # its points determine must come back: memory for few rows, compute for many, both for the gate.
+    checks = ((pts[0], "linear/bf16", ("memory",)), (pts[5], "linear/bf16", ("compute",)),
+              (pts[-1], "gate", ("compute", "memory")))
+    for (family, p), key, fields in checks:
+        e, f = truth[key], kc.lookup_efficiency(fitted, family, p)
+        for field in fields:
+            assert getattr(e, field) / step <= getattr(f, field) <= getattr(e, field) * step, (key, field)
+    assert kc.lookup_efficiency(fitted, *pts[-1]).overlap == truth["gate"].overlap
     # And the fitted model predicts new shapes of those families within a few per cent.
     new = [("linear", dict(m=m, n=2048, k=7168, dtype="bf16")) for m in (2, 32, 512)]
     pred = predict.predict_frame(_synthetic(spec, truth, new), spec, fitted)
@@ -126,7 +131,7 @@ def test_report_writes_the_folder(tmp_path, capsys):
     assert "report written to" in capsys.readouterr().out
     # The calibration is reused by the next run, efficiencies included.
     path, m = dsperf.calibrate.calibrate(path=tmp_path / "cal.toml")
-    assert m["reused"] and set(m["efficiency"]) == {"linear/bf16", "gate"}
+    assert m["reused"] and {k.split("/rows")[0] for k in m["efficiency"]} == {"linear/bf16", "gate"}
 
 
 def test_report_cli_errors_are_one_line(tmp_path, capsys):

@@ -156,6 +156,8 @@ void bind_kernels(py::module_& root) {
         return 1;
 #endif
     }, "OpenMP threads the kernels use");
+    m.def("linear_fma_min_rows", &linear_fma_min_rows,
+          "Rows from which GEMMs use the widened FP32-FMA kernel instead of BF16 dot products (0: one kernel)");
 
     m.def("linear", [](Arr<uint16_t> x, py::array w, py::object w_scale, bool fp8) {
         expect(x.ndim() == 2 && w.ndim() == 2, "x and w must be 2-D");

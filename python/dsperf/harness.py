@@ -265,7 +265,7 @@ def _foreign_cores(before, after, seconds):
 
 
 def measure(call: Callable[[], object], repeats=5, warmup=1, flush: Callable[[], object] | None = None,
-            max_foreign_cores=0.3, attempts=3) -> dict:
+            max_foreign_cores=0.3, attempts=4, min_seconds=0.2) -> dict:
     """Times `repeats` calls after `warmup` untimed ones; flush (if given) runs before each timed
     call, untimed. Returns median, min and spread ((p75 - p25) / median) in ms, and the cores other
     processes used meanwhile: on a shared machine the point is measured again (up to `attempts`
@@ -278,7 +278,9 @@ def measure(call: Callable[[], object], repeats=5, warmup=1, flush: Callable[[],
             call()
         times = []
         j0, w0 = _cpu_jiffies(), time.perf_counter()
-        for _ in range(repeats):
+        # Short calls repeat more (up to 4x `repeats`, within about min_seconds): their medians are
+        # the noisiest.
+        while len(times) < repeats or (len(times) < 4 * repeats and sum(times) < min_seconds * 1e3):
             if flush is not None:
                 flush()
             t0 = time.perf_counter()
@@ -289,13 +291,13 @@ def measure(call: Callable[[], object], repeats=5, warmup=1, flush: Callable[[],
             best = (times, foreign)
         if foreign <= max_foreign_cores:
             break
-        time.sleep(0.5 * (attempt + 1))
+        time.sleep(1.0 * (attempt + 1))
     times, foreign = best
     times.sort()
     med = statistics.median(times)
     q1, q3 = np.percentile(times, [25, 75])
     return {"measured_ms": med, "min_ms": times[0], "spread": float((q3 - q1) / med) if med > 0 else 0.0,
-            "repeats": repeats, "foreign_cores": round(foreign, 3)}
+            "repeats": len(times), "foreign_cores": round(foreign, 3)}
 
 
 def _progress(i, n, label, stream):

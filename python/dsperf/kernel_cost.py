@@ -44,9 +44,40 @@ FAMILIES = {**BASE_FAMILIES, **COMPOSITE_FAMILIES}
 DTYPE_FAMILIES = ("linear", "experts_contiguous", "experts_masked", "mla_decode")
 
 
-def efficiency_key(family: str, params: Mapping) -> str:
-    """The key of the efficiency a point is priced with: the family, plus /dtype where it matters."""
-    return f"{family}/{params['dtype']}" if family in DTYPE_FAMILIES else family
+# Families whose GEMMs change micro-kernel with the rows that share each weight (on this CPU: BF16
+# dot products below linear_fma_min_rows rows, widened FP32 FMAs from there): fitted per regime.
+ROWS_FAMILIES = ("linear", "experts_contiguous", "experts_masked")
+
+
+def gemm_split_rows() -> int:
+    """The rows at which this build's CPU GEMMs change kernel (0: one kernel for every size)."""
+    return int(_C.kernels.linear_fma_min_rows())
+
+
+def _rows_per_weight(family, p) -> float:
+    if family == "linear":
+        return p["m"]
+    return p["rows"] / max(p["active"], 1)
+
+
+def efficiency_key(family: str, params: Mapping, split_rows: int | None = None) -> str:
+    """The key of the efficiency a point is priced with: the family, plus /dtype where it matters,
+    plus /rows<S or /rows>=S for GEMM families when the kernels change at S rows."""
+    key = f"{family}/{params.get('dtype', 'bf16')}" if family in DTYPE_FAMILIES else family
+    split = gemm_split_rows() if split_rows is None else split_rows
+    if split and family in ROWS_FAMILIES:
+        key += f"/rows<{split}" if _rows_per_weight(family, params) < split else f"/rows>={split}"
+    return key
+
+
+def lookup_efficiency(efficiencies: Mapping[str, KernelEfficiency], family: str, params: Mapping) -> KernelEfficiency:
+    """The fitted efficiency of a point: its full key, else its key without the rows regime, else
+    the ideal roofline (a GPU spec without calibration)."""
+    key = efficiency_key(family, params)
+    for k in (key, key.split("/rows")[0]):
+        if k in efficiencies:
+            return efficiencies[k]
+    return KernelEfficiency()
 
 
 def _dtype(params) -> bool:
@@ -129,7 +160,7 @@ def predict_ms(family: str, params: Mapping, device: DeviceLike = "H800",
     efficiencies = efficiencies or {}
     total = spec.call_overhead_us * 1e-6
     for fam, p, w in parts(family, params):
-        eff = efficiencies.get(efficiency_key(fam, p), KernelEfficiency())
+        eff = lookup_efficiency(efficiencies, fam, p)
         total += KC.kernel_seconds(w, spec, eff, cache_resident) - spec.call_overhead_us * 1e-6
     return total * 1e3
 

@@ -87,6 +87,10 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     stream.write(summary.to_markdown(index=False, floatfmt=".3f") + "\n")
     stream.write(f"\npredicted vs measured over {len(pred)} points: median |error| {_fmt_pct(overall.median_abs_error)}, "
                  f"90th percentile {_fmt_pct(overall.p90_abs_error)} (targets 15% / 35%)\n")
+    busy = int((pred.get("foreign_cores", 0) > 0.3).sum())
+    if busy:
+        stream.write(f"warning: {busy} of {len(pred)} points were measured while other processes kept more than "
+                     "0.3 cores busy (column foreign_cores); their times are inflated\n")
     stream.write(f"report written to {out.resolve()} ({elapsed:.0f} s)\n")
     return out
 
@@ -130,6 +134,10 @@ def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapse
         worst.to_markdown(index=False, floatfmt=".3g"),
         "",
     ]
+    busy = pred[pred.get("foreign_cores", 0) > 0.3] if "foreign_cores" in pred else pred.iloc[:0]
+    if len(busy):
+        lines += [f"{len(busy)} of {len(pred)} points were measured while other processes kept more than 0.3 cores "
+                  "busy even after re-measuring (column foreign_cores): their times are inflated.", ""]
     lines += [f"![{f.stem}]({f.name})" for f in figures]
     lines += ["", "Every point: predicted_vs_measured.csv. The seed's tables: seed_tables.md.", ""]
     return "\n".join(lines)

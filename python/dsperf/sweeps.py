@@ -33,16 +33,17 @@ ALL = ("CD", "CC", "A_CC", "A_CC_ME", "AM_CC_ME")
 def fit_points(quick=False):
     """The calibration sweep (quick: the smallest set that still fits every efficiency)."""
     pts = []
-    pts += _linear([(1, 4096, D), (16, 4096, D), (128, 4096, D), (512, 2048, D)], "bf16")
-    pts += _linear([(1, 4096, D), (128, 4096, D)], "fp8")
+    pts += _linear([(1, 4096, D), (16, 4096, D), (64, I, I), (128, 4096, D), (512, 2048, D)], "bf16")
+    pts += _linear([(1, 4096, D), (16, 2048, D), (32, I, D), (128, 4096, D)], "fp8")
     pts += [("gate", dict(tokens=t, dim=D, experts=256, top_k=8)) for t in (1, 64, 1024)]
     pts += [("dispatch_combine", dict(tokens=t, top_k=8, dim=D)) for t in (64, 512, 2048)]
-    pts += _experts("experts_masked", [(2, 2), (16, 4), (64, 4)], "bf16")
-    pts += _experts("experts_masked", [(2, 2), (32, 4)], "fp8")
-    pts += _experts("experts_contiguous", [(64, 2), (256, 2), (512, 1)], "bf16")
-    pts += _experts("experts_contiguous", [(128, 2), (256, 1)], "fp8")
-    pts += _mla_decode([(4096, 1, 16), (16384, 4, 16), (65536, 16, 16)], "bf16")
-    pts += _mla_decode([(16384, 4, 16), (65536, 16, 16)], "fp8")
+    # Experts in both regimes: few rows per expert stream the weights, many rows compute.
+    pts += _experts("experts_masked", [(2, 2), (16, 4), (64, 4), (128, 4), (256, 2)], "bf16")
+    pts += _experts("experts_masked", [(2, 2), (16, 8), (32, 4), (128, 2)], "fp8")
+    pts += _experts("experts_contiguous", [(8, 4), (32, 4), (64, 2), (128, 2), (512, 1)], "bf16")
+    pts += _experts("experts_contiguous", [(8, 4), (32, 4), (64, 2), (256, 1)], "fp8")
+    pts += _mla_decode([(4096, 1, 16), (16384, 4, 16), (65536, 16, 16), (2048, 1, 128)], "bf16")
+    pts += _mla_decode([(4096, 1, 16), (16384, 4, 16), (65536, 16, 16)], "fp8")
     pts += _mla("mla_prefill", ALL, 128, 0) + _mla("mla_prefill", ("CD", "A_CC_ME"), 512, 0)
     pts += _mla("mla_step", ALL, 1, 2048) + _mla("mla_step", ("CC", "AM_CC_ME"), 1, 512)
     if quick:

@@ -20,6 +20,11 @@ bool use_avx512() { return cpu_features().isa == "avx512_bf16"; }
 // From this many rows of x, widening to FP32 pays for itself (the widened w panel is reused by
 // every row); below it (decode) the BF16 dot kernel reads w once as it streams.
 constexpr int64_t kFmaMinRows = 32;
+}  // namespace
+
+int64_t linear_fma_min_rows() { return use_avx512() ? kFmaMinRows : 0; }
+
+namespace {
 
 // Threads split N in slices of whole 4-row tiles (and whole 128-row blocks for FP8).
 template <typename F>

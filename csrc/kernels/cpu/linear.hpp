@@ -8,6 +8,12 @@
 
 namespace dsperf::kernels {
 
+// Rows of x from which the GEMMs switch from the BF16 dot-product kernel (weights streamed once,
+// for decode) to the widened FP32-FMA kernel (weight panels reused by every row, for prefill); 0
+// when one kernel serves every size (the portable path). The kernel cost model keys its fitted
+// efficiencies on this split.
+int64_t linear_fma_min_rows();
+
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
                  int64_t N, int64_t K, bool accumulate = false);
 

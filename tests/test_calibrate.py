@@ -70,3 +70,12 @@ def test_out_must_be_a_file(tmp_path):
     from dsperf.cli import main
 
     assert main(["calibrate", "--out", str(tmp_path)]) == 2
+
+
+def test_mpi_loopback_where_mpi_is_installed():
+    import shutil
+
+    if not shutil.which("mpirun"):
+        pytest.skip("mpirun not installed: calibration leaves the MPI loopback out")
+    r = cal._mpi_loopback()
+    assert 0 < r["mpi_latency_us"] < 10_000 and 0 < r["mpi_bandwidth_gbps"] < 2000

@@ -86,8 +86,9 @@ def test_composites_are_the_sum_of_their_parts_with_one_call_overhead():
     assert kc.predict_ms("moe_layer", p, spec, effs) == pytest.approx(total - 3 * 7e-3)
     layer = dict(p, variant="A_CC_ME", prefix=100, heads=16, tokens=1, active=8)
     names = [f for f, _, _ in kc.parts("decode_layer", layer)]
-    assert names[0] == "mla_step" and names[1:] == ["gate", "dispatch_combine", "experts_contiguous",
-                                                     "experts_contiguous"]
+    n_gemms = len(KC.mla_gemms(3, 1, 100, KC.MlaShape(heads=16)))
+    assert names == ["linear"] * n_gemms + ["mla_step", "gate", "dispatch_combine", "experts_contiguous",
+                                            "experts_contiguous"]
 
 
 @pytest.mark.parametrize("family, params, match", [
@@ -107,3 +108,22 @@ def test_bad_efficiency_is_named():
         KC.kernel_seconds(KC.KernelWork(1, 1), dsperf.load_device("H800"), KC.KernelEfficiency(1, 0))
     with pytest.raises(ValueError, match="efficiency 'x'"):
         kc.efficiencies_from_dict({"x": {"compute": "fast"}})
+
+
+@pytest.mark.parametrize("variant", range(5))
+def test_mla_layer_is_its_gemms_plus_its_attention(variant):
+    shape = KC.MlaShape(heads=16)
+    total = KC.mla_forward_work(variant, 3, 500, shape)
+    gemms = KC.mla_gemms(variant, 3, 500, shape)
+    parts = KC.mla_attention_work(variant, 3, 500, shape)
+    for g in gemms:
+        w = KC.linear_work(g.m, g.n, g.k)
+        parts.flops += w.flops * g.count
+        parts.bytes += w.bytes * g.count
+    assert parts.flops == pytest.approx(total.flops) and parts.bytes == pytest.approx(total.bytes)
+    # CC decompresses every cached key (a GEMM with prefix + tokens rows); CD only the new ones.
+    rows = [g.m for g in gemms if g.n == 16 * (128 + 128)]
+    assert rows == ([3] if variant == 0 else [503] if variant == 1 else [])
+    # The kernel-cost parts price the GEMMs as the linear family and the rest as the MLA family.
+    fam = [f for f, _, _ in kc.parts("mla_step", dict(variant=kc.VARIANTS[variant], tokens=3, prefix=500, heads=16))]
+    assert fam == ["linear"] * len(gemms) + ["mla_step"]

@@ -50,5 +50,17 @@ void bind_kernel_cost(py::module_& root) {
           py::arg("kv_lora") = 512, py::arg("rope") = 64, py::arg("fp8_cache") = false);
     m.def("mla_forward_work", &mla_forward_work, py::arg("variant"), py::arg("tokens"), py::arg("prefix"),
           py::arg("shape"));
+    py::class_<GemmShape>(m, "GemmShape")
+        .def_readonly("m", &GemmShape::m)
+        .def_readonly("n", &GemmShape::n)
+        .def_readonly("k", &GemmShape::k)
+        .def_readonly("count", &GemmShape::count)
+        .def("__repr__", [](const GemmShape& g) {
+            return "GemmShape(m=" + std::to_string(g.m) + ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) +
+                   ", count=" + std::to_string(g.count) + ")";
+        });
+    m.def("mla_gemms", &mla_gemms, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"));
+    m.def("mla_attention_work", &mla_attention_work, py::arg("variant"), py::arg("tokens"), py::arg("prefix"),
+          py::arg("shape"));
     m.def("rmsnorm_work", &rmsnorm_work, py::arg("tokens"), py::arg("width"));
 }

@@ -109,48 +109,64 @@ KernelWork rmsnorm_work(int64_t tokens, int64_t width) {
     return w;
 }
 
-KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+namespace {
+void check_mla(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
     require(variant >= 0 && variant <= 4, "variant must be one of CD, CC, A_CC, A_CC_ME, AM_CC_ME (0..4)");
     require_pos(tokens, "tokens"), require_nonneg(prefix, "prefix");
     s.validate();
+}
+}  // namespace
+
+std::vector<GemmShape> mla_gemms(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+    check_mla(variant, tokens, prefix, s);
     const int64_t T = tokens, S = prefix + tokens, H = s.heads;
     const int64_t D = s.dim, QL = s.q_lora, L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
     const bool absorbed = variant >= 2, materialised = variant == 4;
-    KernelWork w;
-    // Prolog: wq_a -> q_norm -> wq_b (AM_CC_ME runs only the rope columns of wq_b and q_absorb
-    // instead of the nope columns), wkv_a -> kv_norm.
-    w += linear_work(T, QL, D, false);
-    w += rmsnorm_work(T, QL);
-    w += linear_work(T, H * (materialised ? R : N + R), QL, false);
-    w += linear_work(T, L + R, D, false);
-    w += rmsnorm_work(T, L);
-    // Attention: every query row against all S keys, computed then masked.
-    const double rect = double(T) * S * H;
+    std::vector<GemmShape> g;
+    // Prolog: wq_a, then wq_b (AM_CC_ME: only its rope columns, and q_absorb for the rest), wkv_a.
+    g.push_back({T, QL, D});
+    g.push_back({T, H * (materialised ? R : N + R), QL});
+    if (materialised) g.push_back({T, H * L, QL});
+    g.push_back({T, L + R, D});
     if (!absorbed) {
         // CD decompresses the new tokens into its cache; CC decompresses all S from the latent.
-        const int64_t decompressed = variant == 0 ? T : S;
-        w += linear_work(decompressed, H * (N + V), L, false);
-        w.flops += 2 * rect * ((N + R) + V);
-        const double kv_row = double(H) * ((N + R) + V) * kBf16;
-        w.bytes += double(S) * kv_row + (variant == 0 ? double(T) * kv_row : double(S) * kv_row);
-        w.bytes += double(S) * (L + R) * kBf16;
-        w += linear_work(T, D, H * V, false);  // wo
+        g.push_back({variant == 0 ? T : S, H * (N + V), L});
+        g.push_back({T, D, H * V});  // wo
+    } else if (materialised) {
+        g.push_back({T, D, H * L});  // o_absorb
     } else {
-        if (materialised) {
-            w += linear_work(T, H * L, QL, false);  // q_absorb
-        } else {
-            w.flops += 2.0 * T * H * N * L;  // q_nope x W_UK per head
-            w.bytes += double(H) * N * L * kBf16;
-        }
+        g.push_back({T, L, N, H});   // q_nope x W_UK, per head
+        g.push_back({T, V, L, H});   // o_latent x W_UV, per head
+        g.push_back({T, D, H * V});  // wo
+    }
+    return g;
+}
+
+KernelWork mla_attention_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+    check_mla(variant, tokens, prefix, s);
+    const int64_t T = tokens, S = prefix + tokens, H = s.heads;
+    const int64_t QL = s.q_lora, L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
+    KernelWork w = rmsnorm_work(T, QL);
+    w += rmsnorm_work(T, L);
+    const double rect = double(T) * S * H;  // every query row against all S keys
+    if (variant <= 1) {
+        w.flops += 2 * rect * ((N + R) + V);
+        // CD reads its per-head K/V cache; CC reads the latent and writes then reads the K/V it
+        // decompressed.
+        const double kv_row = double(H) * ((N + R) + V) * kBf16;
+        w.bytes += double(S) * (L + R) * kBf16 + double(S) * kv_row * (variant == 0 ? 1 : 2);
+    } else {
         w.flops += 2 * rect * ((L + R) + L);
         w.bytes += double(S) * (L + R) * kBf16 * (variant == 2 ? 3 : 1);  // A_CC copies [latent | k_pe]
-        if (materialised) {
-            w += linear_work(T, D, H * L, false);  // o_absorb
-        } else {
-            w.flops += 2.0 * T * H * L * V;  // o_latent x W_UV per head
-            w.bytes += double(H) * V * L * kBf16;
-            w += linear_work(T, D, H * V, false);  // wo
-        }
+    }
+    return w;
+}
+
+KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+    KernelWork w = mla_attention_work(variant, tokens, prefix, s);
+    for (const GemmShape& g : mla_gemms(variant, tokens, prefix, s)) {
+        KernelWork one = linear_work(g.m, g.n, g.k, false);
+        w.flops += one.flops * g.count, w.bytes += one.bytes * g.count;
     }
     return w;
 }

@@ -1,8 +1,9 @@
 """`dsperf calibrate`: measure this machine and write it as a device spec the cost model can use.
 
 Two steps. The probes: the VDPBF16PS (BF16 dot) and FP32 FMA peaks of all threads, the streaming-
-read and STREAM-triad bandwidths by thread count, the read bandwidth of cache-resident data, and
-the cost of one call from Python into a C++ kernel; each figure is the best of several passes, with
+read and STREAM-triad bandwidths by thread count, the read bandwidth of cache-resident data, the
+cost of one call from Python into a C++ kernel, and (where MPI is installed) the latency and
+bandwidth between two processes; each figure is the best of several passes, with
 the spread between passes reported as its noise. Then the fit: the kernels of the calibration
 sweep (dsperf.sweeps.fit_points) are timed and the per-family efficiencies of the kernel cost model
 fitted to them (dsperf.predict.fit_efficiencies). The result is a device TOML (the GPU specs'
@@ -67,6 +68,34 @@ def _call_overhead_us(calls=2000):
     return statistics.median(times) * 1e6
 
 
+_LOOPBACK = ("import json; from dsperf.ep.bench import loopback; r = loopback(); "
+             "from mpi4py import MPI; MPI.COMM_WORLD.Get_rank() == 0 and print('LOOPBACK ' + json.dumps(r))")
+
+
+def _mpi_loopback(timeout=120) -> dict:
+    """Latency and bandwidth between two MPI processes on this machine (dsperf.ep.loopback under
+    mpirun -np 2), or {} where mpirun or mpi4py is missing or the run fails."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        return {}
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+    try:
+        r = subprocess.run([mpirun, "-np", "2", "--oversubscribe", sys.executable, "-c", _LOOPBACK], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    for line in r.stdout.splitlines():
+        if line.startswith("LOOPBACK "):
+            d = json.loads(line[len("LOOPBACK "):])
+            return {"mpi_latency_us": float(d["latency_us"]), "mpi_bandwidth_gbps": float(d["bandwidth_gbps"])}
+    return {}
+
+
 def measure(quick=False) -> dict:
     """Run every probe; quick uses smaller buffers and shorter loops (seconds instead of tens)."""
     k = _C.kernels
@@ -85,6 +114,7 @@ def measure(quick=False) -> dict:
     m["cache_read_gbps"], m["cache_read_spread"] = _best_and_spread(
         lambda: k.probe_read_bandwidth_gbps(llc, 20, threads), passes)
     m["call_overhead_us"] = _call_overhead_us(500 if quick else 5000)
+    m.update(_mpi_loopback())
     m["mem_gb"] = _mem_gb()
     m["measured_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return m
@@ -93,10 +123,13 @@ def measure(quick=False) -> dict:
 def to_toml(m: dict, name: str, efficiencies=None) -> str:
     """The measurements as a device file: rates are achieved rates, so derate and discount are 1."""
     threads = m["threads"]
+    # Between processes: the MPI loopback where it was measured, else the triad bandwidth.
+    link = m.get("mpi_bandwidth_gbps") or m[f"triad_gbps_{threads}t"]
     lines = [
         f"# {name}: measured by `dsperf calibrate` on {m['measured_at']} ({m['cpu_model']}, isa {m['isa']}).",
         "# Compute: the better of the VDPBF16PS and FP32 FMA peaks of all threads (BF16 work can run on",
-        "# either); memory: the streaming read of all threads; links: loopback through memory.",
+        "# either); memory: the streaming read of all threads; links: MPI loopback between two",
+        "# processes where MPI is installed, else the triad bandwidth.",
         f'name = "{name}"',
         f"sm_count = {threads}",
         "comm_sms_prefill = 0",
@@ -106,8 +139,8 @@ def to_toml(m: dict, name: str, efficiencies=None) -> str:
         "compute_derate = 1.0",
         f"mem_gb = {m['mem_gb']:.2f}",
         f"mem_bw_gbps = {m[f'read_gbps_{threads}t']:.3f}",
-        f"nvlink_gbps = {m[f'triad_gbps_{threads}t']:.3f}",
-        f"scaleout_gbps = {m[f'triad_gbps_{threads}t']:.3f}",
+        f"nvlink_gbps = {link:.3f}",
+        f"scaleout_gbps = {link:.3f}",
         "discount = 1.0",
         "gpus_per_node = 1",
         f"cache_bw_gbps = {m['cache_read_gbps']:.3f}",

@@ -102,7 +102,9 @@ def _variant(p) -> int:
 
 def _base_work(family: str, p: Mapping) -> KernelWork:
     if family == "linear":
-        return KC.linear_work(p["m"], p["n"], p["k"], _dtype(p))
+        w = KC.linear_work(p["m"], p["n"], p["k"], _dtype(p))
+        count = p.get("count", 1)  # the same GEMM once per head
+        return KernelWork(w.flops * count, w.bytes * count, w.fp8) if count != 1 else w
     if family == "gate":
         return KC.gate_work(p["tokens"], p["dim"], p["experts"], p["top_k"])
     if family == "dispatch_combine":
@@ -113,7 +115,7 @@ def _base_work(family: str, p: Mapping) -> KernelWork:
         return KC.mla_decode_work(p["keys"], p["batch"], p["q_len"], p["heads"], p.get("kv_lora", 512),
                                   p.get("rope", 64), _dtype(p))
     if family in ("mla_prefill", "mla_step"):
-        return KC.mla_forward_work(_variant(p), p["tokens"], p["prefix"], _mla_shape(p))
+        return KC.mla_attention_work(_variant(p), p["tokens"], p["prefix"], _mla_shape(p))
     raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(FAMILIES)}")
 
 
@@ -137,10 +139,15 @@ def parts(family: str, params: Mapping) -> list[tuple[str, dict, KernelWork]]:
                                                    inter=p["shared_inter"], dtype=p.get("dtype", "bf16"))))
         return [(f, q, _base_work(f, q)) for f, q in out]
     if family == "decode_layer":
-        mla = ("mla_step" if p["tokens"] == 1 else "mla_prefill",
-               dict(variant=p["variant"], tokens=p["tokens"], prefix=p["prefix"], heads=p["heads"], dim=p["dim"]))
+        mla = dict(variant=p["variant"], tokens=p["tokens"], prefix=p["prefix"], heads=p["heads"], dim=p["dim"])
         moe = {k: p[k] for k in COMPOSITE_FAMILIES["moe_layer"] if k in p}
-        return [(mla[0], mla[1], _base_work(*mla))] + parts("moe_layer", moe)
+        return parts("mla_step" if p["tokens"] == 1 else "mla_prefill", mla) + parts("moe_layer", moe)
+    if family in ("mla_prefill", "mla_step"):
+        # The layer's GEMMs are priced as GEMMs (the linear family's efficiencies); the family's own
+        # efficiency covers the attention core, the norms and the cache traffic.
+        gemms = [("linear", dict(m=g.m, n=g.n, k=g.k, dtype="bf16", count=g.count))
+                 for g in KC.mla_gemms(_variant(p), p["tokens"], p["prefix"], _mla_shape(p))]
+        return [(f, q, _base_work(f, q)) for f, q in gemms] + [(family, p, _base_work(family, p))]
     return [(family, p, _base_work(family, p))]
 
 

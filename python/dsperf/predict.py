@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import _C
-from .kernel_cost import BASE_FAMILIES, FAMILIES, KernelEfficiency, efficiency_key, parts
+from .kernel_cost import BASE_FAMILIES, FAMILIES, KernelEfficiency, efficiency_key, lookup_efficiency, parts
 
 # Search grid: efficiencies from 1% to 300% (above 1 where the probes under-read what a kernel's
 # access pattern gets, e.g. partly cache-resident data), overheads from 0 to 2 ms.
@@ -42,39 +42,59 @@ def points_of(df: pd.DataFrame) -> list[tuple[str, dict]]:
 
 
 def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, KernelEfficiency]:
-    """Fits one KernelEfficiency per efficiency key from a measured sweep of base families."""
+    """Fits one KernelEfficiency per efficiency key from a measured sweep of base families.
+
+    A point whose parts belong to other families (an MLA layer's GEMMs are `linear` parts) is
+    fitted on what is left of its time once those parts are priced with their own fitted
+    efficiencies, so those families are fitted first."""
     kc = _C.kernel_cost
-    groups: dict[str, list[tuple[float, float, bool, float]]] = {}
-    for (family, p), measured in zip(points_of(df), df["measured_ms"]):
-        if family not in BASE_FAMILIES:
-            continue
-        (_, q, w), = parts(family, p)
-        groups.setdefault(efficiency_key(family, q), []).append((w.flops, w.bytes, w.fp8, measured * 1e-3))
-    out = {}
-    for key, pts in groups.items():
-        flops = np.array([p[0] for p in pts])
-        nbytes = np.array([p[1] for p in pts])
-        peak = np.array([(spec.fp8_tflops if p[2] and spec.fp8_tflops > 0 else spec.fp16_tflops) for p in pts])
-        peak = peak * spec.compute_derate * 1e12
-        bw = (spec.cache_bw_gbps if cache_resident and spec.cache_bw_gbps > 0 else spec.mem_bw_gbps) * 1e9
-        meas = np.array([p[3] for p in pts])
-        tc = (flops / peak)[None, None, None, :] / COMPUTE_GRID[:, None, None, None]
-        tm = (nbytes / bw)[None, None, None, :] / MEMORY_GRID[None, :, None, None]
-        oh = ((spec.call_overhead_us + OVERHEAD_GRID_US) * 1e-6)[None, None, :, None]
-        best = None
-        for overlap in (True, False):
-            err = np.log((oh + (np.maximum(tc, tm) if overlap else tc + tm)) / meas)
-            # Squared log error, plus a small pull towards efficiencies of 1 and no overhead, which
-            # only decides between fits the data cannot tell apart.
-            loss = (err ** 2).sum(-1)
-            loss = loss + 1e-3 * (np.log(COMPUTE_GRID)[:, None, None] ** 2 + np.log(MEMORY_GRID)[None, :, None] ** 2)
-            loss = loss + 1e-3 * np.log1p(OVERHEAD_GRID_US)[None, None, :]
-            i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
-            if best is None or loss[i, j, k] < best[0]:
-                best = (loss[i, j, k], kc.KernelEfficiency(float(COMPUTE_GRID[i]), float(MEMORY_GRID[j]),
-                                                           float(OVERHEAD_GRID_US[k]), overlap))
-        out[key] = best[1]
+    rows = [(f, p, m * 1e-3) for (f, p), m in zip(points_of(df), df["measured_ms"]) if f in BASE_FAMILIES]
+    out: dict[str, KernelEfficiency] = {}
+    # Families that are whole kernels first, then those with parts priced by the others.
+    for stage in (False, True):
+        groups: dict[str, list[tuple[float, float, bool, float]]] = {}
+        for family, p, measured in rows:
+            ps = parts(family, p)
+            if (len(ps) > 1) != stage:
+                continue
+            own = [(q, w) for f, q, w in ps if f == family]
+            others = sum(kc.kernel_seconds(w, spec, lookup_efficiency(out, f, q), cache_resident)
+                         - spec.call_overhead_us * 1e-6 for f, q, w in ps if f != family)
+            target = max(measured - others, 0.05 * measured)  # never below 5% of the measurement
+            flops = sum(w.flops for _, w in own)
+            nbytes = sum(w.bytes for _, w in own)
+            groups.setdefault(efficiency_key(family, own[0][0]), []).append(
+                (flops, nbytes, any(w.fp8 for _, w in own), target))
+        for key, pts in groups.items():
+            out[key] = _fit_one(pts, spec, cache_resident)
     return out
+
+
+def _fit_one(pts, spec, cache_resident) -> KernelEfficiency:
+    """Grid search of one efficiency over (flops, bytes, fp8, seconds) points."""
+    kc = _C.kernel_cost
+    flops = np.array([p[0] for p in pts])
+    nbytes = np.array([p[1] for p in pts])
+    peak = np.array([(spec.fp8_tflops if p[2] and spec.fp8_tflops > 0 else spec.fp16_tflops) for p in pts])
+    peak = peak * spec.compute_derate * 1e12
+    bw = (spec.cache_bw_gbps if cache_resident and spec.cache_bw_gbps > 0 else spec.mem_bw_gbps) * 1e9
+    meas = np.array([p[3] for p in pts])
+    tc = (flops / peak)[None, None, None, :] / COMPUTE_GRID[:, None, None, None]
+    tm = (nbytes / bw)[None, None, None, :] / MEMORY_GRID[None, :, None, None]
+    oh = ((spec.call_overhead_us + OVERHEAD_GRID_US) * 1e-6)[None, None, :, None]
+    best = None
+    for overlap in (True, False):
+        err = np.log((oh + (np.maximum(tc, tm) if overlap else tc + tm)) / meas)
+        # Squared log error, plus a small pull towards efficiencies of 1 and no overhead, which
+        # only decides between fits the data cannot tell apart.
+        loss = (err ** 2).sum(-1)
+        loss = loss + 1e-3 * (np.log(COMPUTE_GRID)[:, None, None] ** 2 + np.log(MEMORY_GRID)[None, :, None] ** 2)
+        loss = loss + 1e-3 * np.log1p(OVERHEAD_GRID_US)[None, None, :]
+        i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
+        if best is None or loss[i, j, k] < best[0]:
+            best = (loss[i, j, k], kc.KernelEfficiency(float(COMPUTE_GRID[i]), float(MEMORY_GRID[j]),
+                                                       float(OVERHEAD_GRID_US[k]), overlap))
+    return best[1]
 
 
 def predict_frame(df: pd.DataFrame, spec, efficiencies: Mapping[str, KernelEfficiency],

@@ -167,10 +167,23 @@ def fit_csv_path(path) -> Path:
     return path.with_name(path.stem + ".fit.csv")
 
 
-def calibrate(force=False, quick=False, path=None, points=None, repeats=None, progress=False):
+def save_efficiencies(path, efficiencies) -> None:
+    """Replaces the [efficiency] tables of a calibration file (the probes stay as they are)."""
+    path = Path(path)
+    text = path.read_text()
+    cut = text.find('\n[efficiency."')
+    text = (text if cut < 0 else text[:cut + 1]).rstrip("\n") + "\n"
+    for key, e in sorted(efficiencies.items()):
+        text += (f'\n[efficiency."{key}"]\ncompute = {e.compute:.6g}\nmemory = {e.memory:.6g}\n'
+                 f"overhead_us = {e.overhead_us:.6g}\noverlap = {str(e.overlap).lower()}\n")
+    path.write_text(text)
+
+
+def calibrate(force=False, quick=False, path=None, points=None, repeats=None, progress=False, fit=True):
     """(path, measurements): reuses the file at path unless force; else probes, times the fit
-    sweep (`points`, default sweeps.fit_points(quick)) and writes the file. The measurements
-    include 'efficiency', {key: KernelEfficiency}."""
+    sweep (`points`, default sweeps.fit_points(quick)) and writes the file. fit=False writes the
+    probes alone (the caller fits, as `dsperf report` does). The measurements include
+    'efficiency', {key: KernelEfficiency}."""
     from .hardware import _read_toml, load_device
     from .kernel_cost import efficiencies_from_dict
     from .harness import run_sweep
@@ -188,10 +201,12 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
     name = f"CPU-{socket.gethostname()}"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(to_toml(m, name))  # the probes alone, so the fit can price against them
+    if not fit:
+        return path, dict(m, efficiency={}, reused=False)
     spec = load_device(str(path), "corrected")
     pts = fit_points(quick) if points is None else list(points)
     sweep = run_sweep(pts, repeats=repeats or (3 if quick else 5), progress=progress)
     effs = fit_efficiencies(sweep, spec)
     sweep.to_csv(fit_csv_path(path), index=False)
-    path.write_text(to_toml(m, name, effs))
+    save_efficiencies(path, effs)
     return path, dict(m, efficiency=effs, reused=False)

@@ -265,7 +265,7 @@ def _foreign_cores(before, after, seconds):
 
 
 def measure(call: Callable[[], object], repeats=5, warmup=1, flush: Callable[[], object] | None = None,
-            max_foreign_cores=0.3, attempts=4, min_seconds=0.2) -> dict:
+            max_foreign_cores=0.3, attempts=4, min_seconds=0.4) -> dict:
     """Times `repeats` calls after `warmup` untimed ones; flush (if given) runs before each timed
     call, untimed. Returns median, min and spread ((p75 - p25) / median) in ms, and the cores other
     processes used meanwhile: on a shared machine the point is measured again (up to `attempts`

@@ -62,8 +62,11 @@ def _rows_per_weight(family, p) -> float:
 
 def efficiency_key(family: str, params: Mapping, split_rows: int | None = None) -> str:
     """The key of the efficiency a point is priced with: the family, plus /dtype where it matters,
-    plus /rows<S or /rows>=S for GEMM families when the kernels change at S rows."""
+    /variant for the MLA layers, and /rows<S or /rows>=S for GEMM families when the kernels change
+    at S rows."""
     key = f"{family}/{params.get('dtype', 'bf16')}" if family in DTYPE_FAMILIES else family
+    if family in ("mla_prefill", "mla_step"):
+        key += f"/{params['variant']}"  # each variant's attention core is a different kernel
     split = gemm_split_rows() if split_rows is None else split_rows
     if split and family in ROWS_FAMILIES:
         key += f"/rows<{split}" if _rows_per_weight(family, params) < split else f"/rows>={split}"
@@ -72,9 +75,9 @@ def efficiency_key(family: str, params: Mapping, split_rows: int | None = None) 
 
 def lookup_efficiency(efficiencies: Mapping[str, KernelEfficiency], family: str, params: Mapping) -> KernelEfficiency:
     """The fitted efficiency of a point: its full key, else its key without the rows regime, else
-    the ideal roofline (a GPU spec without calibration)."""
+    the family's, else the ideal roofline (a GPU spec without calibration)."""
     key = efficiency_key(family, params)
-    for k in (key, key.split("/rows")[0]):
+    for k in (key, key.split("/rows")[0], family):
         if k in efficiencies:
             return efficiencies[k]
     return KernelEfficiency()

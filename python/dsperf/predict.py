@@ -2,7 +2,7 @@
 sweep with them, and summarise the errors.
 
 The fit is a grid search per efficiency key (family, or family/dtype) over the compute and memory
-efficiencies and a fixed per-call overhead, minimising the squared log error of
+efficiencies and a fixed per-call overhead, minimising the absolute log error of
 kernel_cost.predict_ms; it sees only the calibration sweep, so errors on the report's sweep are
 out of sample. Composite families are never fitted.
 """
@@ -85,9 +85,10 @@ def _fit_one(pts, spec, cache_resident) -> KernelEfficiency:
     best = None
     for overlap in (True, False):
         err = np.log((oh + (np.maximum(tc, tm) if overlap else tc + tm)) / meas)
-        # Squared log error, plus a small pull towards efficiencies of 1 and no overhead, which
-        # only decides between fits the data cannot tell apart.
-        loss = (err ** 2).sum(-1)
+        # Absolute log error (one disturbed point of a small group pulls less than under squares),
+        # plus a small pull towards efficiencies of 1 and no overhead, which only decides between
+        # fits the data cannot tell apart.
+        loss = np.abs(err).sum(-1)
         loss = loss + 1e-3 * (np.log(COMPUTE_GRID)[:, None, None] ** 2 + np.log(MEMORY_GRID)[None, :, None] ** 2)
         loss = loss + 1e-3 * np.log1p(OVERHEAD_GRID_US)[None, None, :]
         i, j, k = np.unravel_index(np.argmin(loss), loss.shape)

@@ -6,17 +6,19 @@ a report folder:
     predicted_vs_measured.csv  one row per measured point: kernel, predicted_ms, measured_ms, ...
     errors_by_family.csv       median / 90th-percentile |relative error| per family and overall
     efficiencies.csv           the fitted per-family efficiencies
-    fit_sweep.csv              the calibration sweep they were fitted on (other shapes)
+    fit_sweep.csv              the calibration sweep they were fitted on (other shapes, measured
+                               in the same run, shuffled with the report's points)
     seed_tables.md             every table of the seed analysis (as_published)
     *.png                      predicted vs measured, errors by family, roofline
 """
 from __future__ import annotations
 
 import datetime
-import shutil
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 DEFAULT_OUT = Path("report")
 
@@ -36,10 +38,10 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     """Runs the whole job and returns the report folder. points / fit_points override the sweeps
     (tests use tiny ones); calibration is the device file to use or write."""
     from . import plots, sweeps
-    from .calibrate import calibrate, fit_csv_path
+    from .calibrate import calibrate, fit_csv_path, save_efficiencies
     from .harness import run_sweep
     from .hardware import load_device
-    from .predict import efficiencies_table, error_summary, predict_frame
+    from .predict import efficiencies_table, error_summary, fit_efficiencies, predict_frame
 
     stream = stream or sys.stdout
     out = Path(out)
@@ -48,25 +50,39 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
 
-    cal_path, m = calibrate(force=force_calibration, quick=quick, path=calibration, points=fit_points,
-                            repeats=repeats, progress=progress)
+    cal_path, m = calibrate(force=force_calibration, quick=quick, path=calibration, fit=False)
     spec = load_device(str(cal_path), "corrected")
-    effs = m["efficiency"]
     stream.write(f"calibration: {cal_path} ({'reused' if m['reused'] else 'measured now'}); "
                  f"{spec.fp16_tflops * 1e3:.0f} GFLOPS, {spec.mem_bw_gbps:.1f} GB/s, "
-                 f"{spec.call_overhead_us:.1f} us per call, {len(effs)} fitted kernel families\n")
-    if not effs:
-        raise ValueError(f"calibration file '{cal_path}' has no [efficiency] table; run `dsperf calibrate --force`")
+                 f"{spec.call_overhead_us:.1f} us per call\n")
 
     tables = _seed_tables()
     (out / "seed_tables.md").write_text(tables)
     if print_tables:
         stream.write(tables + "\n")
 
+    # The calibration sweep and the report's sweep are measured together, in one shuffled order,
+    # so that drift of this shared machine over the minutes of the run hits both alike; the fit
+    # sees only the first, the errors only the second.
+    fit_pts = sweeps.fit_points(quick) if fit_points is None else list(fit_points)
     pts = sweeps.default_points(quick) if points is None else list(points)
-    stream.write(f"kernel sweep: {len(pts)} points, {'cold (caches flushed)' if cold else 'cache-resident'}\n")
+    tagged = [("fit", p) for p in fit_pts] + [("report", p) for p in pts]
+    order = np.random.default_rng(0).permutation(len(tagged))
+    tagged = [tagged[i] for i in order]
+    stream.write(f"kernel sweep: {len(fit_pts)} calibration + {len(pts)} report points, "
+                 f"{'cold (caches flushed)' if cold else 'cache-resident'}\n")
     stream.flush()
-    measured = run_sweep(pts, repeats=repeats or (3 if quick else 5), cold=cold, progress=progress)
+    sweep = run_sweep([p for _, p in tagged], repeats=repeats or (3 if quick else 5), cold=cold, progress=progress)
+    sweep["sweep"] = [t for t, _ in tagged]
+    fit_df = sweep[sweep["sweep"] == "fit"].drop(columns="sweep")
+    measured = sweep[sweep["sweep"] == "report"].drop(columns="sweep")
+    effs = fit_efficiencies(fit_df, spec, cache_resident=not cold)
+    fit_df.dropna(axis=1, how="all").to_csv(out / "fit_sweep.csv", index=False)
+    if cold:  # the calibration file keeps the cold-data fit
+        save_efficiencies(cal_path, effs)
+        fit_df.dropna(axis=1, how="all").to_csv(fit_csv_path(cal_path), index=False)
+    measured = measured.dropna(axis=1, how="all").reset_index(drop=True)
+
     pred = predict_frame(measured, spec, effs, cache_resident=not cold)
     summary = error_summary(pred)
     lead = ["kernel", "predicted_ms", "measured_ms", "rel_error"]
@@ -75,10 +91,8 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     summary.to_csv(out / "errors_by_family.csv", index=False)
     eff_table = efficiencies_table(effs)
     eff_table.to_csv(out / "efficiencies.csv", index=False)
-    fit_csv = fit_csv_path(cal_path)
-    if fit_csv.exists():
-        shutil.copyfile(fit_csv, out / "fit_sweep.csv")
     figures = plots.save_all(pred, summary, spec, out)
+    m = dict(m, efficiency=effs)
 
     elapsed = time.perf_counter() - t_start
     md = _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed)
@@ -118,14 +132,15 @@ def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapse
     lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in cal_rows]
     lines += [
         "",
-        "## Fitted efficiencies (from the calibration sweep, fit_sweep.csv)",
+        "## Fitted efficiencies (from the calibration sweep, fit_sweep.csv, measured in this run)",
         "",
         eff_table.to_markdown(index=False, floatfmt=".3g"),
         "",
         f"## Predicted vs measured ({'caches flushed before each call' if cold else 'cache-resident data'})",
         "",
-        "Out of sample: the sweep's shapes differ from the calibration sweep's; moe_layer and decode_layer",
-        "are predicted as the sum of their parts and never fitted.",
+        "Out of sample: the sweep's shapes differ from the calibration sweep's (the two were measured",
+        "together in one shuffled order); moe_layer and decode_layer are predicted as the sum of their",
+        "parts and never fitted.",
         "",
         summary.to_markdown(index=False, floatfmt=".3f"),
         "",

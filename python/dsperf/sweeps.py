@@ -44,8 +44,9 @@ def fit_points(quick=False):
     pts += _experts("experts_contiguous", [(8, 4), (32, 4), (64, 2), (256, 1)], "fp8")
     pts += _mla_decode([(4096, 1, 16), (16384, 4, 16), (65536, 16, 16), (2048, 1, 128)], "bf16")
     pts += _mla_decode([(4096, 1, 16), (16384, 4, 16), (65536, 16, 16)], "fp8")
-    pts += _mla("mla_prefill", ALL, 128, 0) + _mla("mla_prefill", ("CD", "A_CC_ME"), 512, 0)
-    pts += _mla("mla_step", ALL, 1, 2048) + _mla("mla_step", ("CC", "AM_CC_ME"), 1, 512)
+    # Two points per MLA variant: each variant's attention core is fitted on its own.
+    pts += _mla("mla_prefill", ALL, 128, 0) + _mla("mla_prefill", ALL, 32, 256)
+    pts += _mla("mla_step", ALL, 1, 2048) + _mla("mla_step", ALL, 1, 512)
     if quick:
         pts = [p for p in pts if not _large(p)]
     return pts

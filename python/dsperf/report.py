@@ -66,16 +66,17 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     # sees only the first, the errors only the second.
     fit_pts = sweeps.fit_points(quick) if fit_points is None else list(fit_points)
     pts = sweeps.default_points(quick) if points is None else list(points)
-    tagged = [("fit", p) for p in fit_pts] + [("report", p) for p in pts]
+    tagged = [("fit", i, p) for i, p in enumerate(fit_pts)] + [("report", i, p) for i, p in enumerate(pts)]
     order = np.random.default_rng(0).permutation(len(tagged))
     tagged = [tagged[i] for i in order]
     stream.write(f"kernel sweep: {len(fit_pts)} calibration + {len(pts)} report points, "
                  f"{'cold (caches flushed)' if cold else 'cache-resident'}\n")
     stream.flush()
-    sweep = run_sweep([p for _, p in tagged], repeats=repeats or (3 if quick else 5), cold=cold, progress=progress)
-    sweep["sweep"] = [t for t, _ in tagged]
-    fit_df = sweep[sweep["sweep"] == "fit"].drop(columns="sweep")
-    measured = sweep[sweep["sweep"] == "report"].drop(columns="sweep")
+    sweep = run_sweep([p for _, _, p in tagged], repeats=repeats or (3 if quick else 5), cold=cold, progress=progress)
+    sweep["sweep"], sweep["point"] = [t for t, _, _ in tagged], [i for _, i, _ in tagged]
+    # Back in each sweep's own order for the tables.
+    fit_df = sweep[sweep["sweep"] == "fit"].sort_values("point").drop(columns=["sweep", "point"])
+    measured = sweep[sweep["sweep"] == "report"].sort_values("point").drop(columns=["sweep", "point"])
     effs = fit_efficiencies(fit_df, spec, cache_resident=not cold)
     fit_df.dropna(axis=1, how="all").to_csv(out / "fit_sweep.csv", index=False)
     if cold:  # the calibration file keeps the cold-data fit

@@ -1,7 +1,8 @@
 """Is `dsperf calibrate` stable? Runs the probes several times and prints, per figure, the spread
 between runs beside the noise each run reports (its own best-to-worst spread over passes), and
 checks the figures against first principles (FLOP per cycle x threads x clock; bandwidth below the
-cache-resident read).
+cache-resident read). The reported noise is the spread of back-to-back passes; drift between runs
+minutes apart (a shared VM's host load) can exceed it, and this table shows by how much.
 
     python benchmarks/bench_calibration.py [--runs 3] [--quick]
 """
@@ -50,8 +51,9 @@ def main():
         reported = max(r[spread] for r in runs)
         print(f"| {value} | {', '.join(f'{v:.1f}' for v in vals)} | {between:.3f} | {reported:.3f} | "
               f"{'yes' if between <= reported else 'no'} |")
-    print(f"| call_overhead_us | {', '.join(f'{r['call_overhead_us']:.2f}' for r in runs)} | "
-          f"{(max(r['call_overhead_us'] for r in runs) - min(r['call_overhead_us'] for r in runs)) / max(r['call_overhead_us'] for r in runs):.3f} | - | - |")
+    calls = [r["call_overhead_us"] for r in runs]
+    print(f"| call_overhead_us | {', '.join(f'{v:.2f}' for v in calls)} | "
+          f"{(max(calls) - min(calls)) / max(calls):.3f} | - | - |")
 
     ghz = clock_ghz()
     fma = statistics.median(r["fp32_fma_peak_gflops"] for r in runs)
@@ -59,7 +61,9 @@ def main():
     print("\nFirst principles (clock from /proc/cpuinfo: "
           f"{ghz:.2f} GHz; AVX-512: 2 FMA ports x 16 FP32 lanes x 2 FLOP, VDPBF16PS: 2 ports x 32 BF16 pairs x 2 FLOP):")
     if ghz:
-        print(f"  FP32 FMA {fma:.0f} GFLOPS = {fma / (threads * 64 * ghz):.0%} of {threads} x 64 x {ghz:.2f} GHz")
+        print(f"  FP32 FMA {fma:.0f} GFLOPS = {fma / (threads * 64 * ghz):.0%} of {threads} x 64 x {ghz:.2f} GHz "
+              f"(cpuinfo gives the base clock; above 100% the cores run turbo, here at least "
+              f"{fma / (threads * 64):.2f} GHz)")
         print(f"  BF16 dot {dot:.0f} GFLOPS = {dot / (threads * 128 * ghz):.0%} of {threads} x 128 x {ghz:.2f} GHz")
         print(f"  AMX (if it were usable here): at most {threads} x 1024 x {ghz:.2f} = {threads * 1024 * ghz:.0f} GFLOPS")
     read = statistics.median(r[f"read_gbps_{threads}t"] for r in runs)

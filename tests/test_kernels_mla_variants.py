@@ -126,3 +126,65 @@ def test_mla_prolog_outputs_match_reference_pieces():
     np.testing.assert_allclose(f32(out["k_pe"]), f32(R.apply_rope(kv[:, KVL:].astype(K.BF16), pos, freqs)),
                                rtol=4 * EPS_BF16, atol=4 * EPS_BF16)
     assert out["q_nope"].shape == (5, DIMS["heads"], DIMS["nope"]) and out["q_pe"].shape == (5, DIMS["heads"], DIMS["rope"])
+
+
+@pytest.mark.parametrize("variant", K.MLA_VARIANTS)
+def test_variants_over_the_paged_cache_match_the_contiguous_cache(variant):
+    """Two requests of different lengths (neither a multiple of the block size) in one paged cache,
+    blocks interleaved: a prefill, then a decode step each; every output equals the contiguous
+    cache's, bit for bit (the same kernels on the same rows)."""
+    rng = np.random.default_rng(11)
+    w = K.mla_absorb_weights(make_weights(rng), **DIMS)
+    freqs = K.rope_frequencies(dim=DIMS["rope"], original_seq_len=64, max_seq_len=256, factor=4)
+    scale = (DIMS["nope"] + DIMS["rope"]) ** -0.5
+    lens = [37, 70]
+    xs = [rand_bf16(rng, n + 1, D) for n in lens]
+    cd = variant == "CD"
+    # Request 0 (38 tokens) in blocks 0, 2, 4; request 1 (71 tokens) in 1, 3, 5, 7, 8; the rest unused.
+    table = np.array([[0, 2, 4, 6, 0, 0], [1, 3, 5, 7, 8, 9]], np.int32)
+    paged = K.PagedMlaCache(10, 16, KVL, DIMS["rope"], decompressed=cd, heads=DIMS["heads"], nope=DIMS["nope"],
+                            v=DIMS["v"])
+    kw = dict(heads=DIMS["heads"], nope=DIMS["nope"], rope=DIMS["rope"], v=DIMS["v"], freqs=freqs,
+              softmax_scale=scale)
+    # Prefill both requests in one call, then one decode token each.
+    y_pre = K.mla_forward_paged(variant, np.concatenate([x[:n] for x, n in zip(xs, lens)]), w, paged, table,
+                                np.zeros(2, np.int32), np.array(lens, np.int32), **kw)
+    y_dec = K.mla_forward_paged(variant, np.concatenate([x[n:] for x, n in zip(xs, lens)]), w, paged, table,
+                                np.array(lens, np.int32), np.ones(2, np.int32), **kw)
+    row = 0
+    for b, (x, n) in enumerate(zip(xs, lens)):
+        seq = K.MlaCache(n + 1, KVL, DIMS["rope"], decompressed=cd, heads=DIMS["heads"], nope=DIMS["nope"], v=DIMS["v"])
+        np.testing.assert_array_equal(y_pre[row:row + n], K.mla_forward(variant, x[:n], w, seq, **kw))
+        np.testing.assert_array_equal(y_dec[b:b + 1], K.mla_forward(variant, x[n:], w, seq, **kw))
+        row += n
+
+
+def test_paged_variants_with_an_fp8_latent_stay_close_and_bad_tables_are_named():
+    rng = np.random.default_rng(12)
+    w = K.mla_absorb_weights(make_weights(rng), **DIMS)
+    freqs = K.rope_frequencies(dim=DIMS["rope"], original_seq_len=64, max_seq_len=256, factor=4)
+    kw = dict(heads=DIMS["heads"], nope=DIMS["nope"], rope=DIMS["rope"], v=DIMS["v"], freqs=freqs,
+              softmax_scale=0.15)
+    x = rand_bf16(rng, 41, D)
+    table = np.array([[3, 1, 0]], np.int32)
+    outs = {}
+    for dtype in ("bf16", "fp8"):
+        paged = K.PagedMlaCache(4, 16, KVL, DIMS["rope"], dtype=dtype)
+        K.mla_forward_paged("A_CC_ME", x[:40], w, paged, table, np.array([0], np.int32), np.array([40], np.int32), **kw)
+        outs[dtype] = K.mla_forward_paged("A_CC_ME", x[40:], w, paged, table, np.array([40], np.int32),
+                                          np.array([1], np.int32), **kw)
+    # The decode step reads 40 cached latents rounded to FP8 (3 significand bits): a few per cent.
+    assert rel_err(outs["fp8"], outs["bf16"]) < 2 ** -4
+    paged = K.PagedMlaCache(2, 16, KVL, DIMS["rope"])
+    with pytest.raises(ValueError, match="block_table points outside"):
+        K.mla_forward_paged("CC", x[:20], w, paged, np.array([[0, 5]], np.int32), np.array([0], np.int32),
+                            np.array([20], np.int32), **kw)
+    with pytest.raises(ValueError, match="blocks per request"):
+        K.mla_forward_paged("CC", x[:40], w, paged, np.array([[0, 1]], np.int32), np.array([0], np.int32),
+                            np.array([40], np.int32), **kw)
+    with pytest.raises(ValueError, match="CD variant needs"):
+        K.mla_forward_paged("CD", x[:4], w, paged, np.array([[0, 1]], np.int32), np.array([0], np.int32),
+                            np.array([4], np.int32), **kw)
+    with pytest.raises(ValueError, match="sum\\(new_tokens\\)"):
+        K.mla_forward_paged("CC", x[:4], w, paged, np.array([[0, 1]], np.int32), np.array([0], np.int32),
+                            np.array([5], np.int32), **kw)

@@ -295,7 +295,8 @@ class PagedMlaCache:
     rotated rope key (BF16). Requests address it through block tables (see paged_cache_write and
     mla_decode)."""
 
-    def __init__(self, num_blocks, block_size=64, kv_lora=512, rope=64, *, dtype="bf16"):
+    def __init__(self, num_blocks, block_size=64, kv_lora=512, rope=64, *, dtype="bf16", decompressed=False,
+                 heads=None, nope=128, v=128):
         if dtype not in ("bf16", "fp8"):
             raise ValueError(f"dtype must be 'bf16' or 'fp8', got {dtype!r}")
         nb, bs = _int("num_blocks", num_blocks, 1), _int("block_size", block_size, 1)
@@ -303,6 +304,12 @@ class PagedMlaCache:
         self.latent = np.zeros((nb, bs, kv_lora), BF16 if dtype == "bf16" else FP8)
         self.latent_scale = None if dtype == "bf16" else np.zeros((nb, bs, -(-kv_lora // 128)), np.float32)
         self.rope = np.zeros((nb, bs, rope), BF16)
+        # The CD variant's per-head decompressed keys and values, paged the same way.
+        self.k_full = self.v_full = None
+        if decompressed:
+            heads = _int("heads", heads, 1)
+            self.k_full = np.zeros((nb, bs, heads, _int("nope", nope, 1) + rope), BF16)
+            self.v_full = np.zeros((nb, bs, heads, _int("v", v, 1)), BF16)
 
     @property
     def dtype(self):
@@ -469,6 +476,76 @@ def mla_forward(variant, x, weights, cache, *, heads, freqs, softmax_scale, nope
                        None if cache.v_full is None else _bits(cache.v_full), cache.prefix)
     cache.prefix += x.shape[0]
     return y
+
+
+def _paged_rows(pages, blocks, n):
+    """The first n token rows of a request whose tokens live in `blocks` (a contiguous copy)."""
+    return pages[blocks].reshape((-1,) + pages.shape[2:])[:n]
+
+
+def mla_forward_paged(variant, x, weights, cache, block_table, seqlens, new_tokens, *, heads, freqs, softmax_scale,
+                      nope=128, rope=64, v=128, eps=1e-6):
+    """mla_forward over a PagedMlaCache for a batch of requests: request b has seqlens[b] tokens in
+    the cache (in the blocks its row of block_table lists) and new_tokens[b] new ones, the rows of x
+    in request order. Each request's cached rows are gathered into a contiguous MlaCache (an FP8
+    latent dequantised to BF16), the variant runs on it, and its new tokens are written back into
+    its pages (the FP8 latent quantised per 128 values). The gather copies the request's cache once
+    per call - the cost of reusing the contiguous kernels; the absorbed decode path (mla_decode)
+    reads the pages in place. CD needs PagedMlaCache(decompressed=True). Returns FP32 [rows, dim];
+    the caller advances seqlens."""
+    if not isinstance(cache, PagedMlaCache):
+        raise TypeError(f"cache must be a PagedMlaCache, got {type(cache).__name__}")
+    if variant not in MLA_VARIANTS:
+        raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
+    if variant == "CD" and cache.k_full is None:
+        raise ValueError("the CD variant needs PagedMlaCache(..., decompressed=True)")
+    _arr("x", x, (BF16,), 2)
+    block_table = _ids("block_table", block_table, 2)
+    seqlens, new_tokens = _ids("seqlens", seqlens, 1), _ids("new_tokens", new_tokens, 1)
+    B, bs = block_table.shape[0], cache.latent.shape[1]
+    if seqlens.shape[0] != B or new_tokens.shape[0] != B:
+        raise ValueError(f"seqlens and new_tokens must have one entry per request ({B})")
+    if np.any(seqlens < 0) or np.any(new_tokens < 1):
+        raise ValueError("seqlens must be >= 0 and new_tokens >= 1")
+    if int(new_tokens.sum()) != x.shape[0]:
+        raise ValueError(f"x must have sum(new_tokens) = {int(new_tokens.sum())} rows, got {x.shape[0]}")
+    need = -(-(seqlens + new_tokens) // bs)
+    if np.any(need > block_table.shape[1]):
+        raise ValueError(f"block_table has {block_table.shape[1]} blocks per request; a request needs {need.max()}")
+    used = np.concatenate([block_table[b, :need[b]] for b in range(B)])
+    if used.size and (used.min() < 0 or used.max() >= cache.latent.shape[0]):
+        raise ValueError(f"block_table points outside the cache's {cache.latent.shape[0]} blocks")
+    L = cache.latent.shape[2]
+    outs, row = [], 0
+    for b in range(B):
+        P, T = int(seqlens[b]), int(new_tokens[b])
+        blocks = block_table[b, :need[b]]
+        seq = MlaCache(P + T, L, cache.rope.shape[2], decompressed=cache.k_full is not None,
+                       heads=None if cache.k_full is None else cache.k_full.shape[2], nope=nope,
+                       v=v if cache.v_full is None else cache.v_full.shape[3])
+        if P:
+            lat = _paged_rows(cache.latent, blocks, P)
+            if cache.latent_scale is not None:
+                sc = np.repeat(_paged_rows(cache.latent_scale, blocks, P), 128, axis=1)[:, :L]
+                lat = (lat.astype(np.float32) * sc).astype(BF16)
+            seq.latent[:P] = lat
+            seq.k_pe[:P] = _paged_rows(cache.rope, blocks, P)
+            if seq.k_full is not None:
+                seq.k_full[:P] = _paged_rows(cache.k_full, blocks, P)
+                seq.v_full[:P] = _paged_rows(cache.v_full, blocks, P)
+        seq.prefix = P
+        y = mla_forward(variant, x[row:row + T], weights, seq, heads=heads, freqs=freqs, softmax_scale=softmax_scale,
+                        nope=nope, rope=rope, v=v, eps=eps)
+        outs.append(y)
+        # The new tokens back into the request's pages.
+        pos = np.arange(P, P + T, dtype=np.int32)
+        paged_cache_write(cache, block_table, np.full(T, b, np.int32), pos, seq.latent[P:P + T], seq.k_pe[P:P + T])
+        if cache.k_full is not None:
+            blk, off = block_table[b, pos // bs], pos % bs
+            cache.k_full[blk, off] = seq.k_full[P:P + T]
+            cache.v_full[blk, off] = seq.v_full[P:P + T]
+        row += T
+    return np.concatenate(outs)
 
 
 # ---- one-call decode layer ------------------------------------------------------------------------

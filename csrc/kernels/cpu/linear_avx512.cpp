@@ -6,6 +6,7 @@
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
+#include <cmath>
 
 #include <array>
 #include <utility>
@@ -107,30 +108,31 @@ void linear_bf16_rows(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw
 
 DSPERF_AVX512 void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float scale, bf16_t* dst, int64_t ld_dst,
                                      int64_t rows, int64_t cols) {
-    // One block shares one scale, so every code's BF16 value bf16(fp8 x scale) goes in a 256-entry
-    // table (built with the scalar conversion: bit-identical to it) and the block is a table lookup:
-    // four 64-entry permutes picked by the code's two top bits, 32 values per step.
-    alignas(64) bf16_t table[256];
+    // One block shares one scale, so every code's BF16 value bf16(fp8 x scale) is a table lookup.
+    // Rounding is symmetric, so bf16(-v x scale) = -bf16(v x scale): the table holds the 128
+    // magnitudes (built with the scalar conversion: bit-identical to it), looked up with two
+    // 64-entry permutes picked by bit 6, and the code's sign bit becomes the BF16 sign bit.
+    alignas(64) bf16_t table[128];
     const float* decoded = fp8_table();
-    const __m512 sv = _mm512_set1_ps(scale);
-    for (int i = 0; i < 256; i += 16)  // VCVTNEPS2BF16 rounds to nearest even, as f32_to_bf16 does
+    const __m512 sv = _mm512_set1_ps(std::fabs(scale));
+    for (int i = 0; i < 128; i += 16)  // VCVTNEPS2BF16 rounds to nearest even, as f32_to_bf16 does
         _mm256_store_si256(reinterpret_cast<__m256i*>(table + i),
                            (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(decoded + i), sv)));
-    __m512i t[8];
-    for (int i = 0; i < 8; ++i) t[i] = _mm512_load_si512(table + 32 * i);
+    __m512i t[4];
+    for (int i = 0; i < 4; ++i) t[i] = _mm512_load_si512(table + 32 * i);
+    // A negative scale flips every sign.
+    const __m512i flip = _mm512_set1_epi16(std::signbit(scale) ? short(0x8000) : 0);
     const __m512i bit6 = _mm512_set1_epi16(64), bit7 = _mm512_set1_epi16(128);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; c += 32) {
             const int n = int(cols - c < 32 ? cols - c : 32);
             const __mmask32 m = static_cast<__mmask32>(n == 32 ? ~0u : (1u << n) - 1);
             const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + r * ld_src + c));
-            const __m512i q0 = _mm512_permutex2var_epi16(t[0], idx, t[1]);  // codes 0-63
+            const __m512i q0 = _mm512_permutex2var_epi16(t[0], idx, t[1]);  // magnitudes of codes 0-63
             const __m512i q1 = _mm512_permutex2var_epi16(t[2], idx, t[3]);  // 64-127
-            const __m512i q2 = _mm512_permutex2var_epi16(t[4], idx, t[5]);  // 128-191
-            const __m512i q3 = _mm512_permutex2var_epi16(t[6], idx, t[7]);  // 192-255
-            const __mmask32 hi6 = _mm512_test_epi16_mask(idx, bit6), hi7 = _mm512_test_epi16_mask(idx, bit7);
-            const __m512i lo = _mm512_mask_blend_epi16(hi6, q0, q1), hi = _mm512_mask_blend_epi16(hi6, q2, q3);
-            _mm512_mask_storeu_epi16(dst + r * ld_dst + c, m, _mm512_mask_blend_epi16(hi7, lo, hi));
+            const __m512i mag = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, bit6), q0, q1);
+            const __m512i sign = _mm512_xor_si512(_mm512_slli_epi16(_mm512_and_si512(idx, bit7), 8), flip);
+            _mm512_mask_storeu_epi16(dst + r * ld_dst + c, m, _mm512_or_si512(mag, sign));
         }
     }
 }

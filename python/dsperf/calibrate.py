@@ -3,8 +3,8 @@
 Two steps. The probes: the VDPBF16PS (BF16 dot) and FP32 FMA peaks of all threads, the streaming-
 read and STREAM-triad bandwidths by thread count, the read bandwidth of cache-resident data, the
 cost of one call from Python into a C++ kernel, and (where MPI is installed) the latency and
-bandwidth between two processes; each figure is the best of several passes, with
-the spread between passes reported as its noise. Then the fit: the kernels of the calibration
+bandwidth between two processes; each figure is the best of several passes, taken in
+rounds over the whole calibration, with the spread between passes reported as its noise. Then the fit: the kernels of the calibration
 sweep (dsperf.sweeps.fit_points) are timed and the per-family efficiencies of the kernel cost model
 fitted to them (dsperf.predict.fit_efficiencies). The result is a device TOML (the GPU specs'
 fields, a [calibration] table of the raw measurements and an [efficiency] table per kernel family)
@@ -49,10 +49,19 @@ def default_path() -> Path:
     return CACHE_DIR / f"cpu-{socket.gethostname()}.toml"
 
 
-def _best_and_spread(fn, passes):
-    values = [fn() for _ in range(passes)]
-    best = max(values)
-    return best, (best - min(values)) / best if best > 0 else 0.0
+def _rounds(probes: dict, passes: int) -> dict:
+    """{name: (best, spread)} of every probe, run in rounds (each probe once per round) so that a
+    probe's passes spread over the whole calibration: its spread then shows the machine's drift
+    over that time, not only the noise of back-to-back runs."""
+    values = {name: [] for name in probes}
+    for _ in range(passes):
+        for name, fn in probes.items():
+            values[name].append(fn())
+    out = {}
+    for name, v in values.items():
+        best = max(v)
+        out[name] = (best, (best - min(v)) / best if best > 0 else 0.0)
+    return out
 
 
 def _call_overhead_us(calls=2000):
@@ -99,20 +108,25 @@ def _mpi_loopback(timeout=120) -> dict:
 def measure(quick=False) -> dict:
     """Run every probe; quick uses smaller buffers and shorter loops (seconds instead of tens)."""
     k = _C.kernels
-    seconds, passes = (0.2, 2) if quick else (1.0, 3)
+    seconds, passes = (0.2, 2) if quick else (0.6, 5)
     buf = (512 << 20) if quick else (1 << 30)  # beyond the L3 either way
     threads = k.max_threads()
     m = {"cpu_model": _cpu_model(), "isa": K.isa(), "threads": threads, "amx_usable": K.cpu_features()["amx_bf16"]}
-    m["bf16_dot_peak_gflops"], m["bf16_dot_peak_spread"] = _best_and_spread(lambda: k.probe_bf16_peak_gflops(seconds), passes)
-    m["fp32_fma_peak_gflops"], m["fp32_fma_peak_spread"] = _best_and_spread(
-        lambda: k.probe_fp32_fma_peak_gflops(seconds), passes)
-    for t in range(1, threads + 1):
-        m[f"read_gbps_{t}t"], m[f"read_spread_{t}t"] = _best_and_spread(lambda: k.probe_read_bandwidth_gbps(buf, 2, t), passes)
-        m[f"triad_gbps_{t}t"], m[f"triad_spread_{t}t"] = _best_and_spread(
-            lambda: k.probe_triad_bandwidth_gbps(buf, 2, t), passes)
     llc = min(64 << 20, max(4 << 20, l3_bytes() // 4))  # inside the last-level cache, beyond L2
-    m["cache_read_gbps"], m["cache_read_spread"] = _best_and_spread(
-        lambda: k.probe_read_bandwidth_gbps(llc, 20, threads), passes)
+    probes = {"bf16_dot_peak": lambda: k.probe_bf16_peak_gflops(seconds),
+              "fp32_fma_peak": lambda: k.probe_fp32_fma_peak_gflops(seconds)}
+    for t in range(1, threads + 1):
+        probes[f"read_{t}t"] = lambda t=t: k.probe_read_bandwidth_gbps(buf, 2, t)
+        probes[f"triad_{t}t"] = lambda t=t: k.probe_triad_bandwidth_gbps(buf, 2, t)
+    probes["cache_read"] = lambda: k.probe_read_bandwidth_gbps(llc, 20, threads)
+    k.probe_fp32_fma_peak_gflops(0.1)  # start the thread pool and wake the cores first, untimed
+    r = _rounds(probes, passes)
+    m["bf16_dot_peak_gflops"], m["bf16_dot_peak_spread"] = r["bf16_dot_peak"]
+    m["fp32_fma_peak_gflops"], m["fp32_fma_peak_spread"] = r["fp32_fma_peak"]
+    for t in range(1, threads + 1):
+        m[f"read_gbps_{t}t"], m[f"read_spread_{t}t"] = r[f"read_{t}t"]
+        m[f"triad_gbps_{t}t"], m[f"triad_spread_{t}t"] = r[f"triad_{t}t"]
+    m["cache_read_gbps"], m["cache_read_spread"] = r["cache_read"]
     m["call_overhead_us"] = _call_overhead_us(500 if quick else 5000)
     m.update(_mpi_loopback())
     m["mem_gb"] = _mem_gb()

@@ -96,6 +96,34 @@ def main():
             pred = measured[base][1] / measured[absorbed][1]
             print(f"{absorbed} vs {base}: measured speed-up {got:.2f}x, roofline predicts {pred:.2f}x "
                   f"(measured / predicted {got / pred:.2f}; target within 0.7-1.3)")
+    calibrated_ratios(measured, kv)
+
+
+def calibrated_ratios(measured, kv):
+    """The same ratios predicted by the calibrated kernel cost model (dsperf.kernel_cost with this
+    machine's fitted efficiencies, fitted on 16-head layers at other context lengths: out of
+    sample), where `dsperf calibrate` or `dsperf report` has run."""
+    from dsperf import calibrate, kernel_cost
+
+    path = calibrate.default_path()
+    effs = kernel_cost.load_efficiencies(path) if path.exists() else {}
+    if not effs:
+        print("\n(no calibration with fitted efficiencies: run `dsperf report` for the calibrated prediction)")
+        return
+    spec = __import__("dsperf").load_device(str(path), "corrected")
+    pred = {v: kernel_cost.predict_ms("mla_step", dict(variant=v, tokens=1, prefix=kv - 1, heads=H, dim=D), spec, effs)
+            for v in K.MLA_VARIANTS}
+    print(f"\nCalibrated kernel cost model ({path}):")
+    print("| variant | measured ms | predicted ms | error |")
+    print("|---|---|---|---|")
+    for v in K.MLA_VARIANTS:
+        print(f"| {v} | {measured[v][0] * 1e3:.1f} | {pred[v]:.1f} | {pred[v] / (measured[v][0] * 1e3) - 1:+.0%} |")
+    for absorbed in ("A_CC_ME", "AM_CC_ME"):
+        for base in ("CD", "CC"):
+            got = measured[base][0] / measured[absorbed][0]
+            p = pred[base] / pred[absorbed]
+            print(f"{absorbed} vs {base}: measured {got:.2f}x, calibrated model {p:.2f}x (measured / predicted "
+                  f"{got / p:.2f}; target within 0.7-1.3)")
 
 
 if __name__ == "__main__":

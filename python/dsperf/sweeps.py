@@ -35,8 +35,8 @@ def fit_points(quick=False):
     pts = []
     pts += _linear([(1, 4096, D), (16, 4096, D), (64, I, I), (128, 4096, D), (512, 2048, D)], "bf16")
     pts += _linear([(1, 4096, D), (16, 2048, D), (32, I, D), (128, 4096, D)], "fp8")
-    pts += [("gate", dict(tokens=t, dim=D, experts=256, top_k=8)) for t in (1, 64, 1024)]
-    pts += [("dispatch_combine", dict(tokens=t, top_k=8, dim=D)) for t in (64, 512, 2048)]
+    pts += [("gate", dict(tokens=t, dim=D, experts=256, top_k=8)) for t in (1, 64, 1024, 2048)]
+    pts += [("dispatch_combine", dict(tokens=t, top_k=8, dim=D)) for t in (4, 64, 512, 2048)]
     # Experts in both regimes: few rows per expert stream the weights, many rows compute.
     pts += _experts("experts_masked", [(2, 2), (16, 4), (64, 4), (128, 4), (256, 2)], "bf16")
     pts += _experts("experts_masked", [(2, 2), (16, 8), (32, 4), (128, 2)], "fp8")

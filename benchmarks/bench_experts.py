@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.basel
 from benchmarks.deepseek_v3.baseline.common import random_bf16, run_times  # noqa: E402
 from dsperf import _C  # noqa: E402
 from dsperf import kernels as K  # noqa: E402
+from dsperf.harness import random_fp8  # noqa: E402
 
 D, I = 7168, 2048
-
-
-def random_fp8(rng, shape):
-    """FP8 e4m3 bit patterns without the NaN codes."""
-    bits = rng.integers(0, 256, size=shape, dtype=np.uint8)
-    bits[(bits & 0x7F) == 0x7F] = 0x7E
-    return bits.view(K.FP8)
 
 
 def best(fn, repeats):

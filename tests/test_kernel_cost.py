@@ -97,10 +97,18 @@ def test_composites_are_the_sum_of_their_parts_with_one_call_overhead():
     ("linear", dict(m=1, n=2, k=3, dtype="fp16"), "dtype"),
     ("mla_step", dict(variant="XX", tokens=1, prefix=0, heads=1), "variant"),
     ("linear", dict(m=-1, n=2, k=3), "m must be"),
+    ("experts_masked", dict(rows=2, active=3, dim=4, inter=4), "active_experts"),
 ])
 def test_bad_points_are_named(family, params, match):
     with pytest.raises(ValueError, match=match):
         kc.predict_ms(family, params, "H800")
+
+
+def test_non_integer_sizes_are_named():
+    with pytest.raises(TypeError, match="parameter 'm' must be an integer"):
+        kc.predict_ms("linear", dict(m=1.5, n=2, k=3), "H800")
+    with pytest.raises(TypeError, match="parameter 'tokens' must be an integer"):
+        kc.work("gate", dict(tokens="8", dim=2, experts=4, top_k=1))
 
 
 def test_bad_efficiency_is_named():
@@ -108,6 +116,17 @@ def test_bad_efficiency_is_named():
         KC.kernel_seconds(KC.KernelWork(1, 1), dsperf.load_device("H800"), KC.KernelEfficiency(1, 0))
     with pytest.raises(ValueError, match="efficiency 'x'"):
         kc.efficiencies_from_dict({"x": {"compute": "fast"}})
+    with pytest.raises(ValueError, match="efficiency 'y'.*memory"):
+        kc.efficiencies_from_dict({"y": {"compute": 1, "memory": -1}})
+
+
+def test_roofline_terms_are_the_kernel_time_at_ideal_efficiency():
+    spec = dsperf.load_device("H800", "corrected")
+    w = KC.KernelWork(2e11, 3e9)
+    c, m = KC.roofline_times(w, spec)
+    assert c == pytest.approx(2e11 / (spec.fp16_tflops * spec.compute_derate * 1e12))
+    assert m == pytest.approx(3e9 / (spec.mem_bw_gbps * 1e9))
+    assert KC.kernel_seconds(w, spec, KC.KernelEfficiency()) == pytest.approx(max(c, m))
 
 
 @pytest.mark.parametrize("variant", range(5))

@@ -56,9 +56,14 @@ def test_measure_returns_median_and_spread():
         harness.measure(lambda: None, repeats=0)
 
 
-def test_unknown_family_is_named():
+def test_unknown_family_and_bad_sizes_are_named():
     with pytest.raises(ValueError, match="unknown kernel family 'gemm'"):
         harness.build("gemm", {}, harness.Pool())
+    # Checked before any array is made.
+    with pytest.raises(ValueError, match="k must be > 0"):
+        harness.run_sweep([("linear", dict(m=1, n=2, k=-3))], progress=False)
+    with pytest.raises(ValueError, match="measured_ms"):
+        predict.fit_efficiencies(pd.DataFrame({"kernel": ["linear"]}), dsperf.load_device("H800"))
 
 
 def _synthetic(spec, effs, points):

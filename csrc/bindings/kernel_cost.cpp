@@ -30,6 +30,7 @@ void bind_kernel_cost(py::module_& root) {
         .def_readwrite("memory", &KernelEfficiency::memory)
         .def_readwrite("overhead_us", &KernelEfficiency::overhead_us)
         .def_readwrite("overlap", &KernelEfficiency::overlap)
+        .def("validate", &KernelEfficiency::validate)
         .def("__repr__", [](const KernelEfficiency& e) {
             return "KernelEfficiency(compute=" + std::to_string(e.compute) + ", memory=" + std::to_string(e.memory) +
                    ", overhead_us=" + std::to_string(e.overhead_us) + (e.overlap ? ", overlap=True)" : ", overlap=False)");
@@ -39,6 +40,11 @@ void bind_kernel_cost(py::module_& root) {
                          int64_t v) { return MlaShape{dim, heads, q_lora, kv_lora, nope, rope, v}; }),
              py::arg("dim") = 7168, py::arg("heads") = 128, py::arg("q_lora") = 1536, py::arg("kv_lora") = 512,
              py::arg("nope") = 128, py::arg("rope") = 64, py::arg("v") = 128);
+    m.def("roofline_times", [](const KernelWork& w, const DeviceSpec& d, bool cache_resident) {
+        const RooflineTimes t = roofline_times(w, d, cache_resident);
+        return py::make_tuple(t.compute_s, t.memory_s);
+    }, py::arg("work"), py::arg("device"), py::arg("cache_resident") = false,
+          "(compute seconds, memory seconds) at ideal efficiency");
     m.def("kernel_seconds", &kernel_seconds, py::arg("work"), py::arg("device"), py::arg("efficiency"),
           py::arg("cache_resident") = false);
     m.def("linear_work", &linear_work, py::arg("m"), py::arg("n"), py::arg("k"), py::arg("fp8") = false);

@@ -36,13 +36,17 @@ void MlaShape::validate() const {
     require_pos(kv_lora, "kv_lora"), require_pos(nope, "nope"), require_pos(rope, "rope"), require_pos(v, "v");
 }
 
-double kernel_seconds(const KernelWork& w, const DeviceSpec& d, const KernelEfficiency& e, bool cache_resident) {
-    e.validate();
+RooflineTimes roofline_times(const KernelWork& w, const DeviceSpec& d, bool cache_resident) {
     require(w.flops >= 0 && w.bytes >= 0, "work must have flops >= 0 and bytes >= 0");
     const double peak_tflops = (w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) * d.compute_derate;
     const double bw = cache_resident && d.cache_bw_gbps > 0 ? d.cache_bw_gbps : d.mem_bw_gbps;
-    const double compute_s = w.flops / (peak_tflops * 1e12 * e.compute);
-    const double memory_s = w.bytes / (bw * 1e9 * e.memory);
+    return {w.flops / (peak_tflops * 1e12), w.bytes / (bw * 1e9)};
+}
+
+double kernel_seconds(const KernelWork& w, const DeviceSpec& d, const KernelEfficiency& e, bool cache_resident) {
+    e.validate();
+    const RooflineTimes t = roofline_times(w, d, cache_resident);
+    const double compute_s = t.compute_s / e.compute, memory_s = t.memory_s / e.memory;
     return (d.call_overhead_us + e.overhead_us) * 1e-6 + (e.overlap ? std::max(compute_s, memory_s) : compute_s + memory_s);
 }
 

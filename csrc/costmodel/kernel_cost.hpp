@@ -36,6 +36,14 @@ struct KernelEfficiency {
     void validate() const;  // throws std::invalid_argument naming the field
 };
 
+// The two roofline terms of one call at ideal efficiency, seconds: flops at the device's peak (its
+// FP8 peak for FP8 work where it has one, times compute_derate) and bytes at its memory bandwidth
+// (its cache bandwidth when cache_resident and the spec has one).
+struct RooflineTimes {
+    double compute_s = 0, memory_s = 0;
+};
+RooflineTimes roofline_times(const KernelWork& w, const DeviceSpec& d, bool cache_resident);
+
 // Roofline time of one call, seconds: the device's call overhead + the family's overhead +
 // max (or, without overlap, the sum) of flops / (peak x compute_derate x compute) and
 // bytes / (bandwidth x memory). cache_resident

@@ -134,8 +134,9 @@ def measure(quick=False) -> dict:
     return m
 
 
-def to_toml(m: dict, name: str, efficiencies=None) -> str:
-    """The measurements as a device file: rates are achieved rates, so derate and discount are 1."""
+def to_toml(m: dict, name: str) -> str:
+    """The measurements as a device file: rates are achieved rates, so derate and discount are 1.
+    save_efficiencies adds the fitted [efficiency] tables."""
     threads = m["threads"]
     # Between processes: the MPI loopback where it was measured, else the triad bandwidth.
     link = m.get("mpi_bandwidth_gbps") or m[f"triad_gbps_{threads}t"]
@@ -169,9 +170,6 @@ def to_toml(m: dict, name: str, efficiencies=None) -> str:
             lines.append(f'{key} = "{value}"')
         else:
             lines.append(f"{key} = {value!r}")
-    for key, e in sorted((efficiencies or {}).items()):
-        lines += ["", f'[efficiency."{key}"]', f"compute = {e.compute:.6g}", f"memory = {e.memory:.6g}",
-                  f"overhead_us = {e.overhead_us:.6g}", f"overlap = {str(e.overlap).lower()}"]
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from . import kernels as K
-from .kernel_cost import FAMILIES, VARIANTS
+from .kernel_cost import COMPOSITE_FAMILIES, FAMILIES, VARIANTS, work
 
 # DeepSeek-V3's shapes.
 DIM, MOE_INTER, Q_LORA, KV_LORA, NOPE, ROPE, V = 7168, 2048, 1536, 512, 128, 64, 128
@@ -39,6 +39,21 @@ def l3_bytes() -> int:
     return 64 << 20
 
 
+def random_bf16(rng, shape, scale_exp=118):
+    """BF16 values of magnitude 2^(scale_exp-127) .. 2^(scale_exp-119), made from random bits: fast
+    for gigabytes, no NaN or Inf."""
+    sign = rng.integers(0, 2, size=shape, dtype=np.uint16) << 15
+    exp = rng.integers(scale_exp, scale_exp + 8, size=shape, dtype=np.uint16) << 7
+    return (sign | exp | rng.integers(0, 128, size=shape, dtype=np.uint16)).view(K.BF16)
+
+
+def random_fp8(rng, shape):
+    """FP8 e4m3 bit patterns, every code but NaN."""
+    bits = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    bits[(bits & 0x7F) == 0x7F] = 0x7E
+    return bits.view(K.FP8)
+
+
 class Pool:
     """Random arrays by (name, shape, dtype), generated once and reused; a request for a smaller
     leading dimension gets a view of the bigger array (so 2 of 8 experts costs nothing new)."""
@@ -48,14 +63,10 @@ class Pool:
         self._arrays: dict[tuple, np.ndarray] = {}
 
     def _make(self, shape, kind):
-        if kind == "bf16":  # magnitudes 2^-9 .. 2^-1 from random bits: fast for GBs, no NaN/Inf
-            sign = self.rng.integers(0, 2, size=shape, dtype=np.uint16) << 15
-            exp = self.rng.integers(118, 126, size=shape, dtype=np.uint16) << 7
-            return (sign | exp | self.rng.integers(0, 128, size=shape, dtype=np.uint16)).view(K.BF16)
-        if kind == "fp8":  # every e4m3 code but NaN
-            bits = self.rng.integers(0, 256, size=shape, dtype=np.uint8)
-            bits[(bits & 0x7F) == 0x7F] = 0x7E
-            return bits.view(K.FP8)
+        if kind == "bf16":
+            return random_bf16(self.rng, shape)
+        if kind == "fp8":
+            return random_fp8(self.rng, shape)
         if kind == "scale":
             return self.rng.uniform(1e-4, 2e-3, size=shape).astype(np.float32)
         if kind == "f32":
@@ -133,6 +144,8 @@ def build(family: str, params: Mapping, pool: Pool) -> tuple[Callable[[], object
     with what only the inputs decide filled in (moe_layer / decode_layer: `active`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(FAMILIES)}")
+    if family not in COMPOSITE_FAMILIES:
+        work(family, params)  # the cost model's checks of the sizes, before any array is made
     p = dict(params)
     dt = p.get("dtype", "bf16")
     if family == "linear":
@@ -312,7 +325,7 @@ def _progress(i, n, label, stream):
 
 
 def run_sweep(points: Iterable[tuple[str, Mapping]], repeats=5, warmup=1, cold=True, progress=True,
-              pool: Pool | None = None) -> "pd.DataFrame":
+              pool: Pool | None = None):
     """Measures every (family, params) point: one row per point with the family, its params
     (one column each), measured_ms, min_ms, spread, repeats and cold."""
     import pandas as pd

@@ -13,6 +13,7 @@ factors).
 """
 from __future__ import annotations
 
+import numbers
 from typing import Mapping
 
 from . import _C
@@ -130,6 +131,9 @@ def parts(family: str, params: Mapping) -> list[tuple[str, dict, KernelWork]]:
     missing = [k for k in FAMILIES.get(family, ()) if k not in params and k != "dtype"]
     if family in FAMILIES and missing:
         raise ValueError(f"{family} needs the parameter '{missing[0]}'")
+    for k, v in params.items():  # sizes are integers; ranges are checked where the work is counted
+        if k not in ("dtype", "variant") and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+            raise TypeError(f"{family}: parameter '{k}' must be an integer, got {v!r}")
     p = dict(params)
     if family == "moe_layer":
         rows = p["tokens"] * p["top_k"]
@@ -182,8 +186,9 @@ def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
         try:
             out[key] = KernelEfficiency(float(v["compute"]), float(v["memory"]), float(v.get("overhead_us", 0.0)),
                                         bool(v.get("overlap", True)))
+            out[key].validate()
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"efficiency '{key}' must have numeric compute and memory: {e}") from None
+            raise ValueError(f"efficiency '{key}' must have compute > 0, memory > 0, overhead_us >= 0: {e}") from None
     return out
 
 

@@ -48,13 +48,15 @@ def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, 
     fitted on what is left of its time once those parts are priced with their own fitted
     efficiencies, so those families are fitted first."""
     kc = _C.kernel_cost
-    rows = [(f, p, m * 1e-3) for (f, p), m in zip(points_of(df), df["measured_ms"]) if f in BASE_FAMILIES]
+    missing = [c for c in ("kernel", "measured_ms") if c not in df.columns]
+    if missing:
+        raise ValueError(f"df must have the columns 'kernel' and 'measured_ms' (a harness sweep); '{missing[0]}' is missing")
+    rows = [(f, parts(f, p), m * 1e-3) for (f, p), m in zip(points_of(df), df["measured_ms"]) if f in BASE_FAMILIES]
     out: dict[str, KernelEfficiency] = {}
     # Families that are whole kernels first, then those with parts priced by the others.
     for stage in (False, True):
         groups: dict[str, list[tuple[float, float, bool, float]]] = {}
-        for family, p, measured in rows:
-            ps = parts(family, p)
+        for family, ps, measured in rows:
             if (len(ps) > 1) != stage:
                 continue
             own = [(q, w) for f, q, w in ps if f == family]
@@ -73,14 +75,10 @@ def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, 
 def _fit_one(pts, spec, cache_resident) -> KernelEfficiency:
     """Grid search of one efficiency over (flops, bytes, fp8, seconds) points."""
     kc = _C.kernel_cost
-    flops = np.array([p[0] for p in pts])
-    nbytes = np.array([p[1] for p in pts])
-    peak = np.array([(spec.fp8_tflops if p[2] and spec.fp8_tflops > 0 else spec.fp16_tflops) for p in pts])
-    peak = peak * spec.compute_derate * 1e12
-    bw = (spec.cache_bw_gbps if cache_resident and spec.cache_bw_gbps > 0 else spec.mem_bw_gbps) * 1e9
+    ideal = np.array([kc.roofline_times(kc.KernelWork(f, b, fp8), spec, cache_resident) for f, b, fp8, _ in pts])
     meas = np.array([p[3] for p in pts])
-    tc = (flops / peak)[None, None, None, :] / COMPUTE_GRID[:, None, None, None]
-    tm = (nbytes / bw)[None, None, None, :] / MEMORY_GRID[None, :, None, None]
+    tc = ideal[:, 0][None, None, None, :] / COMPUTE_GRID[:, None, None, None]
+    tm = ideal[:, 1][None, None, None, :] / MEMORY_GRID[None, :, None, None]
     oh = ((spec.call_overhead_us + OVERHEAD_GRID_US) * 1e-6)[None, None, :, None]
     best = None
     for overlap in (True, False):
@@ -111,8 +109,8 @@ def predict_frame(df: pd.DataFrame, spec, efficiencies: Mapping[str, KernelEffic
         w = work(family, p)
         gflop.append(w.flops / 1e9)
         mb.append(w.bytes / 1e6)
-        peak = (spec.fp8_tflops if w.fp8 and spec.fp8_tflops > 0 else spec.fp16_tflops) * spec.compute_derate
-        bound.append("compute" if w.flops / (peak * 1e12) > w.bytes / (spec.mem_bw_gbps * 1e9) else "memory")
+        compute_s, memory_s = _C.kernel_cost.roofline_times(w, spec, cache_resident)
+        bound.append("compute" if compute_s > memory_s else "memory")
         eff_keys.append(efficiency_key(family, p) if family in BASE_FAMILIES else "(parts)")
     out["predicted_ms"] = pred
     out["gflop"] = gflop

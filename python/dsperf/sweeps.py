@@ -83,7 +83,7 @@ def _large(point):
     family, p = point
     if family == "linear":
         return p["m"] >= 512
-    if family in ("experts_contiguous",):
+    if family == "experts_contiguous":
         return p["rows"] >= 512
     if family == "experts_masked":
         return p["rows"] >= 128
@@ -91,7 +91,7 @@ def _large(point):
         return p["keys"] >= 131072
     if family == "mla_prefill":
         return p["tokens"] >= 512 or (p["tokens"] >= 256 and p["variant"] in ("CC", "A_CC"))
-    if family == "gate" or family == "dispatch_combine":
+    if family in ("gate", "dispatch_combine"):
         return p["tokens"] >= 4096
     if family in ("moe_layer", "decode_layer"):
         return p["tokens"] >= 128 or p.get("dtype") == "fp8"

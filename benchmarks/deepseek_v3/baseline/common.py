@@ -2,16 +2,18 @@
 table with one column per backend. Run from the repository root, e.g.
     python -m benchmarks.deepseek_v3.baseline.embed_tokens [--max-tokens 2048] [--repeats 3]
 Columns: this CPU through dsperf.kernels (and a numpy baseline where one exists); a GPU column
-appears once dsperf has CUDA kernels and a GPU is present (not in this build)."""
+appears once dsperf has CUDA versions of these modules and a GPU is present (not yet: dsperf.cuda
+has RMSNorm, SiLU-mul, gating and permute only)."""
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
 
-import numpy as np
 
+from dsperf import cuda as dsperf_cuda
 from dsperf import kernels as K
+from dsperf.harness import random_bf16  # noqa: F401  (re-exported to the baselines)
 
 # DeepSeek-V3's shapes (the seed's ModelArgs).
 DIM, INTER, MOE_INTER, VOCAB = 7168, 18432, 2048, 129280
@@ -27,14 +29,6 @@ def parse(description: str):
         ap.error("--max-tokens and --repeats must be >= 1")
     a.tokens = [t for t in (2 ** i for i in range(12)) if t <= a.max_tokens]
     return a
-
-
-def random_bf16(rng, shape, scale_exp=118):
-    """BF16 values of magnitude about 2^(scale_exp-127)..2^(scale_exp-119), made from bits (fast for GBs)."""
-    sign = rng.integers(0, 2, size=shape, dtype=np.uint16) << 15
-    exp = rng.integers(scale_exp, scale_exp + 8, size=shape, dtype=np.uint16) << 7
-    man = rng.integers(0, 128, size=shape, dtype=np.uint16)
-    return (sign | exp | man).view(K.BF16)
 
 
 def run_times(fn, repeats):
@@ -58,4 +52,6 @@ def print_table(title: str, columns: list[str], rows: list[list]):
     print("|--------|" + "|".join("-" * (len(c) + 2) for c in columns) + "|")
     for r in rows:
         print(f"| {r[0]:<6} | " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r[1:]) + " |")
-    print("\nGPU column: dsperf has no CUDA kernels in this build yet.")
+    ok, why = dsperf_cuda.available()
+    print("\nGPU column: none yet (dsperf.cuda does not cover these modules"
+          + ("" if ok else f"; and here: {why}") + ").")

@@ -136,6 +136,33 @@ def scenario_layout(a):
     tol = 2 * EPS_BF16 * np.abs(expect) * K + 1e-6
     if not np.all(np.abs(back - expect) <= tol):
         errors.append(f"normal combine off by {np.abs(back - expect).max():.3g}")
+    # Token layout (DeepEP's): each received token once, rank 0's first; source maps expert rows to tokens.
+    want_tok = [(s, t) for s in range(size) for t in range(T) if np.any(ids_all[s, t] // el == rank)]
+    for fp8 in (False, True):
+        dt = ep.dispatch(x, ids_all[rank], w_all[rank], fp8=fp8, layout="token")
+        xt = (dequant_rows(dt.x, dt.scales) if fp8 else dt.x).astype(np.float32)
+        have = [(int(np.rint(r[0])), int(np.rint(r[1]))) for r in xt]
+        if have != want_tok:
+            errors.append(f"token layout (fp8={fp8}): got {have[:4]}.. want {want_tok[:4]}..")
+        for i, (s, t) in enumerate(want_tok):
+            local = [int(e) - rank * el if e // el == rank else -1 for e in ids_all[s, t]]
+            if dt.topk_ids[i].tolist() != local or not np.array_equal(dt.topk_weights[i], w_all[s, t]):
+                errors.append(f"token layout (fp8={fp8}): ids/weights of token {(s, t)} wrong")
+                break
+        # Expert rows gathered (and dequantised) from the token rows equal the expert layout's rows.
+        de = ep.dispatch(x, ids_all[rank], w_all[rank], fp8=fp8, layout="expert")
+        want_rows = dequant_rows(de.x, de.scales) if fp8 else de.x
+        if not np.array_equal(dt.expert_rows_bf16().view(np.uint16), want_rows.view(np.uint16)) or \
+                not np.array_equal(de.expert_rows_bf16().view(np.uint16), want_rows.view(np.uint16)):
+            errors.append(f"expert_rows_bf16 (fp8={fp8}) differs from the expert layout")
+        # Combine of per-token partials: token t comes back as the sum over ranks of its partials.
+        part = (dt.topk_weights * (dt.topk_ids >= 0)).sum(axis=1)[:, None] * xt
+        for ydt in (BF16, F32):
+            back = ep.combine(part.astype(ydt), dt.handle, per_token=True)
+            xs = (dequant_rows(*kernels.act_quant(x)) if fp8 else x).astype(np.float32)
+            expect = w_all[rank].sum(axis=1)[:, None] * xs
+            if not np.all(np.abs(back - expect) <= 2 * EPS_BF16 * np.abs(expect) * size + 1e-6):
+                errors.append(f"per-token combine ({np.dtype(ydt)}, fp8={fp8}) off by {np.abs(back - expect).max():.3g}")
     # Low-latency mode, FP8 payload.
     lo = ep.low_latency_dispatch(x, ids_all[rank], fp8=True)
     xv = dequant_rows(lo.x, lo.scales).astype(np.float32)
@@ -151,6 +178,10 @@ def scenario_layout(a):
     expect = w_all[rank].sum(axis=1)[:, None] * xq
     if not np.all(np.abs(back - expect) <= 2 * EPS_BF16 * np.abs(xq) * w_all[rank].sum(axis=1)[:, None] + 1e-6):
         errors.append(f"low-latency combine off by {np.abs(back - expect).max():.3g}")
+    # BF16 expert outputs travel as they are: the same result as the FP32 ones rounded to BF16.
+    back16 = ep.low_latency_combine(xv.astype(BF16), w_all[rank], lo.handle)
+    if not np.array_equal(back16, back):
+        errors.append("low-latency combine of BF16 outputs differs from FP32 outputs rounded to BF16")
     report(dict(errors=errors, recv_rows=int(d.offsets[-1]), ll_counts=lo.counts.tolist()))
 
 

@@ -75,12 +75,6 @@ void bind_copies(py::module_& m) {
         weighted_rows_to_bf16(y.data(), y.shape(0), y.shape(1), position.data(), weights.data(), position.shape(0),
                               position.shape(1), out.mutable_data());
     });
-    m.def("accumulate_bf16_rows", [](Raw<uint16_t> rows, Raw<int64_t> index, Raw<float> out) {
-        expect(rows.ndim() == 2 && index.ndim() == 1 && out.ndim() == 2, "rows 2-D, index 1-D, out 2-D");
-        expect(index.shape(0) == rows.shape(0) && out.shape(1) == rows.shape(1), "index must have one entry per row, out the rows' width");
-        py::gil_scoped_release release;
-        accumulate_bf16_rows(rows.data(), rows.shape(0), rows.shape(1), index.data(), out.shape(0), out.mutable_data());
-    });
     m.def("weighted_sum_bf16_rows", [](Raw<uint16_t> rows, Raw<int32_t> position, Raw<float> weights, Raw<float> out) {
         expect(rows.ndim() == 2 && position.ndim() == 2 && weights.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
         expect(weights.shape(0) == position.shape(0) && weights.shape(1) == position.shape(1), "weights must match position");
@@ -89,11 +83,52 @@ void bind_copies(py::module_& m) {
         weighted_sum_bf16_rows(rows.data(), rows.shape(0), rows.shape(1), position.data(), weights.data(),
                                position.shape(0), position.shape(1), out.mutable_data());
     });
-    m.def("gather_rows_to_bf16", [](Raw<float> y, Raw<int64_t> index, Raw<uint16_t> out) {
-        expect(y.ndim() == 2 && index.ndim() == 1 && out.ndim() == 2, "y 2-D, index 1-D, out 2-D");
-        expect(out.shape(0) == index.shape(0) && out.shape(1) == y.shape(1), "out must be [len(index), dim]");
+    m.def("gather_rows_to_bf16", [](Raw<float> y, py::object index, Raw<uint16_t> out) {
+        expect(y.ndim() == 2 && out.ndim() == 2 && out.shape(1) == y.shape(1), "y and out must be 2-D of one width");
+        Raw<int64_t> idx;
+        const int64_t* ip = nullptr;
+        if (!index.is_none()) {
+            idx = index.cast<Raw<int64_t>>();
+            expect(idx.ndim() == 1 && idx.shape(0) == out.shape(0), "index must have one entry per row of out");
+            ip = idx.data();
+        }
         py::gil_scoped_release release;
-        gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), index.data(), index.shape(0), out.mutable_data());
+        gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), ip, out.shape(0), out.mutable_data());
+    });
+    m.def("combine_reduce", [](Raw<uint16_t> rows, Raw<int64_t> token_rows, Raw<float> out) {
+        expect(rows.ndim() == 2 && token_rows.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
+        expect(out.shape(0) == token_rows.shape(0) && out.shape(1) == rows.shape(1),
+               "out must be [tokens, dim] with token_rows [tokens, ranks]");
+        py::gil_scoped_release release;
+        combine_reduce(rows.data(), rows.shape(0), rows.shape(1), token_rows.data(), token_rows.shape(0),
+                       token_rows.shape(1), out.mutable_data());
+    });
+    // buf: byte records [rows, stride] holding FP8 values at column 0 and FP32 scales at scale_col.
+    m.def("dequant_gather_rows", [](Raw<uint8_t> buf, int64_t scale_col, int64_t dim, py::object source,
+                                    Raw<uint16_t> out) {
+        expect(buf.ndim() == 2 && out.ndim() == 2 && out.shape(1) == dim, "buf 2-D, out [n, dim]");
+        const int64_t stride = buf.shape(1), groups = (dim + 127) / 128;
+        expect(dim >= 1 && scale_col >= dim && scale_col % 4 == 0 && stride % 4 == 0 && scale_col + 4 * groups <= stride,
+               "scales must lie 4-byte aligned after the values within a record");
+        Raw<int64_t> src;
+        const int64_t* sp = nullptr;
+        if (!source.is_none()) {
+            src = source.cast<Raw<int64_t>>();
+            expect(src.ndim() == 1 && src.shape(0) == out.shape(0), "source must have one entry per row of out");
+            sp = src.data();
+        }
+        py::gil_scoped_release release;
+        const uint8_t* b = buf.data();
+        dequant_gather_rows(b, stride, reinterpret_cast<const float*>(b + scale_col), stride / 4, buf.shape(0), dim, sp,
+                            out.shape(0), out.mutable_data());
+    });
+    m.def("dequant_rows", [](Raw<uint8_t> values, Raw<float> scales, Raw<uint16_t> out) {
+        expect(values.ndim() == 2 && scales.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
+        const int64_t n = values.shape(0), dim = values.shape(1);
+        expect(scales.shape(0) == n && scales.shape(1) == (dim + 127) / 128, "scales must be [rows, ceil(dim / 128)]");
+        expect(out.shape(0) == n && out.shape(1) == dim, "out must be [rows, dim]");
+        py::gil_scoped_release release;
+        dequant_gather_rows(values.data(), dim, scales.data(), scales.shape(1), n, dim, nullptr, n, out.mutable_data());
     });
     m.def("copy_rows", [](Raw<uint8_t> src, int64_t src_col, py::object src_index, Raw<uint8_t> dst, int64_t dst_col,
                           py::object dst_index, int64_t n, int64_t width) {

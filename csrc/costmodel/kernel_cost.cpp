@@ -175,4 +175,40 @@ KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const M
     return w;
 }
 
+EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks, bool low_latency,
+                       bool fp8) {
+    if (tokens < 0) throw std::invalid_argument("tokens must be >= 0");
+    if (hidden < 1 || top_k < 1 || ranks < 1) throw std::invalid_argument("hidden, top_k and ranks must be >= 1");
+    if (experts < top_k || experts % ranks)
+        throw std::invalid_argument("experts must be >= top_k and a multiple of ranks");
+    const double T = double(tokens), K = double(top_k), W = double(ranks);
+    const double scales = fp8 ? 4.0 * double((hidden + 127) / 128) : 0.0;
+    const double values = fp8 ? double(hidden) : 2.0 * double(hidden);
+    EpExchange x;
+    if (low_latency) {
+        // Pairs whose expert lives on another rank: (W - 1) / W of them under uniform routing.
+        const double pairs = T * K * (W - 1) / W;
+        x.dispatch_bytes = pairs * (values + scales);
+        x.combine_bytes = pairs * 2.0 * double(hidden);
+        x.exchanges = 2;
+        return x;
+    }
+    // P(a given rank holds none of a token's top_k experts) = C(E - E/W, K) / C(E, K).
+    const double E = double(experts), per_rank = E / W;
+    double miss = 1.0;
+    for (int64_t i = 0; i < top_k; ++i) miss *= std::max(0.0, (E - per_rank - double(i)) / (E - double(i)));
+    const double records = T * (W - 1) * (1.0 - miss);
+    const double aligned_values = values + double(int64_t(-int64_t(values)) & 3);  // padded to 4 bytes
+    x.dispatch_bytes = records * (aligned_values + scales + 8.0 * K);
+    x.combine_bytes = records * 2.0 * double(hidden);
+    x.exchanges = 3;
+    return x;
+}
+
+double ep_exchange_seconds(const EpExchange& x, double gbps, double latency_us) {
+    if (!(gbps > 0)) throw std::invalid_argument("gbps must be > 0");
+    if (!(latency_us >= 0)) throw std::invalid_argument("latency_us must be >= 0");
+    return (x.dispatch_bytes + x.combine_bytes) / (gbps * 1e9) + x.exchanges * latency_us * 1e-6;
+}
+
 }  // namespace dsperf

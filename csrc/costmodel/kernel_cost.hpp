@@ -63,6 +63,23 @@ KernelWork experts_work(int64_t rows, int64_t active_experts, int64_t dim, int64
 // Dispatch (permute BF16 rows into expert order) plus combine (weighted un-permute in FP32).
 KernelWork dispatch_combine_work(int64_t tokens, int64_t top_k, int64_t dim);
 
+// Expert-parallel all-to-all (dsperf.ep) over `ranks` ranks that each own experts / ranks experts,
+// every token routed to top_k distinct experts drawn uniformly: the expected bytes one rank sends
+// to the other ranks per call. Normal mode (DeepEP's prefill layout) sends a token once to each
+// rank holding one of its experts, as a record of its payload (FP8 values + 1x128 FP32 scales, or
+// BF16), top_k int32 ids and top_k FP32 weights; low-latency mode sends each (token, expert) pair's
+// payload. Combine returns one BF16 row per dispatched record. exchanges: the latency-bound rounds
+// (normal: counts, payload, combine; low latency: payload, combine).
+struct EpExchange {
+    double dispatch_bytes = 0, combine_bytes = 0, exchanges = 0;
+};
+EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks, bool low_latency,
+                       bool fp8);
+
+// Seconds of dispatch + combine on links of `gbps` (1e9 bytes/s leaving each rank while all send)
+// with `latency_us` per exchange.
+double ep_exchange_seconds(const EpExchange& x, double gbps, double latency_us);
+
 // Absorbed MLA decode over a paged latent cache: `keys` = the sum over requests of seqlens,
 // `batch` requests x q_len query tokens x heads, keys [kv_lora | rope] and values = the latent.
 KernelWork mla_decode_work(int64_t keys, int64_t batch, int64_t q_len, int64_t heads, int64_t kv_lora,

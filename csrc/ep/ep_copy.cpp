@@ -1,5 +1,9 @@
 #include "ep/ep_copy.hpp"
 
+#include <algorithm>
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/linear.hpp"
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -9,11 +13,35 @@ namespace dsperf::ep {
 
 using dsperf::kernels::bf16_to_f32;
 using dsperf::kernels::f32_to_bf16;
+using dsperf::kernels::fp8_t;
 
 namespace {
 
-void require(bool ok, const std::string& what) {
+// Checks run inside per-element loops: a literal message must not build a std::string each time,
+// and computed messages are built only on failure (callers write `if (!cond) require(false, ...)`).
+void require(bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(what);
+}
+[[maybe_unused]] void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+}  // namespace
+
+namespace {
+
+// dst[d] (=|+=) f32(src[d]): restrict-qualified so the compiler vectorises without alias checks.
+void widen_row(const bf16_t* __restrict src, float* __restrict dst, int64_t dim, bool add) {
+    if (add) {
+        for (int64_t d = 0; d < dim; ++d) dst[d] += bf16_to_f32(src[d]);
+    } else {
+        for (int64_t d = 0; d < dim; ++d) dst[d] = bf16_to_f32(src[d]);
+    }
+}
+
+// dst[d] += w * f32(src[d]).
+void axpy_row(float w, const bf16_t* __restrict src, float* __restrict dst, int64_t dim) {
+    for (int64_t d = 0; d < dim; ++d) dst[d] += w * bf16_to_f32(src[d]);
 }
 
 }  // namespace
@@ -37,17 +65,6 @@ void weighted_rows_to_bf16(const float* y, int64_t rows, int64_t dim, const int3
     }
 }
 
-void accumulate_bf16_rows(const bf16_t* rows, int64_t n, int64_t dim, const int64_t* index, int64_t tokens,
-                          float* out) {
-    for (int64_t i = 0; i < n; ++i) require(index[i] >= 0 && index[i] < tokens, "index entries must be tokens");
-    // Rows are added in order; the same token may appear more than once, so this stays serial.
-    for (int64_t i = 0; i < n; ++i) {
-        const bf16_t* src = rows + i * dim;
-        float* dst = out + index[i] * dim;
-        for (int64_t d = 0; d < dim; ++d) dst[d] += bf16_to_f32(src[d]);
-    }
-}
-
 void weighted_sum_bf16_rows(const bf16_t* rows, int64_t n, int64_t dim, const int32_t* position, const float* weights,
                             int64_t tokens, int64_t top_k, float* out) {
     for (int64_t i = 0; i < tokens * top_k; ++i)
@@ -56,21 +73,69 @@ void weighted_sum_bf16_rows(const bf16_t* rows, int64_t n, int64_t dim, const in
     for (int64_t t = 0; t < tokens; ++t) {
         float* dst = out + t * dim;
         std::fill(dst, dst + dim, 0.0f);
-        for (int64_t k = 0; k < top_k; ++k) {
-            const float w = weights[t * top_k + k];
-            const bf16_t* src = rows + int64_t(position[t * top_k + k]) * dim;
-            for (int64_t d = 0; d < dim; ++d) dst[d] += w * bf16_to_f32(src[d]);
-        }
+        for (int64_t k = 0; k < top_k; ++k)
+            axpy_row(weights[t * top_k + k], rows + int64_t(position[t * top_k + k]) * dim, dst, dim);
     }
 }
 
 void gather_rows_to_bf16(const float* y, int64_t rows, int64_t dim, const int64_t* index, int64_t n, bf16_t* out) {
-    for (int64_t i = 0; i < n; ++i) require(index[i] >= 0 && index[i] < rows, "index entries must index rows of y");
+    if (index) {
+        for (int64_t i = 0; i < n; ++i) require(index[i] >= 0 && index[i] < rows, "index entries must index rows of y");
+    } else {
+        require(n <= rows, "n must not exceed the rows of y");
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-        const float* src = y + index[i] * dim;
+        const float* src = y + (index ? index[i] : i) * dim;
         bf16_t* dst = out + i * dim;
         for (int64_t d = 0; d < dim; ++d) dst[d] = f32_to_bf16(src[d]);
+    }
+}
+
+void combine_reduce(const bf16_t* rows, int64_t n, int64_t dim, const int64_t* token_rows, int64_t tokens,
+                    int64_t ranks, float* out) {
+    for (int64_t i = 0; i < tokens * ranks; ++i)
+        require(token_rows[i] < n, "token_rows entries must index the received rows (or be negative)");
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+        float* dst = out + t * dim;
+        bool first = true;
+        for (int64_t r = 0; r < ranks; ++r) {
+            const int64_t row = token_rows[t * ranks + r];
+            if (row < 0) continue;
+            widen_row(rows + row * dim, dst, dim, !first);
+            first = false;
+        }
+        if (first) std::fill(dst, dst + dim, 0.0f);
+    }
+}
+
+void dequant_gather_rows(const uint8_t* values, int64_t value_stride, const float* scales, int64_t scale_stride,
+                         int64_t src_rows, int64_t dim, const int64_t* source, int64_t n, bf16_t* out) {
+    const int64_t groups = (dim + 127) / 128;
+    require(value_stride >= dim && scale_stride >= groups, "row strides must cover a row");
+    if (source) {
+        for (int64_t i = 0; i < n; ++i)
+            require(source[i] >= 0 && source[i] < src_rows, "source entries must index the FP8 rows");
+    } else {
+        require(n <= src_rows, "n must not exceed the FP8 rows");
+    }
+    const bool simd = dsperf::kernels::cpu_features().isa == "avx512_bf16";
+    const float* table = dsperf::kernels::fp8_table();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t s = source ? source[i] : i;
+        const uint8_t* v = values + s * value_stride;
+        const float* sc = scales + s * scale_stride;
+        bf16_t* dst = out + i * dim;
+        for (int64_t g = 0; g < groups; ++g) {
+            const int64_t c0 = g * 128, cols = std::min<int64_t>(dim, c0 + 128) - c0;
+            if (simd) {
+                dsperf::kernels::avx512::fp8_block_to_bf16(v + c0, dim, sc[g], dst + c0, dim, 1, cols);
+            } else {
+                for (int64_t c = 0; c < cols; ++c) dst[c0 + c] = f32_to_bf16(table[v[c0 + c]] * sc[g]);
+            }
+        }
     }
 }
 

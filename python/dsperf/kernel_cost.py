@@ -197,3 +197,17 @@ def load_efficiencies(path) -> dict[str, KernelEfficiency]:
     from .hardware import _read_toml
 
     return efficiencies_from_dict(_read_toml(path).get("efficiency", {}))
+
+
+def ep_exchange_ms(tokens: int, *, hidden: int = 7168, top_k: int = 8, experts: int = 256, ranks: int,
+                   mode: str = "normal", fp8: bool = True, gbps: float, latency_us: float) -> dict:
+    """The cost model's expert-parallel all-to-all term (dsperf.ep's dispatch + combine): the
+    expected bytes a rank sends to the others under uniform routing, in DeepEP's normal layout
+    (a token once per rank it reaches, with its ids and weights) or the low-latency one (once per
+    (token, expert) pair), priced at `gbps` (1e9 bytes/s out of each rank while all send) plus
+    `latency_us` per exchange. Returns dispatch_bytes, combine_bytes, exchanges and ms."""
+    if mode not in ("normal", "low_latency"):
+        raise ValueError(f"mode must be 'normal' or 'low_latency', got {mode!r}")
+    ex = KC.ep_exchange(int(tokens), int(hidden), int(top_k), int(experts), int(ranks), mode == "low_latency", bool(fp8))
+    return dict(dispatch_bytes=ex.dispatch_bytes, combine_bytes=ex.combine_bytes, exchanges=ex.exchanges,
+                ms=KC.ep_exchange_seconds(ex, float(gbps), float(latency_us)) * 1e3)

@@ -14,7 +14,12 @@ namespace dsperf::kernels {
 
 namespace {
 
-void require(bool ok, const std::string& what) {
+// Checks run inside per-element loops: a literal message must not build a std::string each time,
+// and computed messages are built only on failure (callers write `if (!cond) require(false, ...)`).
+void require(bool ok, const char* what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+[[maybe_unused]] void require(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
 }
 
@@ -75,15 +80,17 @@ void paged_cache_write(bf16_t* latent, fp8_t* latent_fp8, float* latent_scale, b
     require(num_blocks >= 1 && BS >= 1 && L >= 1 && R >= 1, "paged_cache_write: the cache shape must be positive");
     require(!latent_fp8 || latent_scale, "paged_cache_write: an FP8 latent needs its scales");
     for (int64_t t = 0; t < T; ++t) {
-        const std::string at = "token " + std::to_string(t) + ": ";
-        require(request[t] >= 0 && request[t] < batch, at + "request " + std::to_string(request[t]) +
-                                                           " is outside the block table's " + std::to_string(batch) + " rows");
-        require(position[t] >= 0 && position[t] < max_blocks * BS,
-                at + "position " + std::to_string(position[t]) + " is outside the request's " +
-                    std::to_string(max_blocks * BS) + " slots");
+        const auto at = [t] { return "token " + std::to_string(t) + ": "; };  // built only for a message
+        if (!(request[t] >= 0 && request[t] < batch))
+            require(false, at() + "request " + std::to_string(request[t]) + " is outside the block table's " +
+                               std::to_string(batch) + " rows");
+        if (!(position[t] >= 0 && position[t] < max_blocks * BS))
+            require(false, at() + "position " + std::to_string(position[t]) + " is outside the request's " +
+                               std::to_string(max_blocks * BS) + " slots");
         const int32_t blk = block_table[request[t] * max_blocks + position[t] / BS];
-        require(blk >= 0 && blk < num_blocks, at + "block " + std::to_string(blk) + " is outside the cache's " +
-                                                  std::to_string(num_blocks) + " blocks");
+        if (!(blk >= 0 && blk < num_blocks))
+            require(false, at() + "block " + std::to_string(blk) + " is outside the cache's " +
+                               std::to_string(num_blocks) + " blocks");
     }
     const int64_t groups = (L + 127) / 128;
     for (int64_t t = 0; t < T; ++t) {
@@ -106,14 +113,14 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
     require(std::isfinite(scale) && scale > 0, "softmax_scale must be positive");
     for (int64_t b = 0; b < batch; ++b) {
         const int64_t len = seqlens[b];
-        require(len >= q_len, "seqlens[" + std::to_string(b) + "] = " + std::to_string(len) +
+        if (!(len >= q_len)) require(false, "seqlens[" + std::to_string(b) + "] = " + std::to_string(len) +
                                   " is shorter than the " + std::to_string(q_len) + " query tokens");
-        require(len <= max_blocks * c.block_size, "seqlens[" + std::to_string(b) + "] = " + std::to_string(len) +
+        if (!(len <= max_blocks * c.block_size)) require(false, "seqlens[" + std::to_string(b) + "] = " + std::to_string(len) +
                                                       " exceeds the block table's " +
                                                       std::to_string(max_blocks * c.block_size) + " tokens");
         for (int64_t i = 0; i < (len + c.block_size - 1) / c.block_size; ++i) {
             const int32_t blk = block_table[b * max_blocks + i];
-            require(blk >= 0 && blk < c.num_blocks, "block_table[" + std::to_string(b) + ", " + std::to_string(i) +
+            if (!(blk >= 0 && blk < c.num_blocks)) require(false, "block_table[" + std::to_string(b) + ", " + std::to_string(i) +
                                                         "] = " + std::to_string(blk) + " is outside the cache's " +
                                                         std::to_string(c.num_blocks) + " blocks");
         }

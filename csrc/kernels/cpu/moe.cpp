@@ -13,7 +13,12 @@
 namespace dsperf::kernels {
 
 namespace {
-void require(bool ok, const std::string& what) {
+// Checks run inside per-element loops: a literal message must not build a std::string each time,
+// and computed messages are built only on failure (callers write `if (!cond) require(false, ...)`).
+void require(bool ok, const char* what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+[[maybe_unused]] void require(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
 }
 
@@ -98,7 +103,7 @@ void moe_route(const int32_t* ids, int64_t tokens, int64_t top_k, int64_t n_expe
     require(tokens >= 0 && top_k >= 1 && n_experts >= 1, "moe_route: top_k and n_experts must be positive");
     std::fill(offsets, offsets + n_experts + 1, 0);
     for (int64_t i = 0; i < tokens * top_k; ++i) {
-        require(ids[i] >= 0 && ids[i] < n_experts, "ids[" + std::to_string(i / top_k) + ", " +
+        if (!(ids[i] >= 0 && ids[i] < n_experts)) require(false, "ids[" + std::to_string(i / top_k) + ", " +
                                                        std::to_string(i % top_k) + "] = " + std::to_string(ids[i]) +
                                                        " is outside [0, " + std::to_string(n_experts) + ")");
         ++offsets[ids[i] + 1];
@@ -163,7 +168,7 @@ void experts_contiguous(const bf16_t* x, const int64_t* offsets, const ExpertWei
     w.validate();
     require(offsets[0] == 0, "offsets[0] must be 0");
     for (int64_t e = 0; e < w.n_experts; ++e)
-        require(offsets[e + 1] >= offsets[e], "offsets must be non-decreasing (expert " + std::to_string(e) + ")");
+        if (!(offsets[e + 1] >= offsets[e])) require(false, "offsets must be non-decreasing (expert " + std::to_string(e) + ")");
     for (int64_t e = 0; e < w.n_experts; ++e)
         expert_ffn(x + offsets[e] * w.dim, offsets[e + 1] - offsets[e], w, e, y + offsets[e] * w.dim, false);
 }

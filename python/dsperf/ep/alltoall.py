@@ -42,6 +42,7 @@ F32 = np.dtype(np.float32)
 
 _DTYPES = {"bf16": 0, "fp8": 1}
 _ERR_BYTES = 248            # room for one rank's error message in a header
+_STATUS_BYTES = 256         # a combine status block: int32 ok, then the error text
 _MAGIC = 0x64737065         # "dspe"
 ABORT_CODE = 3              # exit status of a job ended by the watchdog
 
@@ -161,7 +162,7 @@ class DispatchHandle:
     """What normal-mode combine needs: who sent what, and how received rows map to experts."""
     num_tokens: int            # tokens of this rank (combine's output rows)
     send_counts: np.ndarray    # [ranks] tokens sent to each rank
-    send_index: np.ndarray     # [sum(send_counts)] the token of each sent row, grouped by rank
+    token_rows: np.ndarray     # [tokens, ranks] row of each token's partial in combine's receive buffer, -1: none
     recv_counts: np.ndarray    # [ranks] tokens received from each rank
     position: np.ndarray       # [received, top_k] row of each (token, local slot) in the expert layout (0 if not local)
     weights: np.ndarray        # [received, top_k] FP32 weights, 0 where the slot's expert is on another rank
@@ -171,15 +172,48 @@ class DispatchHandle:
 
 @dataclass
 class DispatchOut:
-    """Normal-mode dispatch result: rows in the contiguous per-expert layout of this rank's experts.
-    x: FP8 or BF16 [rows, hidden]; scales: FP32 [rows, ceil(hidden / 128)] for FP8, else None;
-    offsets: int64 [local_experts + 1], local expert e owns rows offsets[e]:offsets[e + 1];
-    num_recv_tokens: distinct tokens received."""
+    """Normal-mode dispatch result.
+
+    layout="expert": x holds the rows in the contiguous per-expert layout of this rank's experts
+    (local expert e owns rows offsets[e]:offsets[e + 1]; a token with two experts here appears twice).
+    layout="token": x holds each received token once, in arrival order (rank 0's first), as DeepEP's
+    normal dispatch returns them; rows `source[offsets[e]:offsets[e + 1]]` of x are expert e's.
+    x: FP8 or BF16 [rows, hidden]; scales: FP32 [rows, ceil(hidden / 128)] for FP8, else None.
+    In the token layout x, scales, topk_ids and topk_weights are views of the receive buffer (rows
+    strided, no copy). topk_ids: int32 [received, top_k] local expert of each slot, -1 where the
+    slot's expert lives on another rank; topk_weights FP32 [received, top_k]; source int64
+    [expert rows] the received token of each expert-layout row."""
     x: np.ndarray
     scales: np.ndarray | None
     offsets: np.ndarray
     num_recv_tokens: int
     handle: DispatchHandle
+    layout: str = "expert"
+    topk_ids: np.ndarray | None = None
+    topk_weights: np.ndarray | None = None
+    source: np.ndarray | None = None
+    records: np.ndarray | None = None   # token layout: the receive buffer's byte records [received, record]
+    scale_col: int = 0                  # byte column of the scales within a record (FP8)
+
+    def expert_rows_bf16(self):
+        """BF16 [expert rows, hidden]: the rows in the per-expert layout, FP8 dequantised, in one
+        pass (gathered from the receive buffer when the layout is "token")."""
+        hidden = self.handle.hidden
+        rows = int(self.offsets[-1])
+        out = np.empty((rows, hidden), BF16)
+        if self.layout == "token":
+            if self.scales is not None:
+                _C_EP.dequant_gather_rows(self.records, self.scale_col, hidden, self.source, out.view(np.uint16))
+            else:
+                _C_EP.copy_rows(self.records, 0, self.source, out.view(np.uint8), 0, None, rows, 2 * hidden)
+        elif self.scales is not None:
+            recs = np.empty((rows, hidden + 4 * self.scales.shape[1]), np.uint8)
+            recs[:, :hidden] = self.x.view(np.uint8)
+            recs[:, hidden:] = self.scales.view(np.uint8)
+            _C_EP.dequant_gather_rows(recs, hidden, hidden, None, out.view(np.uint16))
+        else:
+            out[:] = self.x
+        return out
 
 
 @dataclass
@@ -357,14 +391,22 @@ class EpComm:
         return x, ids.astype(np.int64), w, T
 
     # -- normal mode -----------------------------------------------------------------------------
-    def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, async_op=False):
+    def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, layout="expert", async_op=False):
         """Normal-mode dispatch. x: BF16 [tokens, hidden] (quantised here when fp8) or an FP8
         (values, scales) pair from kernels.act_quant; topk_ids int [tokens, top_k] in
-        [0, num_experts); topk_weights FP32 [tokens, top_k]. Returns a DispatchOut (or a Pending
-        whose wait() returns it, with async_op=True; the count exchange completes before return)."""
+        [0, num_experts); topk_weights FP32 [tokens, top_k]. layout: "expert" (rows copied into the
+        contiguous per-expert layout) or "token" (each received token once, no copy; DeepEP's
+        layout). Returns a DispatchOut (or a Pending whose wait() returns it, with async_op=True;
+        the count exchange completes before return)."""
         MPI = self._mpi
         W, E_loc = self.size, self.local_experts
-        checked, err = _local_check(lambda: self._check_tokens(x, topk_ids, topk_weights, fp8, True))
+
+        def check():
+            if layout not in ("expert", "token"):
+                raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
+            return self._check_tokens(x, topk_ids, topk_weights, fp8, True)
+
+        checked, err = _local_check(check)
         if err is None:
             xx, ids, w, T = checked
             K = ids.shape[1]
@@ -388,29 +430,37 @@ class EpComm:
         recv_counts = got[:, head.size].copy()
         recv_per_expert = got[:, head.size + 1:].sum(axis=0)
 
-        # One record per (token, destination): payload, K local ids (-1: not on that rank), K weights.
+        # One record per (token, destination): payload values, their scales (FP8), K local ids (-1:
+        # not on that rank) and K weights, each 4-byte aligned so the receiver can view them in place.
+        hidden = self.hidden
         vals, scales = _payload(xx, fp8)
-        parts = _parts(vals, scales)
-        pay = sum(p.shape[1] for p in parts)
-        pad = -pay % 4
-        rec = pay + pad + 8 * K
+        vb = hidden * (1 if fp8 else 2)
+        sc_col = vb + (-vb % 4)
+        id_col = sc_col + (4 * -(-hidden // 128) if fp8 else 0)
+        w_col = id_col + 4 * K
+        rec = w_col + 4 * K
         order_rank, order_tok = np.nonzero(to_rank.T)                # grouped by rank, tokens ascending
+        order_tok = order_tok.astype(np.int64)
         turn = self._next_turn("dispatch")
         send = self._buffer(("dispatch_send", turn), (order_tok.size, rec), np.uint8)
-        order_tok = order_tok.astype(np.int64)
-        _copy_parts(parts, order_tok, send, None, order_tok.size)
+        n_send = order_tok.size
+        _C_EP.copy_rows(_parts(vals, None)[0], 0, order_tok, send, 0, None, n_send, vb)
+        if fp8:
+            _C_EP.copy_rows(_parts(scales, None)[0], 0, order_tok, send, sc_col, None, n_send, id_col - sc_col)
         lid = np.where(dest[order_tok] == order_rank[:, None], ids[order_tok] % E_loc, -1).astype(np.int32)
-        send[:, pay + pad:pay + pad + 4 * K] = lid.view(np.uint8).reshape(-1, 4 * K)
-        send[:, pay + pad + 4 * K:] = w[order_tok].view(np.uint8).reshape(-1, 4 * K)
+        send[:, id_col:w_col] = lid.view(np.uint8).reshape(-1, 4 * K)
+        send[:, w_col:] = w[order_tok].view(np.uint8).reshape(-1, 4 * K)
+        # Combine brings the partials back in the order they were sent: rank r's block, tokens ascending.
+        token_rows = np.full((T, W), -1, np.int64)
+        token_rows[order_tok, order_rank] = np.arange(n_send)
         n_recv = int(recv_counts.sum())
         recv = self._buffer(("dispatch_recv", turn), (n_recv, rec), np.uint8)
         sc, rc = send_counts * rec, recv_counts * rec
         req = self.comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])
-        hidden = self.hidden
 
         def finish():
-            lid_r = np.ascontiguousarray(recv[:, pay + pad:pay + pad + 4 * K]).view(np.int32)
-            w_r = np.ascontiguousarray(recv[:, pay + pad + 4 * K:]).view(F32)
+            lid_r = recv[:, id_col:w_col].view(np.int32)
+            w_r = recv[:, w_col:].view(F32)
             mine = lid_r >= 0
             offsets, position, source = kernels.moe_route(np.where(mine, lid_r, E_loc).astype(np.int32), E_loc + 1)
             rows = int(offsets[E_loc])
@@ -418,34 +468,48 @@ class EpComm:
                 raise RuntimeError(f"dsperf.ep: rank {self.rank} received {rows} expert rows, "
                                    f"the count exchange announced {int(recv_per_expert.sum())}")
             pick = source[:rows].astype(np.int64)
-            if fp8:
+            xs = None
+            if layout == "token":
+                xv = recv[:, :vb].view(FP8 if fp8 else BF16)
+                if fp8:
+                    xs = recv[:, sc_col:id_col].view(F32)
+            elif fp8:
                 xv = self._buffer(("dispatch_x", turn), (rows, hidden), FP8)
-                xs = self._buffer(("dispatch_scales", turn), (rows, pay - hidden), np.uint8)
+                xs = self._buffer(("dispatch_scales", turn), (rows, id_col - sc_col), np.uint8)
                 _C_EP.copy_rows(recv, 0, pick, xv.view(np.uint8), 0, None, rows, hidden)
-                _C_EP.copy_rows(recv, hidden, pick, xs, 0, None, rows, pay - hidden)
+                _C_EP.copy_rows(recv, sc_col, pick, xs, 0, None, rows, id_col - sc_col)
                 xs = xs.view(F32)
             else:
                 xv = self._buffer(("dispatch_x", turn), (rows, hidden), BF16)
-                _C_EP.copy_rows(recv, 0, pick, xv.view(np.uint8), 0, None, rows, pay)
-                xs = None
+                _C_EP.copy_rows(recv, 0, pick, xv.view(np.uint8), 0, None, rows, vb)
             wire = dict(dispatch_send=send_counts * rec, dispatch_recv=recv_counts * rec,
-                        combine_send=(recv_counts + 1) * 2 * hidden, combine_recv=(send_counts + 1) * 2 * hidden)
-            handle = DispatchHandle(T, send_counts, order_tok.astype(np.int64), recv_counts,
-                                    np.where(mine, position, 0).astype(np.int32), np.where(mine, w_r, 0).astype(F32),
-                                    hidden, wire)
-            return DispatchOut(xv, xs, offsets[:E_loc + 1].copy(), n_recv, handle)
+                        combine_send=recv_counts * 2 * hidden + _STATUS_BYTES,
+                        combine_recv=send_counts * 2 * hidden + _STATUS_BYTES)
+            weights = np.where(mine, w_r, 0).astype(F32)
+            handle = DispatchHandle(T, send_counts, token_rows, recv_counts,
+                                    np.where(mine, position, 0).astype(np.int32), weights, hidden, wire)
+            return DispatchOut(xv, xs, offsets[:E_loc + 1].copy(), n_recv, handle, layout=layout, topk_ids=lid_r,
+                               topk_weights=w_r, source=pick, records=recv if layout == "token" else None,
+                               scale_col=sc_col)
 
         pending = Pending(self, [req], finish, "the dispatch payload exchange")
         return pending if async_op else pending.wait()
 
-    def combine(self, y, handle: DispatchHandle, *, async_op=False):
-        """Normal-mode combine. y: FP32 [rows, hidden], the experts' outputs in the layout dispatch
-        returned. Returns FP32 [tokens, hidden]: sum over each token's experts of weight * output,
-        on the rank and in the order the tokens came from."""
+    def combine(self, y, handle: DispatchHandle, *, per_token=False, async_op=False):
+        """Normal-mode combine. y: FP32 [rows, hidden], the experts' outputs in the per-expert layout
+        (reduced here over each token's local experts, weighted, into the send buffer); or, with
+        per_token=True, BF16 or FP32 [received tokens, hidden] already reduced per received token in
+        arrival order (DeepEP's combine: a contiguous BF16 y is sent without a copy). Returns FP32
+        [tokens, hidden]: each token's partials summed over ranks in rank order, on the rank and in
+        the order the tokens came from."""
         MPI = self._mpi
         W, h = self.size, handle.hidden
+        n_recv = int(handle.recv_counts.sum())
 
         def check():
+            if per_token:
+                yy = _check_array("y", y, (BF16, F32), (n_recv, h))
+                return yy
             rows_needed = int(handle.position.max()) + 1 if handle.position.size else 0
             yy = _check_array("y", y, (F32,), (None, h))
             if yy.shape[0] < rows_needed:
@@ -454,39 +518,35 @@ class EpComm:
 
         yy, err = _local_check(check)
         turn = self._next_turn("combine")
-        # Each message leads with a status row, so a bad y on one rank is reported on every rank.
-        send = self._buffer(("combine_send", turn), (handle.position.shape[0] + W, h), np.uint16)
-        starts = _displs(handle.recv_counts + 1)
-        _write_status(send, starts, err)
-        first = _displs(handle.recv_counts)
-        for r in range(W):
-            n = int(handle.recv_counts[r])
-            if n == 0:
-                continue
-            dst = send[starts[r] + 1:starts[r] + 1 + n]
-            if err is None:
-                _C_EP.weighted_rows_to_bf16(yy, handle.position[first[r]:first[r] + n],
-                                            handle.weights[first[r]:first[r] + n], dst)
+        # The verdict travels in its own small exchange beside the data, so a bad y on one rank is
+        # reported on every rank and the data can be sent straight from y.
+        status = np.zeros((W, _STATUS_BYTES), np.uint8)
+        status[:] = _status_row(err)
+        status_got = np.zeros_like(status)
+        if err is None and per_token and yy.dtype == BF16:
+            send = yy.view(np.uint16)
+        else:
+            send = self._buffer(("combine_send", turn), (n_recv, h), np.uint16)
+            if err is not None:
+                send[:] = 0
+            elif per_token:
+                _C_EP.gather_rows_to_bf16(yy, None, send)
             else:
-                dst[:] = 0
-        recv = self._buffer(("combine_recv", turn), (int(handle.send_counts.sum()) + W, h), np.uint16)
+                _C_EP.weighted_rows_to_bf16(yy, handle.position, handle.weights, send)
+        n_back = int(handle.send_counts.sum())
+        recv = self._buffer(("combine_recv", turn), (n_back, h), np.uint16)
         row = 2 * h
-        sc, rc = (handle.recv_counts + 1) * row, (handle.send_counts + 1) * row
-        req = self.comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])
+        sc, rc = handle.recv_counts * row, handle.send_counts * row
+        reqs = [self.comm.Ialltoall(status, status_got),
+                self.comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])]
 
         def finish():
-            rstarts = _displs(handle.send_counts + 1)
-            _raise_status(recv, rstarts)
-            out = np.zeros((handle.num_tokens, h), F32)
-            sent = _displs(handle.send_counts)
-            for r in range(W):  # partials summed in rank order
-                n = int(handle.send_counts[r])
-                if n:
-                    _C_EP.accumulate_bf16_rows(recv[rstarts[r] + 1:rstarts[r] + 1 + n],
-                                               handle.send_index[sent[r]:sent[r] + n], out)
+            _raise_status_blocks(status_got)
+            out = np.empty((handle.num_tokens, h), F32)
+            _C_EP.combine_reduce(recv, handle.token_rows, out)   # partials summed in rank order
             return out
 
-        pending = Pending(self, [req], finish, "the combine exchange")
+        pending = Pending(self, reqs, finish, "the combine exchange")
         return pending if async_op else pending.wait()
 
     # -- low-latency mode ------------------------------------------------------------------------
@@ -601,15 +661,15 @@ class EpComm:
         return pending if async_op else pending.wait()
 
     def low_latency_combine(self, y, topk_weights, handle: LowLatencyHandle, *, async_op=False):
-        """Low-latency combine. y: FP32 [local_experts, ranks * max_tokens, hidden] expert outputs
-        in the masked layout; topk_weights FP32 [tokens, top_k] of this rank's tokens. Returns FP32
+        """Low-latency combine. y: FP32 or BF16 [local_experts, ranks * max_tokens, hidden] expert
+        outputs in the masked layout (BF16 rows are sent as they are, FP32 rounded to BF16); topk_weights FP32 [tokens, top_k] of this rank's tokens. Returns FP32
         [tokens, hidden] = sum_k weights[t, k] * y of pair (t, k), in slot order."""
         MPI = self._mpi
         W, E_loc, h = self.size, self.local_experts, handle.hidden
         cap = W * (self.max_tokens or 1)
 
         def check():
-            yy = _check_array("y", y, (F32,), (E_loc, cap, h))
+            yy = _check_array("y", y, (F32, BF16), (E_loc, cap, h))
             ww = _check_array("topk_weights", topk_weights, (F32,), (handle.num_tokens, handle.top_k))
             return yy, ww
 
@@ -625,7 +685,10 @@ class EpComm:
             if n == 0:
                 continue
             dst = send[sstart[r] + 1:sstart[r] + 1 + n]
-            if err is None:
+            if err is None and yy2.dtype == BF16:   # DeepEP's contract: BF16 expert outputs, rows copied
+                _C_EP.copy_rows(yy2.view(np.uint8), 0, handle.recv_slot[first[r]:first[r] + n], dst.view(np.uint8), 0,
+                                None, n, 2 * h)
+            elif err is None:
                 _C_EP.gather_rows_to_bf16(yy2, handle.recv_slot[first[r]:first[r] + n], dst)
             else:
                 dst[:] = 0
@@ -656,10 +719,9 @@ class EpComm:
         return pending if async_op else pending.wait()
 
 
-def _write_status(buf, starts, err):
-    """Status rows (BF16 bits, uint16) at the given rows: first 4 bytes 1 (ok) or 0, then the error text."""
-    u8 = buf.view(np.uint8)
-    width = u8.shape[1]
+def _status_row(err, width=None):
+    """A status row of bytes: int32 1 (ok) or 0 (error), then the error text (UTF-8, cut to fit)."""
+    width = _STATUS_BYTES if width is None else width
     status = np.zeros(width, np.uint8)
     if width >= 4:
         status[:4] = np.frombuffer(np.int32(0 if err else 1).tobytes(), np.uint8)
@@ -667,18 +729,32 @@ def _write_status(buf, starts, err):
         status[4:4 + len(text)] = np.frombuffer(text, np.uint8)
     else:
         status[:] = 0 if err else 1
-    u8[starts] = status
+    return status
+
+
+def _status_error(row):
+    """None for an ok status row, else its error text."""
+    ok = (int(np.frombuffer(row[:4].tobytes(), np.int32)[0]) == 1) if row.size >= 4 else row[0] == 1
+    if ok:
+        return None
+    return row[4:].tobytes().rstrip(b"\0").decode("utf-8", "replace") or "bad input to combine"
+
+
+def _write_status(buf, starts, err):
+    """Status rows (BF16 bits, uint16) at the given rows of buf."""
+    u8 = buf.view(np.uint8)
+    u8[starts] = _status_row(err, u8.shape[1])
 
 
 def _raise_status(recv, starts):
+    """Raise the errors of the status rows at `starts` of recv (one per source rank)."""
     u8 = recv.view(np.uint8)
-    msgs = []
-    for r, st in enumerate(starts):
-        row = u8[st]
-        ok = (int(np.frombuffer(row[:4].tobytes(), np.int32)[0]) == 1) if row.size >= 4 else row[0] == 1
-        if not ok:
-            text = row[4:].tobytes().rstrip(b"\0").decode("utf-8", "replace") or "bad input to combine"
-            msgs.append(f"rank {r}: {text}")
+    _raise_status_blocks(u8[starts])
+
+
+def _raise_status_blocks(rows):
+    """rows: [ranks, bytes] status rows, one per source rank; raise ValueError naming every bad rank."""
+    msgs = [f"rank {r}: {text}" for r, text in enumerate(_status_error(row) for row in rows) if text is not None]
     if msgs:
         raise ValueError("; ".join(msgs))
 

@@ -29,8 +29,10 @@ def _comm():
 def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, repeats=20) -> dict:
     """Point-to-point latency and bandwidth between ranks 0 and 1 of comm (the others wait), by
     ping-pong: latency_us = half the round trip of a small message, bandwidth_gbps = large message
-    bytes / half its round trip (1e9 bytes/s). Collective over comm (>= 2 ranks); every rank gets
-    the same dict."""
+    bytes / half its round trip (1e9 bytes/s); and alltoall_gbps: the bytes each rank sends to the
+    others per second while every rank sends large_bytes / (ranks - 1) to each other rank at once
+    (MPI_Alltoall; the bandwidth an EP exchange sees, where ranks share memory or links).
+    Collective over comm (>= 2 ranks); every rank gets the same dict."""
     comm = _comm() if comm is None else comm
     if comm.Get_size() < 2:
         raise ValueError("loopback needs a communicator of at least 2 ranks (mpirun -np 2 ...)")
@@ -53,6 +55,19 @@ def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, repeats=20) -> di
         half = float(np.median(times)) if rank == 0 else 0.0
         half = comm.bcast(half, root=0)
         out[key] = half * 1e6 if key == "latency_us" else nbytes / half / 1e9
+    size = comm.Get_size()
+    per_peer = max(1, large_bytes // (size - 1))
+    send = np.ones(per_peer * size, np.uint8)
+    recv = np.zeros_like(send)
+    times = []
+    for i in range(repeats + 2):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        comm.Alltoall(send, recv)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    slowest = comm.allreduce(float(np.median(times)), op=_max())
+    out["alltoall_gbps"] = per_peer * (size - 1) / slowest / 1e9
     comm.Barrier()
     return out
 
@@ -82,18 +97,11 @@ def _routing(rng, tokens, experts, top_k):
     return ids, w
 
 
-def _model_ms(tokens, ranks, bw_gbps, mode="corrected"):
-    """The cost model's dispatch + combine term (decode.cpp) for DeepSeek-V3 at batch `tokens` per
-    rank, EP over `ranks`, no redundant experts, with the scale-out bandwidth set to bw_gbps."""
-    import dsperf
-    from ..hardware import load_device
-    dev = load_device("H800", mode=mode, scaleout_gbps=bw_gbps, discount=1.0)
-    r = dsperf.decode("DeepSeek-V3", devices=[dev], batch_sizes=[tokens], ep=ranks, redundant_experts=0, mode=mode)
-    return float(r["dispatch_ms"].iloc[0] + r["combine_ms"].iloc[0])
-
-
 def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
-    """Rows of dispatch + combine timings (rank 0's list; others get [])."""
+    """Rows of dispatch + combine timings (rank 0's list; others get []), three ways: normal mode
+    into the per-expert layout (expert outputs reduced inside combine), normal mode in DeepEP's
+    token layout (combine of per-token BF16 rows), and the low-latency mode (tokens <= ll_max)."""
+    from ..kernel_cost import ep_exchange_ms
     rank, size = comm.Get_rank(), comm.Get_size()
     lb = loopback(comm)
     rows = []
@@ -103,21 +111,25 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
         x = (rng.standard_normal((T, HIDDEN)) * 0.5).astype(np.float32).astype(BF16)
         q = kernels.act_quant(x)
         ids, w = _routing(rng, T, EXPERTS, TOP_K)
-        modes = ["normal"] + (["low_latency"] if T <= ll_max else [])
+        modes = ["normal/expert", "normal/token"] + (["low_latency"] if T <= ll_max else [])
         for mode in modes:
-            if mode == "normal":
+            if mode == "normal/expert":
                 d = ep_n.dispatch(q, ids, w)
                 y = np.zeros((d.x.shape[0], HIDDEN), F32)
                 wb = d.handle.wire_bytes
                 run = lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w).handle)  # noqa: E731
-                exchanges = 3          # count exchange, payload, combine
+            elif mode == "normal/token":
+                d = ep_n.dispatch(q, ids, w, layout="token")
+                y = np.zeros((d.num_recv_tokens, HIDDEN), BF16)
+                wb = d.handle.wire_bytes
+                run = lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w, layout="token").handle,  # noqa: E731
+                                           per_token=True)
             else:
                 ep_l = EpComm(EXPERTS, HIDDEN, comm=comm, max_tokens=T)
                 lo = ep_l.low_latency_dispatch(q, ids)
-                y = np.zeros(lo.x.shape, F32)
+                y = np.zeros(lo.x.shape, BF16)       # DeepEP's low-latency combine takes BF16 expert outputs
                 wb = lo.handle.wire_bytes
                 run = lambda: ep_l.low_latency_combine(y, w, ep_l.low_latency_dispatch(q, ids).handle)  # noqa: E731
-                exchanges = 2
             ours = _median_time(comm, run, repeats)
             bufs = [(np.zeros(int(wb[a].sum()), np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
                     for a, b in (("dispatch_send", "dispatch_recv"), ("combine_send", "combine_recv"))]
@@ -126,14 +138,20 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
                 for sb, sc, rb, rc in bufs:
                     raw_alltoallv(comm, sb, sc, rb, rc)
             raw_t = _median_time(comm, raw, repeats)
-            # Bytes leaving this rank for other ranks, dispatch + combine, averaged over ranks.
+            # Bytes leaving this rank for other ranks, dispatch + combine, the largest over ranks.
             remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)
             remote[rank] = 0
             mb = comm.allreduce(float(remote.sum()), op=_max()) / 1e6
-            model = _model_ms(T, size, lb["bandwidth_gbps"]) + exchanges * lb["latency_us"] / 1e3
-            rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours * 1e3, raw_alltoallv_ms=raw_t * 1e3,
-                             ratio=ours / raw_t, gbps=mb / 1e3 / ours, model_ms=model,
-                             model_err=(model - ours * 1e3) / (ours * 1e3)))
+            model_mode = "low_latency" if mode == "low_latency" else "normal"
+            pred = {k: ep_exchange_ms(T, hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size, mode=model_mode,
+                                      fp8=True, gbps=lb[k], latency_us=lb["latency_us"])["ms"]
+                    for k in ("bandwidth_gbps", "alltoall_gbps")}
+            ours_ms, raw_ms = ours * 1e3, raw_t * 1e3
+            rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours_ms, raw_alltoallv_ms=raw_ms,
+                             ratio=ours / raw_t, gbps=mb / 1e3 / ours,
+                             model_ms=pred["alltoall_gbps"], model_err=(pred["alltoall_gbps"] - ours_ms) / ours_ms,
+                             model_vs_raw_err=(pred["alltoall_gbps"] - raw_ms) / raw_ms,
+                             model_pingpong_ms=pred["bandwidth_gbps"]))
     return (rows, lb) if rank == 0 else ([], lb)
 
 
@@ -175,7 +193,7 @@ def check_layer(comm, tokens=32, dim=1024, inter=256, experts=32, top_k=8, seed=
 def overlap_table(comm, tokens, repeats, dim=2048, inter=512, experts=32, top_k=8, seed=0):
     """The EP layer (normal mode, FP8 dispatch) with and without two-batch overlap, and the cost
     model's overlap bound: communication hidden up to the compute, (compute + comm) / max(compute, comm)."""
-    from .layer import EpMoeLayer, dequant_rows, local_expert_weights
+    from .layer import EpMoeLayer, local_expert_weights
     rank, size = comm.Get_rank(), comm.Get_size()
     w = _layer_weights(np.random.default_rng(seed), experts, dim, inter)
     gate = dict(n_group=8, topk_group=4, top_k=top_k, route_scale=2.5)
@@ -187,13 +205,14 @@ def overlap_table(comm, tokens, repeats, dim=2048, inter=512, experts=32, top_k=
     tbo = _median_time(comm, lambda: layer(x, overlap=True), repeats)
     # The parts, timed alone: communication (dispatch + combine) and computation (gate, experts, shared).
     weights, ids = layer.route(x)
-    d = layer.ep.dispatch(x, ids, weights)
-    y = np.zeros((d.x.shape[0], dim), F32)
-    comm_t = _median_time(comm, lambda: layer.ep.combine(y, layer.ep.dispatch(x, ids, weights).handle), repeats)
+    d = layer.ep.dispatch(x, ids, weights, layout="token")
+    y = np.zeros((int(d.offsets[-1]), dim), F32)
+    comm_t = _median_time(comm, lambda: layer.ep.combine(y, layer.ep.dispatch(x, ids, weights, layout="token").handle),
+                          repeats)
 
     def compute():
         layer.route(x)
-        kernels.experts_contiguous(dequant_rows(d.x, d.scales), d.offsets, w13, w2)
+        kernels.experts_contiguous(d.expert_rows_bf16(), d.offsets, w13, w2)
         layer._shared(x)
     comp_t = _median_time(comm, compute, repeats)
     layer.close()
@@ -246,10 +265,13 @@ def main(argv=None):
         print()
     rows, lb = comm_table(comm, tokens, repeats)
     if rank == 0:
-        print(f"loopback (ranks 0-1 ping-pong): latency {lb['latency_us']:.1f} us, bandwidth {lb['bandwidth_gbps']:.2f} GB/s")
+        print(f"loopback (ranks 0-1 ping-pong): latency {lb['latency_us']:.1f} us, bandwidth {lb['bandwidth_gbps']:.2f} GB/s; "
+              f"all {size} ranks at once (MPI_Alltoall): {lb['alltoall_gbps']:.2f} GB/s out of each rank")
         print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
-              "ratio = ours / raw MPI_Alltoallv of the same bytes; model = cost model's all-to-all term at the "
-              "loopback bandwidth + one loopback latency per exchange")
+              "ratio = ours / raw MPI_Alltoallv of the same bytes; model = the cost model's EP all-to-all term "
+              "(kernel_cost.ep_exchange_ms) at the all-ranks bandwidth + one ping-pong latency per exchange "
+              "(model_err against ours, model_vs_raw_err against the raw exchange); model_pingpong = the same at "
+              "the ping-pong bandwidth")
         print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
         print()
     ov = overlap_table(comm, 256 if a.quick else 1024, repeats)

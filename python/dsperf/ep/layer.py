@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .. import kernels
+from .. import _C, kernels
 from .alltoall import BF16, F32, FP8, EpComm
 from .eplb import EplbPlan
 
@@ -21,9 +21,13 @@ MODES = ("normal", "low_latency")
 
 
 def dequant_rows(values, scales):
-    """BF16 rows from FP8 values [..., hidden] and their 1x128 FP32 scales [..., ceil(hidden/128)]."""
+    """BF16 rows from FP8 values [..., hidden] and their 1x128 FP32 scales [..., ceil(hidden/128)]:
+    bf16(fp8 x scale), one rounding."""
     h = values.shape[-1]
-    return (values.astype(F32) * np.repeat(scales, 128, axis=-1)[..., :h]).astype(BF16)
+    v = np.ascontiguousarray(values).view(np.uint8).reshape(-1, h)
+    out = np.empty(values.shape, BF16)
+    _C.ep.dequant_rows(v, np.ascontiguousarray(scales, F32).reshape(v.shape[0], scales.shape[-1]), out.view(np.uint16).reshape(-1, h))
+    return out
 
 
 def local_slots(num_physical, rank, ranks):
@@ -116,8 +120,8 @@ class EpMoeLayer:
         return weights, ids
 
     def _experts_normal(self, d):
-        x = d.x if d.scales is None else dequant_rows(d.x, d.scales)
-        return kernels.experts_contiguous(x, d.offsets, *self.w)
+        # Token layout: the expert rows are gathered (and dequantised) from the receive buffer in one pass.
+        return kernels.experts_contiguous(d.expert_rows_bf16(), d.offsets, *self.w)
 
     def _experts_masked(self, d):
         x = d.x if d.scales is None else dequant_rows(d.x, d.scales)
@@ -131,7 +135,7 @@ class EpMoeLayer:
     def _start_dispatch(self, x, routed):
         weights, ids = routed
         if self.mode == "normal":
-            return self.ep.dispatch(x, ids, weights, fp8=self.fp8, async_op=True)
+            return self.ep.dispatch(x, ids, weights, fp8=self.fp8, layout="token", async_op=True)
         return self.ep.low_latency_dispatch(x, ids, fp8=self.fp8, async_op=True)
 
     def _experts(self, d):

@@ -146,3 +146,33 @@ def test_mla_layer_is_its_gemms_plus_its_attention(variant):
     # The kernel-cost parts price the GEMMs as the linear family and the rest as the MLA family.
     fam = [f for f, _, _ in kc.parts("mla_step", dict(variant=kc.VARIANTS[variant], tokens=3, prefix=500, heads=16))]
     assert fam == ["linear"] * len(gemms) + ["mla_step"]
+
+
+def test_ep_exchange_bytes_by_hand():
+    from dsperf.kernel_cost import ep_exchange_ms
+    # One token, one expert of two, two ranks: the other rank holds it with probability 1/2.
+    # FP8 record: 128 values + one FP32 scale + one id + one weight = 140 bytes; payload 132.
+    t = ep_exchange_ms(1, hidden=128, top_k=1, experts=2, ranks=2, layout="token", fp8=True, link_gbps=1.0,
+                       latency_us=0.0)
+    assert t["dispatch_bytes"] == pytest.approx(0.5 * 140) and t["combine_bytes"] == pytest.approx(0.5 * 256)
+    assert t["local_bytes"] == pytest.approx(2 * 132 + 256 + 4 * 128)   # pack (read + write), BF16 partial, FP32 out
+    assert t["exchanges"] == 3 and t["local_ms"] == 0 and t["ms"] == pytest.approx(t["link_ms"])
+    m = ep_exchange_ms(1, hidden=128, top_k=1, experts=2, ranks=2, layout="masked", fp8=False, link_gbps=1.0,
+                       latency_us=2.0)
+    assert m["dispatch_bytes"] == pytest.approx(0.5 * 256) and m["exchanges"] == 2
+    assert m["ms"] == pytest.approx((0.5 * 256 + 0.5 * 256) / 1e6 + 2 * 2e-3)
+    # The per-expert layout adds copies, never link bytes; local traffic priced when a rate is given.
+    e = ep_exchange_ms(64, ranks=4, layout="expert", link_gbps=10.0, latency_us=1.0, local_gbps=5.0)
+    k = ep_exchange_ms(64, ranks=4, layout="token", link_gbps=10.0, latency_us=1.0, local_gbps=5.0)
+    assert e["dispatch_bytes"] == k["dispatch_bytes"] and e["local_bytes"] > k["local_bytes"] > 0
+    assert k["ms"] == pytest.approx(k["link_ms"] + k["local_ms"] + 3e-3)
+
+
+def test_ep_exchange_rejects_bad_arguments():
+    from dsperf.kernel_cost import ep_exchange_ms
+    with pytest.raises(ValueError, match="multiple of ranks"):
+        ep_exchange_ms(8, experts=10, ranks=4, link_gbps=1.0, latency_us=1.0)
+    with pytest.raises(ValueError, match="link_gbps"):
+        ep_exchange_ms(8, ranks=4, link_gbps=0.0, latency_us=1.0)
+    with pytest.raises(ValueError, match="layout"):
+        ep_exchange_ms(8, ranks=4, layout="packed", link_gbps=1.0, latency_us=1.0)

@@ -51,13 +51,19 @@ void bind_kernel_cost(py::module_& root) {
     m.def("gate_work", &gate_work, py::arg("tokens"), py::arg("dim"), py::arg("experts"), py::arg("top_k"));
     m.def("experts_work", &experts_work, py::arg("rows"), py::arg("active_experts"), py::arg("dim"), py::arg("inter"),
           py::arg("fp8") = false);
+    py::enum_<EpLayout>(m, "EpLayout")
+        .value("token", EpLayout::kToken)
+        .value("expert", EpLayout::kExpert)
+        .value("masked", EpLayout::kMasked);
     py::class_<EpExchange>(m, "EpExchange")
         .def_readonly("dispatch_bytes", &EpExchange::dispatch_bytes)
         .def_readonly("combine_bytes", &EpExchange::combine_bytes)
+        .def_readonly("local_bytes", &EpExchange::local_bytes)
         .def_readonly("exchanges", &EpExchange::exchanges);
     m.def("ep_exchange", &ep_exchange, py::arg("tokens"), py::arg("hidden"), py::arg("top_k"), py::arg("experts"),
-          py::arg("ranks"), py::arg("low_latency"), py::arg("fp8"));
-    m.def("ep_exchange_seconds", &ep_exchange_seconds, py::arg("exchange"), py::arg("gbps"), py::arg("latency_us"));
+          py::arg("ranks"), py::arg("layout"), py::arg("fp8"));
+    m.def("ep_exchange_seconds", &ep_exchange_seconds, py::arg("exchange"), py::arg("link_gbps"),
+          py::arg("latency_us"), py::arg("local_gbps"));
     m.def("dispatch_combine_work", &dispatch_combine_work, py::arg("tokens"), py::arg("top_k"), py::arg("dim"));
     m.def("mla_decode_work", &mla_decode_work, py::arg("keys"), py::arg("batch"), py::arg("q_len"), py::arg("heads"),
           py::arg("kv_lora") = 512, py::arg("rope") = 64, py::arg("fp8_cache") = false);

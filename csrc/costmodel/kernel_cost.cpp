@@ -175,40 +175,55 @@ KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const M
     return w;
 }
 
-EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks, bool low_latency,
+EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks, EpLayout layout,
                        bool fp8) {
     if (tokens < 0) throw std::invalid_argument("tokens must be >= 0");
     if (hidden < 1 || top_k < 1 || ranks < 1) throw std::invalid_argument("hidden, top_k and ranks must be >= 1");
     if (experts < top_k || experts % ranks)
         throw std::invalid_argument("experts must be >= top_k and a multiple of ranks");
-    const double T = double(tokens), K = double(top_k), W = double(ranks);
+    const double T = double(tokens), K = double(top_k), W = double(ranks), H = double(hidden);
     const double scales = fp8 ? 4.0 * double((hidden + 127) / 128) : 0.0;
-    const double values = fp8 ? double(hidden) : 2.0 * double(hidden);
+    const double values = fp8 ? H : 2.0 * H;
+    const double payload = values + scales;
     EpExchange x;
-    if (low_latency) {
+    if (layout == EpLayout::kMasked) {
         // Pairs whose expert lives on another rank: (W - 1) / W of them under uniform routing.
-        const double pairs = T * K * (W - 1) / W;
-        x.dispatch_bytes = pairs * (values + scales);
-        x.combine_bytes = pairs * 2.0 * double(hidden);
+        const double pairs = T * K, remote = pairs * (W - 1) / W;
+        x.dispatch_bytes = remote * payload;
+        x.combine_bytes = remote * 2.0 * H;
         x.exchanges = 2;
+        // Pack and scatter the pairs (and zero the rows the last call wrote), gather the BF16
+        // outputs into the send rows, read them back for the weighted sum and write FP32 tokens.
+        x.local_bytes = pairs * (2.0 * payload + 2.0 * payload + payload) + pairs * 2.0 * (2.0 * H) +
+                        pairs * 2.0 * H + T * 4.0 * H;
         return x;
     }
     // P(a given rank holds none of a token's top_k experts) = C(E - E/W, K) / C(E, K).
     const double E = double(experts), per_rank = E / W;
     double miss = 1.0;
     for (int64_t i = 0; i < top_k; ++i) miss *= std::max(0.0, (E - per_rank - double(i)) / (E - double(i)));
-    const double records = T * (W - 1) * (1.0 - miss);
+    const double records = T * W * (1.0 - miss), remote = records * (W - 1) / W;
     const double aligned_values = values + double(int64_t(-int64_t(values)) & 3);  // padded to 4 bytes
-    x.dispatch_bytes = records * (aligned_values + scales + 8.0 * K);
-    x.combine_bytes = records * 2.0 * double(hidden);
+    const double record = aligned_values + scales + 8.0 * K;
+    x.dispatch_bytes = remote * record;
+    x.combine_bytes = remote * 2.0 * H;
     x.exchanges = 3;
+    // Pack every record (its own rank's too), then sum the returned BF16 partials into FP32 tokens.
+    x.local_bytes = records * 2.0 * payload + records * 2.0 * H + T * 4.0 * H;
+    if (layout == EpLayout::kExpert) {
+        // T K expert rows per rank: gathered from the records, and their FP32 outputs reduced into
+        // one BF16 row per record.
+        x.local_bytes += T * K * 2.0 * payload + T * K * 4.0 * H + records * 2.0 * H;
+    }
     return x;
 }
 
-double ep_exchange_seconds(const EpExchange& x, double gbps, double latency_us) {
-    if (!(gbps > 0)) throw std::invalid_argument("gbps must be > 0");
+double ep_exchange_seconds(const EpExchange& x, double link_gbps, double latency_us, double local_gbps) {
+    if (!(link_gbps > 0)) throw std::invalid_argument("link_gbps must be > 0");
     if (!(latency_us >= 0)) throw std::invalid_argument("latency_us must be >= 0");
-    return (x.dispatch_bytes + x.combine_bytes) / (gbps * 1e9) + x.exchanges * latency_us * 1e-6;
+    if (!(local_gbps >= 0)) throw std::invalid_argument("local_gbps must be >= 0 (0: leave the local traffic out)");
+    const double local = local_gbps > 0 ? x.local_bytes / (local_gbps * 1e9) : 0.0;
+    return (x.dispatch_bytes + x.combine_bytes) / (link_gbps * 1e9) + x.exchanges * latency_us * 1e-6 + local;
 }
 
 }  // namespace dsperf

@@ -64,21 +64,30 @@ KernelWork experts_work(int64_t rows, int64_t active_experts, int64_t dim, int64
 KernelWork dispatch_combine_work(int64_t tokens, int64_t top_k, int64_t dim);
 
 // Expert-parallel all-to-all (dsperf.ep) over `ranks` ranks that each own experts / ranks experts,
-// every token routed to top_k distinct experts drawn uniformly: the expected bytes one rank sends
-// to the other ranks per call. Normal mode (DeepEP's prefill layout) sends a token once to each
-// rank holding one of its experts, as a record of its payload (FP8 values + 1x128 FP32 scales, or
-// BF16), top_k int32 ids and top_k FP32 weights; low-latency mode sends each (token, expert) pair's
-// payload. Combine returns one BF16 row per dispatched record. exchanges: the latency-bound rounds
-// (normal: counts, payload, combine; low latency: payload, combine).
+// every token routed to top_k distinct experts drawn uniformly: expected bytes per rank and call.
+//  - link_bytes: what a rank sends to the other ranks, dispatch + combine. Normal mode (DeepEP's
+//    prefill layout) sends a token once to each rank holding one of its experts, as a record of its
+//    payload (FP8 values + 1x128 FP32 scales, or BF16), top_k int32 ids and top_k FP32 weights;
+//    low-latency mode sends each (token, expert) pair's payload. Combine returns one BF16 row per
+//    dispatched record or pair.
+//  - local_bytes: the rank's own memory traffic around the exchange (read + write), which the link
+//    does not see: packing the send records, and by layout: kToken (DeepEP's normal layout: tokens
+//    received in place, combine sends BF16 per-token rows as they are) sums the partials; kExpert also
+//    copies received rows into the per-expert layout and reduces FP32 expert outputs into the send
+//    rows; kMasked (low latency) scatters pairs into the masked layout, gathers BF16 outputs back and
+//    forms each token's weighted sum.
+//  - exchanges: the latency-bound rounds (normal: counts, payload, combine; low latency: 2).
+enum class EpLayout { kToken = 0, kExpert = 1, kMasked = 2 };
 struct EpExchange {
-    double dispatch_bytes = 0, combine_bytes = 0, exchanges = 0;
+    double dispatch_bytes = 0, combine_bytes = 0, local_bytes = 0, exchanges = 0;
 };
-EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks, bool low_latency,
+EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks, EpLayout layout,
                        bool fp8);
 
-// Seconds of dispatch + combine on links of `gbps` (1e9 bytes/s leaving each rank while all send)
-// with `latency_us` per exchange.
-double ep_exchange_seconds(const EpExchange& x, double gbps, double latency_us);
+// Seconds of dispatch + combine: link bytes at `link_gbps` (1e9 bytes/s out of each rank while all
+// send), `latency_us` per exchange, local bytes at `local_gbps` (each rank's memory rate while all
+// ranks copy; 0 leaves the local traffic out, as on a GPU where it runs at HBM speed beside the link).
+double ep_exchange_seconds(const EpExchange& x, double link_gbps, double latency_us, double local_gbps);
 
 // Absorbed MLA decode over a paged latent cache: `keys` = the sum over requests of seqlens,
 // `batch` requests x q_len query tokens x heads, keys [kv_lora | rope] and values = the latent.

@@ -83,7 +83,8 @@ _LOOPBACK = ("import json; from dsperf.ep.bench import loopback; r = loopback();
 
 def _mpi_loopback(timeout=120) -> dict:
     """Latency and bandwidth between two MPI processes on this machine (dsperf.ep.loopback under
-    mpirun -np 2), or {} where mpirun or mpi4py is missing or the run fails."""
+    mpirun -np 2: ping-pong latency and bandwidth, the all-ranks MPI_Alltoall bandwidth and each
+    rank's row-copy rate), or {} where mpirun or mpi4py is missing or the run fails."""
     import json
     import shutil
     import subprocess
@@ -101,7 +102,8 @@ def _mpi_loopback(timeout=120) -> dict:
     for line in r.stdout.splitlines():
         if line.startswith("LOOPBACK "):
             d = json.loads(line[len("LOOPBACK "):])
-            return {"mpi_latency_us": float(d["latency_us"]), "mpi_bandwidth_gbps": float(d["bandwidth_gbps"])}
+            return {"mpi_latency_us": float(d["latency_us"]), "mpi_bandwidth_gbps": float(d["bandwidth_gbps"]),
+                    "mpi_alltoall_gbps": float(d["alltoall_gbps"]), "mpi_copy_gbps": float(d["copy_gbps"])}
     return {}
 
 

@@ -199,15 +199,27 @@ def load_efficiencies(path) -> dict[str, KernelEfficiency]:
     return efficiencies_from_dict(_read_toml(path).get("efficiency", {}))
 
 
+EP_LAYOUTS = ("token", "expert", "masked")
+
+
 def ep_exchange_ms(tokens: int, *, hidden: int = 7168, top_k: int = 8, experts: int = 256, ranks: int,
-                   mode: str = "normal", fp8: bool = True, gbps: float, latency_us: float) -> dict:
-    """The cost model's expert-parallel all-to-all term (dsperf.ep's dispatch + combine): the
-    expected bytes a rank sends to the others under uniform routing, in DeepEP's normal layout
-    (a token once per rank it reaches, with its ids and weights) or the low-latency one (once per
-    (token, expert) pair), priced at `gbps` (1e9 bytes/s out of each rank while all send) plus
-    `latency_us` per exchange. Returns dispatch_bytes, combine_bytes, exchanges and ms."""
-    if mode not in ("normal", "low_latency"):
-        raise ValueError(f"mode must be 'normal' or 'low_latency', got {mode!r}")
-    ex = KC.ep_exchange(int(tokens), int(hidden), int(top_k), int(experts), int(ranks), mode == "low_latency", bool(fp8))
-    return dict(dispatch_bytes=ex.dispatch_bytes, combine_bytes=ex.combine_bytes, exchanges=ex.exchanges,
-                ms=KC.ep_exchange_seconds(ex, float(gbps), float(latency_us)) * 1e3)
+                   layout: str = "token", fp8: bool = True, link_gbps: float, latency_us: float,
+                   local_gbps: float = 0.0) -> dict:
+    """The cost model's expert-parallel all-to-all term (dsperf.ep's dispatch + combine) per rank
+    and call under uniform routing. layout: "token" (DeepEP's normal layout), "expert" (normal mode
+    into the per-expert layout) or "masked" (low latency). Link bytes are priced at link_gbps (1e9
+    bytes/s out of each rank while all send) plus latency_us per exchange; the rank's own copies
+    around the exchange at local_gbps (0: left out, as on a GPU). Returns dispatch_bytes,
+    combine_bytes, local_bytes, exchanges, link_ms, local_ms and ms (their sum with the latencies)."""
+    if layout not in EP_LAYOUTS:
+        raise ValueError(f"layout must be one of {EP_LAYOUTS}, got {layout!r}")
+    for name, v, lo in (("link_gbps", link_gbps, 0.0), ("latency_us", latency_us, None), ("local_gbps", local_gbps, None)):
+        if not isinstance(v, numbers.Real) or not (v > lo if lo is not None else v >= 0):
+            raise ValueError(f"{name} must be a number {'> 0' if lo is not None else '>= 0'}, got {v!r}")
+    ex = KC.ep_exchange(int(tokens), int(hidden), int(top_k), int(experts), int(ranks), getattr(KC.EpLayout, layout),
+                        bool(fp8))
+    total = KC.ep_exchange_seconds(ex, float(link_gbps), float(latency_us), float(local_gbps)) * 1e3
+    local = ex.local_bytes / (local_gbps * 1e6) if local_gbps > 0 else 0.0
+    return dict(dispatch_bytes=ex.dispatch_bytes, combine_bytes=ex.combine_bytes, local_bytes=ex.local_bytes,
+                exchanges=ex.exchanges, link_ms=(ex.dispatch_bytes + ex.combine_bytes) / (link_gbps * 1e6),
+                local_ms=local, ms=total)

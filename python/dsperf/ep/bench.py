@@ -26,12 +26,16 @@ def _comm():
     return MPI.COMM_WORLD
 
 
-def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, repeats=20) -> dict:
+def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, alltoall_bytes=32 << 20, copy_bytes=128 << 20,
+             repeats=20) -> dict:
     """Point-to-point latency and bandwidth between ranks 0 and 1 of comm (the others wait), by
     ping-pong: latency_us = half the round trip of a small message, bandwidth_gbps = large message
     bytes / half its round trip (1e9 bytes/s); and alltoall_gbps: the bytes each rank sends to the
-    others per second while every rank sends large_bytes / (ranks - 1) to each other rank at once
-    (MPI_Alltoall; the bandwidth an EP exchange sees, where ranks share memory or links).
+    others per second while every rank sends alltoall_bytes / (ranks - 1) to each other rank at once
+    (MPI_Alltoall; the bandwidth an EP exchange sees, where ranks share memory or links); and
+    copy_gbps: each rank's memory rate (read + write bytes per second) gathering copy_bytes of
+    7424-byte rows in a shuffled order while every rank does the same (the rate of the packing and
+    reductions around an exchange).
     Collective over comm (>= 2 ranks); every rank gets the same dict."""
     comm = _comm() if comm is None else comm
     if comm.Get_size() < 2:
@@ -56,11 +60,11 @@ def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, repeats=20) -> di
         half = comm.bcast(half, root=0)
         out[key] = half * 1e6 if key == "latency_us" else nbytes / half / 1e9
     size = comm.Get_size()
-    per_peer = max(1, large_bytes // (size - 1))
+    per_peer = max(1, alltoall_bytes // (size - 1))
     send = np.ones(per_peer * size, np.uint8)
     recv = np.zeros_like(send)
     times = []
-    for i in range(repeats + 2):
+    for i in range(max(5, repeats // 2) + 2):
         comm.Barrier()
         t0 = time.perf_counter()
         comm.Alltoall(send, recv)
@@ -68,6 +72,23 @@ def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, repeats=20) -> di
             times.append(time.perf_counter() - t0)
     slowest = comm.allreduce(float(np.median(times)), op=_max())
     out["alltoall_gbps"] = per_peer * (size - 1) / slowest / 1e9
+    # Each rank's own memory rate while every rank copies at once (read + write bytes per second),
+    # copying rows of DeepSeek-V3's FP8 record width in a shuffled order, as the packing does.
+    from .. import _C
+    width = 7424
+    n = max(1, copy_bytes // width)
+    src = np.ones((n, width), np.uint8)
+    dst = np.zeros_like(src)
+    order = np.random.default_rng(rank).permutation(n).astype(np.int64)
+    times = []
+    for i in range(max(3, repeats // 4) + 1):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        _C.ep.copy_rows(src, 0, order, dst, 0, None, n, width)
+        if i >= 1:
+            times.append(time.perf_counter() - t0)
+    slowest = comm.allreduce(float(np.median(times)), op=_max())
+    out["copy_gbps"] = 2 * src.nbytes / slowest / 1e9
     comm.Barrier()
     return out
 
@@ -142,16 +163,15 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
             remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)
             remote[rank] = 0
             mb = comm.allreduce(float(remote.sum()), op=_max()) / 1e6
-            model_mode = "low_latency" if mode == "low_latency" else "normal"
-            pred = {k: ep_exchange_ms(T, hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size, mode=model_mode,
-                                      fp8=True, gbps=lb[k], latency_us=lb["latency_us"])["ms"]
-                    for k in ("bandwidth_gbps", "alltoall_gbps")}
+            layout = {"normal/expert": "expert", "normal/token": "token", "low_latency": "masked"}[mode]
+            pred = ep_exchange_ms(T, hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size, layout=layout, fp8=True,
+                                  link_gbps=lb["alltoall_gbps"], latency_us=lb["latency_us"], local_gbps=lb["copy_gbps"])
+            link_ms = pred["ms"] - pred["local_ms"]
             ours_ms, raw_ms = ours * 1e3, raw_t * 1e3
             rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours_ms, raw_alltoallv_ms=raw_ms,
-                             ratio=ours / raw_t, gbps=mb / 1e3 / ours,
-                             model_ms=pred["alltoall_gbps"], model_err=(pred["alltoall_gbps"] - ours_ms) / ours_ms,
-                             model_vs_raw_err=(pred["alltoall_gbps"] - raw_ms) / raw_ms,
-                             model_pingpong_ms=pred["bandwidth_gbps"]))
+                             ratio=ours / raw_t, gbps=mb / 1e3 / ours, model_ms=pred["ms"],
+                             model_err=(pred["ms"] - ours_ms) / ours_ms, link_model_ms=link_ms,
+                             link_vs_raw_err=(link_ms - raw_ms) / raw_ms))
     return (rows, lb) if rank == 0 else ([], lb)
 
 
@@ -266,12 +286,13 @@ def main(argv=None):
     rows, lb = comm_table(comm, tokens, repeats)
     if rank == 0:
         print(f"loopback (ranks 0-1 ping-pong): latency {lb['latency_us']:.1f} us, bandwidth {lb['bandwidth_gbps']:.2f} GB/s; "
-              f"all {size} ranks at once (MPI_Alltoall): {lb['alltoall_gbps']:.2f} GB/s out of each rank")
+              f"all {size} ranks at once: MPI_Alltoall {lb['alltoall_gbps']:.2f} GB/s out of each rank, "
+              f"memory copy {lb['copy_gbps']:.2f} GB/s per rank")
         print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
               "ratio = ours / raw MPI_Alltoallv of the same bytes; model = the cost model's EP all-to-all term "
-              "(kernel_cost.ep_exchange_ms) at the all-ranks bandwidth + one ping-pong latency per exchange "
-              "(model_err against ours, model_vs_raw_err against the raw exchange); model_pingpong = the same at "
-              "the ping-pong bandwidth")
+              "(kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "
+              "latency per exchange + the rank's own copies at its memory copy rate; link_model = without the "
+              "copies, against the raw exchange (link_vs_raw_err)")
         print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
         print()
     ov = overlap_table(comm, 256 if a.quick else 1024, repeats)

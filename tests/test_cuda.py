@@ -26,6 +26,17 @@ def test_a_good_call_without_a_gpu_says_why():
         DeviceArray((4,), np.float32)
 
 
+@pytest.mark.skipif(OK, reason="a GPU is present (the script then measures; run it by hand)")
+def test_gpu_validate_says_it_needs_a_gpu_and_exits_0():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validate.py"
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "needs a CUDA GPU" in r.stdout and WHY in r.stdout
+
+
 def _mla_case(rng, seqlens, q_len=1, heads=16, L=512, rope=64, bs=64):
     """A paged cache with blocks handed out in a shuffled order (as test_kernels_mla's)."""
     need = [-(-n // bs) for n in seqlens]

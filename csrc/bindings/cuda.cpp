@@ -254,8 +254,9 @@ void bind_cuda(py::module_& root) {
     });
     m.def("grouped_gemm", [](uintptr_t a, uintptr_t a_scale, uintptr_t b, uintptr_t b_scale, uintptr_t c, int64_t M,
                              int64_t N, int64_t K, int64_t E, bool masked, uintptr_t offsets, uintptr_t counts,
-                             int64_t capacity, int d) {
+                             int64_t capacity, bool check_values, int d) {
         C::GroupedGemm g;
+        g.check_values = check_values;
         g.a = P(a), g.a_scale = P<float>(a_scale), g.b = P(b), g.b_scale = P<float>(b_scale), g.c = P<float>(c);
         g.M = M, g.N = N, g.K = K, g.E = E;
         g.layout = masked ? C::GemmLayout::Masked : C::GemmLayout::Contiguous;
@@ -285,8 +286,10 @@ void bind_cuda(py::module_& root) {
                            uintptr_t rope, uintptr_t block_table, uintptr_t seqlens, uintptr_t items,
                            uintptr_t split_offsets, int64_t n_items, int64_t n_partials, int64_t batch, int64_t q_len,
                            int64_t heads, int64_t kv_lora, int64_t rope_dim, int64_t num_blocks, int64_t block_size,
-                           int64_t max_blocks, float scale, uintptr_t out, uintptr_t lse, int d) {
+                           int64_t max_blocks, float scale, uintptr_t out, uintptr_t lse, uintptr_t part_out,
+                           uintptr_t part_lse, bool check_values, int d) {
         C::MlaDecode a;
+        a.part_out = P<float>(part_out), a.part_lse = P<float>(part_lse), a.check_values = check_values;
         a.q_nope = P<uint16_t>(q_nope), a.q_rope = P<uint16_t>(q_rope), a.latent = P(latent);
         a.latent_scale = P<float>(latent_scale), a.rope = P<uint16_t>(rope), a.block_table = P<int32_t>(block_table);
         a.seqlens = P<int32_t>(seqlens), a.items = P<int32_t>(items), a.split_offsets = P<int32_t>(split_offsets);

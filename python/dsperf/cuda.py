@@ -135,6 +135,21 @@ def _ptr(d):
     return 0 if d is None else d.ptr
 
 
+def _out(c, out, shape, dtype, name):
+    """A preallocated output (GPU calls only), checked; else a new one."""
+    c.require_gpu()
+    if out is None:
+        return c.new(shape, dtype)
+    if not c.on_device:
+        raise TypeError(f"{name} applies to GPU arrays only (host calls return new numpy arrays)")
+    d = as_device_array(out, name)
+    if d.device != c.device:
+        raise ValueError(f"{name} lives on GPU {d.device} but the inputs on GPU {c.device}")
+    if d.shape != tuple(shape) or d.dtype != dtype:
+        raise ValueError(f"{name} must be {dtype} {tuple(shape)}, got {d.dtype} {d.shape}")
+    return d
+
+
 def _check(name, a, dtypes, ndim=None):
     """K._arr's checks for numpy and GPU arrays alike (GPU arrays are always C-contiguous)."""
     if isinstance(a, np.ndarray):
@@ -311,7 +326,7 @@ def _check_counts(c, E, capacity):
         raise ValueError(f"counts must lie in [0, capacity = {capacity}]")
 
 
-def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None):
+def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None, out=None, validate=True):
     """c = a @ b[e]^T per expert, FP32 out, on tensor cores.
 
     a: BF16 [M, K] (contiguous layout, with offsets int64 [E + 1]) or [E, capacity, K] (masked
@@ -320,6 +335,10 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None)
     [E, ceil(N/128), ceil(K/128)] (128x128 block scales). FP8 b with BF16 a is dequantised to BF16
     block by block (the CPU experts' semantics); FP8 a with FP8 b multiplies FP8 values and scales
     per 128-deep block in FP32 (DeepGEMM's). Masked outputs are zero past each count.
+
+    GPU arrays only: out (FP32, the result's shape) is written in place of a new array, and
+    validate=False skips the device-side check of offsets / counts (a synchronisation) for callers
+    that checked them once already -- bad values then make wrong results, not errors.
     """
     c = _Call(("a", a), ("b", b), ("offsets", offsets), ("counts", counts), ("a_scale", a_scale),
               ("b_scale", b_scale))
@@ -357,10 +376,10 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None)
         _check("b_scale", c["b_scale"], (F32,), 3)
         if c["b_scale"].shape != (E, -(-N // 128), kb):
             raise ValueError(f"b_scale must have shape {(E, -(-N // 128), kb)}, got {c['b_scale'].shape}")
-    c.require_gpu()
-    out = c.new(c["a"].shape[:-1] + (N,), F32)
+    out = _out(c, out, c["a"].shape[:-1] + (N,), F32, "out")
+    check_values = bool(validate) or not c.on_device
     _G.grouped_gemm(c.dev("a").ptr, _ptr(c.dev("a_scale")), c.dev("b").ptr, _ptr(c.dev("b_scale")), out.ptr, M, N,
-                    Kd, E, masked, _ptr(c.dev("offsets")), _ptr(c.dev("counts")), capacity, c.device)
+                    Kd, E, masked, _ptr(c.dev("offsets")), _ptr(c.dev("counts")), capacity, check_values, c.device)
     return c.out(out)
 
 
@@ -464,11 +483,16 @@ class MlaMetadata:
     def splits(self) -> np.ndarray:
         return np.diff(self.split_offsets)
 
-    def on(self, device):
-        if device not in self._dev:
-            self._dev[device] = (DeviceArray.from_numpy(self.items, device),
-                                 DeviceArray.from_numpy(self.split_offsets, device))
-        return self._dev[device]
+    def on(self, device, kv_lora):
+        """(items, split_offsets, partial outputs, partial LSEs) on `device`: made once, reused by
+        every call with this plan (no allocation, hence no synchronisation, per call)."""
+        key = (device, kv_lora)
+        if key not in self._dev:
+            self._dev[key] = (DeviceArray.from_numpy(self.items, device),
+                              DeviceArray.from_numpy(self.split_offsets, device),
+                              DeviceArray((self.num_partials, self.rows_per_request, kv_lora), F32, device),
+                              DeviceArray((self.num_partials, self.rows_per_request), F32, device))
+        return self._dev[key]
 
 
 def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, sm_count=None, device=0):
@@ -495,13 +519,16 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
 
 
 def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, metadata=None,
-               latent_scale=None, num_splits=None):
+               latent_scale=None, num_splits=None, *, out=None, validate=True):
     """Absorbed MLA decode over a paged latent cache, with dsperf.kernels.mla_decode's arguments
     and semantics: q_nope BF16 [B, Q, H, kv_lora], q_rope BF16 [B, Q, H, rope]; latent_cache
     [blocks, block_size, kv_lora] BF16, or FP8 with latent_scale FP32 [blocks, block_size,
     kv_lora/128]; rope_cache BF16 [blocks, block_size, rope]; block_table int32 [B, max_blocks];
-    seqlens int32 [B]. metadata: from get_mla_metadata (planned here when None, with num_splits).
-    Returns (out FP32 [B, Q, H, kv_lora], lse FP32 [B, Q, H])."""
+    seqlens int32 [B]. metadata: from get_mla_metadata (planned here when None, with num_splits);
+    it also holds the partial-result workspace, so one plan serves one call at a time.
+    Returns (out FP32 [B, Q, H, kv_lora], lse FP32 [B, Q, H]). GPU arrays only: out = (out, lse)
+    preallocated, and validate=False skips the device-side check of seqlens and block ids (a
+    synchronisation) -- bad values then read out of bounds instead of raising."""
     c = _Call(("q_nope", q_nope), ("q_rope", q_rope), ("latent_cache", latent_cache), ("rope_cache", rope_cache),
               ("block_table", block_table), ("seqlens", seqlens), ("latent_scale", latent_scale))
     for name in ("q_nope", "q_rope"):
@@ -548,11 +575,14 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
         raise TypeError(f"metadata must come from get_mla_metadata, got {type(metadata).__name__}")
     if metadata.batch != B or metadata.block_size != bs or metadata.rows_per_request != Q * H:
         raise ValueError("metadata was planned for another batch, block size or q_len x heads")
-    c.require_gpu()
-    items, offs = metadata.on(c.device)
-    out, lse = c.new((B, Q, H, L), F32), c.new((B, Q, H), F32)
+    if out is not None and not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError("out must be a tuple (out, lse)")
+    o = _out(c, None if out is None else out[0], (B, Q, H, L), F32, "out[0]")
+    lse = _out(c, None if out is None else out[1], (B, Q, H), F32, "out[1]")
+    items, offs, part_o, part_lse = metadata.on(c.device, L)
     _G.mla_decode(c.dev("q_nope").ptr, c.dev("q_rope").ptr, c.dev("latent_cache").ptr, _ptr(c.dev("latent_scale")),
                   c.dev("rope_cache").ptr, c.dev("block_table").ptr, c.dev("seqlens").ptr, items.ptr, offs.ptr,
                   metadata.num_items, metadata.num_partials, B, Q, H, L, R, nblocks, bs, bt.shape[1],
-                  float(softmax_scale), out.ptr, lse.ptr, c.device)
-    return c.out(out), c.out(lse)
+                  float(softmax_scale), o.ptr, lse.ptr, part_o.ptr, part_lse.ptr, bool(validate) or not c.on_device,
+                  c.device)
+    return c.out(o), c.out(lse)

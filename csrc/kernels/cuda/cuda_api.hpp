@@ -92,6 +92,9 @@ struct GroupedGemm {
     const int64_t* offsets = nullptr;  // contiguous
     const int32_t* counts = nullptr;   // masked
     int64_t capacity = 0;              // masked
+    // Check offsets / counts on the device first (one synchronisation); callers that checked
+    // them already (benchmarks timing back-to-back launches) may skip it.
+    bool check_values = true;
     void validate() const;             // sizes and pointers (host side)
 };
 void grouped_gemm(const GroupedGemm& g);
@@ -132,6 +135,10 @@ struct MlaDecode {
     float softmax_scale = 1;
     float* out = nullptr;  // [B, Q, H, L] FP32
     float* lse = nullptr;  // [B, Q, H] FP32
+    // Partial results [n_partials, Q * H, L] and [n_partials, Q * H]; allocated per call when null.
+    float* part_out = nullptr;
+    float* part_lse = nullptr;
+    bool check_values = true;  // seqlens and block ids checked on the device first (one sync)
     void validate() const;
 };
 // The CPU mla_decode_absorbed's semantics: causal among the Q new tokens, probabilities rounded to

@@ -98,6 +98,12 @@ W2 = np.zeros((2, 64, 64), BF16)
     (lambda: cuda.experts_masked(np.ones((3, 4, 64), BF16), np.array([1, 1, 1]), W13, W2), ValueError,
      "experts = 2"),
     (lambda: cuda.cublas_gemm_bf16(np.ones((2, 4, 64), BF16), np.ones((3, 8, 64), BF16)), ValueError, "batch = 2"),
+    (lambda: cuda.mla_prefill(np.zeros((4, 2, 192), BF16), np.zeros((3, 2, 192), BF16), np.zeros((3, 2, 128), BF16),
+                              0.1), ValueError, "at least the 4 query tokens"),
+    (lambda: cuda.mla_prefill(np.zeros((4, 2, 192), BF16), np.zeros((4, 3, 192), BF16), np.zeros((4, 2, 128), BF16),
+                              0.1), ValueError, "k must be"),
+    (lambda: cuda.mla_prefill(np.zeros((4, 2, 192), BF16), np.zeros((4, 2, 192), BF16), np.zeros((4, 2, 256), BF16),
+                              0.1), ValueError, "dv a multiple of 16 in \\[16, 128\\]"),
     (_mla(scale=0.0), ValueError, "softmax_scale"),
     (_mla(seqlens=np.array([70, 200], np.int32)), ValueError, "seqlens\\[1\\] = 200"),
     (_mla(block_table=np.array([[0, 99], [1, 0]], np.int32)), ValueError, "block_table\\[0\\]"),
@@ -362,3 +368,22 @@ def test_mla_decode_fp8_cache_and_device_arrays():
     with pytest.raises(ValueError, match="block_table\\[0, 2\\] = 77"):
         cuda.mla_decode(*dev[:4], DeviceArray.from_numpy(bad), dev[5], 0.1, meta,
                         latent_scale=DeviceArray.from_numpy(cache.latent_scale))
+
+
+@needs_gpu
+@pytest.mark.parametrize("T, prefix, heads", [(1, 0, 4), (37, 0, 16), (100, 60, 8)])
+def test_mla_prefill_matches_numpy(T, prefix, heads):
+    rng = np.random.default_rng(T + prefix)
+    S = T + prefix
+    q, k, v = rand_bf16(rng, T, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 128)
+    scale = 192 ** -0.5
+    out, lse = cuda.mla_prefill(q, k, v, scale)
+    s = np.einsum("thd,shd->hts", f32(q), f32(k)) * scale
+    visible = np.arange(S)[None, :] <= prefix + np.arange(T)[:, None]
+    s = np.where(visible[None], s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    want = np.einsum("hts,shd->thd", p / p.sum(-1, keepdims=True), f32(v))
+    # Probabilities rounded to BF16 before P V: about one BF16 unit of the largest value.
+    np.testing.assert_allclose(out, want, atol=3 * EPS_BF16 * np.abs(f32(v)).max())
+    np.testing.assert_allclose(lse, (m[..., 0] + np.log(p.sum(-1))).T, rtol=1e-4, atol=1e-4)

@@ -221,6 +221,12 @@ def test_foreign_gpu_arrays_mix_with_device_arrays():
     (lambda: cuda.grouped_gemm(fake((4, 128), FP8), fake((2, 64, 128), FP8), offsets=fake((3,), np.int64),
                                a_scale=fake((4, 2), np.float32), b_scale=fake((2, 1, 1), np.float32)),
      ValueError, "a_scale must have shape \\(4, 1\\)"),
+    (lambda: cuda.grouped_gemm(fake((4, 128), BF16), fake((2, 64, 128), BF16), offsets=fake((3,), np.int64),
+                               out=fake((4, 65), np.float32)), ValueError, "out must be float32 \\(4, 64\\)"),
+    (lambda: cuda.grouped_gemm(fake((4, 128), BF16), fake((2, 64, 128), BF16), offsets=fake((3,), np.int64),
+                               out=fake((4, 64), np.float32, device=1)), ValueError, "out lives on GPU 1"),
+    (lambda: cuda.grouped_gemm(np.ones((4, 128), BF16), np.ones((2, 64, 128), BF16), offsets=np.array([0, 2, 4]),
+                               out=fake((4, 64), np.float32)), TypeError, "GPU arrays only"),
 ])
 def test_device_arrays_are_checked_like_host_arrays(call, err, match):
     with pytest.raises(err, match=match):

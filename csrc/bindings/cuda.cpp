@@ -298,6 +298,13 @@ void bind_cuda(py::module_& root) {
         a.max_blocks = max_blocks, a.softmax_scale = scale, a.out = P<float>(out), a.lse = P<float>(lse);
         on(d, [&] { C::mla_decode(a); });
     });
+    m.def("mla_prefill", [](uintptr_t q, uintptr_t k, uintptr_t v, int64_t q_len, int64_t kv_len, int64_t heads,
+                            int64_t dqk, int64_t dv, float scale, uintptr_t out, uintptr_t lse, int d) {
+        on(d, [&] {
+            C::mla_prefill(P<uint16_t>(q), P<uint16_t>(k), P<uint16_t>(v), q_len, kv_len, heads, dqk, dv, scale,
+                           P<float>(out), P<float>(lse));
+        });
+    });
     m.def("nccl_why_unavailable", [] {
         std::string why;
         C::nccl_available(&why);
@@ -335,7 +342,7 @@ void bind_cuda(py::module_& root) {
          {"device_name", "sm_count", "compute_capability", "synchronize", "set_synchronous", "synchronous",
           "pointer_device", "Allocation", "copy_to_device", "copy_to_host", "copy_on_device", "fill_zero", "rmsnorm",
           "silu_mul", "act_quant", "rope_bf16", "moe_gate", "moe_permute", "moe_unpermute", "grouped_gemm",
-          "cublas_why_unavailable", "cublas_gemm_bf16", "mla_plan", "mla_decode", "nccl_why_unavailable",
+          "cublas_why_unavailable", "cublas_gemm_bf16", "mla_plan", "mla_decode", "mla_prefill", "nccl_why_unavailable",
           "nccl_unique_id", "nccl_init_rank", "nccl_init_all", "nccl_destroy", "nccl_alltoallv"}) {
         m.def(name, [](py::args, py::kwargs) -> py::object { require_gpu(); return py::none(); });
     }

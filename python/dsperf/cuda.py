@@ -34,7 +34,7 @@ I64 = np.dtype(np.int64)
 __all__ = ["DeviceArray", "available", "device_count", "device_name", "as_device_array", "from_dlpack",
            "from_cuda_array_interface", "synchronize", "async_launches", "rmsnorm", "silu_mul", "act_quant",
            "apply_rope", "moe_gate", "moe_permute", "moe_unpermute", "grouped_gemm", "experts_contiguous",
-           "experts_masked", "cublas_gemm_bf16", "get_mla_metadata", "MlaMetadata", "mla_decode"]
+           "experts_masked", "cublas_gemm_bf16", "get_mla_metadata", "MlaMetadata", "mla_decode", "mla_prefill"]
 
 
 def available() -> tuple[bool, str]:
@@ -137,8 +137,8 @@ def _ptr(d):
 
 def _out(c, out, shape, dtype, name):
     """A preallocated output (GPU calls only), checked; else a new one."""
-    c.require_gpu()
     if out is None:
+        c.require_gpu()
         return c.new(shape, dtype)
     if not c.on_device:
         raise TypeError(f"{name} applies to GPU arrays only (host calls return new numpy arrays)")
@@ -147,6 +147,7 @@ def _out(c, out, shape, dtype, name):
         raise ValueError(f"{name} lives on GPU {d.device} but the inputs on GPU {c.device}")
     if d.shape != tuple(shape) or d.dtype != dtype:
         raise ValueError(f"{name} must be {dtype} {tuple(shape)}, got {d.dtype} {d.shape}")
+    c.require_gpu()
     return d
 
 
@@ -586,3 +587,34 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
                   float(softmax_scale), o.ptr, lse.ptr, part_o.ptr, part_lse.ptr, bool(validate) or not c.on_device,
                   c.device)
     return c.out(o), c.out(lse)
+
+
+# ---- MLA prefill -------------------------------------------------------------------------------
+def mla_prefill(q, k, v, softmax_scale):
+    """Non-absorbed causal MLA attention of one sequence (prefill): q BF16 [q_len, heads, dqk]
+    (nope | rope per head), k BF16 [kv_len, heads, dqk] (k_nope | the shared k_pe broadcast), v BF16
+    [kv_len, heads, dv]; query t sits at position kv_len - q_len + t and sees keys up to it (a
+    cached prefix of kv_len - q_len tokens comes first). Returns (out FP32 [q_len, heads, dv],
+    lse FP32 [q_len, heads]). Probabilities are rounded to BF16 for the value product."""
+    c = _Call(("q", q), ("k", k), ("v", v))
+    for name in ("q", "k", "v"):
+        _check(name, c[name], (BF16,), 3)
+    T, H, dqk = c["q"].shape
+    S = c["k"].shape[0]
+    if c["k"].shape != (S, H, dqk):
+        raise ValueError(f"k must be [kv_len, heads = {H}, {dqk}], got {c['k'].shape}")
+    if c["v"].shape[:2] != (S, H):
+        raise ValueError(f"v must be [kv_len = {S}, heads = {H}, dv], got {c['v'].shape}")
+    dv = c["v"].shape[2]
+    if S < T:
+        raise ValueError(f"k must hold at least the {T} query tokens, got {S}")
+    if dqk % 16 or not 16 <= dqk <= 256 or dv % 16 or not 16 <= dv <= 128:
+        raise ValueError(f"the GPU kernel needs dqk a multiple of 16 in [16, 256] and dv a multiple of 16 in "
+                         f"[16, 128], got {dqk} and {dv}")
+    if isinstance(softmax_scale, bool) or not (isinstance(softmax_scale, numbers.Real) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
+    c.require_gpu()
+    out, lse = c.new((T, H, dv), F32), c.new((T, H), F32)
+    _G.mla_prefill(c.dev("q").ptr, c.dev("k").ptr, c.dev("v").ptr, T, S, H, dqk, dv, float(softmax_scale), out.ptr,
+                   lse.ptr, c.device)
+    return c.out(out), c.out(lse)

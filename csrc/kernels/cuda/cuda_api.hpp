@@ -145,6 +145,14 @@ struct MlaDecode {
 // BF16 for the value product, partial results merged by log-sum-exp.
 void mla_decode(const MlaDecode& d);
 
+// ---- MLA prefill (mla_prefill.cu) ----------------------------------------------------------------
+// Non-absorbed causal attention of one sequence: q [q_len, heads, dqk], k [kv_len, heads, dqk],
+// v [kv_len, heads, dv] BF16 (16-byte aligned; dqk a multiple of 16 up to 256, dv up to 128);
+// query t sits at position kv_len - q_len + t and sees keys up to it. out [q_len, heads, dv] FP32
+// (normalised), lse [q_len, heads] FP32 (natural log). Probabilities are rounded to BF16 for P V.
+void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len,
+                 int64_t heads, int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse);
+
 // ---- NCCL all-to-all (alltoall_nccl.cu; libnccl loaded at run time) ----------------------------
 bool nccl_available(std::string* why);
 std::string nccl_unique_id();  // 128 bytes, to share between processes

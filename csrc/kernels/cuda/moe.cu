@@ -110,7 +110,10 @@ void moe_permute(const void* x, int64_t tokens, int64_t row_bytes, const int32_t
     if (tokens < 0 || row_bytes <= 0 || rows < 0) throw std::invalid_argument("moe_permute: bad sizes");
     check_range(source, rows, 0, tokens, "source");
     if (rows == 0) return;
-    if (row_bytes % 4 == 0) {
+    // Whole 4-byte words where rows and both bases allow it (misaligned word loads would fault).
+    const bool words = row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 4 == 0;
+    if (words) {
         const int64_t words = row_bytes / 4;
         permute_kernel<<<blocks_for(rows * words, 256), 256>>>(static_cast<const uint32_t*>(x), words, source, rows,
                                                                 static_cast<uint32_t*>(out));

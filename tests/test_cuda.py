@@ -4,9 +4,12 @@ import numpy as np
 import pytest
 
 from dsperf import cuda, kernels as K, reference as R
+from dsperf.cuda_array import DeviceArray
+from kernel_helpers import BF16, EPS_BF16, FP8, f32, rand_bf16, rand_fp8_weight
 
 OK, WHY = cuda.available()
 needs_gpu = pytest.mark.skipif(not OK, reason=f"no usable GPU: {WHY}")
+built = pytest.mark.skipif(not cuda._G.built_with_cuda(), reason="dsperf was built without CUDA")
 
 
 def test_availability_is_reported_with_a_reason():
@@ -19,6 +22,46 @@ def test_availability_is_reported_with_a_reason():
 def test_a_good_call_without_a_gpu_says_why():
     with pytest.raises(RuntimeError, match="no CUDA device"):
         cuda.rmsnorm(np.ones((2, 8), np.float32), np.ones(8, np.float32))
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        DeviceArray((4,), np.float32)
+
+
+@pytest.mark.skipif(OK, reason="a GPU is present (the script then measures; run it by hand)")
+def test_gpu_validate_says_it_needs_a_gpu_and_exits_0():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validate.py"
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "needs a CUDA GPU" in r.stdout and WHY in r.stdout
+
+
+def _mla_case(rng, seqlens, q_len=1, heads=16, L=512, rope=64, bs=64):
+    """A paged cache with blocks handed out in a shuffled order (as test_kernels_mla's)."""
+    need = [-(-n // bs) for n in seqlens]
+    total = sum(need) + 3
+    order = rng.permutation(total).astype(np.int32)
+    table = np.zeros((len(seqlens), max(need)), np.int32)
+    i = 0
+    for b, k in enumerate(need):
+        table[b, :k] = order[i:i + k]
+        i += k
+    return dict(q_nope=rand_bf16(rng, len(seqlens), q_len, heads, L, scale=0.05),
+                q_rope=rand_bf16(rng, len(seqlens), q_len, heads, rope, scale=0.05),
+                latent_cache=rand_bf16(rng, total, bs, L), rope_cache=rand_bf16(rng, total, bs, rope),
+                block_table=table, seqlens=np.array(seqlens, np.int32))
+
+
+def _mla(**changes):
+    c = _mla_case(np.random.default_rng(0), [70, 5])
+    c.update(changes)
+    return lambda: cuda.mla_decode(c["q_nope"], c["q_rope"], c["latent_cache"], c["rope_cache"], c["block_table"],
+                                   c["seqlens"], c.get("scale", 0.1), latent_scale=c.get("latent_scale"))
+
+
+W13 = np.zeros((2, 128, 64), BF16)
+W2 = np.zeros((2, 64, 64), BF16)
 
 
 @pytest.mark.parametrize("call, err, match", [
@@ -26,23 +69,93 @@ def test_a_good_call_without_a_gpu_says_why():
     (lambda: cuda.rmsnorm(np.ones((2, 8), np.float32), np.ones(7, np.float32)), ValueError, "weight"),
     (lambda: cuda.rmsnorm(np.ones((2, 8), np.float32), np.ones(8, np.float32), eps=-1), ValueError, "eps"),
     (lambda: cuda.silu_mul(np.ones((2, 7), np.float32)), ValueError, "gate_up"),
+    (lambda: cuda.act_quant(np.ones((2, 7), np.float32)), TypeError, "x must have dtype bfloat16"),
+    (lambda: cuda.apply_rope(np.ones((2, 4, 64), BF16), np.zeros(3, np.int32), np.ones(32, np.float32)),
+     ValueError, "positions"),
+    (lambda: cuda.apply_rope(np.ones((2, 64), BF16), np.zeros(2, np.int32), np.ones(31, np.float32)),
+     ValueError, "freqs"),
     (lambda: cuda.moe_gate(np.ones((2, 16), np.float32), n_group=3, topk_group=1, top_k=2, route_scale=1.0),
      ValueError, "n_group"),
     (lambda: cuda.moe_gate(np.ones((2, 16), np.float32), n_group=4, topk_group=1, top_k=8, route_scale=1.0),
      ValueError, "top_k"),
     (lambda: cuda.moe_gate(np.ones((2, 16), np.float32), np.ones(15, np.float32), n_group=1, topk_group=1, top_k=2,
                            route_scale=1.0), ValueError, "bias"),
-    (lambda: cuda.moe_permute(np.ones((3, 8), K.BF16), np.array([0, 3], np.int32)), ValueError, "source"),
+    (lambda: cuda.moe_permute(np.ones((3, 8), BF16), np.array([0, 3], np.int32)), ValueError, "source"),
     (lambda: cuda.moe_unpermute(np.ones((4, 8), np.float32), np.array([[0, 4]], np.int32),
                                 np.ones((1, 2), np.float32)), ValueError, "position"),
     (lambda: cuda.moe_unpermute(np.ones((4, 8), np.float32), np.array([[0, 1]], np.int32),
                                 np.ones((1, 3), np.float32)), ValueError, "weights"),
+    (lambda: cuda.grouped_gemm(np.ones((4, 64), BF16), W13, offsets=np.array([0, 2, 3])), ValueError,
+     "end at the rows"),
+    (lambda: cuda.grouped_gemm(np.ones((4, 64), BF16), W13, offsets=np.array([0, 3, 2, 4])), ValueError,
+     "experts \\+ 1"),
+    (lambda: cuda.grouped_gemm(np.ones((2, 4, 64), BF16), W13, counts=np.array([1, 5])), ValueError, "capacity = 4"),
+    (lambda: cuda.grouped_gemm(np.ones((2, 4, 64), BF16), W13), ValueError, "offsets .* or counts"),
+    (lambda: cuda.experts_contiguous(np.ones((4, 64), BF16), np.array([0, 4, 4]), W13, np.zeros((2, 64, 32), BF16)),
+     ValueError, "w2 must have shape"),
+    (lambda: cuda.experts_contiguous(np.ones((4, 64), BF16), np.array([0, 4, 4]), W13.astype(FP8), W2.astype(FP8)),
+     ValueError, "w13_scale and w2_scale"),
+    (lambda: cuda.experts_masked(np.ones((3, 4, 64), BF16), np.array([1, 1, 1]), W13, W2), ValueError,
+     "experts = 2"),
+    (lambda: cuda.cublas_gemm_bf16(np.ones((2, 4, 64), BF16), np.ones((3, 8, 64), BF16)), ValueError, "batch = 2"),
+    (lambda: cuda.mla_prefill(np.zeros((4, 2, 192), BF16), np.zeros((3, 2, 192), BF16), np.zeros((3, 2, 128), BF16),
+                              0.1), ValueError, "at least the 4 query tokens"),
+    (lambda: cuda.mla_prefill(np.zeros((4, 2, 192), BF16), np.zeros((4, 3, 192), BF16), np.zeros((4, 2, 128), BF16),
+                              0.1), ValueError, "k must be"),
+    (lambda: cuda.mla_prefill(np.zeros((4, 2, 192), BF16), np.zeros((4, 2, 192), BF16), np.zeros((4, 2, 256), BF16),
+                              0.1), ValueError, "dv a multiple of 16 in \\[16, 128\\]"),
+    (_mla(scale=0.0), ValueError, "softmax_scale"),
+    (_mla(seqlens=np.array([70, 200], np.int32)), ValueError, "seqlens\\[1\\] = 200"),
+    (_mla(block_table=np.array([[0, 99], [1, 0]], np.int32)), ValueError, "block_table\\[0\\]"),
+    (_mla(q_rope=np.zeros((2, 1, 8, 64), BF16)), ValueError, "q_rope must match"),
+    (_mla(latent_cache=np.zeros((7, 64, 512), FP8)), ValueError, "latent_scale"),
+    (_mla(q_nope=np.zeros((2, 1, 16, 500), BF16), latent_cache=np.zeros((6, 64, 500), BF16)), ValueError,
+     "multiple of 16"),
 ])
 def test_bad_input_is_named_before_any_gpu_work(call, err, match):
     with pytest.raises(err, match=match):
         call()
 
 
+# ---- the MLA plan (host work) ------------------------------------------------------------------
+@built
+@pytest.mark.parametrize("seqlens, num_splits, sm_count", [
+    ([1, 64, 65, 200], 2, None), ([1000, 5, 130], 3, None), ([3], 8, None),
+    ([4096] * 4 + [17], None, 132), ([1] * 64, None, 132), ([100000], None, 8),
+])
+def test_mla_plan_partitions_every_request_into_block_ranges(seqlens, num_splits, sm_count):
+    meta = cuda.get_mla_metadata(np.array(seqlens), 1, 128, num_splits=num_splits, sm_count=sm_count)
+    assert meta.batch == len(seqlens)
+    items = meta.items
+    for b, n in enumerate(seqlens):
+        mine = items[items[:, 0] == b]
+        blocks = -(-n // 64)
+        # Ranges in order, touching, covering [0, blocks); split indices 0.. and slots as counted.
+        assert mine[0, 1] == 0 and mine[-1, 2] == blocks
+        assert (mine[1:, 1] == mine[:-1, 2]).all() and (mine[:, 2] > mine[:, 1]).all()
+        assert mine[:, 3].tolist() == list(range(len(mine)))
+        assert meta.splits()[b] == len(mine)
+        if num_splits:
+            assert len(mine) == min(num_splits, blocks)
+    assert meta.num_partials == len(items)
+    if sm_count:  # automatic: enough work items to occupy the SMs when the work allows
+        groups = -(-128 // 16)
+        assert len(items) >= min(sum(-(-n // 64) for n in seqlens), 2 * sm_count // groups) // 2
+
+
+@built
+def test_mla_plan_rejects_bad_input():
+    with pytest.raises(ValueError, match="seqlens must be >= 0"):
+        cuda.get_mla_metadata(np.array([-1]), 1, 16, num_splits=1)
+    with pytest.raises(ValueError, match="num_splits"):
+        cuda.get_mla_metadata(np.array([5]), 1, 16, num_splits=0)
+    meta = cuda.get_mla_metadata(np.array([70, 5]), 2, 16, num_splits=1)
+    c = _mla_case(np.random.default_rng(0), [70, 5])
+    with pytest.raises(ValueError, match="metadata was planned"):
+        cuda.mla_decode(*c.values(), 0.1, metadata=meta)
+
+
+# ---- on the GPU --------------------------------------------------------------------------------
 @needs_gpu
 def test_rmsnorm_and_silu_mul_match_the_reference():
     rng = np.random.default_rng(0)
@@ -54,6 +167,44 @@ def test_rmsnorm_and_silu_mul_match_the_reference():
     want = K.silu_mul(gu).astype(np.float32)
     # Both round to BF16; expf and the CPU's exp approximation may differ by one BF16 unit.
     np.testing.assert_allclose(got, want, rtol=2 ** -7, atol=1e-6)
+
+
+@needs_gpu
+def test_device_arrays_in_device_arrays_out():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    w = rng.standard_normal(256).astype(np.float32)
+    y = cuda.rmsnorm(DeviceArray.from_numpy(x), DeviceArray.from_numpy(w))
+    assert isinstance(y, DeviceArray) and y.device == 0
+    np.testing.assert_array_equal(y.numpy(), cuda.rmsnorm(x, w))
+    # Ids held on the GPU are checked there.
+    with pytest.raises(ValueError, match="source\\[1\\] = 9"):
+        cuda.moe_permute(DeviceArray.from_numpy(rand_bf16(rng, 3, 8)), DeviceArray.from_numpy(np.array([0, 9], np.int32)))
+
+
+@needs_gpu
+def test_act_quant_matches_the_cpu():
+    rng = np.random.default_rng(3)
+    x = rand_bf16(rng, 33, 7168)
+    q, s = cuda.act_quant(x)
+    rq, rs = K.act_quant(x)
+    np.testing.assert_array_equal(s, rs)
+    # Same scale; FP8 rounding of x / scale may differ only where the CPU's division rounds otherwise.
+    assert (q.view(np.uint8) == rq.view(np.uint8)).mean() > 0.999
+    np.testing.assert_allclose(f32(q) * np.repeat(s, 128, axis=1), f32(rq) * np.repeat(rs, 128, axis=1),
+                               rtol=2 ** -3, atol=0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(5, 16, 64), (7, 64)])
+def test_rope_matches_the_cpu(shape):
+    rng = np.random.default_rng(4)
+    x = rand_bf16(rng, *shape)
+    pos = rng.integers(0, 160000, shape[0]).astype(np.int32)
+    freqs = K.rope_frequencies(64)
+    got, want = f32(cuda.apply_rope(x, pos, freqs)), f32(K.apply_rope(x, pos, freqs))
+    # Both round the same FP32 products to BF16; sincosf and libm may differ in the last FP32 bit.
+    np.testing.assert_allclose(got, want, atol=2 * EPS_BF16 * np.abs(f32(x)).max())
 
 
 @needs_gpu
@@ -72,7 +223,7 @@ def test_gate_matches_the_cpu_kernel(score_func, bias):
 @needs_gpu
 def test_permute_and_unpermute_match_the_cpu_kernels():
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((33, 512)).astype(np.float32).astype(K.BF16)
+    x = rng.standard_normal((33, 512)).astype(np.float32).astype(BF16)
     ids = np.argsort(rng.random((33, 256)), axis=1)[:, :8].astype(np.int32)
     _, position, source = K.moe_route(ids, 256)
     np.testing.assert_array_equal(cuda.moe_permute(x, source).view(np.uint16),
@@ -81,3 +232,158 @@ def test_permute_and_unpermute_match_the_cpu_kernels():
     wts = rng.random((33, 8)).astype(np.float32)
     np.testing.assert_allclose(cuda.moe_unpermute(y, position, wts), K.moe_unpermute(y, position, wts),
                                rtol=1e-6, atol=1e-6)
+
+
+# ---- grouped GEMM and experts ------------------------------------------------------------------
+def _counts(rng, E, total):
+    c = rng.multinomial(total, np.ones(E) / E)
+    c[0] = 0  # an expert without tokens
+    return c
+
+
+@needs_gpu
+@pytest.mark.parametrize("N, Kd", [(256, 512), (200, 136)])  # tile-aligned, and ragged N and K
+def test_grouped_gemm_bf16_contiguous_matches_numpy(N, Kd):
+    rng = np.random.default_rng(10)
+    E = 6
+    counts = _counts(rng, E, 300)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    a, b = rand_bf16(rng, 300, Kd), rand_bf16(rng, E, N, Kd, scale=0.1)
+    got = cuda.grouped_gemm(a, b, offsets=offsets)
+    want = np.concatenate([f32(a[offsets[e]:offsets[e + 1]]) @ f32(b[e]).T for e in range(E)])
+    bound = np.concatenate([np.abs(f32(a[offsets[e]:offsets[e + 1]])) @ np.abs(f32(b[e])).T for e in range(E)])
+    assert (np.abs(got - want) <= Kd * 2.0 ** -24 * bound + 1e-30).all()
+
+
+@needs_gpu
+def test_grouped_gemm_bf16_masked_zeroes_past_the_counts():
+    rng = np.random.default_rng(11)
+    E, cap, N, Kd = 4, 100, 128, 256
+    counts = np.array([0, 100, 37, 65], np.int32)
+    a, b = rand_bf16(rng, E, cap, Kd), rand_bf16(rng, E, N, Kd, scale=0.1)
+    got = cuda.grouped_gemm(a, b, counts=counts)
+    for e in range(E):
+        n = counts[e]
+        np.testing.assert_allclose(got[e, :n], f32(a[e, :n]) @ f32(b[e]).T, rtol=1e-4, atol=1e-4)
+        assert (got[e, n:] == 0).all()
+
+
+@needs_gpu
+def test_grouped_gemm_fp8_block_scaled_matches_the_dequantised_product():
+    rng = np.random.default_rng(12)
+    E, N, Kd = 3, 256, 384
+    counts = np.array([50, 0, 77])
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    x = rand_bf16(rng, int(counts.sum()), Kd)
+    aq, as_ = K.act_quant(x)
+    ws = [rand_fp8_weight(rng, N, Kd) for _ in range(E)]
+    bq, bs = np.stack([w for w, _ in ws]), np.stack([s for _, s in ws])
+    got = cuda.grouped_gemm(aq, bq, offsets=offsets, a_scale=as_, b_scale=bs)
+    adq = f32(aq).astype(np.float64) * np.repeat(as_, 128, axis=1)[:, :Kd]
+    for e in range(E):
+        wdq = f32(bq[e]).astype(np.float64) * np.repeat(np.repeat(bs[e], 128, 0), 128, 1)[:N, :Kd]
+        want = adq[offsets[e]:offsets[e + 1]] @ wdq.T
+        np.testing.assert_allclose(got[offsets[e]:offsets[e + 1]], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def _rel(got, want):
+    return np.linalg.norm(f32(got) - f32(want)) / max(np.linalg.norm(f32(want)), 1e-30)
+
+
+@needs_gpu
+@pytest.mark.parametrize("fp8", [False, True])
+def test_experts_match_the_cpu_kernels_in_both_layouts(fp8):
+    rng = np.random.default_rng(13)
+    E, D, I = 4, 256, 128
+    if fp8:
+        w13s = [rand_fp8_weight(rng, 2 * I, D) for _ in range(E)]
+        w2s = [rand_fp8_weight(rng, D, I) for _ in range(E)]
+        w13, s13 = np.stack([w for w, _ in w13s]), np.stack([s for _, s in w13s])
+        w2, s2 = np.stack([w for w, _ in w2s]), np.stack([s for _, s in w2s])
+    else:
+        w13, w2, s13, s2 = rand_bf16(rng, E, 2 * I, D, scale=0.05), rand_bf16(rng, E, D, I, scale=0.05), None, None
+    counts = np.array([10, 0, 70, 3])
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    x = rand_bf16(rng, int(counts.sum()), D)
+    got = cuda.experts_contiguous(x, offsets, w13, w2, s13, s2)
+    want = K.experts_contiguous(x, offsets, w13, w2, s13, s2)
+    # The intermediate is rounded to BF16 on both sides; FP32 sums in other orders can flip a
+    # rounding, which moves the output by about a BF16 unit at most in a few places.
+    assert _rel(got, want) < 4 * EPS_BF16
+    xm = np.zeros((E, 80, D), BF16)
+    for e in range(E):
+        xm[e, :counts[e]] = x[offsets[e]:offsets[e + 1]]
+    gm = cuda.experts_masked(xm, counts.astype(np.int32), w13, w2, s13, s2)
+    wm = K.experts_masked(xm, counts.astype(np.int32), w13, w2, s13, s2)
+    assert _rel(gm, wm) < 4 * EPS_BF16
+    assert (gm[0, counts[0]:] == 0).all()
+
+
+@needs_gpu
+def test_cublas_baseline_matches_numpy():
+    rng = np.random.default_rng(14)
+    a, b = rand_bf16(rng, 3, 40, 256), rand_bf16(rng, 3, 72, 256)
+    got = cuda.cublas_gemm_bf16(a, b)
+    want = np.einsum("bmk,bnk->bmn", f32(a), f32(b))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+# ---- MLA decode --------------------------------------------------------------------------------
+@needs_gpu
+@pytest.mark.parametrize("seqlens, q_len, splits", [
+    ([1], 1, 1), ([63, 64, 65], 1, 1), ([1000, 5, 130], 1, 3), ([2, 200], 2, 4), ([3], 1, 8),
+    ([4000, 17, 300], 1, None),  # the automatic plan
+])
+def test_mla_decode_matches_the_cpu(seqlens, q_len, splits):
+    rng = np.random.default_rng(len(seqlens) * 100 + q_len)
+    c = _mla_case(rng, seqlens, q_len)
+    scale = (128 + 64) ** -0.5
+    out, lse = cuda.mla_decode(*c.values(), scale, num_splits=splits)
+    want, wlse = K.mla_decode(*c.values(), scale, num_splits=1)
+    np.testing.assert_allclose(out, want, atol=3 * EPS_BF16 * np.abs(f32(c["latent_cache"])).max())
+    np.testing.assert_allclose(lse, wlse, rtol=1e-4, atol=1e-4)
+
+
+@needs_gpu
+def test_mla_decode_fp8_cache_and_device_arrays():
+    rng = np.random.default_rng(22)
+    cache = K.PagedMlaCache(6, 64, 512, 64, dtype="fp8")
+    table = np.array([[4, 1, 5], [2, 0, 3]], np.int32)
+    lens = np.array([150, 9], np.int32)
+    requests = np.concatenate([np.full(n, b) for b, n in enumerate(lens)]).astype(np.int32)
+    positions = np.concatenate([np.arange(n) for n in lens]).astype(np.int32)
+    K.paged_cache_write(cache, table, requests, positions, rand_bf16(rng, len(requests), 512),
+                        rand_bf16(rng, len(requests), 64))
+    qn, qr = rand_bf16(rng, 2, 1, 16, 512, scale=0.05), rand_bf16(rng, 2, 1, 16, 64, scale=0.05)
+    want, wlse = K.mla_decode(qn, qr, cache.latent, cache.rope, table, lens, 0.1, latent_scale=cache.latent_scale)
+    dev = [DeviceArray.from_numpy(a) for a in (qn, qr, cache.latent, cache.rope, table, lens)]
+    meta = cuda.get_mla_metadata(dev[5], 1, 16)
+    out, lse = cuda.mla_decode(*dev, 0.1, meta, latent_scale=DeviceArray.from_numpy(cache.latent_scale))
+    assert isinstance(out, DeviceArray)
+    np.testing.assert_allclose(out.numpy(), want, atol=3 * EPS_BF16 * 448 * cache.latent_scale.max())
+    np.testing.assert_allclose(lse.numpy(), wlse, rtol=1e-4, atol=1e-4)
+    # A block id held on the GPU is checked there.
+    bad = table.copy()
+    bad[0, 2] = 77
+    with pytest.raises(ValueError, match="block_table\\[0, 2\\] = 77"):
+        cuda.mla_decode(*dev[:4], DeviceArray.from_numpy(bad), dev[5], 0.1, meta,
+                        latent_scale=DeviceArray.from_numpy(cache.latent_scale))
+
+
+@needs_gpu
+@pytest.mark.parametrize("T, prefix, heads", [(1, 0, 4), (37, 0, 16), (100, 60, 8)])
+def test_mla_prefill_matches_numpy(T, prefix, heads):
+    rng = np.random.default_rng(T + prefix)
+    S = T + prefix
+    q, k, v = rand_bf16(rng, T, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 128)
+    scale = 192 ** -0.5
+    out, lse = cuda.mla_prefill(q, k, v, scale)
+    s = np.einsum("thd,shd->hts", f32(q), f32(k)) * scale
+    visible = np.arange(S)[None, :] <= prefix + np.arange(T)[:, None]
+    s = np.where(visible[None], s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    want = np.einsum("hts,shd->thd", p / p.sum(-1, keepdims=True), f32(v))
+    # Probabilities rounded to BF16 before P V: about one BF16 unit of the largest value.
+    np.testing.assert_allclose(out, want, atol=3 * EPS_BF16 * np.abs(f32(v)).max())
+    np.testing.assert_allclose(lse, (m[..., 0] + np.log(p.sum(-1))).T, rtol=1e-4, atol=1e-4)

@@ -72,10 +72,12 @@ __global__ void gate_kernel(const float* logits, const float* bias, int64_t T, i
     for (int64_t k = 0; k < top_k; ++k) weights[t * top_k + k] = weights[t * top_k + k] * norm * route_scale;
 }
 
-__global__ void permute_kernel(const uint16_t* x, int64_t dim, const int32_t* source, int64_t rows, uint16_t* out) {
+// One thread per 4-byte word (rows are whole words when row_bytes % 4 == 0), else per byte.
+template <typename W>
+__global__ void permute_kernel(const W* x, int64_t words, const int32_t* source, int64_t rows, W* out) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= rows * dim) return;
-    out[i] = x[int64_t(source[i / dim]) * dim + i % dim];
+    if (i >= rows * words) return;
+    out[i] = x[int64_t(source[i / words]) * words + i % words];
 }
 
 __global__ void unpermute_kernel(const float* y_perm, int64_t dim, const int32_t* position, const float* weights,
@@ -88,56 +90,47 @@ __global__ void unpermute_kernel(const float* y_perm, int64_t dim, const int32_t
     out[i] = acc;
 }
 
-void check_ids(const int32_t* v, int64_t n, int64_t limit, const char* name) {
-    for (int64_t i = 0; i < n; ++i)
-        if (v[i] < 0 || v[i] >= limit)
-            throw std::invalid_argument(std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
-                                        " is outside [0, " + std::to_string(limit) + ")");
-}
-
 }  // namespace
 
 void moe_gate(const float* logits, int64_t T, int64_t E, const float* bias, const kernels::GateConfig& cfg,
               float* weights, int32_t* ids) {
     cfg.validate(E, bias != nullptr);
     if (cfg.n_group > 64) throw std::invalid_argument("n_group: the CUDA gate handles at most 64 groups");
+    if (T < 0) throw std::invalid_argument("moe_gate: tokens must be >= 0");
     if (T == 0) return;
-    DeviceBuffer<float> dl(logits, size_t(T * E)), dscores(size_t(T * E)), dsel(size_t(T * E));
-    DeviceBuffer<unsigned char> dtaken(size_t(T * E));
-    DeviceBuffer<float> dw(size_t(T * cfg.top_k));
-    DeviceBuffer<int32_t> dids(size_t(T * cfg.top_k));
-    DeviceBuffer<float> dbias(bias, bias ? size_t(E) : 0);
-    gate_kernel<<<blocks_for(T, kThreads), kThreads>>>(dl.get(), bias ? dbias.get() : nullptr, T, E, cfg.n_group,
-                                                       cfg.topk_group, cfg.top_k, cfg.route_scale,
-                                                       cfg.score == kernels::ScoreFunc::Sigmoid, dscores.get(),
-                                                       dsel.get(), dtaken.get(), dw.get(), dids.get());
+    Scratch<float> scores(size_t(T * E)), sel(size_t(T * E));
+    Scratch<unsigned char> taken(size_t(T * E));
+    gate_kernel<<<blocks_for(T, kThreads), kThreads>>>(logits, bias, T, E, cfg.n_group, cfg.topk_group, cfg.top_k,
+                                                       cfg.route_scale, cfg.score == kernels::ScoreFunc::Sigmoid,
+                                                       scores.get(), sel.get(), taken.get(), weights, ids);
     check_launch("moe_gate");
-    dw.to_host(weights);
-    dids.to_host(ids);
 }
 
-void moe_permute(const uint16_t* x, int64_t tokens, int64_t dim, const int32_t* source, int64_t rows, uint16_t* out) {
-    if (tokens < 0 || dim <= 0 || rows < 0) throw std::invalid_argument("moe_permute: bad sizes");
-    check_ids(source, rows, tokens, "source");
+void moe_permute(const void* x, int64_t tokens, int64_t row_bytes, const int32_t* source, int64_t rows, void* out) {
+    if (tokens < 0 || row_bytes <= 0 || rows < 0) throw std::invalid_argument("moe_permute: bad sizes");
+    check_range(source, rows, 0, tokens, "source");
     if (rows == 0) return;
-    DeviceBuffer<uint16_t> dx(x, size_t(tokens * dim)), dout(size_t(rows * dim));
-    DeviceBuffer<int32_t> ds(source, size_t(rows));
-    permute_kernel<<<blocks_for(rows * dim, 256), 256>>>(dx.get(), dim, ds.get(), rows, dout.get());
+    // Whole 4-byte words where rows and both bases allow it (misaligned word loads would fault).
+    const bool words = row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 4 == 0;
+    if (words) {
+        const int64_t words = row_bytes / 4;
+        permute_kernel<<<blocks_for(rows * words, 256), 256>>>(static_cast<const uint32_t*>(x), words, source, rows,
+                                                                static_cast<uint32_t*>(out));
+    } else {
+        permute_kernel<<<blocks_for(rows * row_bytes, 256), 256>>>(static_cast<const uint8_t*>(x), row_bytes, source,
+                                                                    rows, static_cast<uint8_t*>(out));
+    }
     check_launch("moe_permute");
-    dout.to_host(out);
 }
 
 void moe_unpermute(const float* y_perm, int64_t rows, int64_t dim, const int32_t* position, const float* weights,
                    int64_t tokens, int64_t top_k, float* out) {
     if (rows < 0 || dim <= 0 || tokens < 0 || top_k < 1) throw std::invalid_argument("moe_unpermute: bad sizes");
-    check_ids(position, tokens * top_k, rows, "position");
+    check_range(position, tokens * top_k, 0, rows, "position");
     if (tokens == 0) return;
-    DeviceBuffer<float> dy(y_perm, size_t(rows * dim)), dw(weights, size_t(tokens * top_k)), dout(size_t(tokens * dim));
-    DeviceBuffer<int32_t> dp(position, size_t(tokens * top_k));
-    unpermute_kernel<<<blocks_for(tokens * dim, 256), 256>>>(dy.get(), dim, dp.get(), dw.get(), tokens, top_k,
-                                                             dout.get());
+    unpermute_kernel<<<blocks_for(tokens * dim, 256), 256>>>(y_perm, dim, position, weights, tokens, top_k, out);
     check_launch("moe_unpermute");
-    dout.to_host(out);
 }
 
 }  // namespace dsperf::cuda

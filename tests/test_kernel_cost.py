@@ -166,6 +166,8 @@ def test_ep_exchange_bytes_by_hand():
     k = ep_exchange_ms(64, ranks=4, layout="token", link_gbps=10.0, latency_us=1.0, local_gbps=5.0)
     assert e["dispatch_bytes"] == k["dispatch_bytes"] and e["local_bytes"] > k["local_bytes"] > 0
     assert k["ms"] == pytest.approx(k["link_ms"] + k["local_ms"] + 3e-3)
+    o = ep_exchange_ms(64, ranks=4, layout="token", link_gbps=10.0, latency_us=1.0, local_gbps=5.0, overhead_us=250.0)
+    assert o["ms"] == pytest.approx(k["ms"] + 0.25)
 
 
 def test_ep_exchange_rejects_bad_arguments():

@@ -204,21 +204,23 @@ EP_LAYOUTS = ("token", "expert", "masked")
 
 def ep_exchange_ms(tokens: int, *, hidden: int = 7168, top_k: int = 8, experts: int = 256, ranks: int,
                    layout: str = "token", fp8: bool = True, link_gbps: float, latency_us: float,
-                   local_gbps: float = 0.0) -> dict:
+                   local_gbps: float = 0.0, overhead_us: float = 0.0) -> dict:
     """The cost model's expert-parallel all-to-all term (dsperf.ep's dispatch + combine) per rank
     and call under uniform routing. layout: "token" (DeepEP's normal layout), "expert" (normal mode
     into the per-expert layout) or "masked" (low latency). Link bytes are priced at link_gbps (1e9
     bytes/s out of each rank while all send) plus latency_us per exchange; the rank's own copies
-    around the exchange at local_gbps (0: left out, as on a GPU). Returns dispatch_bytes,
-    combine_bytes, local_bytes, exchanges, link_ms, local_ms and ms (their sum with the latencies)."""
+    around the exchange at local_gbps (0: left out, as on a GPU); overhead_us is a fixed cost per
+    call beyond the latencies (host code, empty messages). Returns dispatch_bytes, combine_bytes,
+    local_bytes, exchanges, link_ms, local_ms and ms (their sum with the latencies and the overhead)."""
     if layout not in EP_LAYOUTS:
         raise ValueError(f"layout must be one of {EP_LAYOUTS}, got {layout!r}")
-    for name, v, lo in (("link_gbps", link_gbps, 0.0), ("latency_us", latency_us, None), ("local_gbps", local_gbps, None)):
+    for name, v, lo in (("link_gbps", link_gbps, 0.0), ("latency_us", latency_us, None), ("local_gbps", local_gbps, None),
+                        ("overhead_us", overhead_us, None)):
         if not isinstance(v, numbers.Real) or not (v > lo if lo is not None else v >= 0):
             raise ValueError(f"{name} must be a number {'> 0' if lo is not None else '>= 0'}, got {v!r}")
     ex = KC.ep_exchange(int(tokens), int(hidden), int(top_k), int(experts), int(ranks), getattr(KC.EpLayout, layout),
                         bool(fp8))
-    total = KC.ep_exchange_seconds(ex, float(link_gbps), float(latency_us), float(local_gbps)) * 1e3
+    total = KC.ep_exchange_seconds(ex, float(link_gbps), float(latency_us), float(local_gbps)) * 1e3 + overhead_us / 1e3
     local = ex.local_bytes / (local_gbps * 1e6) if local_gbps > 0 else 0.0
     return dict(dispatch_bytes=ex.dispatch_bytes, combine_bytes=ex.combine_bytes, local_bytes=ex.local_bytes,
                 exchanges=ex.exchanges, link_ms=(ex.dispatch_bytes + ex.combine_bytes) / (link_gbps * 1e6),

@@ -118,39 +118,53 @@ def _routing(rng, tokens, experts, top_k):
     return ids, w
 
 
+def _exchange_call(comm, mode, ep_n, T, rng):
+    """(run, wire_bytes) for one dispatch + combine of T random tokens per rank in `mode`."""
+    x = (rng.standard_normal((T, HIDDEN)) * 0.5).astype(np.float32).astype(BF16)
+    q = kernels.act_quant(x)
+    ids, w = _routing(rng, T, EXPERTS, TOP_K)
+    if mode == "normal/expert":
+        d = ep_n.dispatch(q, ids, w)
+        y = np.zeros((d.x.shape[0], HIDDEN), F32)
+        return (lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w).handle)), d.handle.wire_bytes
+    if mode == "normal/token":
+        d = ep_n.dispatch(q, ids, w, layout="token")
+        y = np.zeros((d.num_recv_tokens, HIDDEN), BF16)
+        return (lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w, layout="token").handle, per_token=True)), \
+            d.handle.wire_bytes
+    ep_l = EpComm(EXPERTS, HIDDEN, comm=comm, max_tokens=max(T, 1))
+    lo = ep_l.low_latency_dispatch(q, ids)
+    y = np.zeros(lo.x.shape, BF16)       # DeepEP's low-latency combine takes BF16 expert outputs
+    return (lambda: ep_l.low_latency_combine(y, w, ep_l.low_latency_dispatch(q, ids).handle)), lo.handle.wire_bytes
+
+
+MODES = ("normal/expert", "normal/token", "low_latency")
+LAYOUTS = {"normal/expert": "expert", "normal/token": "token", "low_latency": "masked"}
+
+
 def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
     """Rows of dispatch + combine timings (rank 0's list; others get []), three ways: normal mode
     into the per-expert layout (expert outputs reduced inside combine), normal mode in DeepEP's
-    token layout (combine of per-token BF16 rows), and the low-latency mode (tokens <= ll_max)."""
+    token layout (combine of per-token BF16 rows), and the low-latency mode (tokens <= ll_max).
+    The model's probes come first: loopback, and each mode's fixed cost per call (an exchange of
+    no tokens: the count exchange, empty messages, Python), which the model adds beyond the
+    per-exchange latency it already counts."""
     from ..kernel_cost import ep_exchange_ms
     rank, size = comm.Get_rank(), comm.Get_size()
     lb = loopback(comm)
     rows = []
     ep_n = EpComm(EXPERTS, HIDDEN, comm=comm)
     rng = np.random.default_rng(seed + rank)
+    fixed_us = {}
+    for mode in MODES:
+        run, _ = _exchange_call(comm, mode, ep_n, 0, rng)
+        empty_ms = _median_time(comm, run, max(repeats, 5)) * 1e3
+        exchanges = ep_exchange_ms(0, ranks=size, layout=LAYOUTS[mode], link_gbps=1.0, latency_us=0.0)["exchanges"]
+        fixed_us[mode] = max(0.0, empty_ms * 1e3 - exchanges * lb["latency_us"])
+    lb["fixed_us"] = fixed_us
     for T in token_list:
-        x = (rng.standard_normal((T, HIDDEN)) * 0.5).astype(np.float32).astype(BF16)
-        q = kernels.act_quant(x)
-        ids, w = _routing(rng, T, EXPERTS, TOP_K)
-        modes = ["normal/expert", "normal/token"] + (["low_latency"] if T <= ll_max else [])
-        for mode in modes:
-            if mode == "normal/expert":
-                d = ep_n.dispatch(q, ids, w)
-                y = np.zeros((d.x.shape[0], HIDDEN), F32)
-                wb = d.handle.wire_bytes
-                run = lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w).handle)  # noqa: E731
-            elif mode == "normal/token":
-                d = ep_n.dispatch(q, ids, w, layout="token")
-                y = np.zeros((d.num_recv_tokens, HIDDEN), BF16)
-                wb = d.handle.wire_bytes
-                run = lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w, layout="token").handle,  # noqa: E731
-                                           per_token=True)
-            else:
-                ep_l = EpComm(EXPERTS, HIDDEN, comm=comm, max_tokens=T)
-                lo = ep_l.low_latency_dispatch(q, ids)
-                y = np.zeros(lo.x.shape, BF16)       # DeepEP's low-latency combine takes BF16 expert outputs
-                wb = lo.handle.wire_bytes
-                run = lambda: ep_l.low_latency_combine(y, w, ep_l.low_latency_dispatch(q, ids).handle)  # noqa: E731
+        for mode in MODES if T <= ll_max else MODES[:2]:
+            run, wb = _exchange_call(comm, mode, ep_n, T, rng)
             ours = _median_time(comm, run, repeats)
             bufs = [(np.zeros(int(wb[a].sum()), np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
                     for a, b in (("dispatch_send", "dispatch_recv"), ("combine_send", "combine_recv"))]
@@ -163,10 +177,10 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
             remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)
             remote[rank] = 0
             mb = comm.allreduce(float(remote.sum()), op=_max()) / 1e6
-            layout = {"normal/expert": "expert", "normal/token": "token", "low_latency": "masked"}[mode]
-            pred = ep_exchange_ms(T, hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size, layout=layout, fp8=True,
-                                  link_gbps=lb["alltoall_gbps"], latency_us=lb["latency_us"], local_gbps=lb["copy_gbps"])
-            link_ms = pred["ms"] - pred["local_ms"]
+            pred = ep_exchange_ms(T, hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size, layout=LAYOUTS[mode],
+                                  fp8=True, link_gbps=lb["alltoall_gbps"], latency_us=lb["latency_us"],
+                                  local_gbps=lb["copy_gbps"], overhead_us=fixed_us[mode])
+            link_ms = pred["link_ms"] + pred["exchanges"] * lb["latency_us"] / 1e3
             ours_ms, raw_ms = ours * 1e3, raw_t * 1e3
             rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours_ms, raw_alltoallv_ms=raw_ms,
                              ratio=ours / raw_t, gbps=mb / 1e3 / ours, model_ms=pred["ms"],
@@ -291,8 +305,9 @@ def main(argv=None):
         print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
               "ratio = ours / raw MPI_Alltoallv of the same bytes; model = the cost model's EP all-to-all term "
               "(kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "
-              "latency per exchange + the rank's own copies at its memory copy rate; link_model = without the "
-              "copies, against the raw exchange (link_vs_raw_err)")
+              "latency per exchange + the rank's own copies at its memory copy rate + the mode's fixed cost per call "
+              "(an exchange of no tokens: " + ", ".join(f"{m} {v:.0f} us" for m, v in lb["fixed_us"].items()) +
+              "); link_model = link bytes and latencies only, against the raw exchange (link_vs_raw_err)")
         print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
         print()
     ov = overlap_table(comm, 256 if a.quick else 1024, repeats)

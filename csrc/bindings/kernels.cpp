@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/linear_amx.hpp"
 #include "kernels/cpu/decode_layer.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/linear.hpp"
@@ -158,6 +159,27 @@ void bind_kernels(py::module_& root) {
     }, "OpenMP threads the kernels use");
     m.def("linear_fma_min_rows", &linear_fma_min_rows,
           "Rows from which GEMMs use the widened FP32-FMA kernel instead of BF16 dot products (0: one kernel)");
+
+    m.def("amx_status", &amx::status, "'usable' where the GEMMs run on AMX tiles, else why not");
+    // The AMX driver on the scalar emulation of the tile instructions: its packing and tiling are
+    // tested on CPUs without AMX.
+    m.def("linear_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> w) {
+        expect(x.ndim() == 2 && w.ndim() == 2 && w.shape(1) == x.shape(1), "x [M, K] and w [N, K] expected");
+        const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
+        auto y = empty<float>({M, N});
+        py::gil_scoped_release nogil;
+        amx::linear_bf16_emulated(x.data(), K, w.data(), K, y.mutable_data(), N, M, N, K, false);
+        return y;
+    }, py::arg("x").noconvert(), py::arg("w").noconvert());
+    m.def("gemm_vnni_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> bp, int64_t N) {
+        expect(x.ndim() == 2 && N >= 0, "x [M, K] and N >= 0 expected");
+        const int64_t M = x.shape(0), K = x.shape(1);
+        expect(bp.size() == (K + 1) / 2 * N * 2, "bp must hold ceil(K / 2) x N x 2 values");
+        auto y = empty<float>({M, N});
+        py::gil_scoped_release nogil;
+        amx::gemm_bf16_vnni_emulated(x.data(), K, bp.data(), y.mutable_data(), N, M, N, K, false);
+        return y;
+    }, py::arg("x").noconvert(), py::arg("bp").noconvert(), py::arg("n"));
 
     m.def("linear", [](Arr<uint16_t> x, py::array w, py::object w_scale, bool fp8) {
         expect(x.ndim() == 2 && w.ndim() == 2, "x and w must be 2-D");

@@ -24,6 +24,13 @@ def isa() -> str:
     return _K.isa()
 
 
+def amx_status() -> str:
+    """"usable" where the BF16 GEMMs of 16 rows and more run on AMX tiles (the CPU has them, Linux
+    granted the tile permission, DSPERF_AMX is not 0 and the hardware agreed with the emulated
+    tiles at load time), else why not."""
+    return _K.amx_status()
+
+
 def cpu_features() -> dict:
     return dict(_K.cpu_features())
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/linear_amx.hpp"
 
 namespace dsperf::kernels {
 
@@ -78,6 +79,8 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     check_dims(M, N, K, ldx, ldw, ldy);
     if (M == 0 || N == 0) return;
     if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
+    // AMX tiles from one tile row of x up, where the CPU has them (and they passed the self-check).
+    if (M >= amx::kMinRows && amx::usable()) return amx::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
     // Many rows (prefill): widen x to FP32 once and run FP32 FMAs, which this class of CPU issues
     // twice as fast as BF16 dot products; the widened w panels are reused by every row.
     const std::vector<float> xf = widen_for_fma(x, ldx, M, K);
@@ -96,6 +99,8 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
                     int64_t K, bool accumulate) {
     if (M < 0 || N < 0 || K < 0 || ldx < K || ldy < N) throw std::invalid_argument("gemm_bf16_vnni: bad sizes");
     if (M == 0 || N == 0) return;
+    if (use_avx512() && M >= amx::kMinRows && amx::usable())
+        return amx::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
     if (use_avx512()) return avx512::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
     for (int64_t m = 0; m < M; ++m) {
         float* row = y + m * ldy;

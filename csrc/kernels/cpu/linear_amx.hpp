@@ -1,0 +1,40 @@
+// AMX-BF16 GEMMs: 16 x 16 FP32 tiles accumulated by TDPBF16PS from 16 x 32 BF16 tiles of x and
+// 16-pair x 16 tiles of the weights in the VNNI pair layout.
+//
+// The same tiling and packing code runs on two backends: the AMX instructions, and a scalar
+// emulation of their semantics (tile loads, stores, zeroing, TDPBF16PS). The emulation lets the
+// tests check the driver on CPUs without AMX; at first use the hardware backend must agree with
+// the emulation on a small GEMM before the kernels dispatch to it (a failed self-check leaves the
+// AVX-512 kernels in use and says why in status()).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/common/dtype.hpp"
+
+namespace dsperf::kernels::amx {
+
+// Rows of x from which linear_bf16 and gemm_bf16_vnni use AMX where it is usable: one tile row.
+constexpr int64_t kMinRows = 16;
+
+// AMX usable here: the CPU has AMX-TILE and AMX-BF16, Linux granted the tile permission, the
+// environment does not say DSPERF_AMX=0, and the self-check passed.
+bool usable();
+// "usable", or why not.
+std::string status();
+
+// y[M, N] (+)= x[M, K] w[N, K]^T, w row-major (packed to VNNI panels 16 columns at a time).
+void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
+                 int64_t N, int64_t K, bool accumulate);
+
+// y[M, N] (+)= x[M, K] B with B in gemm_bf16_vnni's pair layout bp[(k / 2) * N * 2 + n * 2 + k % 2].
+void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
+                    int64_t K, bool accumulate);
+
+// The same two GEMMs on the scalar emulation of the tile instructions (any CPU).
+void linear_bf16_emulated(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy,
+                          int64_t M, int64_t N, int64_t K, bool accumulate);
+void gemm_bf16_vnni_emulated(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M,
+                             int64_t N, int64_t K, bool accumulate);
+
+}  // namespace dsperf::kernels::amx

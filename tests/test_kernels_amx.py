@@ -1,0 +1,85 @@
+"""The AMX GEMM driver (csrc/kernels/cpu/linear_amx.cpp): its packing and tiling on the scalar
+emulation of the tile instructions (any CPU), and, where the CPU has AMX, the hardware against
+the emulation and the reference."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dsperf import _C, kernels
+from kernel_helpers import rand_bf16
+
+K_ = _C.kernels
+AMX = K_.amx_status() == "usable"
+
+
+def _ref(x, w):
+    return x.astype(np.float64) @ w.astype(np.float64).T
+
+
+def _tol(x, w):
+    # FP32 accumulation of exact BF16 products: a few ulps of the sum of magnitudes.
+    return 4 * x.shape[1] * 2.0 ** -24 * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) + 1e-30
+
+
+# Shapes with partial tiles in every dimension, one tile exactly, more than two tile rows and columns.
+SHAPES = [(1, 1, 1), (16, 16, 32), (37, 41, 75), (64, 96, 256), (5, 130, 33), (33, 17, 512)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_emulated_amx_linear_matches_reference(m, n, k):
+    rng = np.random.default_rng(m * 1000 + n + k)
+    x, w = rand_bf16(rng, m, k), rand_bf16(rng, n, k)
+    y = K_.linear_amx_emulated(x.view(np.uint16), w.view(np.uint16))
+    assert y.shape == (m, n) and y.dtype == np.float32
+    assert np.all(np.abs(y - _ref(x, w)) <= _tol(x, w))
+    # ... and the kernels in use on this CPU agree with it.
+    assert np.all(np.abs(y - kernels.linear(x, w)) <= 2 * _tol(x, w))
+
+
+def _vnni(b):
+    """gemm_bf16_vnni's layout of B [K, N]: rows interleaved two by two, a zero row for odd K."""
+    k, n = b.shape
+    if k % 2:
+        b = np.concatenate([b, np.zeros((1, n), b.dtype)])
+    return np.ascontiguousarray(b.reshape(-1, 2, n).transpose(0, 2, 1)).reshape(-1)
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (40, 512, 77), (128, 33, 256), (3, 5, 1)])
+def test_emulated_amx_vnni_gemm_matches_reference(m, n, k):
+    rng = np.random.default_rng(7 + m + n + k)
+    x, b = rand_bf16(rng, m, k), rand_bf16(rng, k, n)
+    y = K_.gemm_vnni_amx_emulated(x.view(np.uint16), _vnni(b).view(np.uint16), n)
+    assert np.all(np.abs(y - _ref(x, b.T)) <= _tol(x, b.T))
+
+
+def test_emulated_amx_vnni_rejects_a_short_b():
+    x = np.zeros((4, 8), np.uint16)
+    with pytest.raises(ValueError, match="bp"):
+        K_.gemm_vnni_amx_emulated(x, np.zeros(10, np.uint16), 4)
+
+
+def test_amx_status_says_why_not_or_usable():
+    status = kernels.amx_status()
+    assert status == "usable" or len(status) > 10
+    if not kernels.cpu_features()["amx_bf16"]:
+        assert status != "usable"
+
+
+def test_dsperf_amx_0_disables_amx():
+    code = "from dsperf import kernels; print(kernels.amx_status())"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, DSPERF_AMX="0"), capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "disabled by DSPERF_AMX=0"
+
+
+@pytest.mark.skipif(not AMX, reason=f"AMX not usable here: {K_.amx_status()}")
+@pytest.mark.parametrize("m,n,k", SHAPES[1:])
+def test_hardware_amx_linear_matches_emulation(m, n, k):
+    rng = np.random.default_rng(3 * m + n + k)
+    x, w = rand_bf16(rng, max(m, 16), k), rand_bf16(rng, n, k)
+    hw = kernels.linear(x, w)                     # dispatches to AMX from 16 rows
+    em = K_.linear_amx_emulated(x.view(np.uint16), w.view(np.uint16))
+    assert np.all(np.abs(hw - em) <= 2 * _tol(x, w))

@@ -135,13 +135,16 @@ std::vector<bf16_t> pack_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, i
 // N and K. From w row-major [N, K]: element (pair p, column j, half h) of tile kt is
 // w[n0 + j][32 kt + 2 p + h].
 void pack_panel_rows(const bf16_t* w, int64_t ldw, int64_t N, int64_t K, int64_t n0, int64_t k_tiles, bf16_t* panel) {
+    // Each K pair of a row moves as one 4-byte word; a row's words land 64 bytes apart (one per
+    // tile row). The whole weight matrix passes through here once per call: a cache of packed
+    // weights would save it for repeated calls on the same weights.
     std::fill(panel, panel + k_tiles * kTileElems, bf16_t(0));
+    const int64_t full_pairs = K / 2;
     for (int64_t j = 0; j < 16 && n0 + j < N; ++j) {
         const bf16_t* row = w + (n0 + j) * ldw;
-        for (int64_t k = 0; k < K; ++k) {
-            const int64_t kt = k / kDepth, p = (k % kDepth) / 2, h = k % 2;
-            panel[kt * kTileElems + p * 32 + j * 2 + h] = row[k];
-        }
+        for (int64_t q = 0; q < full_pairs; ++q)
+            std::memcpy(panel + (q / 16) * kTileElems + (q % 16) * 32 + j * 2, row + 2 * q, 2 * sizeof(bf16_t));
+        if (K % 2) panel[(full_pairs / 16) * kTileElems + (full_pairs % 16) * 32 + j * 2] = row[K - 1];
     }
 }
 

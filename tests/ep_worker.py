@@ -220,6 +220,10 @@ def scenario_bad(a):
             d = ep.dispatch(x, ids, w, fp8=False)
             y = d.x.astype(np.float32)
             msg = expect_error(lambda: ep.combine(y[:, :DIM // 2].copy() if rank == 0 else y, d.handle))
+        elif a.mode == "per_token":   # DeepEP's combine of per-token BF16 rows, one row short on rank 0
+            d = ep.dispatch(x, ids, w, fp8=False, layout="token")
+            y = np.ascontiguousarray(d.x)
+            msg = expect_error(lambda: ep.combine(y[1:].copy() if rank == 0 else y, d.handle, per_token=True))
         else:
             d = ep.low_latency_dispatch(x, ids, fp8=False)
             y = d.x.astype(np.float32)
@@ -246,7 +250,7 @@ def scenario_die(a):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario")
-    p.add_argument("--mode", default="normal", choices=["normal", "low_latency"])
+    p.add_argument("--mode", default="normal", choices=["normal", "per_token", "low_latency"])
     p.add_argument("--fp8", type=int, default=0)
     p.add_argument("--overlap", type=int, default=0)
     p.add_argument("--eplb", default="none", choices=["none", "hierarchical", "global"])

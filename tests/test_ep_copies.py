@@ -22,7 +22,7 @@ def test_combine_reduce_sums_partials_in_rank_order():
 
 def test_combine_reduce_rejects_rows_past_the_buffer():
     out = np.zeros((1, 4), np.float32)
-    with pytest.raises(ValueError, match="token_rows"):
+    with pytest.raises(ValueError, match="index the received rows"):
         _C.ep.combine_reduce(np.zeros((2, 4), np.uint16), np.array([[0, 2]], np.int64), out)
 
 
@@ -44,3 +44,25 @@ def test_dequant_gather_matches_numpy_bit_for_bit(dim):
     assert np.array_equal(out.view(np.uint16), want[src].view(np.uint16))
     with pytest.raises(ValueError, match="source"):
         _C.ep.dequant_gather_rows(rec, col, dim, np.array([0, 1, 2, 9], np.int64), out.view(np.uint16))
+
+
+def test_written_arguments_must_be_contiguous_and_aligned():
+    q, s = kernels.act_quant(np.ones((4, 256), np.float32).astype(BF16))
+    out = np.zeros((4, 512), np.uint16)
+    with pytest.raises(TypeError):                      # a strided output would be copied and lost
+        _C.ep.dequant_rows(q.view(np.uint8), s, out[:, ::2])
+    rec = np.zeros(4 * 264 + 1, np.uint8)[1:].reshape(4, 264)   # scales would be read misaligned
+    with pytest.raises(ValueError, match="aligned"):
+        _C.ep.dequant_gather_rows(rec, 256, 256, None, np.zeros((4, 256), np.uint16))
+
+
+def test_expert_rows_of_the_expert_layout_any_hidden():
+    # FP8 rows already in the per-expert layout, hidden not a multiple of 4.
+    from dsperf.ep.alltoall import DispatchHandle, DispatchOut
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 130)).astype(np.float32).astype(BF16)
+    q, s = kernels.act_quant(x)
+    handle = DispatchHandle(0, np.zeros(1, np.int64), np.zeros((0, 1), np.int64), np.zeros(1, np.int64),
+                            np.zeros((0, 1), np.int32), np.zeros((0, 1), np.float32), 130, {})
+    d = DispatchOut(q, s, np.array([0, 2, 5], np.int64), 5, handle, layout="expert")
+    assert np.array_equal(d.expert_rows_bf16().view(np.uint16), dequant_rows(q, s).view(np.uint16))

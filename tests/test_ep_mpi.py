@@ -117,6 +117,7 @@ def test_bad_ids_fail_on_every_rank_and_the_comm_survives(mode):
 
 
 @pytest.mark.parametrize("mode, needle", [("normal", "rank 0: y must have shape"),
+                                          ("per_token", "rank 0: y must have shape"),
                                           ("low_latency", "rank 0: topk_weights must have shape")])
 def test_bad_combine_input_fails_on_every_rank(mode, needle):
     per_rank = result(2, "bad_combine", "--mode", mode)

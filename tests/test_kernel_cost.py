@@ -154,13 +154,17 @@ def test_ep_exchange_bytes_by_hand():
     # FP8 record: 128 values + one FP32 scale + one id + one weight = 140 bytes; payload 132.
     t = ep_exchange_ms(1, hidden=128, top_k=1, experts=2, ranks=2, layout="token", fp8=True, link_gbps=1.0,
                        latency_us=0.0)
-    assert t["dispatch_bytes"] == pytest.approx(0.5 * 140) and t["combine_bytes"] == pytest.approx(0.5 * 256)
+    # Plus dsperf.ep's fixed messages to the one peer: a count block of 36 + 1 int64, a 256-byte status.
+    assert t["dispatch_bytes"] == pytest.approx(0.5 * 140 + 37 * 8)
+    assert t["combine_bytes"] == pytest.approx(0.5 * 256 + 256)
     assert t["local_bytes"] == pytest.approx(2 * 132 + 256 + 4 * 128)   # pack (read + write), BF16 partial, FP32 out
     assert t["exchanges"] == 3 and t["local_ms"] == 0 and t["ms"] == pytest.approx(t["link_ms"])
     m = ep_exchange_ms(1, hidden=128, top_k=1, experts=2, ranks=2, layout="masked", fp8=False, link_gbps=1.0,
                        latency_us=2.0)
-    assert m["dispatch_bytes"] == pytest.approx(0.5 * 256) and m["exchanges"] == 2
-    assert m["ms"] == pytest.approx((0.5 * 256 + 0.5 * 256) / 1e6 + 2 * 2e-3)
+    # Low latency: a header of ceil(36 int64 / 256-byte rows) = 2 payload rows, a status row back.
+    assert m["dispatch_bytes"] == pytest.approx(0.5 * 256 + 2 * 256) and m["exchanges"] == 2
+    assert m["combine_bytes"] == pytest.approx(0.5 * 256 + 256)
+    assert m["ms"] == pytest.approx((m["dispatch_bytes"] + m["combine_bytes"]) / 1e6 + 2 * 2e-3)
     # The per-expert layout adds copies, never link bytes; local traffic priced when a rate is given.
     e = ep_exchange_ms(64, ranks=4, layout="expert", link_gbps=10.0, latency_us=1.0, local_gbps=5.0)
     k = ep_exchange_ms(64, ranks=4, layout="token", link_gbps=10.0, latency_us=1.0, local_gbps=5.0)

@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,10 @@ double imbalance(const Arr<double>& load, const Arr<int32_t>& phy2log, const Arr
     return placement_imbalance(load.data(), load.shape(0), phy2log.data(), phy2log.shape(0), logcnt.data(), num_gpus);
 }
 
+// Arrays read or written in place: C-contiguous of exactly this dtype. Written arguments are also
+// bound with noconvert(), so a strided or mistyped output is refused instead of silently copied.
 template <typename T>
-using Raw = py::array_t<T, py::array::c_style>;  // no conversion: outputs are written in place
+using Raw = py::array_t<T, py::array::c_style>;
 
 void expect(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
@@ -74,7 +77,7 @@ void bind_copies(py::module_& m) {
         py::gil_scoped_release release;
         weighted_rows_to_bf16(y.data(), y.shape(0), y.shape(1), position.data(), weights.data(), position.shape(0),
                               position.shape(1), out.mutable_data());
-    });
+    }, py::arg("y"), py::arg("position"), py::arg("weights"), py::arg("out").noconvert());
     m.def("weighted_sum_bf16_rows", [](Raw<uint16_t> rows, Raw<int32_t> position, Raw<float> weights, Raw<float> out) {
         expect(rows.ndim() == 2 && position.ndim() == 2 && weights.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
         expect(weights.shape(0) == position.shape(0) && weights.shape(1) == position.shape(1), "weights must match position");
@@ -82,7 +85,7 @@ void bind_copies(py::module_& m) {
         py::gil_scoped_release release;
         weighted_sum_bf16_rows(rows.data(), rows.shape(0), rows.shape(1), position.data(), weights.data(),
                                position.shape(0), position.shape(1), out.mutable_data());
-    });
+    }, py::arg("rows"), py::arg("position"), py::arg("weights"), py::arg("out").noconvert());
     m.def("gather_rows_to_bf16", [](Raw<float> y, py::object index, Raw<uint16_t> out) {
         expect(y.ndim() == 2 && out.ndim() == 2 && out.shape(1) == y.shape(1), "y and out must be 2-D of one width");
         Raw<int64_t> idx;
@@ -94,7 +97,7 @@ void bind_copies(py::module_& m) {
         }
         py::gil_scoped_release release;
         gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), ip, out.shape(0), out.mutable_data());
-    });
+    }, py::arg("y"), py::arg("index"), py::arg("out").noconvert());
     m.def("combine_reduce", [](Raw<uint16_t> rows, Raw<int64_t> token_rows, Raw<float> out) {
         expect(rows.ndim() == 2 && token_rows.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
         expect(out.shape(0) == token_rows.shape(0) && out.shape(1) == rows.shape(1),
@@ -102,7 +105,7 @@ void bind_copies(py::module_& m) {
         py::gil_scoped_release release;
         combine_reduce(rows.data(), rows.shape(0), rows.shape(1), token_rows.data(), token_rows.shape(0),
                        token_rows.shape(1), out.mutable_data());
-    });
+    }, py::arg("rows"), py::arg("token_rows"), py::arg("out").noconvert());
     // buf: byte records [rows, stride] holding FP8 values at column 0 and FP32 scales at scale_col.
     m.def("dequant_gather_rows", [](Raw<uint8_t> buf, int64_t scale_col, int64_t dim, py::object source,
                                     Raw<uint16_t> out) {
@@ -117,11 +120,12 @@ void bind_copies(py::module_& m) {
             expect(src.ndim() == 1 && src.shape(0) == out.shape(0), "source must have one entry per row of out");
             sp = src.data();
         }
-        py::gil_scoped_release release;
         const uint8_t* b = buf.data();
+        expect(reinterpret_cast<uintptr_t>(b) % 4 == 0, "buf must be 4-byte aligned (its FP32 scales are read in place)");
+        py::gil_scoped_release release;
         dequant_gather_rows(b, stride, reinterpret_cast<const float*>(b + scale_col), stride / 4, buf.shape(0), dim, sp,
                             out.shape(0), out.mutable_data());
-    });
+    }, py::arg("buf"), py::arg("scale_col"), py::arg("dim"), py::arg("source"), py::arg("out").noconvert());
     m.def("dequant_rows", [](Raw<uint8_t> values, Raw<float> scales, Raw<uint16_t> out) {
         expect(values.ndim() == 2 && scales.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
         const int64_t n = values.shape(0), dim = values.shape(1);
@@ -129,7 +133,7 @@ void bind_copies(py::module_& m) {
         expect(out.shape(0) == n && out.shape(1) == dim, "out must be [rows, dim]");
         py::gil_scoped_release release;
         dequant_gather_rows(values.data(), dim, scales.data(), scales.shape(1), n, dim, nullptr, n, out.mutable_data());
-    });
+    }, py::arg("values"), py::arg("scales"), py::arg("out").noconvert());
     m.def("copy_rows", [](Raw<uint8_t> src, int64_t src_col, py::object src_index, Raw<uint8_t> dst, int64_t dst_col,
                           py::object dst_index, int64_t n, int64_t width) {
         expect(src.ndim() == 2 && dst.ndim() == 2, "src and dst must be 2-D byte arrays");
@@ -151,7 +155,8 @@ void bind_copies(py::module_& m) {
         py::gil_scoped_release release;
         copy_rows(src.data(), src.shape(0), src.shape(1), src_col, sp, dst.mutable_data(), dst.shape(0), dst.shape(1),
                   dst_col, dp, n, width);
-    });
+    }, py::arg("src"), py::arg("src_col"), py::arg("src_index"), py::arg("dst").noconvert(), py::arg("dst_col"),
+       py::arg("dst_index"), py::arg("n"), py::arg("width"));
 }
 
 }  // namespace

@@ -189,8 +189,9 @@ EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t ex
     if (layout == EpLayout::kMasked) {
         // Pairs whose expert lives on another rank: (W - 1) / W of them under uniform routing.
         const double pairs = T * K, remote = pairs * (W - 1) / W;
-        x.dispatch_bytes = remote * payload;
-        x.combine_bytes = remote * 2.0 * H;
+        const double header_rows = std::ceil((35.0 + double(experts / ranks)) * 8.0 / payload);
+        x.dispatch_bytes = remote * payload + (W - 1) * header_rows * payload;
+        x.combine_bytes = remote * 2.0 * H + (W - 1) * 2.0 * H;
         x.exchanges = 2;
         // Pack and scatter the pairs (and zero the rows the last call wrote), gather the BF16
         // outputs into the send rows, read them back for the weighted sum and write FP32 tokens.
@@ -205,8 +206,8 @@ EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t ex
     const double records = T * W * (1.0 - miss), remote = records * (W - 1) / W;
     const double aligned_values = values + double(int64_t(-int64_t(values)) & 3);  // padded to 4 bytes
     const double record = aligned_values + scales + 8.0 * K;
-    x.dispatch_bytes = remote * record;
-    x.combine_bytes = remote * 2.0 * H;
+    x.dispatch_bytes = remote * record + (W - 1) * (36.0 + double(experts / ranks)) * 8.0;
+    x.combine_bytes = remote * 2.0 * H + (W - 1) * 256.0;
     x.exchanges = 3;
     // Pack every record (its own rank's too), then sum the returned BF16 partials into FP32 tokens.
     x.local_bytes = records * 2.0 * payload + records * 2.0 * H + T * 4.0 * H;

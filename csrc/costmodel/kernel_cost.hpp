@@ -65,11 +65,13 @@ KernelWork dispatch_combine_work(int64_t tokens, int64_t top_k, int64_t dim);
 
 // Expert-parallel all-to-all (dsperf.ep) over `ranks` ranks that each own experts / ranks experts,
 // every token routed to top_k distinct experts drawn uniformly: expected bytes per rank and call.
-//  - link_bytes: what a rank sends to the other ranks, dispatch + combine. Normal mode (DeepEP's
+//  - dispatch_bytes, combine_bytes: what a rank sends to the other ranks. Normal mode (DeepEP's
 //    prefill layout) sends a token once to each rank holding one of its experts, as a record of its
 //    payload (FP8 values + 1x128 FP32 scales, or BF16), top_k int32 ids and top_k FP32 weights;
 //    low-latency mode sends each (token, expert) pair's payload. Combine returns one BF16 row per
-//    dispatched record or pair.
+//    dispatched record or pair. Both include dsperf.ep's fixed messages to every peer: normal
+//    mode's count block ((36 + experts / ranks) int64) and combine status (256 bytes), low
+//    latency's header (payload rows holding (35 + experts / ranks) int64) and status row (one BF16 row).
 //  - local_bytes: the rank's own memory traffic around the exchange (read + write), which the link
 //    does not see: packing the send records, and by layout: kToken (DeepEP's normal layout: tokens
 //    received in place, combine sends BF16 per-token rows as they are) sums the partials; kExpert also

@@ -17,12 +17,8 @@ using dsperf::kernels::fp8_t;
 
 namespace {
 
-// Checks run inside per-element loops: a literal message must not build a std::string each time,
-// and computed messages are built only on failure (callers write `if (!cond) require(false, ...)`).
+// Checks run inside per-element loops: a literal message must not build a std::string each time.
 void require(bool ok, const char* what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-[[maybe_unused]] void require(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
 }
 

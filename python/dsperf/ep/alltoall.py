@@ -2,10 +2,12 @@
 
 Normal mode (prefill): the ranks first exchange how many tokens each sends to each (and per
 expert), then one variable-size exchange (MPI_Ialltoallv) carries each token once per destination
-rank, with its top-k ids local to that rank and its weights. The receiver lays the rows out in the
-contiguous per-expert layout (a token with two experts on the rank appears twice). Combine reduces
-each received token over the rank's experts (FP32, weighted), sends it back in BF16, and the source
-sums the partials over ranks (FP32), in the tokens' original order.
+rank, with its top-k ids local to that rank and its weights. The receiver returns the tokens as
+they arrived (layout="token", DeepEP's layout, views of the receive buffer) or copied into the
+contiguous per-expert layout (layout="expert"; a token with two experts on the rank appears twice).
+Combine takes per-token partials, or reduces the experts' outputs over each received token (FP32,
+weighted), sends them back in BF16, and the source sums the partials over ranks (FP32) in rank
+order, in the tokens' original order.
 
 Low-latency mode (decode): every rank may send at most ``max_tokens`` tokens; each (token, expert)
 pair travels once, in one exchange of point-to-point messages received into buffers of the maximum
@@ -16,7 +18,7 @@ forms sum_k weight_k * y_k in slot order, as the single-process layer does.
 Dispatch payloads are FP8 (e4m3, one FP32 scale per 128 values, dsperf.kernels.act_quant) or BF16.
 
 Errors: every call first checks its arguments locally and carries the verdict in the first
-message it exchanges, so a bad argument on one rank raises the same ValueError on every rank
+message it exchanges (normal-mode combine: a small exchange of status blocks beside the data), so a bad argument on one rank raises the same ValueError on every rank
 (naming the rank and the argument) instead of leaving the others waiting. Every wait runs under a
 watchdog: past ``timeout_s`` (default 60 s) without progress, as when a peer died, the rank prints
 why and calls MPI_Abort, which ends the whole job with an error.
@@ -207,10 +209,7 @@ class DispatchOut:
             else:
                 _C_EP.copy_rows(self.records, 0, self.source, out.view(np.uint8), 0, None, rows, 2 * hidden)
         elif self.scales is not None:
-            recs = np.empty((rows, hidden + 4 * self.scales.shape[1]), np.uint8)
-            recs[:, :hidden] = self.x.view(np.uint8)
-            recs[:, hidden:] = self.scales.view(np.uint8)
-            _C_EP.dequant_gather_rows(recs, hidden, hidden, None, out.view(np.uint16))
+            _C_EP.dequant_rows(self.x.view(np.uint8), self.scales, out.view(np.uint16))
         else:
             out[:] = self.x
         return out
@@ -274,6 +273,12 @@ def _payload(x, fp8):
     if fp8:
         return kernels.act_quant(x)
     return x, None
+
+
+def _byte_rows(a):
+    """A 2-D array's rows as bytes (a C-contiguous view; a copy only where a is strided)."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint8).reshape(a.shape[0], a.shape[1] * a.itemsize)
 
 
 def _parts(values, scales):
@@ -444,9 +449,9 @@ class EpComm:
         turn = self._next_turn("dispatch")
         send = self._buffer(("dispatch_send", turn), (order_tok.size, rec), np.uint8)
         n_send = order_tok.size
-        _C_EP.copy_rows(_parts(vals, None)[0], 0, order_tok, send, 0, None, n_send, vb)
+        _C_EP.copy_rows(_byte_rows(vals), 0, order_tok, send, 0, None, n_send, vb)
         if fp8:
-            _C_EP.copy_rows(_parts(scales, None)[0], 0, order_tok, send, sc_col, None, n_send, id_col - sc_col)
+            _C_EP.copy_rows(_byte_rows(scales), 0, order_tok, send, sc_col, None, n_send, id_col - sc_col)
         lid = np.where(dest[order_tok] == order_rank[:, None], ids[order_tok] % E_loc, -1).astype(np.int32)
         send[:, id_col:w_col] = lid.view(np.uint8).reshape(-1, 4 * K)
         send[:, w_col:] = w[order_tok].view(np.uint8).reshape(-1, 4 * K)
@@ -499,7 +504,8 @@ class EpComm:
         """Normal-mode combine. y: FP32 [rows, hidden], the experts' outputs in the per-expert layout
         (reduced here over each token's local experts, weighted, into the send buffer); or, with
         per_token=True, BF16 or FP32 [received tokens, hidden] already reduced per received token in
-        arrival order (DeepEP's combine: a contiguous BF16 y is sent without a copy). Returns FP32
+        arrival order (DeepEP's combine: a contiguous BF16 y is sent without a copy, so with
+        async_op=True it must not change until wait() returns). Returns FP32
         [tokens, hidden]: each token's partials summed over ranks in rank order, on the rank and in
         the order the tokens came from."""
         MPI = self._mpi

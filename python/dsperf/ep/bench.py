@@ -280,6 +280,9 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (under a minute on 2 cores)")
     p.add_argument("--tokens", default=None, help="comma-separated tokens per rank for the timing table")
     p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--out", default=None, help="folder for CSV/JSON copies of the tables (ep_comm.csv, "
+                                               "ep_loopback.json, ep_overlap.csv, ep_layer_check.csv)")
+    p.add_argument("--no-overlap", action="store_true", help="skip the two-batch overlap timing")
     a = p.parse_args(argv)
     comm = _comm()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -310,10 +313,20 @@ def main(argv=None):
               "); link_model = link bytes and latencies only, against the raw exchange (link_vs_raw_err)")
         print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
         print()
-    ov = overlap_table(comm, 256 if a.quick else 1024, repeats)
-    if rank == 0:
+    ov = None if a.no_overlap else overlap_table(comm, 256 if a.quick else 1024, repeats)
+    if rank == 0 and ov is not None:
         print("two-batch overlap (normal mode, FP8 dispatch): measured speed-up vs the cost model's bound")
         print(pd.DataFrame([ov]).to_markdown(index=False, floatfmt=".3g"))
+    if rank == 0 and a.out:
+        import json
+        from pathlib import Path
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).assign(ranks=size).to_csv(out / "ep_comm.csv", index=False)
+        pd.DataFrame(checks).to_csv(out / "ep_layer_check.csv", index=False)
+        (out / "ep_loopback.json").write_text(json.dumps(dict(lb, ranks=size), indent=1))
+        if ov is not None:
+            pd.DataFrame([ov]).assign(ranks=size).to_csv(out / "ep_overlap.csv", index=False)
     if rank == 0:
         print()
         print("EPLB: max / mean tokens per GPU, 256 experts on 288 slots over 32 GPUs (4 nodes, 8 groups)")

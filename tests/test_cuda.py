@@ -387,3 +387,49 @@ def test_mla_prefill_matches_numpy(T, prefix, heads):
     # Probabilities rounded to BF16 before P V: about one BF16 unit of the largest value.
     np.testing.assert_allclose(out, want, atol=3 * EPS_BF16 * np.abs(f32(v)).max())
     np.testing.assert_allclose(lse, (m[..., 0] + np.log(p.sum(-1))).T, rtol=1e-4, atol=1e-4)
+
+
+# ---- CUDA graphs -------------------------------------------------------------------------------
+def test_a_graph_replays_only_after_a_capture():
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        cuda.CudaGraph().replay()
+
+
+@pytest.mark.skipif(OK, reason="a GPU is present")
+def test_a_graph_capture_without_a_gpu_says_why():
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        with cuda.CudaGraph():
+            pass
+
+
+@needs_gpu
+def test_graph_of_attention_and_experts_replays_like_the_eager_calls():
+    rng = np.random.default_rng(30)
+    c = _mla_case(rng, [300, 70], q_len=1, heads=16)
+    mla = [DeviceArray.from_numpy(a) for a in c.values()]
+    meta = cuda.get_mla_metadata(mla[5], 1, 16)
+    o, l = DeviceArray((2, 1, 16, 512), np.float32), DeviceArray((2, 1, 16), np.float32)
+    E, cap, D, I = 4, 8, 256, 128
+    x = DeviceArray.from_numpy(rand_bf16(rng, E, cap, D))
+    counts = DeviceArray.from_numpy(np.array([3, 0, 8, 5], np.int32))
+    w13, w2 = DeviceArray.from_numpy(rand_bf16(rng, E, 2 * I, D, scale=0.05)), DeviceArray.from_numpy(
+        rand_bf16(rng, E, D, I, scale=0.05))
+    eager_y = cuda.experts_masked(x, counts, w13, w2).numpy()
+    eager_o, eager_l = (a.numpy() for a in cuda.mla_decode(*mla, 0.1, meta))  # also the warm-up
+    g = cuda.CudaGraph()
+    with g:
+        cuda.mla_decode(*mla, 0.1, meta, out=(o, l), validate=False)
+        y = cuda.experts_masked(x, counts, w13, w2, validate=False)
+        with pytest.raises(RuntimeError, match="numpy"):
+            cuda.rmsnorm(np.ones((2, 8), np.float32), np.ones(8, np.float32))
+    o.set(np.zeros(o.shape, np.float32))
+    g.replay()
+    np.testing.assert_array_equal(o.numpy(), eager_o)
+    np.testing.assert_array_equal(l.numpy(), eager_l)
+    np.testing.assert_array_equal(y.numpy(), eager_y)
+    # New inputs in the same buffers, replayed.
+    new_x = rand_bf16(rng, E, cap, D)
+    x.set(new_x)
+    g.replay()
+    np.testing.assert_array_equal(y.numpy(), cuda.experts_masked(new_x, np.array([3, 0, 8, 5], np.int32),
+                                                                 w13.numpy(), w2.numpy()))

@@ -305,6 +305,19 @@ void bind_cuda(py::module_& root) {
                            P<float>(out), P<float>(lse));
         });
     });
+    m.def("graph_begin_capture", [](int d) {
+        C::set_device(d);
+        return C::graph_begin_capture();
+    });
+    m.def("graph_end_capture", [](uintptr_t stream, bool discard, int d) {
+        C::set_device(d);
+        return C::graph_end_capture(stream, discard);
+    });
+    m.def("graph_launch", [](uintptr_t exec, uintptr_t stream, int d) { on(d, [&] { C::graph_launch(exec, stream); }); });
+    m.def("graph_destroy", [](uintptr_t exec, uintptr_t stream, int d) {
+        C::set_device(d);
+        C::graph_destroy(exec, stream);
+    });
     m.def("nccl_why_unavailable", [] {
         std::string why;
         C::nccl_available(&why);
@@ -342,7 +355,8 @@ void bind_cuda(py::module_& root) {
          {"device_name", "sm_count", "compute_capability", "synchronize", "set_synchronous", "synchronous",
           "pointer_device", "Allocation", "copy_to_device", "copy_to_host", "copy_on_device", "fill_zero", "rmsnorm",
           "silu_mul", "act_quant", "rope_bf16", "moe_gate", "moe_permute", "moe_unpermute", "grouped_gemm",
-          "cublas_why_unavailable", "cublas_gemm_bf16", "mla_plan", "mla_decode", "mla_prefill", "nccl_why_unavailable",
+          "cublas_why_unavailable", "cublas_gemm_bf16", "mla_plan", "mla_decode", "mla_prefill", "graph_begin_capture", "graph_end_capture", "graph_launch",
+          "graph_destroy", "nccl_why_unavailable",
           "nccl_unique_id", "nccl_init_rank", "nccl_init_all", "nccl_destroy", "nccl_alltoallv"}) {
         m.def(name, [](py::args, py::kwargs) -> py::object { require_gpu(); return py::none(); });
     }

@@ -153,6 +153,15 @@ void mla_decode(const MlaDecode& d);
 void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len,
                  int64_t heads, int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse);
 
+// ---- CUDA graphs (graph.cu) ----------------------------------------------------------------------
+// Begins capturing this thread's dsperf launches on a new stream (returned as an integer);
+// end_capture instantiates the graph (returns it; 0 when discarded) and restores the legacy
+// stream; launch replays it on the capture stream; destroy frees both.
+uintptr_t graph_begin_capture();
+uintptr_t graph_end_capture(uintptr_t stream, bool discard);
+void graph_launch(uintptr_t exec, uintptr_t stream);
+void graph_destroy(uintptr_t exec, uintptr_t stream);
+
 // ---- NCCL all-to-all (alltoall_nccl.cu; libnccl loaded at run time) ----------------------------
 bool nccl_available(std::string* why);
 std::string nccl_unique_id();  // 128 bytes, to share between processes

@@ -185,10 +185,11 @@ __global__ void check_offsets_kernel(const int64_t* offsets, int64_t E, int64_t 
 }
 
 void check_offsets(const int64_t* offsets, int64_t E, int64_t M) {
+    refuse_in_capture("a device-side value check");
     Scratch<long long> bad(1);
     const long long none = -1;  // all ones: larger than any index as unsigned
     check(cudaMemcpy(bad.get(), &none, sizeof none, cudaMemcpyHostToDevice), "copy to the device");
-    check_offsets_kernel<<<blocks_for(E + 1, 256), 256>>>(offsets, E, M, bad.get());
+    check_offsets_kernel<<<blocks_for(E + 1, 256), 256, 0, current_stream()>>>(offsets, E, M, bad.get());
     check(cudaGetLastError(), "check_offsets");
     long long got = 0;
     check(cudaMemcpy(&got, bad.get(), sizeof got, cudaMemcpyDeviceToHost), "copy to the host");
@@ -199,7 +200,7 @@ void check_offsets(const int64_t* offsets, int64_t E, int64_t M) {
 
 template <Src SA, Src SB>
 void launch(const GroupedGemm& g, dim3 grid) {
-    grouped_gemm_kernel<SA, SB><<<grid, kThreads>>>(g.a, g.a_scale, g.b, g.b_scale, g.c, g.N, g.K, g.E, g.layout,
+    grouped_gemm_kernel<SA, SB><<<grid, kThreads, 0, current_stream()>>>(g.a, g.a_scale, g.b, g.b_scale, g.c, g.N, g.K, g.E, g.layout,
                                                     g.offsets, g.counts, g.capacity);
 }
 

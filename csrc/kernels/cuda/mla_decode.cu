@@ -236,10 +236,11 @@ __global__ void mla_check_kernel(const int32_t* seqlens, const int32_t* block_ta
 }
 
 void check_inputs(const MlaDecode& d) {
+    refuse_in_capture("a device-side value check");
     Scratch<unsigned long long> first(1);
     const unsigned long long none = ~0ull;
     check(cudaMemcpy(first.get(), &none, sizeof none, cudaMemcpyHostToDevice), "copy to the device");
-    mla_check_kernel<<<unsigned(d.batch), 128>>>(d.seqlens, d.block_table, d.batch, d.q_len, d.max_blocks,
+    mla_check_kernel<<<unsigned(d.batch), 128, 0, current_stream()>>>(d.seqlens, d.block_table, d.batch, d.q_len, d.max_blocks,
                                                  d.block_size, d.num_blocks, first.get());
     check(cudaGetLastError(), "mla_decode input check");
     unsigned long long got = 0;
@@ -332,12 +333,12 @@ void mla_decode(const MlaDecode& d) {
     float* part_o = d.part_out ? d.part_out : own_o.get();
     float* part_lse = d.part_lse ? d.part_lse : own_lse.get();
     const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
-    mla_decode_kernel<<<grid, kThreads, lay.total>>>(d.q_nope, d.q_rope, d.latent, d.latent_scale, d.rope,
+    mla_decode_kernel<<<grid, kThreads, lay.total, current_stream()>>>(d.q_nope, d.q_rope, d.latent, d.latent_scale, d.rope,
                                                      d.block_table, d.seqlens, d.items, d.split_offsets, d.q_len,
                                                      d.heads, d.kv_lora, d.rope_dim, d.block_size, d.max_blocks,
                                                      d.softmax_scale, part_o, part_lse);
     check(cudaGetLastError(), "mla_decode");
-    mla_combine_kernel<<<unsigned(d.batch * QH), 128>>>(part_o, part_lse, d.split_offsets, QH,
+    mla_combine_kernel<<<unsigned(d.batch * QH), 128, 0, current_stream()>>>(part_o, part_lse, d.split_offsets, QH,
                                                         d.kv_lora, d.out, d.lse);
     check_launch("mla_decode combine");
 }

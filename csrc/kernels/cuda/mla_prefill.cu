@@ -153,7 +153,7 @@ void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_
     if (q_len == 0) return;
     if (heads > 65535) throw std::invalid_argument("mla_prefill: at most 65535 heads");
     const dim3 grid(unsigned((q_len + kRows - 1) / kRows), unsigned(heads));
-    mla_prefill_kernel<<<grid, kThreads>>>(q, k, v, q_len, kv_len, heads, dqk, dv, softmax_scale, out, lse);
+    mla_prefill_kernel<<<grid, kThreads, 0, current_stream()>>>(q, k, v, q_len, kv_len, heads, dqk, dv, softmax_scale, out, lse);
     check_launch("mla_prefill");
 }
 

@@ -415,3 +415,19 @@ def test_an_exception_discards_the_capture(fake):
     with pytest.raises(RuntimeError, match="nothing captured"):
         g.replay()
     assert cuda_array._capture_keep is None and fake.sync is True
+
+
+# ---- the GPU benchmark script's own plumbing ---------------------------------------------------
+def test_gpu_validate_runs_end_to_end_on_the_fake_device(fake, capsys):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validate.py"
+    spec = importlib.util.spec_from_file_location("gpu_validate", path)
+    gv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gv)
+    assert gv.main(["--size", "tiny", "--skip-tests", "--iters", "1"]) == 0
+    out = capsys.readouterr().out
+    for row in ("MLA decode", "CUDA graph replay", "grouped GEMM BF16 contiguous", "grouped GEMM BF16 masked",
+                "grouped GEMM FP8 contiguous", "LL dispatch EP2", "LL combine EP2"):
+        assert row in out, row
+    assert "failed" not in out

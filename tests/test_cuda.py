@@ -245,7 +245,9 @@ def _counts(rng, E, total):
 @needs_gpu
 # Tile-aligned; ragged N and K (vector loads, a partial last K tile); K not a multiple of 8 (scalar loads).
 @pytest.mark.parametrize("N, Kd", [(256, 512), (200, 136), (72, 100)])
-def test_grouped_gemm_bf16_contiguous_matches_numpy(N, Kd):
+@pytest.mark.parametrize("bf16_mma", ["1", "0"])  # the mma.sync kernel (K % 8 == 0), and the WMMA one
+def test_grouped_gemm_bf16_contiguous_matches_numpy(monkeypatch, bf16_mma, N, Kd):
+    monkeypatch.setenv("DSPERF_BF16_MMA", bf16_mma)
     rng = np.random.default_rng(10)
     E = 6
     counts = _counts(rng, E, 300)
@@ -260,10 +262,13 @@ def test_grouped_gemm_bf16_contiguous_matches_numpy(N, Kd):
 
 
 @needs_gpu
-def test_grouped_gemm_bf16_masked_zeroes_past_the_counts():
+@pytest.mark.parametrize("bf16_mma", ["1", "0"])
+@pytest.mark.parametrize("cap", [100, 300])  # one and three 128-row tiles per expert
+def test_grouped_gemm_bf16_masked_zeroes_past_the_counts(monkeypatch, bf16_mma, cap):
+    monkeypatch.setenv("DSPERF_BF16_MMA", bf16_mma)
     rng = np.random.default_rng(11)
-    E, cap, N, Kd = 4, 100, 128, 256
-    counts = np.array([0, 100, 37, 65], np.int32)
+    E, N, Kd = 4, 136, 256
+    counts = np.array([0, cap, 37, cap - 35], np.int32)
     a, b = rand_bf16(rng, E, cap, Kd), rand_bf16(rng, E, N, Kd, scale=0.1)
     got = cuda.grouped_gemm(a, b, counts=counts)
     for e in range(E):
@@ -273,9 +278,12 @@ def test_grouped_gemm_bf16_masked_zeroes_past_the_counts():
 
 
 @needs_gpu
-def test_grouped_gemm_fp8_block_scaled_matches_the_dequantised_product():
+@pytest.mark.parametrize("fp8_mma", ["1", "0"])  # FP8 tensor cores where the GPU has them; the WMMA path
+@pytest.mark.parametrize("N, Kd", [(256, 384), (200, 272)])
+def test_grouped_gemm_fp8_block_scaled_matches_the_dequantised_product(monkeypatch, fp8_mma, N, Kd):
+    monkeypatch.setenv("DSPERF_FP8_MMA", fp8_mma)
     rng = np.random.default_rng(12)
-    E, N, Kd = 3, 256, 384
+    E = 3
     counts = np.array([50, 0, 77])
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     x = rand_bf16(rng, int(counts.sum()), Kd)

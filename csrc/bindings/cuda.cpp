@@ -18,6 +18,7 @@
 #endif
 #include "kernels/cpu/moe.hpp"
 #include "kernels/cuda/dlpack.hpp"
+#include "kernels/cuda/mla_plan.hpp"
 
 namespace py = pybind11;
 
@@ -184,6 +185,17 @@ void bind_cuda(py::module_& root) {
     m.def("dlpack_export", &dlpack_export, py::arg("ptr"), py::arg("shape"), py::arg("code"), py::arg("bits"),
           py::arg("device_type"), py::arg("device_id"), py::arg("owner"));
     m.def("dlpack_import", &dlpack_import, py::arg("capsule"));
+    // Host work: planned in every build.
+    m.def("mla_plan", [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> seqlens, int64_t block_size,
+                         int64_t rows_per_request, int64_t num_splits, int64_t sm_count) {
+        const dsperf::cuda::MlaPlan plan =
+            dsperf::cuda::mla_plan(seqlens.data(), seqlens.size(), block_size, rows_per_request, num_splits, sm_count);
+        py::array_t<int32_t> items({plan.n_items(), int64_t(4)});
+        std::memcpy(items.mutable_data(), plan.items.data(), plan.items.size() * sizeof(int32_t));
+        py::array_t<int32_t> offs(int64_t(plan.split_offsets.size()));
+        std::memcpy(offs.mutable_data(), plan.split_offsets.data(), plan.split_offsets.size() * sizeof(int32_t));
+        return py::make_tuple(items, offs);
+    });
     m.def("device_count", [] {
 #ifdef DSPERF_WITH_CUDA
         return C::device_count();
@@ -272,16 +284,6 @@ void bind_cuda(py::module_& root) {
                                  int64_t batch, int64_t sa, int64_t sb, int64_t sc, int d) {
         on(d, [&] { C::cublas_gemm_bf16(P<uint16_t>(a), P<uint16_t>(b), P<float>(c), M, N, K, batch, sa, sb, sc); });
     });
-    m.def("mla_plan", [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> seqlens, int64_t block_size,
-                         int64_t rows_per_request, int64_t num_splits, int64_t sm_count) {
-        const C::MlaPlan plan = C::mla_plan(seqlens.data(), seqlens.size(), block_size, rows_per_request, num_splits,
-                                            sm_count);
-        py::array_t<int32_t> items({plan.n_items(), int64_t(4)});
-        std::memcpy(items.mutable_data(), plan.items.data(), plan.items.size() * sizeof(int32_t));
-        py::array_t<int32_t> offs(int64_t(plan.split_offsets.size()));
-        std::memcpy(offs.mutable_data(), plan.split_offsets.data(), plan.split_offsets.size() * sizeof(int32_t));
-        return py::make_tuple(items, offs);
-    });
     m.def("mla_decode", [](uintptr_t q_nope, uintptr_t q_rope, uintptr_t latent, uintptr_t latent_scale,
                            uintptr_t rope, uintptr_t block_table, uintptr_t seqlens, uintptr_t items,
                            uintptr_t split_offsets, int64_t n_items, int64_t n_partials, int64_t batch, int64_t q_len,
@@ -355,7 +357,7 @@ void bind_cuda(py::module_& root) {
          {"device_name", "sm_count", "compute_capability", "synchronize", "set_synchronous", "synchronous",
           "pointer_device", "Allocation", "copy_to_device", "copy_to_host", "copy_on_device", "fill_zero", "rmsnorm",
           "silu_mul", "act_quant", "rope_bf16", "moe_gate", "moe_permute", "moe_unpermute", "grouped_gemm",
-          "cublas_why_unavailable", "cublas_gemm_bf16", "mla_plan", "mla_decode", "mla_prefill", "graph_begin_capture", "graph_end_capture", "graph_launch",
+          "cublas_why_unavailable", "cublas_gemm_bf16", "mla_decode", "mla_prefill", "graph_begin_capture", "graph_end_capture", "graph_launch",
           "graph_destroy", "nccl_why_unavailable",
           "nccl_unique_id", "nccl_init_rank", "nccl_init_all", "nccl_destroy", "nccl_alltoallv"}) {
         m.def(name, [](py::args, py::kwargs) -> py::object { require_gpu(); return py::none(); });

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/mla_plan.hpp"
 #include "kernels/cpu/moe.hpp"  // GateConfig: the same routing configuration and checks as the CPU
 
 namespace dsperf::cuda {
@@ -107,18 +108,7 @@ void cublas_gemm_bf16(const uint16_t* a, const uint16_t* b, float* c, int64_t M,
 bool cublas_available(std::string* why);
 
 // ---- MLA decode (mla_decode.cu) -----------------------------------------------------------------
-// The plan of a split-KV decode (FlashMLA's get_mla_metadata): work items (request, first block,
-// end block, split index) over 64-token blocks, and each request's first partial-result slot.
-struct MlaPlan {
-    std::vector<int32_t> items;          // [n_items, 4]: b, block_begin, block_end, split
-    std::vector<int32_t> split_offsets;  // [batch + 1]
-    int64_t n_items() const { return int64_t(items.size() / 4); }
-};
-// Plans from host seqlens: num_splits > 0 cuts every request into that many equal block ranges
-// (empty ranges dropped); 0 sizes the splits so that about two work items per SM exist.
-MlaPlan mla_plan(const int32_t* seqlens, int64_t batch, int64_t block_size, int64_t rows_per_request,
-                 int64_t num_splits, int64_t sm_count);
-
+// The plan: mla_plan.hpp (host code).
 struct MlaDecode {
     const uint16_t* q_nope = nullptr;  // [B, Q, H, L] BF16 (W_UK absorbed)
     const uint16_t* q_rope = nullptr;  // [B, Q, H, R] BF16

@@ -22,7 +22,7 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int kRows = 16, kChunk = 32, kThreads = 256, kMaxLatent = 512;
+constexpr int kRows = int(kMlaRowsPerBlock), kChunk = 32, kThreads = 256, kMaxLatent = 512;
 
 struct Smem {  // offsets into the dynamic shared memory, in bytes
     size_t q, k, spart, p, otmp, stats, total;
@@ -262,42 +262,6 @@ void check_inputs(const MlaDecode& d) {
 }
 
 }  // namespace
-
-MlaPlan mla_plan(const int32_t* seqlens, int64_t batch, int64_t block_size, int64_t rows_per_request,
-                 int64_t num_splits, int64_t sm_count) {
-    if (batch < 0 || block_size < 1 || rows_per_request < 1 || num_splits < 0 || sm_count < 1)
-        throw std::invalid_argument("mla_plan: batch >= 0, block_size, rows_per_request, sm_count >= 1, "
-                                    "num_splits >= 0 are required");
-    std::vector<int64_t> nblk(static_cast<size_t>(batch));
-    int64_t total = 0;
-    for (int64_t b = 0; b < batch; ++b) {
-        if (seqlens[b] < 0)
-            throw std::invalid_argument("seqlens[" + std::to_string(b) + "] = " + std::to_string(seqlens[b]) +
-                                        " is negative");
-        nblk.at(size_t(b)) = (seqlens[b] + block_size - 1) / block_size;
-        total += nblk.at(size_t(b));
-    }
-    // Automatic: about two work items (times the row groups each item spans) per SM, so that short
-    // and long requests alike fill the GPU, and no item shorter than one block.
-    const int64_t groups = (rows_per_request + kRows - 1) / kRows;
-    const int64_t target_items = std::max<int64_t>(1, 2 * sm_count / groups);
-    const int64_t per_item = std::max<int64_t>(1, (total + target_items - 1) / target_items);
-    MlaPlan plan;
-    plan.split_offsets.push_back(0);
-    for (int64_t b = 0; b < batch; ++b) {
-        const int64_t nb = nblk.at(size_t(b));
-        int64_t splits = num_splits > 0 ? std::min(num_splits, nb) : (nb + per_item - 1) / per_item;
-        splits = std::max<int64_t>(splits, 1);
-        for (int64_t s = 0; s < splits; ++s) {
-            plan.items.push_back(int32_t(b));
-            plan.items.push_back(int32_t(nb * s / splits));
-            plan.items.push_back(int32_t(nb * (s + 1) / splits));
-            plan.items.push_back(int32_t(s));
-        }
-        plan.split_offsets.push_back(plan.split_offsets.back() + int32_t(splits));
-    }
-    return plan;
-}
 
 void MlaDecode::validate() const {
     auto need = [](bool ok, const std::string& what) {

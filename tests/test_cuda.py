@@ -141,6 +141,17 @@ def test_mla_plan_partitions_every_request_into_block_ranges(seqlens, num_splits
         assert len(items) >= min(sum(-(-n // 64) for n in seqlens), 2 * sm_count // groups) // 2
 
 
+def test_mla_plan_sizes_its_splits_for_the_kernel_in_use(monkeypatch):
+    # 128 heads: the 64-row kernel (DSPERF_MLA_MMA=1) has 2 row blocks per split, the 16-row one 8,
+    # so the automatic plan cuts 4x more splits for it.
+    lens = np.full(4, 8192)
+    monkeypatch.setenv("DSPERF_MLA_MMA", "0")
+    n16 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132).num_items
+    monkeypatch.setenv("DSPERF_MLA_MMA", "1")
+    n64 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132).num_items
+    assert n64 > 3 * n16
+
+
 def test_mla_plan_rejects_bad_input():
     with pytest.raises(ValueError, match="seqlens must be >= 0"):
         cuda.get_mla_metadata(np.array([-1]), 1, 16, num_splits=1)
@@ -339,13 +350,16 @@ def test_cublas_baseline_matches_numpy():
 
 # ---- MLA decode --------------------------------------------------------------------------------
 @needs_gpu
+@pytest.mark.parametrize("mla_mma", ["0", "1"])  # the 16-row WMMA kernel, and the 64-row mma.sync one
 @pytest.mark.parametrize("seqlens, q_len, splits", [
     ([1], 1, 1), ([63, 64, 65], 1, 1), ([1000, 5, 130], 1, 3), ([2, 200], 2, 4), ([3], 1, 8),
     ([4000, 17, 300], 1, None),  # the automatic plan
+    ([300, 90], 2, 2),           # 2 x 128 heads: rows past one 64-row tile
 ])
-def test_mla_decode_matches_the_cpu(seqlens, q_len, splits):
+def test_mla_decode_matches_the_cpu(monkeypatch, mla_mma, seqlens, q_len, splits):
+    monkeypatch.setenv("DSPERF_MLA_MMA", mla_mma)
     rng = np.random.default_rng(len(seqlens) * 100 + q_len)
-    c = _mla_case(rng, seqlens, q_len)
+    c = _mla_case(rng, seqlens, q_len, heads=128 if seqlens == [300, 90] else 16)
     scale = (128 + 64) ** -0.5
     out, lse = cuda.mla_decode(*c.values(), scale, num_splits=splits)
     want, wlse = K.mla_decode(*c.values(), scale, num_splits=1)
@@ -354,7 +368,9 @@ def test_mla_decode_matches_the_cpu(seqlens, q_len, splits):
 
 
 @needs_gpu
-def test_mla_decode_fp8_cache_and_device_arrays():
+@pytest.mark.parametrize("mla_mma", ["0", "1"])
+def test_mla_decode_fp8_cache_and_device_arrays(monkeypatch, mla_mma):
+    monkeypatch.setenv("DSPERF_MLA_MMA", mla_mma)
     rng = np.random.default_rng(22)
     cache = K.PagedMlaCache(6, 64, 512, 64, dtype="fp8")
     table = np.array([[4, 1, 5], [2, 0, 3]], np.int32)

@@ -187,9 +187,9 @@ void bind_cuda(py::module_& root) {
     m.def("dlpack_import", &dlpack_import, py::arg("capsule"));
     // Host work: planned in every build.
     m.def("mla_plan", [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> seqlens, int64_t block_size,
-                         int64_t rows_per_request, int64_t num_splits, int64_t sm_count) {
-        const dsperf::cuda::MlaPlan plan =
-            dsperf::cuda::mla_plan(seqlens.data(), seqlens.size(), block_size, rows_per_request, num_splits, sm_count);
+                         int64_t rows_per_request, int64_t num_splits, int64_t sm_count, int64_t rows_per_block) {
+        const dsperf::cuda::MlaPlan plan = dsperf::cuda::mla_plan(seqlens.data(), seqlens.size(), block_size,
+                                                                  rows_per_request, num_splits, sm_count, rows_per_block);
         py::array_t<int32_t> items({plan.n_items(), int64_t(4)});
         std::memcpy(items.mutable_data(), plan.items.data(), plan.items.size() * sizeof(int32_t));
         py::array_t<int32_t> offs(int64_t(plan.split_offsets.size()));

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import os
 import threading
 
 import numpy as np
@@ -583,7 +584,9 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     sm_count = K._int("sm_count", sm_count, 1)
     if s.size and s.min() < 0:
         raise ValueError(f"seqlens must be >= 0, got {s.min()}")
-    items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count)
+    # The 64-row decode kernel (DSPERF_MLA_MMA=1) needs more splits to fill the GPU than the 16-row one.
+    rows_per_block = 64 if os.environ.get("DSPERF_MLA_MMA") == "1" else 16
+    items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count, rows_per_block)
     return MlaMetadata(items, offsets, q_len * heads, block_size)
 
 

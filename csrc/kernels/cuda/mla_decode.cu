@@ -283,25 +283,32 @@ void MlaDecode::validate() const {
          "latent_cache and rope_cache must start at 16-byte aligned addresses");
 }
 
+// The 64-row mma.sync variant (mla_decode_mma.cu), opt-in with DSPERF_MLA_MMA=1.
+bool mla_decode_mma_enabled(int64_t kv_lora);
+void mla_decode_mma_launch(const MlaDecode& d, float* part_o, float* part_lse);
+
 void mla_decode(const MlaDecode& d) {
     d.validate();
     if (d.batch == 0) return;
     if (d.check_values) check_inputs(d);
     const int64_t QH = d.q_len * d.heads, W = d.kv_lora + d.rope_dim;
     const Smem lay(d.kv_lora, W);
-    check(cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lay.total)),
-          "cudaFuncSetAttribute (mla_decode shared memory)");
     // cudaMalloc / cudaFree per call would synchronise; callers that repeat the call pass a workspace.
     Scratch<float> own_o(d.part_out ? 0 : size_t(d.n_partials * QH * d.kv_lora));
     Scratch<float> own_lse(d.part_lse ? 0 : size_t(d.n_partials * QH));
     float* part_o = d.part_out ? d.part_out : own_o.get();
     float* part_lse = d.part_lse ? d.part_lse : own_lse.get();
-    const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
-    mla_decode_kernel<<<grid, kThreads, lay.total, current_stream()>>>(d.q_nope, d.q_rope, d.latent, d.latent_scale, d.rope,
-                                                     d.block_table, d.seqlens, d.items, d.split_offsets, d.q_len,
-                                                     d.heads, d.kv_lora, d.rope_dim, d.block_size, d.max_blocks,
-                                                     d.softmax_scale, part_o, part_lse);
-    check(cudaGetLastError(), "mla_decode");
+    if (mla_decode_mma_enabled(d.kv_lora)) {
+        mla_decode_mma_launch(d, part_o, part_lse);
+    } else {
+        check(cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lay.total)),
+              "cudaFuncSetAttribute (mla_decode shared memory)");
+        const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
+        mla_decode_kernel<<<grid, kThreads, lay.total, current_stream()>>>(
+            d.q_nope, d.q_rope, d.latent, d.latent_scale, d.rope, d.block_table, d.seqlens, d.items, d.split_offsets,
+            d.q_len, d.heads, d.kv_lora, d.rope_dim, d.block_size, d.max_blocks, d.softmax_scale, part_o, part_lse);
+        check(cudaGetLastError(), "mla_decode");
+    }
     mla_combine_kernel<<<unsigned(d.batch * QH), 128, 0, current_stream()>>>(part_o, part_lse, d.split_offsets, QH,
                                                         d.kv_lora, d.out, d.lse);
     check_launch("mla_decode combine");

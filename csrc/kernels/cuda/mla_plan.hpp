@@ -9,7 +9,8 @@
 
 namespace dsperf::cuda {
 
-// Query rows (q token x head) one decode thread block takes (mla_decode.cu's tile height).
+// Query rows (q token x head) one decode thread block takes: mla_decode.cu's tile height (the
+// 64-row mma variant, mla_decode_mma.cu, plans with rows_per_block = 64).
 constexpr int64_t kMlaRowsPerBlock = 16;
 
 // Work items (request, first block, end block, split index) over blocks of block_size tokens, and
@@ -23,9 +24,9 @@ struct MlaPlan {
 // Plans from host seqlens: num_splits > 0 cuts every request into that many equal block ranges
 // (at most its block count); 0 sizes the splits so that about two work items per SM exist.
 inline MlaPlan mla_plan(const int32_t* seqlens, int64_t batch, int64_t block_size, int64_t rows_per_request,
-                 int64_t num_splits, int64_t sm_count) {
-    if (batch < 0 || block_size < 1 || rows_per_request < 1 || num_splits < 0 || sm_count < 1)
-        throw std::invalid_argument("mla_plan: batch >= 0, block_size, rows_per_request, sm_count >= 1, "
+                        int64_t num_splits, int64_t sm_count, int64_t rows_per_block = kMlaRowsPerBlock) {
+    if (batch < 0 || block_size < 1 || rows_per_request < 1 || num_splits < 0 || sm_count < 1 || rows_per_block < 1)
+        throw std::invalid_argument("mla_plan: batch >= 0, block_size, rows_per_request, sm_count, rows_per_block >= 1, "
                                     "num_splits >= 0 are required");
     std::vector<int64_t> nblk(static_cast<size_t>(batch));
     int64_t total = 0;
@@ -38,7 +39,7 @@ inline MlaPlan mla_plan(const int32_t* seqlens, int64_t batch, int64_t block_siz
     }
     // Automatic: about two work items (times the row groups each item spans) per SM, so that short
     // and long requests alike fill the GPU, and no item shorter than one block.
-    const int64_t groups = (rows_per_request + kMlaRowsPerBlock - 1) / kMlaRowsPerBlock;
+    const int64_t groups = (rows_per_request + rows_per_block - 1) / rows_per_block;
     const int64_t target_items = std::max<int64_t>(1, 2 * sm_count / groups);
     const int64_t per_item = std::max<int64_t>(1, (total + target_items - 1) / target_items);
     MlaPlan plan;

@@ -112,7 +112,11 @@ class CudaGraph:
         _CA._capture_keep = None
         _capturing.active = False
         _G.set_synchronous(self._sync_before)
-        self._exec = _G.graph_end_capture(self._stream, exc_type is not None, self.device)
+        try:
+            self._exec = _G.graph_end_capture(self._stream, exc_type is not None, self.device)
+        except Exception:
+            self._stream = 0  # a failed capture takes its stream with it
+            raise
         if not self._exec:
             self._stream = 0  # discarded: the stream went with it
         return False

@@ -187,7 +187,8 @@ def test_device_arrays_in_device_arrays_out():
     np.testing.assert_array_equal(y.numpy(), cuda.rmsnorm(x, w))
     # Ids held on the GPU are checked there.
     with pytest.raises(ValueError, match="source\\[1\\] = 9"):
-        cuda.moe_permute(DeviceArray.from_numpy(rand_bf16(rng, 3, 8)), DeviceArray.from_numpy(np.array([0, 9], np.int32)))
+        cuda.moe_permute(DeviceArray.from_numpy(rand_bf16(rng, 3, 8)),
+                         DeviceArray.from_numpy(np.array([0, 9], np.int32)))
 
 
 @needs_gpu
@@ -200,8 +201,8 @@ def test_act_quant_matches_the_cpu(dim):
     np.testing.assert_array_equal(s, rs)
     # Same scale; FP8 rounding of x / scale may differ only where the CPU's division rounds otherwise.
     assert (q.view(np.uint8) == rq.view(np.uint8)).mean() > 0.999
-    np.testing.assert_allclose(f32(q) * np.repeat(s, 128, axis=1)[:, :dim], f32(rq) * np.repeat(rs, 128, axis=1)[:, :dim],
-                               rtol=2 ** -3, atol=0)
+    deq = f32(q) * np.repeat(s, 128, axis=1)[:, :dim]
+    np.testing.assert_allclose(deq, f32(rq) * np.repeat(rs, 128, axis=1)[:, :dim], rtol=2 ** -3, atol=0)
 
 
 @needs_gpu
@@ -400,7 +401,8 @@ def test_mla_decode_fp8_cache_and_device_arrays(monkeypatch, mla_mma):
 def test_mla_prefill_matches_numpy(T, prefix, heads):
     rng = np.random.default_rng(T + prefix)
     S = T + prefix
-    q, k, v = rand_bf16(rng, T, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 128)
+    q, k = rand_bf16(rng, T, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 192, scale=0.3)
+    v = rand_bf16(rng, S, heads, 128)
     scale = 192 ** -0.5
     out, lse = cuda.mla_prefill(q, k, v, scale)
     s = np.einsum("thd,shd->hts", f32(q), f32(k)) * scale

@@ -37,7 +37,8 @@ I64 = np.dtype(np.int64)
 __all__ = ["DeviceArray", "available", "device_count", "device_name", "as_device_array", "from_dlpack",
            "from_cuda_array_interface", "synchronize", "async_launches", "rmsnorm", "silu_mul", "act_quant",
            "apply_rope", "moe_gate", "moe_permute", "moe_unpermute", "grouped_gemm", "experts_contiguous",
-           "experts_masked", "cublas_gemm_bf16", "get_mla_metadata", "MlaMetadata", "mla_decode", "mla_prefill", "CudaGraph"]
+           "experts_masked", "cublas_gemm_bf16", "get_mla_metadata", "MlaMetadata", "mla_decode", "mla_prefill",
+           "CudaGraph"]
 
 
 def available() -> tuple[bool, str]:
@@ -484,7 +485,9 @@ def _experts(x, layout, w13, w2, w13_scale, w2_scale, validate=True):
         if c["x"].shape[0] != E:
             raise ValueError(f"x must be [experts = {E}, capacity, dim = {D}], got {c['x'].shape}")
         _check_counts(c, E, c["x"].shape[1])
-    for name, want in (("w13_scale", (E, -(-two_i // 128), -(-D // 128))), ("w2_scale", (E, -(-D // 128), -(-two_i // 2 // 128)))):
+    scale_shapes = (("w13_scale", (E, -(-two_i // 128), -(-D // 128))),
+                    ("w2_scale", (E, -(-D // 128), -(-two_i // 2 // 128))))
+    for name, want in scale_shapes:
         if fp8:
             _check(name, c[name], (F32,), 3)
             if c[name].shape != want:

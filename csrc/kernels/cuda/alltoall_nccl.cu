@@ -86,7 +86,8 @@ Nccl& need_nccl() {
 
 void check_nccl(ncclResult_t r, const char* what) {
     if (r != ncclSuccess)
-        throw std::runtime_error(std::string("NCCL ") + what + ": " + (nccl().error_string ? nccl().error_string(r) : "?"));
+        throw std::runtime_error(std::string("NCCL ") + what + ": " +
+                                 (nccl().error_string ? nccl().error_string(r) : "?"));
 }
 
 // Restores the caller's current device on scope exit.

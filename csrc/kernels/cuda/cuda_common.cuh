@@ -27,7 +27,8 @@ cudaStream_t current_stream();
 bool capturing();
 inline void refuse_in_capture(const char* what) {
     if (capturing())
-        throw std::runtime_error(std::string(what) + " cannot run while a CUDA graph is captured (preallocate "
+        throw std::runtime_error(std::string(what) +
+                                 " cannot run while a CUDA graph is captured (preallocate "
                                  "outputs, pass validate=False, and warm up before capturing)");
 }
 
@@ -60,9 +61,7 @@ private:
 };
 
 // Launch-configuration helper: enough blocks of `threads` for n items.
-inline unsigned blocks_for(long long n, unsigned threads) {
-    return static_cast<unsigned>((n + threads - 1) / threads);
-}
+inline unsigned blocks_for(long long n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 // FP32 -> BF16 bits, round to nearest even, NaN kept quiet (the CPU's f32_to_bf16).
 __device__ __forceinline__ uint16_t to_bf16_bits(float f) {

@@ -128,8 +128,7 @@ int pointer_device(const void* p) {
 
 namespace {
 // The smallest index of an entry outside [lo, hi): an atomicMin over the offenders.
-__global__ void first_outside_kernel(const int32_t* v, int64_t n, int64_t lo, int64_t hi,
-                                     unsigned long long* first) {
+__global__ void first_outside_kernel(const int32_t* v, int64_t n, int64_t lo, int64_t hi, unsigned long long* first) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         if (v[i] < lo || v[i] >= hi) atomicMin(first, static_cast<unsigned long long>(i));
 }

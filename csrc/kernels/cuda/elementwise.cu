@@ -77,7 +77,8 @@ void act_quant(const uint16_t* x, int64_t rows, int64_t dim, uint8_t* q, float* 
     if (rows < 0 || dim <= 0) throw std::invalid_argument("act_quant: rows must be >= 0 and dim > 0");
     if (rows == 0) return;
     const int64_t groups = (dim + 127) / 128;
-    act_quant_kernel<<<blocks_for(rows * groups * 32, kThreads), kThreads, 0, current_stream()>>>(x, rows, dim, groups, q, scales);
+    act_quant_kernel<<<blocks_for(rows * groups * 32, kThreads), kThreads, 0, current_stream()>>>(x, rows, dim, groups,
+                                                                                                  q, scales);
     check_launch("act_quant");
 }
 

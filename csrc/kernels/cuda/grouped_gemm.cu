@@ -83,8 +83,8 @@ __device__ void stage(const void* src, int64_t r0, int64_t r_end, int64_t k0, in
 
 // The tile's expert and its rows [row0, row_end) of a and c; false when this block has no tile.
 template <int BM = kBM>
-__device__ bool find_tile(GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity,
-                          int64_t E, int64_t& expert, int64_t& row0, int64_t& row_end) {
+__device__ bool find_tile(GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity, int64_t E,
+                          int64_t& expert, int64_t& row0, int64_t& row_end) {
     constexpr int64_t kBM = BM;  // this kernel's tile height
     const int64_t t = blockIdx.y;
     if (layout == GemmLayout::Masked) {
@@ -110,9 +110,9 @@ __device__ bool find_tile(GemmLayout layout, const int64_t* offsets, const int32
 
 template <Src SA, Src SB>
 __global__ void __launch_bounds__(kThreads)
-grouped_gemm_kernel(const void* a, const float* a_scale, const void* b, const float* b_scale, float* c, int64_t N,
-                    int64_t K, int64_t E, GemmLayout layout, const int64_t* offsets, const int32_t* counts,
-                    int64_t capacity) {
+    grouped_gemm_kernel(const void* a, const float* a_scale, const void* b, const float* b_scale, float* c, int64_t N,
+                        int64_t K, int64_t E, GemmLayout layout, const int64_t* offsets, const int32_t* counts,
+                        int64_t capacity) {
     __shared__ __align__(32) __nv_bfloat16 As[kBM * kLdS];
     __shared__ __align__(32) __nv_bfloat16 Bs[kBN * kLdS];
     __shared__ __align__(32) float Cs[kBM * kLdC];
@@ -209,9 +209,9 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 __global__ void __launch_bounds__(kThreads)
-grouped_gemm_fp8_mma_kernel(const uint8_t* a, const float* a_scale, const uint8_t* b, const float* b_scale, float* c,
-                            int64_t N, int64_t K, int64_t E, GemmLayout layout, const int64_t* offsets,
-                            const int32_t* counts, int64_t capacity) {
+    grouped_gemm_fp8_mma_kernel(const uint8_t* a, const float* a_scale, const uint8_t* b, const float* b_scale,
+                                float* c, int64_t N, int64_t K, int64_t E, GemmLayout layout, const int64_t* offsets,
+                                const int32_t* counts, int64_t capacity) {
     __shared__ __align__(16) uint8_t As[kBM * kF8Ld];
     __shared__ __align__(16) uint8_t Bs[kBN * kF8Ld];
     int64_t expert = 0, row0 = 0, row_end = 0;
@@ -303,8 +303,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
 }
 
 __global__ void __launch_bounds__(kMThreads)
-grouped_gemm_bf16_mma_kernel(const uint16_t* a, const uint16_t* b, float* c, int64_t N, int64_t K, int64_t E,
-                             GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity) {
+    grouped_gemm_bf16_mma_kernel(const uint16_t* a, const uint16_t* b, float* c, int64_t N, int64_t K, int64_t E,
+                                 GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity) {
     __shared__ __align__(16) uint16_t As[2][kMBM * kMLd];
     __shared__ __align__(16) uint16_t Bs[2][kMBN * kMLd];
     int64_t expert = 0, row0 = 0, row_end = 0;
@@ -413,8 +413,8 @@ void check_offsets(const int64_t* offsets, int64_t E, int64_t M) {
 
 template <Src SA, Src SB>
 void launch(const GroupedGemm& g, dim3 grid) {
-    grouped_gemm_kernel<SA, SB><<<grid, kThreads, 0, current_stream()>>>(g.a, g.a_scale, g.b, g.b_scale, g.c, g.N, g.K, g.E, g.layout,
-                                                    g.offsets, g.counts, g.capacity);
+    grouped_gemm_kernel<SA, SB><<<grid, kThreads, 0, current_stream()>>>(
+        g.a, g.a_scale, g.b, g.b_scale, g.c, g.N, g.K, g.E, g.layout, g.offsets, g.counts, g.capacity);
 }
 
 }  // namespace
@@ -430,9 +430,9 @@ void GroupedGemm::validate() const {
         need(offsets != nullptr, "the contiguous layout needs offsets");
     } else {
         need(counts != nullptr, "the masked layout needs counts");
-        need(capacity >= 0 && M == E * capacity,
-             "the masked layout needs M = E * capacity (" + std::to_string(E) + " x " + std::to_string(capacity) +
-                 "), got M = " + std::to_string(M));
+        need(capacity >= 0 && M == E * capacity, "the masked layout needs M = E * capacity (" + std::to_string(E) +
+                                                     " x " + std::to_string(capacity) +
+                                                     "), got M = " + std::to_string(M));
     }
 }
 
@@ -455,8 +455,8 @@ void grouped_gemm(const GroupedGemm& g) {
     if (tiles_m == 0) return;
     if (tiles_m > 65535) throw std::invalid_argument("grouped_gemm: too many row tiles for one launch (M too large)");
     if (!g.a_scale && !g.b_scale && use_bf16_mma(g)) {
-        const int64_t tiles = g.layout == GemmLayout::Masked ? g.E * ((g.capacity + kMBM - 1) / kMBM)
-                                                              : (g.M + kMBM - 1) / kMBM + g.E;
+        const int64_t tiles =
+            g.layout == GemmLayout::Masked ? g.E * ((g.capacity + kMBM - 1) / kMBM) : (g.M + kMBM - 1) / kMBM + g.E;
         const dim3 grid(unsigned((g.N + kMBN - 1) / kMBN), unsigned(tiles));
         grouped_gemm_bf16_mma_kernel<<<grid, kMThreads, 0, current_stream()>>>(
             static_cast<const uint16_t*>(g.a), static_cast<const uint16_t*>(g.b), g.c, g.N, g.K, g.E, g.layout,

@@ -38,10 +38,10 @@ struct Smem {  // offsets into the dynamic shared memory, in bytes
 };
 
 __global__ void __launch_bounds__(kThreads)
-mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
-                  const uint16_t* rope, const int32_t* block_table, const int32_t* seqlens, const int32_t* items,
-                  const int32_t* split_offsets, int64_t q_len, int64_t heads, int64_t L, int64_t R,
-                  int64_t block_size, int64_t max_blocks, float scale, float* part_o, float* part_lse) {
+    mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
+                      const uint16_t* rope, const int32_t* block_table, const int32_t* seqlens, const int32_t* items,
+                      const int32_t* split_offsets, int64_t q_len, int64_t heads, int64_t L, int64_t R,
+                      int64_t block_size, int64_t max_blocks, float scale, float* part_o, float* part_lse) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int64_t W = L + R, QH = q_len * heads;
     const Smem lay(L, W);
@@ -117,7 +117,7 @@ mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* la
             *reinterpret_cast<uint4*>(Ks + j * W + d) = v;
         }
         __syncthreads();
-        {   // Scores: warp (nt, kq) sums key columns nt*16.. over every fourth 16-deep slice.
+        {  // Scores: warp (nt, kq) sums key columns nt*16.. over every fourth 16-deep slice.
             const int nt = warp % 2, kq = warp / 2;
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
             wmma::fill_fragment(s, 0.0f);
@@ -131,7 +131,7 @@ mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* la
             wmma::store_matrix_sync(Spart + kq * kRows * kChunk + nt * 16, s, kChunk, wmma::mem_row_major);
         }
         __syncthreads();
-        {   // Online softmax: 16 threads per row, two keys each; shuffles stay within the half warp.
+        {  // Online softmax: 16 threads per row, two keys each; shuffles stay within the half warp.
             float x[2];
             float mx = -INFINITY;
             for (int h = 0; h < 2; ++h) {
@@ -192,8 +192,8 @@ mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* la
 }
 
 // One block per (request, row): the log-sum-exp merge of the request's partials, as the CPU's.
-__global__ void mla_combine_kernel(const float* part_o, const float* part_lse, const int32_t* split_offsets,
-                                   int64_t QH, int64_t L, float* out, float* lse) {
+__global__ void mla_combine_kernel(const float* part_o, const float* part_lse, const int32_t* split_offsets, int64_t QH,
+                                   int64_t L, float* out, float* lse) {
     const int64_t br = blockIdx.x, b = br / QH, r = br % QH;
     const int64_t s0 = split_offsets[b], s1 = split_offsets[b + 1];
     float mx = -INFINITY;
@@ -240,8 +240,8 @@ void check_inputs(const MlaDecode& d) {
     Scratch<unsigned long long> first(1);
     const unsigned long long none = ~0ull;
     check(cudaMemcpy(first.get(), &none, sizeof none, cudaMemcpyHostToDevice), "copy to the device");
-    mla_check_kernel<<<unsigned(d.batch), 128, 0, current_stream()>>>(d.seqlens, d.block_table, d.batch, d.q_len, d.max_blocks,
-                                                 d.block_size, d.num_blocks, first.get());
+    mla_check_kernel<<<unsigned(d.batch), 128, 0, current_stream()>>>(
+        d.seqlens, d.block_table, d.batch, d.q_len, d.max_blocks, d.block_size, d.num_blocks, first.get());
     check(cudaGetLastError(), "mla_decode input check");
     unsigned long long got = 0;
     check(cudaMemcpy(&got, first.get(), sizeof got, cudaMemcpyDeviceToHost), "copy to the host");
@@ -256,9 +256,9 @@ void check_inputs(const MlaDecode& d) {
     }
     check(cudaMemcpy(&value, d.block_table + b * d.max_blocks + i, sizeof value, cudaMemcpyDeviceToHost),
           "copy to the host");
-    throw std::invalid_argument("block_table[" + std::to_string(b) + ", " + std::to_string(i) + "] = " +
-                                std::to_string(value) + " is outside the cache's " + std::to_string(d.num_blocks) +
-                                " blocks");
+    throw std::invalid_argument("block_table[" + std::to_string(b) + ", " + std::to_string(i) +
+                                "] = " + std::to_string(value) + " is outside the cache's " +
+                                std::to_string(d.num_blocks) + " blocks");
 }
 
 }  // namespace
@@ -270,16 +270,17 @@ void MlaDecode::validate() const {
     need(batch >= 0 && q_len >= 1 && heads >= 1, "batch >= 0, q_len >= 1 and heads >= 1 are required");
     need(kv_lora >= 16 && kv_lora % 16 == 0 && kv_lora <= kMaxLatent,
          "kv_lora must be a multiple of 16 in [16, 512] (tensor-core tiles), got " + std::to_string(kv_lora));
-    need(rope_dim >= 16 && rope_dim % 16 == 0, "rope_dim must be a positive multiple of 16, got " +
-                                                   std::to_string(rope_dim));
+    need(rope_dim >= 16 && rope_dim % 16 == 0,
+         "rope_dim must be a positive multiple of 16, got " + std::to_string(rope_dim));
     need(block_size >= 1 && num_blocks >= 1 && max_blocks >= 1, "the cache and block table must be non-empty");
     need(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive");
     need(n_items >= batch && n_partials >= batch, "the plan must cover every request");
-    need(batch == 0 || (q_nope && q_rope && latent && rope && block_table && seqlens && items && split_offsets &&
-                        out && lse),
+    need(batch == 0 ||
+             (q_nope && q_rope && latent && rope && block_table && seqlens && items && split_offsets && out && lse),
          "every array is required");
     // The key loads move 8 elements at a time.
-    need(reinterpret_cast<uintptr_t>(latent) % (latent_scale ? 8 : 16) == 0 && reinterpret_cast<uintptr_t>(rope) % 16 == 0,
+    need(reinterpret_cast<uintptr_t>(latent) % (latent_scale ? 8 : 16) == 0 &&
+             reinterpret_cast<uintptr_t>(rope) % 16 == 0,
          "latent_cache and rope_cache must start at 16-byte aligned addresses");
 }
 
@@ -310,7 +311,7 @@ void mla_decode(const MlaDecode& d) {
         check(cudaGetLastError(), "mla_decode");
     }
     mla_combine_kernel<<<unsigned(d.batch * QH), 128, 0, current_stream()>>>(part_o, part_lse, d.split_offsets, QH,
-                                                        d.kv_lora, d.out, d.lse);
+                                                                             d.kv_lora, d.out, d.lse);
     check_launch("mla_decode combine");
 }
 

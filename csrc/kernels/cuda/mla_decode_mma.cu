@@ -51,17 +51,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 __global__ void __launch_bounds__(kThreads)
-mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
-                      const uint16_t* rope, const int32_t* block_table, const int32_t* seqlens, const int32_t* items,
-                      const int32_t* split_offsets, int64_t q_len, int64_t heads, int64_t L, int64_t R,
-                      int64_t block_size, int64_t max_blocks, float scale, float* part_o, float* part_lse) {
+    mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
+                          const uint16_t* rope, const int32_t* block_table, const int32_t* seqlens,
+                          const int32_t* items, const int32_t* split_offsets, int64_t q_len, int64_t heads, int64_t L,
+                          int64_t R, int64_t block_size, int64_t max_blocks, float scale, float* part_o,
+                          float* part_lse) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int64_t W = L + R, QH = q_len * heads;
     const Layout lay(W);
     const int64_t ld = lay.ldq;
     uint16_t* Qs = reinterpret_cast<uint16_t*>(smem + lay.q);
     uint16_t* Ks = reinterpret_cast<uint16_t*>(smem + lay.k);
-    float* Sp = reinterpret_cast<float*>(smem + lay.s);  // [2][64][32]
+    float* Sp = reinterpret_cast<float*>(smem + lay.s);        // [2][64][32]
     uint16_t* Ps = reinterpret_cast<uint16_t*>(smem + lay.p);  // [64][32 + pad]
     float* m_s = reinterpret_cast<float*>(smem + lay.stats);
     float* l_s = m_s + kRows;
@@ -104,7 +105,8 @@ mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void
             const int64_t j = u / (W / 8), d = (u % (W / 8)) * 8, n = c0 + j;
             uint4 v = make_uint4(0, 0, 0, 0);
             if (n < t_end) {
-                const int64_t slot = int64_t(block_table[b * max_blocks + n / block_size]) * block_size + n % block_size;
+                const int64_t slot =
+                    int64_t(block_table[b * max_blocks + n / block_size]) * block_size + n % block_size;
                 if (d >= L) {
                     v = *reinterpret_cast<const uint4*>(rope + slot * R + (d - L));
                 } else if (!fp8) {
@@ -126,7 +128,7 @@ mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void
             *reinterpret_cast<uint4*>(Ks + j * ld + d) = v;
         }
         __syncthreads();
-        {   // Scores of rows rg * 16 .. over depth steps half, half + 2, ...: 4 key tiles of 8.
+        {  // Scores of rows rg * 16 .. over depth steps half, half + 2, ...: 4 key tiles of 8.
             float s[4][4] = {};
             const uint16_t* qa = Qs + (rg * 16 + g) * ld + 2 * t;
             for (int64_t kk = int64_t(half) * 16; kk < W; kk += 32) {
@@ -147,7 +149,7 @@ mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void
             }
         }
         __syncthreads();
-        {   // Online softmax: 4 threads per row (aligned lane quads), 8 keys each.
+        {  // Online softmax: 4 threads per row (aligned lane quads), 8 keys each.
             const int row = threadIdx.x / 4, q4 = threadIdx.x % 4;
             float x[8];
             float mx = -INFINITY;
@@ -178,7 +180,7 @@ mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void
             }
         }
         __syncthreads();
-        {   // O = O * alpha + P V on this warp's rows and half of the columns.
+        {  // O = O * alpha + P V on this warp's rows and half of the columns.
             const float a_lo = alpha_s[rg * 16 + g], a_hi = alpha_s[rg * 16 + g + 8];
 #pragma unroll
             for (int i = 0; i < kOTiles; ++i) o[i][0] *= a_lo, o[i][1] *= a_lo, o[i][2] *= a_hi, o[i][3] *= a_hi;

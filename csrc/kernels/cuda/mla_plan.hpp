@@ -26,8 +26,9 @@ struct MlaPlan {
 inline MlaPlan mla_plan(const int32_t* seqlens, int64_t batch, int64_t block_size, int64_t rows_per_request,
                         int64_t num_splits, int64_t sm_count, int64_t rows_per_block = kMlaRowsPerBlock) {
     if (batch < 0 || block_size < 1 || rows_per_request < 1 || num_splits < 0 || sm_count < 1 || rows_per_block < 1)
-        throw std::invalid_argument("mla_plan: batch >= 0, block_size, rows_per_request, sm_count, rows_per_block >= 1, "
-                                    "num_splits >= 0 are required");
+        throw std::invalid_argument(
+            "mla_plan: batch >= 0, block_size, rows_per_request, sm_count, rows_per_block >= 1, "
+            "num_splits >= 0 are required");
     std::vector<int64_t> nblk(static_cast<size_t>(batch));
     int64_t total = 0;
     for (int64_t b = 0; b < batch; ++b) {

@@ -9,7 +9,6 @@ from kernel_helpers import BF16, EPS_BF16, FP8, f32, rand_bf16, rand_fp8_weight
 
 OK, WHY = cuda.available()
 needs_gpu = pytest.mark.skipif(not OK, reason=f"no usable GPU: {WHY}")
-built = pytest.mark.skipif(not cuda._G.built_with_cuda(), reason="dsperf was built without CUDA")
 
 
 def test_availability_is_reported_with_a_reason():
@@ -117,8 +116,7 @@ def test_bad_input_is_named_before_any_gpu_work(call, err, match):
         call()
 
 
-# ---- the MLA plan (host work) ------------------------------------------------------------------
-@built
+# ---- the MLA plan (host work, in every build) ----------------------------------------------------
 @pytest.mark.parametrize("seqlens, num_splits, sm_count", [
     ([1, 64, 65, 200], 2, None), ([1000, 5, 130], 3, None), ([3], 8, None),
     ([4096] * 4 + [17], None, 132), ([1] * 64, None, 132), ([100000], None, 8),
@@ -143,7 +141,17 @@ def test_mla_plan_partitions_every_request_into_block_ranges(seqlens, num_splits
         assert len(items) >= min(sum(-(-n // 64) for n in seqlens), 2 * sm_count // groups) // 2
 
 
-@built
+def test_mla_plan_sizes_its_splits_for_the_kernel_in_use(monkeypatch):
+    # 128 heads: the 64-row kernel (DSPERF_MLA_MMA=1) has 2 row blocks per split, the 16-row one 8,
+    # so the automatic plan cuts 4x more splits for it.
+    lens = np.full(4, 8192)
+    monkeypatch.setenv("DSPERF_MLA_MMA", "0")
+    n16 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132).num_items
+    monkeypatch.setenv("DSPERF_MLA_MMA", "1")
+    n64 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132).num_items
+    assert n64 > 3 * n16
+
+
 def test_mla_plan_rejects_bad_input():
     with pytest.raises(ValueError, match="seqlens must be >= 0"):
         cuda.get_mla_metadata(np.array([-1]), 1, 16, num_splits=1)
@@ -179,20 +187,22 @@ def test_device_arrays_in_device_arrays_out():
     np.testing.assert_array_equal(y.numpy(), cuda.rmsnorm(x, w))
     # Ids held on the GPU are checked there.
     with pytest.raises(ValueError, match="source\\[1\\] = 9"):
-        cuda.moe_permute(DeviceArray.from_numpy(rand_bf16(rng, 3, 8)), DeviceArray.from_numpy(np.array([0, 9], np.int32)))
+        cuda.moe_permute(DeviceArray.from_numpy(rand_bf16(rng, 3, 8)),
+                         DeviceArray.from_numpy(np.array([0, 9], np.int32)))
 
 
 @needs_gpu
-def test_act_quant_matches_the_cpu():
+@pytest.mark.parametrize("dim", [7168, 200])  # whole 128-groups, and a partial last group
+def test_act_quant_matches_the_cpu(dim):
     rng = np.random.default_rng(3)
-    x = rand_bf16(rng, 33, 7168)
+    x = rand_bf16(rng, 33, dim)
     q, s = cuda.act_quant(x)
     rq, rs = K.act_quant(x)
     np.testing.assert_array_equal(s, rs)
     # Same scale; FP8 rounding of x / scale may differ only where the CPU's division rounds otherwise.
     assert (q.view(np.uint8) == rq.view(np.uint8)).mean() > 0.999
-    np.testing.assert_allclose(f32(q) * np.repeat(s, 128, axis=1), f32(rq) * np.repeat(rs, 128, axis=1),
-                               rtol=2 ** -3, atol=0)
+    deq = f32(q) * np.repeat(s, 128, axis=1)[:, :dim]
+    np.testing.assert_allclose(deq, f32(rq) * np.repeat(rs, 128, axis=1)[:, :dim], rtol=2 ** -3, atol=0)
 
 
 @needs_gpu
@@ -242,24 +252,32 @@ def _counts(rng, E, total):
 
 
 @needs_gpu
-@pytest.mark.parametrize("N, Kd", [(256, 512), (200, 136)])  # tile-aligned, and ragged N and K
-def test_grouped_gemm_bf16_contiguous_matches_numpy(N, Kd):
+# Tile-aligned; ragged N and K (vector loads, a partial last K tile); K not a multiple of 8 (scalar loads).
+@pytest.mark.parametrize("N, Kd", [(256, 512), (200, 136), (72, 100)])
+@pytest.mark.parametrize("bf16_mma", ["1", "0"])  # the mma.sync kernel (K % 8 == 0), and the WMMA one
+def test_grouped_gemm_bf16_contiguous_matches_numpy(monkeypatch, bf16_mma, N, Kd):
+    monkeypatch.setenv("DSPERF_BF16_MMA", bf16_mma)
     rng = np.random.default_rng(10)
     E = 6
     counts = _counts(rng, E, 300)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     a, b = rand_bf16(rng, 300, Kd), rand_bf16(rng, E, N, Kd, scale=0.1)
     got = cuda.grouped_gemm(a, b, offsets=offsets)
-    want = np.concatenate([f32(a[offsets[e]:offsets[e + 1]]) @ f32(b[e]).T for e in range(E)])
+    # The reference in FP64, so that the bound below is the GPU's FP32 accumulation error alone.
+    want = np.concatenate([f32(a[offsets[e]:offsets[e + 1]]).astype(np.float64) @ f32(b[e]).T.astype(np.float64)
+                           for e in range(E)])
     bound = np.concatenate([np.abs(f32(a[offsets[e]:offsets[e + 1]])) @ np.abs(f32(b[e])).T for e in range(E)])
     assert (np.abs(got - want) <= Kd * 2.0 ** -24 * bound + 1e-30).all()
 
 
 @needs_gpu
-def test_grouped_gemm_bf16_masked_zeroes_past_the_counts():
+@pytest.mark.parametrize("bf16_mma", ["1", "0"])
+@pytest.mark.parametrize("cap", [100, 300])  # one and three 128-row tiles per expert
+def test_grouped_gemm_bf16_masked_zeroes_past_the_counts(monkeypatch, bf16_mma, cap):
+    monkeypatch.setenv("DSPERF_BF16_MMA", bf16_mma)
     rng = np.random.default_rng(11)
-    E, cap, N, Kd = 4, 100, 128, 256
-    counts = np.array([0, 100, 37, 65], np.int32)
+    E, N, Kd = 4, 136, 256
+    counts = np.array([0, cap, 37, cap - 35], np.int32)
     a, b = rand_bf16(rng, E, cap, Kd), rand_bf16(rng, E, N, Kd, scale=0.1)
     got = cuda.grouped_gemm(a, b, counts=counts)
     for e in range(E):
@@ -269,9 +287,12 @@ def test_grouped_gemm_bf16_masked_zeroes_past_the_counts():
 
 
 @needs_gpu
-def test_grouped_gemm_fp8_block_scaled_matches_the_dequantised_product():
+@pytest.mark.parametrize("fp8_mma", ["1", "0"])  # FP8 tensor cores where the GPU has them; the WMMA path
+@pytest.mark.parametrize("N, Kd", [(256, 384), (200, 272)])
+def test_grouped_gemm_fp8_block_scaled_matches_the_dequantised_product(monkeypatch, fp8_mma, N, Kd):
+    monkeypatch.setenv("DSPERF_FP8_MMA", fp8_mma)
     rng = np.random.default_rng(12)
-    E, N, Kd = 3, 256, 384
+    E = 3
     counts = np.array([50, 0, 77])
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     x = rand_bf16(rng, int(counts.sum()), Kd)
@@ -330,13 +351,16 @@ def test_cublas_baseline_matches_numpy():
 
 # ---- MLA decode --------------------------------------------------------------------------------
 @needs_gpu
+@pytest.mark.parametrize("mla_mma", ["0", "1"])  # the 16-row WMMA kernel, and the 64-row mma.sync one
 @pytest.mark.parametrize("seqlens, q_len, splits", [
     ([1], 1, 1), ([63, 64, 65], 1, 1), ([1000, 5, 130], 1, 3), ([2, 200], 2, 4), ([3], 1, 8),
     ([4000, 17, 300], 1, None),  # the automatic plan
+    ([300, 90], 2, 2),           # 2 x 128 heads: rows past one 64-row tile
 ])
-def test_mla_decode_matches_the_cpu(seqlens, q_len, splits):
+def test_mla_decode_matches_the_cpu(monkeypatch, mla_mma, seqlens, q_len, splits):
+    monkeypatch.setenv("DSPERF_MLA_MMA", mla_mma)
     rng = np.random.default_rng(len(seqlens) * 100 + q_len)
-    c = _mla_case(rng, seqlens, q_len)
+    c = _mla_case(rng, seqlens, q_len, heads=128 if seqlens == [300, 90] else 16)
     scale = (128 + 64) ** -0.5
     out, lse = cuda.mla_decode(*c.values(), scale, num_splits=splits)
     want, wlse = K.mla_decode(*c.values(), scale, num_splits=1)
@@ -345,7 +369,9 @@ def test_mla_decode_matches_the_cpu(seqlens, q_len, splits):
 
 
 @needs_gpu
-def test_mla_decode_fp8_cache_and_device_arrays():
+@pytest.mark.parametrize("mla_mma", ["0", "1"])
+def test_mla_decode_fp8_cache_and_device_arrays(monkeypatch, mla_mma):
+    monkeypatch.setenv("DSPERF_MLA_MMA", mla_mma)
     rng = np.random.default_rng(22)
     cache = K.PagedMlaCache(6, 64, 512, 64, dtype="fp8")
     table = np.array([[4, 1, 5], [2, 0, 3]], np.int32)
@@ -375,7 +401,8 @@ def test_mla_decode_fp8_cache_and_device_arrays():
 def test_mla_prefill_matches_numpy(T, prefix, heads):
     rng = np.random.default_rng(T + prefix)
     S = T + prefix
-    q, k, v = rand_bf16(rng, T, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 128)
+    q, k = rand_bf16(rng, T, heads, 192, scale=0.3), rand_bf16(rng, S, heads, 192, scale=0.3)
+    v = rand_bf16(rng, S, heads, 128)
     scale = 192 ** -0.5
     out, lse = cuda.mla_prefill(q, k, v, scale)
     s = np.einsum("thd,shd->hts", f32(q), f32(k)) * scale
@@ -387,3 +414,49 @@ def test_mla_prefill_matches_numpy(T, prefix, heads):
     # Probabilities rounded to BF16 before P V: about one BF16 unit of the largest value.
     np.testing.assert_allclose(out, want, atol=3 * EPS_BF16 * np.abs(f32(v)).max())
     np.testing.assert_allclose(lse, (m[..., 0] + np.log(p.sum(-1))).T, rtol=1e-4, atol=1e-4)
+
+
+# ---- CUDA graphs -------------------------------------------------------------------------------
+def test_a_graph_replays_only_after_a_capture():
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        cuda.CudaGraph().replay()
+
+
+@pytest.mark.skipif(OK, reason="a GPU is present")
+def test_a_graph_capture_without_a_gpu_says_why():
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        with cuda.CudaGraph():
+            pass
+
+
+@needs_gpu
+def test_graph_of_attention_and_experts_replays_like_the_eager_calls():
+    rng = np.random.default_rng(30)
+    c = _mla_case(rng, [300, 70], q_len=1, heads=16)
+    mla = [DeviceArray.from_numpy(a) for a in c.values()]
+    meta = cuda.get_mla_metadata(mla[5], 1, 16)
+    o, l = DeviceArray((2, 1, 16, 512), np.float32), DeviceArray((2, 1, 16), np.float32)
+    E, cap, D, I = 4, 8, 256, 128
+    x = DeviceArray.from_numpy(rand_bf16(rng, E, cap, D))
+    counts = DeviceArray.from_numpy(np.array([3, 0, 8, 5], np.int32))
+    w13, w2 = DeviceArray.from_numpy(rand_bf16(rng, E, 2 * I, D, scale=0.05)), DeviceArray.from_numpy(
+        rand_bf16(rng, E, D, I, scale=0.05))
+    eager_y = cuda.experts_masked(x, counts, w13, w2).numpy()
+    eager_o, eager_l = (a.numpy() for a in cuda.mla_decode(*mla, 0.1, meta))  # also the warm-up
+    g = cuda.CudaGraph()
+    with g:
+        cuda.mla_decode(*mla, 0.1, meta, out=(o, l), validate=False)
+        y = cuda.experts_masked(x, counts, w13, w2, validate=False)
+        with pytest.raises(RuntimeError, match="numpy"):
+            cuda.rmsnorm(np.ones((2, 8), np.float32), np.ones(8, np.float32))
+    o.set(np.zeros(o.shape, np.float32))
+    g.replay()
+    np.testing.assert_array_equal(o.numpy(), eager_o)
+    np.testing.assert_array_equal(l.numpy(), eager_l)
+    np.testing.assert_array_equal(y.numpy(), eager_y)
+    # New inputs in the same buffers, replayed.
+    new_x = rand_bf16(rng, E, cap, D)
+    x.set(new_x)
+    g.replay()
+    np.testing.assert_array_equal(y.numpy(), cuda.experts_masked(new_x, np.array([3, 0, 8, 5], np.int32),
+                                                                 w13.numpy(), w2.numpy()))

@@ -102,6 +102,14 @@ def test_reshape_and_view_share_the_memory():
         a.view(np.float32)
 
 
+def test_set_checks_before_copying():
+    a = fake((3,), np.float32)
+    with pytest.raises(ValueError, match="float32 \\(3,\\)"):
+        a.set(np.zeros((2, 2), np.float32))
+    with pytest.raises(TypeError, match="numpy array"):
+        a.set([1.0, 2.0, 3.0])
+
+
 # ---- importing -----------------------------------------------------------------------------------
 def test_a_third_party_dlpack_capsule_parses():
     # numpy is a real DLPack producer (CPU memory): our reading of its struct must match its fields.

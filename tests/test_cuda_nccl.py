@@ -137,3 +137,50 @@ def test_nccl_dispatch_and_combine_match_the_simulation(low_latency):
         for r in range(n):
             want_y = ws[r].sum(1, keepdims=True) * f32(xs[r])
             np.testing.assert_allclose(out[r].numpy(), want_y, rtol=1e-5, atol=1e-5)
+
+
+# ---- one process per GPU (mpirun) -------------------------------------------------------------
+def _mpi_worker():
+    """Run under mpirun, one rank per GPU: every process builds every rank's inputs from the same
+    seed, runs its own rank over NCCL (Communicator.from_unique_id) and checks it against the
+    simulated transport run over all ranks."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    rank, n = world.Get_rank(), world.Get_size()
+    uid = world.bcast(N.unique_id() if rank == 0 else None, root=0)
+    E = 8 * n
+    rng = np.random.default_rng(7)
+    xs, ids, ws = make_ranks(rng, n, E, [int(v) for v in rng.integers(1, 20, n)])
+    sim = N.SimulatedTransport(n)
+    want, _, hs = N.dispatch(sim, xs, ids, ws, E)
+    want_y = N.combine(sim, {r: f32(want[r]) for r in range(n)}, hs)
+    with N.Communicator.from_unique_id(uid, n, rank, rank) as comm:
+        t = N.NcclTransport(comm)
+        got, _, h = N.dispatch(t, {rank: cuda.DeviceArray.from_numpy(xs[rank], rank)}, {rank: ids[rank]},
+                               {rank: cuda.DeviceArray.from_numpy(ws[rank], rank)}, E)
+        np.testing.assert_array_equal(got[rank].numpy().view(np.uint16), want[rank].view(np.uint16))
+        y = N.combine(t, {rank: cuda.DeviceArray.from_numpy(f32(got[rank].numpy()), rank)}, h)
+        np.testing.assert_allclose(y[rank].numpy(), want_y[rank], rtol=1e-5, atol=1e-5)
+    world.Barrier()
+    if rank == 0:
+        print("cuda_nccl mpi worker: ok")
+
+
+@needs_2_gpus
+def test_one_process_per_gpu_over_mpirun():
+    import shutil
+    import subprocess
+    import sys
+    pytest.importorskip("mpi4py")
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun is not installed")
+    from pathlib import Path
+    here = Path(__file__).resolve()
+    r = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", sys.executable, str(here)], capture_output=True,
+                       text=True, timeout=300, cwd=here.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cuda_nccl mpi worker: ok" in r.stdout
+
+
+if __name__ == "__main__":
+    _mpi_worker()

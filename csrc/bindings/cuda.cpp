@@ -18,6 +18,7 @@
 #endif
 #include "kernels/cpu/moe.hpp"
 #include "kernels/cuda/dlpack.hpp"
+#include "kernels/cuda/mla_plan.hpp"
 
 namespace py = pybind11;
 
@@ -67,8 +68,8 @@ void export_deleter(dl::ManagedTensor* t) {
     delete t;
 }
 
-py::capsule dlpack_export(uintptr_t ptr, std::vector<int64_t> shape, int code, int bits, int device_type,
-                          int device_id, py::object owner) {
+py::capsule dlpack_export(uintptr_t ptr, std::vector<int64_t> shape, int code, int bits, int device_type, int device_id,
+                          py::object owner) {
     if (code < 0 || code > 255 || bits < 1 || bits > 255) throw std::invalid_argument("dlpack: bad dtype code or bits");
     auto* ctx = new ExportCtx{std::move(shape), owner.release().ptr()};
     auto* t = new dl::ManagedTensor{};
@@ -102,8 +103,9 @@ py::dict dlpack_import(py::object capsule) {
     PyObject* c = capsule.ptr();
     if (!PyCapsule_CheckExact(c)) throw py::type_error("__dlpack__() must return a PyCapsule");
     if (!PyCapsule_IsValid(c, "dltensor"))
-        throw py::value_error("the DLPack capsule was already consumed, or is not a 'dltensor' capsule (versioned "
-                              "DLPack 1.x capsules are not accepted)");
+        throw py::value_error(
+            "the DLPack capsule was already consumed, or is not a 'dltensor' capsule (versioned "
+            "DLPack 1.x capsules are not accepted)");
     auto* m = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
     if (PyCapsule_SetName(c, "used_dltensor") != 0) throw py::error_already_set();
     py::capsule holder(m, [](void* p) {
@@ -184,6 +186,17 @@ void bind_cuda(py::module_& root) {
     m.def("dlpack_export", &dlpack_export, py::arg("ptr"), py::arg("shape"), py::arg("code"), py::arg("bits"),
           py::arg("device_type"), py::arg("device_id"), py::arg("owner"));
     m.def("dlpack_import", &dlpack_import, py::arg("capsule"));
+    // Host work: planned in every build.
+    m.def("mla_plan", [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> seqlens, int64_t block_size,
+                         int64_t rows_per_request, int64_t num_splits, int64_t sm_count, int64_t rows_per_block) {
+        const dsperf::cuda::MlaPlan plan = dsperf::cuda::mla_plan(
+            seqlens.data(), seqlens.size(), block_size, rows_per_request, num_splits, sm_count, rows_per_block);
+        py::array_t<int32_t> items({plan.n_items(), int64_t(4)});
+        std::memcpy(items.mutable_data(), plan.items.data(), plan.items.size() * sizeof(int32_t));
+        py::array_t<int32_t> offs(int64_t(plan.split_offsets.size()));
+        std::memcpy(offs.mutable_data(), plan.split_offsets.data(), plan.split_offsets.size() * sizeof(int32_t));
+        return py::make_tuple(items, offs);
+    });
     m.def("device_count", [] {
 #ifdef DSPERF_WITH_CUDA
         return C::device_count();
@@ -192,9 +205,18 @@ void bind_cuda(py::module_& root) {
 #endif
     });
 #ifdef DSPERF_WITH_CUDA
-    m.def("device_name", [](int d) { require_gpu(); return C::device_name(d); });
-    m.def("sm_count", [](int d) { require_gpu(); return C::multiprocessor_count(d); });
-    m.def("compute_capability", [](int d) { require_gpu(); return C::compute_capability(d); });
+    m.def("device_name", [](int d) {
+        require_gpu();
+        return C::device_name(d);
+    });
+    m.def("sm_count", [](int d) {
+        require_gpu();
+        return C::multiprocessor_count(d);
+    });
+    m.def("compute_capability", [](int d) {
+        require_gpu();
+        return C::compute_capability(d);
+    });
     m.def("synchronize", [](int d) { on(d, [] { C::synchronize(); }); });
     m.def("set_synchronous", &C::set_synchronous_launches);
     m.def("synchronous", [] { return C::synchronous_launches(); });
@@ -211,12 +233,10 @@ void bind_cuda(py::module_& root) {
     m.def("copy_to_device", [](uintptr_t dst, uintptr_t host, size_t n, int d) {
         on(d, [&] { C::copy_to_device(P(dst), P(host), n); });
     });
-    m.def("copy_to_host", [](uintptr_t host, uintptr_t src, size_t n, int d) {
-        on(d, [&] { C::copy_to_host(P(host), P(src), n); });
-    });
-    m.def("copy_on_device", [](uintptr_t dst, uintptr_t src, size_t n, int d) {
-        on(d, [&] { C::copy_on_device(P(dst), P(src), n); });
-    });
+    m.def("copy_to_host",
+          [](uintptr_t host, uintptr_t src, size_t n, int d) { on(d, [&] { C::copy_to_host(P(host), P(src), n); }); });
+    m.def("copy_on_device",
+          [](uintptr_t dst, uintptr_t src, size_t n, int d) { on(d, [&] { C::copy_on_device(P(dst), P(src), n); }); });
     m.def("fill_zero", [](uintptr_t p, size_t n, int d) { on(d, [&] { C::fill_zero(P(p), n); }); });
 
     m.def("rmsnorm", [](uintptr_t x, uintptr_t w, uintptr_t y, int64_t rows, int64_t dim, float eps, int d) {
@@ -242,12 +262,12 @@ void bind_cuda(py::module_& root) {
         cfg.score = sigmoid ? dsperf::kernels::ScoreFunc::Sigmoid : dsperf::kernels::ScoreFunc::Softmax;
         on(d, [&] { C::moe_gate(P<float>(logits), T, E, P<float>(bias), cfg, P<float>(weights), P<int32_t>(ids)); });
     });
-    m.def("moe_permute", [](uintptr_t x, int64_t tokens, int64_t row_bytes, uintptr_t source, int64_t rows,
-                            uintptr_t out, int d) {
-        on(d, [&] { C::moe_permute(P(x), tokens, row_bytes, P<int32_t>(source), rows, P(out)); });
-    });
-    m.def("moe_unpermute", [](uintptr_t y, int64_t rows, int64_t dim, uintptr_t position, uintptr_t weights,
-                              int64_t T, int64_t K, uintptr_t out, int d) {
+    m.def("moe_permute",
+          [](uintptr_t x, int64_t tokens, int64_t row_bytes, uintptr_t source, int64_t rows, uintptr_t out, int d) {
+              on(d, [&] { C::moe_permute(P(x), tokens, row_bytes, P<int32_t>(source), rows, P(out)); });
+          });
+    m.def("moe_unpermute", [](uintptr_t y, int64_t rows, int64_t dim, uintptr_t position, uintptr_t weights, int64_t T,
+                              int64_t K, uintptr_t out, int d) {
         on(d, [&] {
             C::moe_unpermute(P<float>(y), rows, dim, P<int32_t>(position), P<float>(weights), T, K, P<float>(out));
         });
@@ -268,24 +288,14 @@ void bind_cuda(py::module_& root) {
         C::cublas_available(&why);
         return why;
     });
-    m.def("cublas_gemm_bf16", [](uintptr_t a, uintptr_t b, uintptr_t c, int64_t M, int64_t N, int64_t K,
-                                 int64_t batch, int64_t sa, int64_t sb, int64_t sc, int d) {
+    m.def("cublas_gemm_bf16", [](uintptr_t a, uintptr_t b, uintptr_t c, int64_t M, int64_t N, int64_t K, int64_t batch,
+                                 int64_t sa, int64_t sb, int64_t sc, int d) {
         on(d, [&] { C::cublas_gemm_bf16(P<uint16_t>(a), P<uint16_t>(b), P<float>(c), M, N, K, batch, sa, sb, sc); });
     });
-    m.def("mla_plan", [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> seqlens, int64_t block_size,
-                         int64_t rows_per_request, int64_t num_splits, int64_t sm_count) {
-        const C::MlaPlan plan = C::mla_plan(seqlens.data(), seqlens.size(), block_size, rows_per_request, num_splits,
-                                            sm_count);
-        py::array_t<int32_t> items({plan.n_items(), int64_t(4)});
-        std::memcpy(items.mutable_data(), plan.items.data(), plan.items.size() * sizeof(int32_t));
-        py::array_t<int32_t> offs(int64_t(plan.split_offsets.size()));
-        std::memcpy(offs.mutable_data(), plan.split_offsets.data(), plan.split_offsets.size() * sizeof(int32_t));
-        return py::make_tuple(items, offs);
-    });
-    m.def("mla_decode", [](uintptr_t q_nope, uintptr_t q_rope, uintptr_t latent, uintptr_t latent_scale,
-                           uintptr_t rope, uintptr_t block_table, uintptr_t seqlens, uintptr_t items,
-                           uintptr_t split_offsets, int64_t n_items, int64_t n_partials, int64_t batch, int64_t q_len,
-                           int64_t heads, int64_t kv_lora, int64_t rope_dim, int64_t num_blocks, int64_t block_size,
+    m.def("mla_decode", [](uintptr_t q_nope, uintptr_t q_rope, uintptr_t latent, uintptr_t latent_scale, uintptr_t rope,
+                           uintptr_t block_table, uintptr_t seqlens, uintptr_t items, uintptr_t split_offsets,
+                           int64_t n_items, int64_t n_partials, int64_t batch, int64_t q_len, int64_t heads,
+                           int64_t kv_lora, int64_t rope_dim, int64_t num_blocks, int64_t block_size,
                            int64_t max_blocks, float scale, uintptr_t out, uintptr_t lse, uintptr_t part_out,
                            uintptr_t part_lse, bool check_values, int d) {
         C::MlaDecode a;
@@ -305,6 +315,20 @@ void bind_cuda(py::module_& root) {
                            P<float>(out), P<float>(lse));
         });
     });
+    m.def("graph_begin_capture", [](int d) {
+        C::set_device(d);
+        return C::graph_begin_capture();
+    });
+    m.def("graph_end_capture", [](uintptr_t stream, bool discard, int d) {
+        C::set_device(d);
+        return C::graph_end_capture(stream, discard);
+    });
+    m.def("graph_launch",
+          [](uintptr_t exec, uintptr_t stream, int d) { on(d, [&] { C::graph_launch(exec, stream); }); });
+    m.def("graph_destroy", [](uintptr_t exec, uintptr_t stream, int d) {
+        C::set_device(d);
+        C::graph_destroy(exec, stream);
+    });
     m.def("nccl_why_unavailable", [] {
         std::string why;
         C::nccl_available(&why);
@@ -322,29 +346,61 @@ void bind_cuda(py::module_& root) {
     });
     m.def("nccl_destroy", [](uintptr_t comm) { C::nccl_destroy(comm); });
     // parts: (comm, device, send, recv, send_offsets, send_counts, recv_offsets, recv_counts) per local rank.
-    m.def("nccl_alltoallv", [](const std::vector<std::tuple<uintptr_t, int, uintptr_t, uintptr_t, std::vector<int64_t>,
-                                                            std::vector<int64_t>, std::vector<int64_t>,
-                                                            std::vector<int64_t>>>& parts,
-                               int64_t row_bytes) {
-        std::vector<C::AllToAllPart> ps;
-        for (const auto& t : parts) {
-            C::AllToAllPart p;
-            p.comm = std::get<0>(t), p.device = std::get<1>(t), p.send = P(std::get<2>(t)), p.recv = P(std::get<3>(t));
-            p.send_offsets = std::get<4>(t), p.send_counts = std::get<5>(t);
-            p.recv_offsets = std::get<6>(t), p.recv_counts = std::get<7>(t);
-            ps.push_back(std::move(p));
-        }
-        py::gil_scoped_release nogil;
-        C::nccl_alltoallv(ps, row_bytes);
-    });
+    m.def("nccl_alltoallv",
+          [](const std::vector<std::tuple<uintptr_t, int, uintptr_t, uintptr_t, std::vector<int64_t>,
+                                          std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>>& parts,
+             int64_t row_bytes) {
+              std::vector<C::AllToAllPart> ps;
+              for (const auto& t : parts) {
+                  C::AllToAllPart p;
+                  p.comm = std::get<0>(t), p.device = std::get<1>(t), p.send = P(std::get<2>(t)),
+                  p.recv = P(std::get<3>(t));
+                  p.send_offsets = std::get<4>(t), p.send_counts = std::get<5>(t);
+                  p.recv_offsets = std::get<6>(t), p.recv_counts = std::get<7>(t);
+                  ps.push_back(std::move(p));
+              }
+              py::gil_scoped_release nogil;
+              C::nccl_alltoallv(ps, row_bytes);
+          });
 #else
-    for (const char* name :
-         {"device_name", "sm_count", "compute_capability", "synchronize", "set_synchronous", "synchronous",
-          "pointer_device", "Allocation", "copy_to_device", "copy_to_host", "copy_on_device", "fill_zero", "rmsnorm",
-          "silu_mul", "act_quant", "rope_bf16", "moe_gate", "moe_permute", "moe_unpermute", "grouped_gemm",
-          "cublas_why_unavailable", "cublas_gemm_bf16", "mla_plan", "mla_decode", "mla_prefill", "nccl_why_unavailable",
-          "nccl_unique_id", "nccl_init_rank", "nccl_init_all", "nccl_destroy", "nccl_alltoallv"}) {
-        m.def(name, [](py::args, py::kwargs) -> py::object { require_gpu(); return py::none(); });
+    for (const char* name : {"device_name",
+                             "sm_count",
+                             "compute_capability",
+                             "synchronize",
+                             "set_synchronous",
+                             "synchronous",
+                             "pointer_device",
+                             "Allocation",
+                             "copy_to_device",
+                             "copy_to_host",
+                             "copy_on_device",
+                             "fill_zero",
+                             "rmsnorm",
+                             "silu_mul",
+                             "act_quant",
+                             "rope_bf16",
+                             "moe_gate",
+                             "moe_permute",
+                             "moe_unpermute",
+                             "grouped_gemm",
+                             "cublas_why_unavailable",
+                             "cublas_gemm_bf16",
+                             "mla_decode",
+                             "mla_prefill",
+                             "graph_begin_capture",
+                             "graph_end_capture",
+                             "graph_launch",
+                             "graph_destroy",
+                             "nccl_why_unavailable",
+                             "nccl_unique_id",
+                             "nccl_init_rank",
+                             "nccl_init_all",
+                             "nccl_destroy",
+                             "nccl_alltoallv"}) {
+        m.def(name, [](py::args, py::kwargs) -> py::object {
+            require_gpu();
+            return py::none();
+        });
     }
 #endif
 }

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import os
+import threading
 
 import numpy as np
 
 from . import _C
+from . import cuda_array as _CA
 from . import kernels as K
 from .cuda_array import (BF16, FP8, DeviceArray, as_device_array, from_cuda_array_interface, from_dlpack,
                          is_device_array_like)
@@ -34,7 +37,8 @@ I64 = np.dtype(np.int64)
 __all__ = ["DeviceArray", "available", "device_count", "device_name", "as_device_array", "from_dlpack",
            "from_cuda_array_interface", "synchronize", "async_launches", "rmsnorm", "silu_mul", "act_quant",
            "apply_rope", "moe_gate", "moe_permute", "moe_unpermute", "grouped_gemm", "experts_contiguous",
-           "experts_masked", "cublas_gemm_bf16", "get_mla_metadata", "MlaMetadata", "mla_decode", "mla_prefill"]
+           "experts_masked", "cublas_gemm_bf16", "get_mla_metadata", "MlaMetadata", "mla_decode", "mla_prefill",
+           "CudaGraph"]
 
 
 def available() -> tuple[bool, str]:
@@ -68,6 +72,73 @@ def async_launches(device: int = 0):
         _G.set_synchronous(before)
 
 
+class CudaGraph:
+    """Captures a sequence of dsperf.cuda calls into a CUDA graph, replayed with one launch.
+
+        g = CudaGraph()
+        with g:                                   # captured, not run
+            out, lse = mla_decode(..., metadata=meta, out=(o, l), validate=False)
+            y = experts_masked(x, counts, w13, w2, validate=False)
+        g.replay()                                # runs them; o, l and y hold the results
+        x.set(new_x); g.replay()                  # new inputs, same buffers
+
+    Inside the block only GPU arrays are allowed, nothing may synchronise or copy from or to the
+    host, and value checks must be off (validate=False); calls that would do otherwise raise
+    RuntimeError. Warm up once before capturing (a plan's device arrays are made on its first
+    use). Outputs allocated inside live as long as the graph; the inputs are the caller's to keep.
+    Kernels that need scratch memory or always check ids (moe_gate, moe_permute, moe_unpermute) and
+    the NCCL exchanges cannot be captured."""
+
+    def __init__(self, device: int = 0):
+        self.device = K._int("device", device, 0)
+        self._exec = self._stream = 0
+        self._keep = []
+
+    def __enter__(self):
+        ok, why = available()
+        if not ok:
+            raise RuntimeError(f"no CUDA device: {why}")
+        if self._exec:
+            raise RuntimeError("this CudaGraph holds a capture already; make a new one")
+        if _CA._capture_keep is not None:
+            raise RuntimeError("a CUDA graph is being captured already")
+        self._sync_before = _G.synchronous()
+        self._stream = _G.graph_begin_capture(self.device)
+        _G.set_synchronous(False)
+        _CA._capture_keep = self._keep
+        _capturing.active = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _CA._capture_keep = None
+        _capturing.active = False
+        _G.set_synchronous(self._sync_before)
+        try:
+            self._exec = _G.graph_end_capture(self._stream, exc_type is not None, self.device)
+        except Exception:
+            self._stream = 0  # a failed capture takes its stream with it
+            raise
+        if not self._exec:
+            self._stream = 0  # discarded: the stream went with it
+        return False
+
+    def replay(self):
+        """Runs the captured work (waits for it unless inside async_launches)."""
+        if not self._exec:
+            raise RuntimeError("nothing captured: use the CudaGraph as a `with` block first")
+        _G.graph_launch(self._exec, self._stream, self.device)
+
+    def __del__(self):
+        if self._exec or self._stream:
+            try:
+                _G.graph_destroy(self._exec, self._stream, self.device)
+            except Exception:  # interpreter shutdown: nothing left to report to
+                pass
+
+
+_capturing = threading.local()
+
+
 # ---- placement and checks ----------------------------------------------------------------------
 class _Call:
     """Where one kernel call's arrays live: all numpy (host mode: staged through device `device`)
@@ -99,6 +170,9 @@ class _Call:
             other = next(n for n, d in gpu if d == devices[1])
             raise ValueError(f"{first} lives on GPU {devices[0]} but {other} on GPU {devices[1]}: one call runs "
                              f"on one GPU")
+        if host and getattr(_capturing, "active", False):
+            raise RuntimeError(f"{host[0]} is a numpy array: a CUDA graph capture takes GPU arrays only (copies "
+                               f"from the host cannot be captured)")
         self.on_device = bool(gpu)
         self.device = devices[0] if gpu else (0 if device is None else K._int("device", device, 0))
         self._staged = {}
@@ -384,7 +458,7 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
     return c.out(out)
 
 
-def _experts(x, layout, w13, w2, w13_scale, w2_scale):
+def _experts(x, layout, w13, w2, w13_scale, w2_scale, validate=True):
     c = _Call(("x", x), (layout[0], layout[1]), ("w13", w13), ("w2", w2), ("w13_scale", w13_scale),
               ("w2_scale", w2_scale))
     # The CPU's weight checks, on the shapes and dtypes alone.
@@ -411,7 +485,9 @@ def _experts(x, layout, w13, w2, w13_scale, w2_scale):
         if c["x"].shape[0] != E:
             raise ValueError(f"x must be [experts = {E}, capacity, dim = {D}], got {c['x'].shape}")
         _check_counts(c, E, c["x"].shape[1])
-    for name, want in (("w13_scale", (E, -(-two_i // 128), -(-D // 128))), ("w2_scale", (E, -(-D // 128), -(-two_i // 2 // 128)))):
+    scale_shapes = (("w13_scale", (E, -(-two_i // 128), -(-D // 128))),
+                    ("w2_scale", (E, -(-D // 128), -(-two_i // 2 // 128))))
+    for name, want in scale_shapes:
         if fp8:
             _check(name, c[name], (F32,), 3)
             if c[name].shape != want:
@@ -420,23 +496,23 @@ def _experts(x, layout, w13, w2, w13_scale, w2_scale):
     # Stage everything once, then two grouped GEMMs around SiLU-and-multiply, all on the device.
     dev = {name: c.dev(name) for name in ("x", layout[0], "w13", "w2", "w13_scale", "w2_scale")}
     kw = {layout[0]: dev[layout[0]]}
-    gu = grouped_gemm(dev["x"], dev["w13"], b_scale=dev["w13_scale"], **kw)
+    gu = grouped_gemm(dev["x"], dev["w13"], b_scale=dev["w13_scale"], validate=validate, **kw)
     h = silu_mul(gu.reshape(-1, two_i)).reshape(gu.shape[:-1] + (two_i // 2,))
-    y = grouped_gemm(h, dev["w2"], b_scale=dev["w2_scale"], **kw)
+    y = grouped_gemm(h, dev["w2"], b_scale=dev["w2_scale"], validate=validate, **kw)
     return c.out(y)
 
 
-def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None):
+def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None, *, validate=True):
     """Grouped expert FFN, contiguous layout (as dsperf.kernels.experts_contiguous): x BF16
     [rows, dim] sorted by expert, expert e owning rows offsets[e]:offsets[e+1]; w13 [E, 2I, dim]
     (w1 then w3), w2 [E, dim, I], BF16 or FP8 with block scales. Returns FP32 [rows, dim]."""
-    return _experts(x, ("offsets", offsets), w13, w2, w13_scale, w2_scale)
+    return _experts(x, ("offsets", offsets), w13, w2, w13_scale, w2_scale, validate)
 
 
-def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None):
+def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None, *, validate=True):
     """Grouped expert FFN, masked layout: x BF16 [E, capacity, dim] with counts[e] valid rows per
     expert. Returns FP32 [E, capacity, dim], zero past each count."""
-    return _experts(x, ("counts", counts), w13, w2, w13_scale, w2_scale)
+    return _experts(x, ("counts", counts), w13, w2, w13_scale, w2_scale, validate)
 
 
 def cublas_gemm_bf16(a, b):
@@ -515,7 +591,9 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     sm_count = K._int("sm_count", sm_count, 1)
     if s.size and s.min() < 0:
         raise ValueError(f"seqlens must be >= 0, got {s.min()}")
-    items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count)
+    # The 64-row decode kernel (DSPERF_MLA_MMA=1) needs more splits to fill the GPU than the 16-row one.
+    rows_per_block = 64 if os.environ.get("DSPERF_MLA_MMA") == "1" else 16
+    items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count, rows_per_block)
     return MlaMetadata(items, offsets, q_len * heads, block_size)
 
 

@@ -41,6 +41,10 @@ _FROM_DLPACK = {v: k for k, v in _DLPACK.items()}
 KDL_CPU, KDL_CUDA, KDL_CUDA_MANAGED = 1, 2, 13
 LEGACY_DEFAULT_STREAM = 1  # the __cuda_array_interface__ / DLPack name of CUDA's legacy default stream
 
+# While a CUDA graph is captured, every array allocated joins this list, so that the memory the
+# graph's kernels read and write lives as long as the graph (dsperf.cuda.CudaGraph sets it).
+_capture_keep = None
+
 
 def _shape(shape) -> tuple:
     if isinstance(shape, numbers.Integral):
@@ -80,6 +84,8 @@ class DeviceArray:
             raise ValueError(f"device must be an integer >= 0, got {device!r}")
         alloc = _G.Allocation(math.prod(shape) * dtype.itemsize, int(device))
         self._set(alloc.ptr, shape, dtype, int(device), alloc)
+        if _capture_keep is not None:
+            _capture_keep.append(self)
 
     def _set(self, ptr, shape, dtype, device, owner):
         self._ptr, self._shape, self._dtype, self._device, self._owner = int(ptr), shape, dtype, device, owner
@@ -106,6 +112,17 @@ class DeviceArray:
         d = cls(shape, dtype, device)
         _G.fill_zero(d._ptr, d.nbytes, d._device)
         return d
+
+    def set(self, a) -> "DeviceArray":
+        """Copies numpy `a` (this array's shape and dtype) into this array, in place: new inputs
+        for a captured CUDA graph."""
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"set needs a numpy array, got {type(a).__name__}")
+        if a.shape != self._shape or a.dtype != self._dtype:
+            raise ValueError(f"set needs {self._dtype} {self._shape}, got {a.dtype} {a.shape}")
+        a = np.ascontiguousarray(a)
+        _G.copy_to_device(self._ptr, a.ctypes.data, a.nbytes, self._device)
+        return self
 
     def numpy(self) -> np.ndarray:
         """A numpy copy (waits for the device's queued work first)."""

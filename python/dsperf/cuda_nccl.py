@@ -106,6 +106,8 @@ class NcclTransport:
 
     def unpermute(self, rank, y, position, weights):
         from . import cuda
+        if isinstance(position, np.ndarray):
+            position = np.ascontiguousarray(position, np.int32)
         return cuda.moe_unpermute(y, self.to_rank(rank, position), self.to_rank(rank, weights))
 
     def alltoallv(self, sends, send_counts, recv_counts):
@@ -271,7 +273,7 @@ def dispatch_low_latency(transport, xs, ids, weights, n_experts, max_tokens):
             slab[g, :k] = source[offsets[g]:offsets[g] + k]
         g_of = hids[r].astype(np.int64)
         slot_pos = g_of * cap + (position - offsets[g_of])  # (dest, expert, j) row of each (token, slot)
-        plans[r] = slot_pos
+        plans[r] = slot_pos.astype(np.int32)
         if T == 0:
             sends[r] = transport.to_rank(r, np.zeros((n_experts * cap,) + tuple(xs[r].shape[1:]), xs[r].dtype))
         else:

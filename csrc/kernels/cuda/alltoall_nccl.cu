@@ -4,13 +4,31 @@
 // libnccl is loaded at run time (dlopen) so the module imports on machines without it; the
 // header supplies the types. Every transfer is bytes (ncclInt8): rows of any dtype.
 #include <dlfcn.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <mutex>
 
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+
+#if !__has_include(<nccl.h>)
+// A toolkit without NCCL's header: the exchanges exist and say why they cannot run.
+namespace dsperf::cuda {
+namespace {
+const char* kNoNccl = "dsperf was built without nccl.h (NCCL's header was not found at build time)";
+}
+bool nccl_available(std::string* why) {
+    if (why) *why = kNoNccl;
+    return false;
+}
+std::string nccl_unique_id() { throw std::runtime_error(kNoNccl); }
+uintptr_t nccl_init_rank(const std::string&, int, int, int) { throw std::runtime_error(kNoNccl); }
+std::vector<uintptr_t> nccl_init_all(const std::vector<int>&) { throw std::runtime_error(kNoNccl); }
+void nccl_destroy(uintptr_t) { throw std::runtime_error(kNoNccl); }
+void nccl_alltoallv(const std::vector<AllToAllPart>&, int64_t) { throw std::runtime_error(kNoNccl); }
+}  // namespace dsperf::cuda
+#else
+#include <nccl.h>
 
 namespace dsperf::cuda {
 namespace {
@@ -68,7 +86,8 @@ Nccl& need_nccl() {
 
 void check_nccl(ncclResult_t r, const char* what) {
     if (r != ncclSuccess)
-        throw std::runtime_error(std::string("NCCL ") + what + ": " + (nccl().error_string ? nccl().error_string(r) : "?"));
+        throw std::runtime_error(std::string("NCCL ") + what + ": " +
+                                 (nccl().error_string ? nccl().error_string(r) : "?"));
 }
 
 // Restores the caller's current device on scope exit.
@@ -179,3 +198,4 @@ void nccl_alltoallv(const std::vector<AllToAllPart>& parts, int64_t row_bytes) {
 }
 
 }  // namespace dsperf::cuda
+#endif  // nccl.h

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/mla_plan.hpp"
 #include "kernels/cpu/moe.hpp"  // GateConfig: the same routing configuration and checks as the CPU
 
 namespace dsperf::cuda {
@@ -60,8 +61,8 @@ void rope_inplace_bf16(uint16_t* x, int64_t tokens, int64_t heads, int64_t ld_to
 
 // ---- MoE routing (moe.cu) ------------------------------------------------------------------------
 // DeepSeek-V3 routing of FP32 logits [tokens, experts]; the CPU moe_gate's semantics exactly.
-void moe_gate(const float* logits, int64_t tokens, int64_t experts, const float* bias,
-              const kernels::GateConfig& cfg, float* weights, int32_t* ids);
+void moe_gate(const float* logits, int64_t tokens, int64_t experts, const float* bias, const kernels::GateConfig& cfg,
+              float* weights, int32_t* ids);
 // out[r] = x[source[r]] for rows of row_bytes bytes (any dtype); source checked on the device.
 void moe_permute(const void* x, int64_t tokens, int64_t row_bytes, const int32_t* source, int64_t rows, void* out);
 // out[t] = sum_k weights[t, k] * y_perm[position[t, k]] in slot order (FP32).
@@ -95,7 +96,7 @@ struct GroupedGemm {
     // Check offsets / counts on the device first (one synchronisation); callers that checked
     // them already (benchmarks timing back-to-back launches) may skip it.
     bool check_values = true;
-    void validate() const;             // sizes and pointers (host side)
+    void validate() const;  // sizes and pointers (host side)
 };
 void grouped_gemm(const GroupedGemm& g);
 
@@ -107,27 +108,16 @@ void cublas_gemm_bf16(const uint16_t* a, const uint16_t* b, float* c, int64_t M,
 bool cublas_available(std::string* why);
 
 // ---- MLA decode (mla_decode.cu) -----------------------------------------------------------------
-// The plan of a split-KV decode (FlashMLA's get_mla_metadata): work items (request, first block,
-// end block, split index) over 64-token blocks, and each request's first partial-result slot.
-struct MlaPlan {
-    std::vector<int32_t> items;          // [n_items, 4]: b, block_begin, block_end, split
-    std::vector<int32_t> split_offsets;  // [batch + 1]
-    int64_t n_items() const { return int64_t(items.size() / 4); }
-};
-// Plans from host seqlens: num_splits > 0 cuts every request into that many equal block ranges
-// (empty ranges dropped); 0 sizes the splits so that about two work items per SM exist.
-MlaPlan mla_plan(const int32_t* seqlens, int64_t batch, int64_t block_size, int64_t rows_per_request,
-                 int64_t num_splits, int64_t sm_count);
-
+// The plan: mla_plan.hpp (host code).
 struct MlaDecode {
-    const uint16_t* q_nope = nullptr;  // [B, Q, H, L] BF16 (W_UK absorbed)
-    const uint16_t* q_rope = nullptr;  // [B, Q, H, R] BF16
-    const void* latent = nullptr;      // [blocks, 64, L] BF16, or FP8 with latent_scale
-    const float* latent_scale = nullptr;  // [blocks, 64, L / 128]
-    const uint16_t* rope = nullptr;    // [blocks, 64, R] BF16
-    const int32_t* block_table = nullptr;  // [B, max_blocks]
-    const int32_t* seqlens = nullptr;      // [B] (device)
-    const int32_t* items = nullptr;        // the plan's items on the device
+    const uint16_t* q_nope = nullptr;        // [B, Q, H, L] BF16 (W_UK absorbed)
+    const uint16_t* q_rope = nullptr;        // [B, Q, H, R] BF16
+    const void* latent = nullptr;            // [blocks, 64, L] BF16, or FP8 with latent_scale
+    const float* latent_scale = nullptr;     // [blocks, 64, L / 128]
+    const uint16_t* rope = nullptr;          // [blocks, 64, R] BF16
+    const int32_t* block_table = nullptr;    // [B, max_blocks]
+    const int32_t* seqlens = nullptr;        // [B] (device)
+    const int32_t* items = nullptr;          // the plan's items on the device
     const int32_t* split_offsets = nullptr;  // the plan's offsets on the device
     int64_t n_items = 0, n_partials = 0;
     int64_t batch = 0, q_len = 0, heads = 0, kv_lora = 512, rope_dim = 64, num_blocks = 0, block_size = 64,
@@ -150,8 +140,17 @@ void mla_decode(const MlaDecode& d);
 // v [kv_len, heads, dv] BF16 (16-byte aligned; dqk a multiple of 16 up to 256, dv up to 128);
 // query t sits at position kv_len - q_len + t and sees keys up to it. out [q_len, heads, dv] FP32
 // (normalised), lse [q_len, heads] FP32 (natural log). Probabilities are rounded to BF16 for P V.
-void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len,
-                 int64_t heads, int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse);
+void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len, int64_t heads,
+                 int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse);
+
+// ---- CUDA graphs (graph.cu) ----------------------------------------------------------------------
+// Begins capturing this thread's dsperf launches on a new stream (returned as an integer);
+// end_capture instantiates the graph (returns it; 0 when discarded) and restores the legacy
+// stream; launch replays it on the capture stream; destroy frees both.
+uintptr_t graph_begin_capture();
+uintptr_t graph_end_capture(uintptr_t stream, bool discard);
+void graph_launch(uintptr_t exec, uintptr_t stream);
+void graph_destroy(uintptr_t exec, uintptr_t stream);
 
 // ---- NCCL all-to-all (alltoall_nccl.cu; libnccl loaded at run time) ----------------------------
 bool nccl_available(std::string* why);

@@ -19,10 +19,23 @@ inline void check(cudaError_t e, const char* what) {
 // them). Benchmarks turn it off to time back-to-back launches and synchronise once.
 bool synchronous_launches();
 
-// After a launch: the launch error, then (synchronous mode) the kernel's own.
+// The stream kernels launch on: this thread's, the legacy default stream unless a CUDA graph is
+// being captured (graph.cu).
+cudaStream_t current_stream();
+// Whether the current stream is capturing a CUDA graph: synchronisation, host copies and scratch
+// allocations are then refused (they would break the capture or dangle in the graph).
+bool capturing();
+inline void refuse_in_capture(const char* what) {
+    if (capturing())
+        throw std::runtime_error(std::string(what) +
+                                 " cannot run while a CUDA graph is captured (preallocate "
+                                 "outputs, pass validate=False, and warm up before capturing)");
+}
+
+// After a launch: the launch error, then (synchronous mode, not capturing) the kernel's own.
 inline void check_launch(const char* kernel) {
     check(cudaGetLastError(), kernel);
-    if (synchronous_launches()) check(cudaDeviceSynchronize(), kernel);
+    if (synchronous_launches() && !capturing()) check(cudaStreamSynchronize(current_stream()), kernel);
 }
 
 // Device scratch memory of `count` T, freed on scope exit (temporaries inside one kernel call).
@@ -30,6 +43,7 @@ template <typename T>
 class Scratch {
 public:
     explicit Scratch(size_t count) : count_(count) {
+        if (count_) refuse_in_capture("a kernel needing scratch memory");
         if (count_) check(cudaMalloc(&ptr_, count_ * sizeof(T)), "cudaMalloc (scratch)");
     }
     Scratch(const Scratch&) = delete;
@@ -47,9 +61,7 @@ private:
 };
 
 // Launch-configuration helper: enough blocks of `threads` for n items.
-inline unsigned blocks_for(long long n, unsigned threads) {
-    return static_cast<unsigned>((n + threads - 1) / threads);
-}
+inline unsigned blocks_for(long long n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 // FP32 -> BF16 bits, round to nearest even, NaN kept quiet (the CPU's f32_to_bf16).
 __device__ __forceinline__ uint16_t to_bf16_bits(float f) {

@@ -8,6 +8,20 @@ namespace dsperf::cuda {
 
 namespace {
 std::atomic<bool> g_synchronous{true};
+thread_local cudaStream_t t_stream = cudaStreamLegacy;
+}  // namespace
+
+cudaStream_t current_stream() { return t_stream; }
+void set_current_stream(cudaStream_t s) { t_stream = s; }
+
+bool capturing() {
+    if (t_stream == cudaStreamLegacy) return false;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(t_stream, &status) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return status == cudaStreamCaptureStatusActive;
 }
 
 bool synchronous_launches() { return g_synchronous.load(); }
@@ -65,7 +79,10 @@ int current_device() {
     return d;
 }
 
-void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+void synchronize() {
+    refuse_in_capture("synchronize");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
 
 void* device_malloc(size_t bytes) {
     void* p = nullptr;
@@ -78,19 +95,26 @@ void device_free(void* p) {
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
+    refuse_in_capture("a copy from the host");
     if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the device");
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {
+    refuse_in_capture("a copy to the host");
     if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy to the host");
 }
 
 void copy_on_device(void* dst, const void* src, size_t bytes) {
-    if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy on the device");
+    // Stream-ordered, so that it can be captured into a graph; waits unless launches are async.
+    if (!bytes) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, current_stream()), "copy on the device");
+    check_launch("copy on the device");
 }
 
 void fill_zero(void* p, size_t bytes) {
-    if (bytes) check(cudaMemset(p, 0, bytes), "cudaMemset");
+    if (!bytes) return;
+    check(cudaMemsetAsync(p, 0, bytes, current_stream()), "cudaMemset");
+    check_launch("cudaMemset");
 }
 
 int pointer_device(const void* p) {
@@ -104,8 +128,7 @@ int pointer_device(const void* p) {
 
 namespace {
 // The smallest index of an entry outside [lo, hi): an atomicMin over the offenders.
-__global__ void first_outside_kernel(const int32_t* v, int64_t n, int64_t lo, int64_t hi,
-                                     unsigned long long* first) {
+__global__ void first_outside_kernel(const int32_t* v, int64_t n, int64_t lo, int64_t hi, unsigned long long* first) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         if (v[i] < lo || v[i] >= hi) atomicMin(first, static_cast<unsigned long long>(i));
 }
@@ -113,11 +136,12 @@ __global__ void first_outside_kernel(const int32_t* v, int64_t n, int64_t lo, in
 
 int64_t first_outside(const int32_t* v, int64_t n, int64_t lo, int64_t hi) {
     if (n <= 0) return -1;
+    refuse_in_capture("a device-side value check");
     Scratch<unsigned long long> first(1);
     const unsigned long long none = ~0ull;
     check(cudaMemcpy(first.get(), &none, sizeof none, cudaMemcpyHostToDevice), "copy to the device");
     const unsigned blocks = blocks_for(n, 256) < 1024 ? blocks_for(n, 256) : 1024;
-    first_outside_kernel<<<blocks, 256>>>(v, n, lo, hi, first.get());
+    first_outside_kernel<<<blocks, 256, 0, current_stream()>>>(v, n, lo, hi, first.get());
     check(cudaGetLastError(), "first_outside");
     unsigned long long got = 0;
     check(cudaMemcpy(&got, first.get(), sizeof got, cudaMemcpyDeviceToHost), "copy to the host");

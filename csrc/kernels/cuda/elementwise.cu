@@ -62,14 +62,14 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim
     if (rows < 0 || dim <= 0) throw std::invalid_argument("rmsnorm: rows must be >= 0 and dim > 0");
     if (!(eps >= 0)) throw std::invalid_argument("rmsnorm: eps must be >= 0");
     if (rows == 0) return;
-    rmsnorm_kernel<<<unsigned(rows), kThreads>>>(x, w, y, dim, eps);
+    rmsnorm_kernel<<<unsigned(rows), kThreads, 0, current_stream()>>>(x, w, y, dim, eps);
     check_launch("rmsnorm");
 }
 
 void silu_mul(const float* gate_up, uint16_t* out, int64_t rows, int64_t inter) {
     if (rows < 0 || inter <= 0) throw std::invalid_argument("silu_mul: rows must be >= 0 and inter > 0");
     if (rows == 0) return;
-    silu_mul_kernel<<<blocks_for(rows * inter, kThreads), kThreads>>>(gate_up, out, rows, inter);
+    silu_mul_kernel<<<blocks_for(rows * inter, kThreads), kThreads, 0, current_stream()>>>(gate_up, out, rows, inter);
     check_launch("silu_mul");
 }
 
@@ -77,7 +77,8 @@ void act_quant(const uint16_t* x, int64_t rows, int64_t dim, uint8_t* q, float* 
     if (rows < 0 || dim <= 0) throw std::invalid_argument("act_quant: rows must be >= 0 and dim > 0");
     if (rows == 0) return;
     const int64_t groups = (dim + 127) / 128;
-    act_quant_kernel<<<blocks_for(rows * groups * 32, kThreads), kThreads>>>(x, rows, dim, groups, q, scales);
+    act_quant_kernel<<<blocks_for(rows * groups * 32, kThreads), kThreads, 0, current_stream()>>>(x, rows, dim, groups,
+                                                                                                  q, scales);
     check_launch("act_quant");
 }
 

@@ -7,8 +7,14 @@
 // 128-deep K block are flushed to shared memory and added into FP32 registers times
 // a_scale[row, kb] * b_scale[n / 128, kb], the two-level accumulation DeepGEMM uses.
 //
-// Not done (and said so in docs/CUDA.md): native FP8 mma (sm_89+/sm_90a wgmma), TMA, pipelining.
+// On sm_89 and newer, FP8 x FP8 runs on FP8 tensor cores instead (mma.sync m16n8k32 e4m3, below),
+// where rows are whole 16-byte vectors; DSPERF_FP8_MMA=0 in the environment forces the path above.
+//
+// Not done (and said so in docs/CUDA.md): wgmma (sm_90a), TMA, pipelining.
 #include <mma.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_common.cuh"
@@ -76,8 +82,10 @@ __device__ void stage(const void* src, int64_t r0, int64_t r_end, int64_t k0, in
 }
 
 // The tile's expert and its rows [row0, row_end) of a and c; false when this block has no tile.
-__device__ bool find_tile(GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity,
-                          int64_t E, int64_t& expert, int64_t& row0, int64_t& row_end) {
+template <int BM = kBM>
+__device__ bool find_tile(GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity, int64_t E,
+                          int64_t& expert, int64_t& row0, int64_t& row_end) {
+    constexpr int64_t kBM = BM;  // this kernel's tile height
     const int64_t t = blockIdx.y;
     if (layout == GemmLayout::Masked) {
         const int64_t per = (capacity + kBM - 1) / kBM;
@@ -102,9 +110,9 @@ __device__ bool find_tile(GemmLayout layout, const int64_t* offsets, const int32
 
 template <Src SA, Src SB>
 __global__ void __launch_bounds__(kThreads)
-grouped_gemm_kernel(const void* a, const float* a_scale, const void* b, const float* b_scale, float* c, int64_t N,
-                    int64_t K, int64_t E, GemmLayout layout, const int64_t* offsets, const int32_t* counts,
-                    int64_t capacity) {
+    grouped_gemm_kernel(const void* a, const float* a_scale, const void* b, const float* b_scale, float* c, int64_t N,
+                        int64_t K, int64_t E, GemmLayout layout, const int64_t* offsets, const int32_t* counts,
+                        int64_t capacity) {
     __shared__ __align__(32) __nv_bfloat16 As[kBM * kLdS];
     __shared__ __align__(32) __nv_bfloat16 Bs[kBN * kLdS];
     __shared__ __align__(32) float Cs[kBM * kLdC];
@@ -176,6 +184,211 @@ grouped_gemm_kernel(const void* a, const float* a_scale, const void* b, const fl
     }
 }
 
+// ---- FP8 tensor cores (sm_89+) ----------------------------------------------------------------------
+// One block: a 64 x 64 tile of c, 4 warps of 32 x 32 = 2 x 4 mma tiles of 16 x 8, K in 128-deep
+// blocks (one scale block) staged as bytes. Fragments (PTX mma.m16n8k32, 8-bit A row / B col):
+// lane = 4 g + t; A regs 0/1 hold rows g / g + 8 at k 4t .. 4t + 3, regs 2/3 the same rows at
+// k 16 + 4t ..; B reg 0 holds column g at k 4t .., reg 1 at k 16 + 4t ..; the FP32 accumulators
+// are rows g (0, 1) and g + 8 (2, 3) at columns 2t, 2t + 1. A and B read the same k for the same
+// register byte, so the products pair up whatever order the hardware gives k inside the 32.
+constexpr int kF8Ld = kScaleBlock + 16;  // padded smem row (bytes): fragment loads hit distinct banks
+
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    // Never launched below sm_89 (the host checks the device); the sm_80 build needs a body.
+    (void)a, (void)b;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    __trap();
+#endif
+}
+
+__global__ void __launch_bounds__(kThreads)
+    grouped_gemm_fp8_mma_kernel(const uint8_t* a, const float* a_scale, const uint8_t* b, const float* b_scale,
+                                float* c, int64_t N, int64_t K, int64_t E, GemmLayout layout, const int64_t* offsets,
+                                const int32_t* counts, int64_t capacity) {
+    __shared__ __align__(16) uint8_t As[kBM * kF8Ld];
+    __shared__ __align__(16) uint8_t Bs[kBN * kF8Ld];
+    int64_t expert = 0, row0 = 0, row_end = 0;
+    if (!find_tile(layout, offsets, counts, capacity, E, expert, row0, row_end)) return;
+    const int64_t n0 = int64_t(blockIdx.x) * kBN;
+    const int64_t kblocks = (K + kScaleBlock - 1) / kScaleBlock, nblocks = (N + kScaleBlock - 1) / kScaleBlock;
+    const uint8_t* be = b + expert * N * K;
+    const float* bs = b_scale + (expert * nblocks + n0 / kScaleBlock) * kblocks;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int wm = warp / 2, wn = warp % 2;
+    float acc[2][4][4] = {};
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t k0 = kb * kScaleBlock;
+        // 64 rows x 128 bytes of each operand, 16 bytes per thread and step (K % 16 == 0: checked).
+        for (int v = threadIdx.x; v < kBM * kScaleBlock / 16; v += kThreads) {
+            const int r = v / (kScaleBlock / 16), col = (v % (kScaleBlock / 16)) * 16;
+            const int64_t k = k0 + col;
+            uint4 va = make_uint4(0, 0, 0, 0), vb = make_uint4(0, 0, 0, 0);
+            if (row0 + r < row_end && k < K) va = *reinterpret_cast<const uint4*>(a + (row0 + r) * K + k);
+            if (n0 + r < N && k < K) vb = *reinterpret_cast<const uint4*>(be + (n0 + r) * K + k);
+            *reinterpret_cast<uint4*>(As + r * kF8Ld + col) = va;
+            *reinterpret_cast<uint4*>(Bs + r * kF8Ld + col) = vb;
+        }
+        __syncthreads();
+        float part[2][4][4] = {};
+        for (int ks = 0; ks < kScaleBlock; ks += 32) {
+            uint32_t af[2][4], bf[4][2];
+            for (int mi = 0; mi < 2; ++mi) {
+                const uint8_t* lo = As + (wm * 32 + mi * 16 + g) * kF8Ld + ks + 4 * t;
+                const uint8_t* hi = lo + 8 * kF8Ld;
+                af[mi][0] = *reinterpret_cast<const uint32_t*>(lo);
+                af[mi][1] = *reinterpret_cast<const uint32_t*>(hi);
+                af[mi][2] = *reinterpret_cast<const uint32_t*>(lo + 16);
+                af[mi][3] = *reinterpret_cast<const uint32_t*>(hi + 16);
+            }
+            for (int ni = 0; ni < 4; ++ni) {
+                const uint8_t* col = Bs + (wn * 32 + ni * 8 + g) * kF8Ld + ks + 4 * t;
+                bf[ni][0] = *reinterpret_cast<const uint32_t*>(col);
+                bf[ni][1] = *reinterpret_cast<const uint32_t*>(col + 16);
+            }
+            for (int mi = 0; mi < 2; ++mi)
+                for (int ni = 0; ni < 4; ++ni) mma_e4m3(part[mi][ni], af[mi], bf[ni]);
+        }
+        // DeepGEMM's promotion: this block's sums times a_scale[row, kb] * b_scale[n block, kb].
+        const float sb = bs[kb];
+        for (int mi = 0; mi < 2; ++mi) {
+            const int64_t r_lo = row0 + wm * 32 + mi * 16 + g, r_hi = r_lo + 8;
+            const float s_lo = r_lo < row_end ? a_scale[r_lo * kblocks + kb] * sb : 0.0f;
+            const float s_hi = r_hi < row_end ? a_scale[r_hi * kblocks + kb] * sb : 0.0f;
+            for (int ni = 0; ni < 4; ++ni) {
+                acc[mi][ni][0] += part[mi][ni][0] * s_lo;
+                acc[mi][ni][1] += part[mi][ni][1] * s_lo;
+                acc[mi][ni][2] += part[mi][ni][2] * s_hi;
+                acc[mi][ni][3] += part[mi][ni][3] * s_hi;
+            }
+        }
+        __syncthreads();  // the next block's staging overwrites As / Bs
+    }
+    for (int mi = 0; mi < 2; ++mi)
+        for (int ni = 0; ni < 4; ++ni)
+            for (int j = 0; j < 4; ++j) {
+                const int64_t row = row0 + wm * 32 + mi * 16 + g + (j >= 2 ? 8 : 0);
+                const int64_t n = n0 + wn * 32 + ni * 8 + 2 * t + (j & 1);
+                if (row < row_end && n < N) c[row * N + n] = acc[mi][ni][j];
+            }
+}
+
+// ---- BF16 on mma.sync with a cp.async double buffer ------------------------------------------------
+// One block: a 128 x 128 tile of c, 8 warps of 64 x 32 (2 x 4 warps) = 4 x 4 mma tiles of 16 x 8;
+// K in steps of 32, the next step's tiles copied global -> shared by cp.async while this one is
+// multiplied. Fragments (PTX mma.m16n8k16, 16-bit A row / B col): lane = 4 g + t; A regs 0/1 hold
+// rows g / g + 8 at k 2t, 2t + 1, regs 2/3 the same rows at k 2t + 8, 2t + 9; B reg 0 holds column
+// g at k 2t, 2t + 1, reg 1 at k 2t + 8, 2t + 9; accumulators as in the FP8 kernel.
+constexpr int kMBM = 128, kMBN = 128, kMBK = 32, kMThreads = 256;
+constexpr int kMLd = kMBK + 8;  // padded smem row (elements): 80 bytes, fragment loads on distinct banks
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// 16 bytes global -> shared without passing through registers; src_bytes = 0 fills zeros.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
+
+__global__ void __launch_bounds__(kMThreads)
+    grouped_gemm_bf16_mma_kernel(const uint16_t* a, const uint16_t* b, float* c, int64_t N, int64_t K, int64_t E,
+                                 GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity) {
+    __shared__ __align__(16) uint16_t As[2][kMBM * kMLd];
+    __shared__ __align__(16) uint16_t Bs[2][kMBN * kMLd];
+    int64_t expert = 0, row0 = 0, row_end = 0;
+    if (!find_tile<kMBM>(layout, offsets, counts, capacity, E, expert, row0, row_end)) return;
+    const int64_t n0 = int64_t(blockIdx.x) * kMBN;
+    const uint16_t* be = b + expert * N * K;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int wm = warp / 4, wn = warp % 4;  // warp tile rows wm * 64, columns wn * 32
+
+    // Stage k-step ks into buffer buf: 128 rows x 4 chunks of 8 elements for A and for B. Rows
+    // outside the tile, and chunks past K, are zero-filled (K % 8 == 0: chunks are whole).
+    auto stage = [&](int buf, int64_t k0) {
+        for (int v = threadIdx.x; v < kMBM * (kMBK / 8); v += kMThreads) {
+            const int r = v / (kMBK / 8), col = (v % (kMBK / 8)) * 8;
+            const int64_t k = k0 + col;
+            const bool ka = k < K;
+            const int64_t ra = row0 + r, rb = n0 + r;
+            const bool in_a = ra < row_end && ka, in_b = rb < N && ka;
+            // A zero-filled copy still needs a valid address: the operand's base.
+            cp_async16(&As[buf][r * kMLd + col], in_a ? a + ra * K + k : a, in_a ? 16 : 0);
+            cp_async16(&Bs[buf][r * kMLd + col], in_b ? be + rb * K + k : be, in_b ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    float acc[4][4][4] = {};
+    const int64_t steps = (K + kMBK - 1) / kMBK;
+    stage(0, 0);
+    for (int64_t s = 0; s < steps; ++s) {
+        const int buf = int(s & 1);
+        if (s + 1 < steps) {
+            stage(buf ^ 1, (s + 1) * kMBK);
+            asm volatile("cp.async.wait_group 1;\n" ::);  // step s landed; s + 1 may still fly
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncthreads();
+        for (int kk = 0; kk < kMBK; kk += 16) {
+            uint32_t af[4][4], bf[4][2];
+            for (int mi = 0; mi < 4; ++mi) {
+                const uint16_t* lo = &As[buf][(wm * 64 + mi * 16 + g) * kMLd + kk + 2 * t];
+                const uint16_t* hi = lo + 8 * kMLd;
+                af[mi][0] = *reinterpret_cast<const uint32_t*>(lo);
+                af[mi][1] = *reinterpret_cast<const uint32_t*>(hi);
+                af[mi][2] = *reinterpret_cast<const uint32_t*>(lo + 8);
+                af[mi][3] = *reinterpret_cast<const uint32_t*>(hi + 8);
+            }
+            for (int ni = 0; ni < 4; ++ni) {
+                const uint16_t* col = &Bs[buf][(wn * 32 + ni * 8 + g) * kMLd + kk + 2 * t];
+                bf[ni][0] = *reinterpret_cast<const uint32_t*>(col);
+                bf[ni][1] = *reinterpret_cast<const uint32_t*>(col + 8);
+            }
+            for (int mi = 0; mi < 4; ++mi)
+                for (int ni = 0; ni < 4; ++ni) mma_bf16(acc[mi][ni], af[mi], bf[ni]);
+        }
+        __syncthreads();  // the buffer is refilled two steps on
+    }
+    for (int mi = 0; mi < 4; ++mi)
+        for (int ni = 0; ni < 4; ++ni)
+            for (int j = 0; j < 4; ++j) {
+                const int64_t row = row0 + wm * 64 + mi * 16 + g + (j >= 2 ? 8 : 0);
+                const int64_t n = n0 + wn * 32 + ni * 8 + 2 * t + (j & 1);
+                if (row < row_end && n < N) c[row * N + n] = acc[mi][ni][j];
+            }
+}
+
+// Whether BF16 x BF16 takes the mma.sync kernel: whole 16-byte chunks (K % 8 == 0), aligned bases,
+// and not turned off by DSPERF_BF16_MMA=0.
+bool use_bf16_mma(const GroupedGemm& g) {
+    const char* env = std::getenv("DSPERF_BF16_MMA");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return g.K % 8 == 0 && aligned(g.a) && aligned(g.b);
+}
+
+// Whether FP8 x FP8 goes to the FP8 tensor cores: sm_89+, whole 16-byte rows, aligned bases, and
+// not turned off by DSPERF_FP8_MMA=0.
+bool use_fp8_mma(const GroupedGemm& g) {
+    const char* env = std::getenv("DSPERF_FP8_MMA");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return compute_capability(current_device()) >= 89 && g.K % 16 == 0 && aligned(g.a) && aligned(g.b);
+}
+
 // offsets[0] == 0, non-decreasing, offsets[E] == M; the first violation's index in *bad.
 __global__ void check_offsets_kernel(const int64_t* offsets, int64_t E, int64_t M, long long* bad) {
     for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e <= E; e += int64_t(gridDim.x) * blockDim.x) {
@@ -185,10 +398,11 @@ __global__ void check_offsets_kernel(const int64_t* offsets, int64_t E, int64_t 
 }
 
 void check_offsets(const int64_t* offsets, int64_t E, int64_t M) {
+    refuse_in_capture("a device-side value check");
     Scratch<long long> bad(1);
     const long long none = -1;  // all ones: larger than any index as unsigned
     check(cudaMemcpy(bad.get(), &none, sizeof none, cudaMemcpyHostToDevice), "copy to the device");
-    check_offsets_kernel<<<blocks_for(E + 1, 256), 256>>>(offsets, E, M, bad.get());
+    check_offsets_kernel<<<blocks_for(E + 1, 256), 256, 0, current_stream()>>>(offsets, E, M, bad.get());
     check(cudaGetLastError(), "check_offsets");
     long long got = 0;
     check(cudaMemcpy(&got, bad.get(), sizeof got, cudaMemcpyDeviceToHost), "copy to the host");
@@ -199,8 +413,8 @@ void check_offsets(const int64_t* offsets, int64_t E, int64_t M) {
 
 template <Src SA, Src SB>
 void launch(const GroupedGemm& g, dim3 grid) {
-    grouped_gemm_kernel<SA, SB><<<grid, kThreads>>>(g.a, g.a_scale, g.b, g.b_scale, g.c, g.N, g.K, g.E, g.layout,
-                                                    g.offsets, g.counts, g.capacity);
+    grouped_gemm_kernel<SA, SB><<<grid, kThreads, 0, current_stream()>>>(
+        g.a, g.a_scale, g.b, g.b_scale, g.c, g.N, g.K, g.E, g.layout, g.offsets, g.counts, g.capacity);
 }
 
 }  // namespace
@@ -216,9 +430,9 @@ void GroupedGemm::validate() const {
         need(offsets != nullptr, "the contiguous layout needs offsets");
     } else {
         need(counts != nullptr, "the masked layout needs counts");
-        need(capacity >= 0 && M == E * capacity,
-             "the masked layout needs M = E * capacity (" + std::to_string(E) + " x " + std::to_string(capacity) +
-                 "), got M = " + std::to_string(M));
+        need(capacity >= 0 && M == E * capacity, "the masked layout needs M = E * capacity (" + std::to_string(E) +
+                                                     " x " + std::to_string(capacity) +
+                                                     "), got M = " + std::to_string(M));
     }
 }
 
@@ -240,8 +454,22 @@ void grouped_gemm(const GroupedGemm& g) {
     }
     if (tiles_m == 0) return;
     if (tiles_m > 65535) throw std::invalid_argument("grouped_gemm: too many row tiles for one launch (M too large)");
+    if (!g.a_scale && !g.b_scale && use_bf16_mma(g)) {
+        const int64_t tiles =
+            g.layout == GemmLayout::Masked ? g.E * ((g.capacity + kMBM - 1) / kMBM) : (g.M + kMBM - 1) / kMBM + g.E;
+        const dim3 grid(unsigned((g.N + kMBN - 1) / kMBN), unsigned(tiles));
+        grouped_gemm_bf16_mma_kernel<<<grid, kMThreads, 0, current_stream()>>>(
+            static_cast<const uint16_t*>(g.a), static_cast<const uint16_t*>(g.b), g.c, g.N, g.K, g.E, g.layout,
+            g.offsets, g.counts, g.capacity);
+        check_launch("grouped_gemm");
+        return;
+    }
     const dim3 grid(unsigned((g.N + kBN - 1) / kBN), unsigned(tiles_m));
-    if (g.a_scale) launch<Src::Fp8Exact, Src::Fp8Exact>(g, grid);
+    if (g.a_scale && use_fp8_mma(g))
+        grouped_gemm_fp8_mma_kernel<<<grid, kThreads, 0, current_stream()>>>(
+            static_cast<const uint8_t*>(g.a), g.a_scale, static_cast<const uint8_t*>(g.b), g.b_scale, g.c, g.N, g.K,
+            g.E, g.layout, g.offsets, g.counts, g.capacity);
+    else if (g.a_scale) launch<Src::Fp8Exact, Src::Fp8Exact>(g, grid);
     else if (g.b_scale) launch<Src::Bf16, Src::Fp8Dequant>(g, grid);
     else launch<Src::Bf16, Src::Bf16>(g, grid);
     check_launch("grouped_gemm");

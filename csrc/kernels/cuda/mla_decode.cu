@@ -22,7 +22,7 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int kRows = 16, kChunk = 32, kThreads = 256, kMaxLatent = 512;
+constexpr int kRows = int(kMlaRowsPerBlock), kChunk = 32, kThreads = 256, kMaxLatent = 512;
 
 struct Smem {  // offsets into the dynamic shared memory, in bytes
     size_t q, k, spart, p, otmp, stats, total;
@@ -38,10 +38,10 @@ struct Smem {  // offsets into the dynamic shared memory, in bytes
 };
 
 __global__ void __launch_bounds__(kThreads)
-mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
-                  const uint16_t* rope, const int32_t* block_table, const int32_t* seqlens, const int32_t* items,
-                  const int32_t* split_offsets, int64_t q_len, int64_t heads, int64_t L, int64_t R,
-                  int64_t block_size, int64_t max_blocks, float scale, float* part_o, float* part_lse) {
+    mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
+                      const uint16_t* rope, const int32_t* block_table, const int32_t* seqlens, const int32_t* items,
+                      const int32_t* split_offsets, int64_t q_len, int64_t heads, int64_t L, int64_t R,
+                      int64_t block_size, int64_t max_blocks, float scale, float* part_o, float* part_lse) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int64_t W = L + R, QH = q_len * heads;
     const Smem lay(L, W);
@@ -117,7 +117,7 @@ mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* la
             *reinterpret_cast<uint4*>(Ks + j * W + d) = v;
         }
         __syncthreads();
-        {   // Scores: warp (nt, kq) sums key columns nt*16.. over every fourth 16-deep slice.
+        {  // Scores: warp (nt, kq) sums key columns nt*16.. over every fourth 16-deep slice.
             const int nt = warp % 2, kq = warp / 2;
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
             wmma::fill_fragment(s, 0.0f);
@@ -131,7 +131,7 @@ mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* la
             wmma::store_matrix_sync(Spart + kq * kRows * kChunk + nt * 16, s, kChunk, wmma::mem_row_major);
         }
         __syncthreads();
-        {   // Online softmax: 16 threads per row, two keys each; shuffles stay within the half warp.
+        {  // Online softmax: 16 threads per row, two keys each; shuffles stay within the half warp.
             float x[2];
             float mx = -INFINITY;
             for (int h = 0; h < 2; ++h) {
@@ -192,8 +192,8 @@ mla_decode_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* la
 }
 
 // One block per (request, row): the log-sum-exp merge of the request's partials, as the CPU's.
-__global__ void mla_combine_kernel(const float* part_o, const float* part_lse, const int32_t* split_offsets,
-                                   int64_t QH, int64_t L, float* out, float* lse) {
+__global__ void mla_combine_kernel(const float* part_o, const float* part_lse, const int32_t* split_offsets, int64_t QH,
+                                   int64_t L, float* out, float* lse) {
     const int64_t br = blockIdx.x, b = br / QH, r = br % QH;
     const int64_t s0 = split_offsets[b], s1 = split_offsets[b + 1];
     float mx = -INFINITY;
@@ -236,11 +236,12 @@ __global__ void mla_check_kernel(const int32_t* seqlens, const int32_t* block_ta
 }
 
 void check_inputs(const MlaDecode& d) {
+    refuse_in_capture("a device-side value check");
     Scratch<unsigned long long> first(1);
     const unsigned long long none = ~0ull;
     check(cudaMemcpy(first.get(), &none, sizeof none, cudaMemcpyHostToDevice), "copy to the device");
-    mla_check_kernel<<<unsigned(d.batch), 128>>>(d.seqlens, d.block_table, d.batch, d.q_len, d.max_blocks,
-                                                 d.block_size, d.num_blocks, first.get());
+    mla_check_kernel<<<unsigned(d.batch), 128, 0, current_stream()>>>(
+        d.seqlens, d.block_table, d.batch, d.q_len, d.max_blocks, d.block_size, d.num_blocks, first.get());
     check(cudaGetLastError(), "mla_decode input check");
     unsigned long long got = 0;
     check(cudaMemcpy(&got, first.get(), sizeof got, cudaMemcpyDeviceToHost), "copy to the host");
@@ -255,48 +256,12 @@ void check_inputs(const MlaDecode& d) {
     }
     check(cudaMemcpy(&value, d.block_table + b * d.max_blocks + i, sizeof value, cudaMemcpyDeviceToHost),
           "copy to the host");
-    throw std::invalid_argument("block_table[" + std::to_string(b) + ", " + std::to_string(i) + "] = " +
-                                std::to_string(value) + " is outside the cache's " + std::to_string(d.num_blocks) +
-                                " blocks");
+    throw std::invalid_argument("block_table[" + std::to_string(b) + ", " + std::to_string(i) +
+                                "] = " + std::to_string(value) + " is outside the cache's " +
+                                std::to_string(d.num_blocks) + " blocks");
 }
 
 }  // namespace
-
-MlaPlan mla_plan(const int32_t* seqlens, int64_t batch, int64_t block_size, int64_t rows_per_request,
-                 int64_t num_splits, int64_t sm_count) {
-    if (batch < 0 || block_size < 1 || rows_per_request < 1 || num_splits < 0 || sm_count < 1)
-        throw std::invalid_argument("mla_plan: batch >= 0, block_size, rows_per_request, sm_count >= 1, "
-                                    "num_splits >= 0 are required");
-    std::vector<int64_t> nblk(static_cast<size_t>(batch));
-    int64_t total = 0;
-    for (int64_t b = 0; b < batch; ++b) {
-        if (seqlens[b] < 0)
-            throw std::invalid_argument("seqlens[" + std::to_string(b) + "] = " + std::to_string(seqlens[b]) +
-                                        " is negative");
-        nblk.at(size_t(b)) = (seqlens[b] + block_size - 1) / block_size;
-        total += nblk.at(size_t(b));
-    }
-    // Automatic: about two work items (times the row groups each item spans) per SM, so that short
-    // and long requests alike fill the GPU, and no item shorter than one block.
-    const int64_t groups = (rows_per_request + kRows - 1) / kRows;
-    const int64_t target_items = std::max<int64_t>(1, 2 * sm_count / groups);
-    const int64_t per_item = std::max<int64_t>(1, (total + target_items - 1) / target_items);
-    MlaPlan plan;
-    plan.split_offsets.push_back(0);
-    for (int64_t b = 0; b < batch; ++b) {
-        const int64_t nb = nblk.at(size_t(b));
-        int64_t splits = num_splits > 0 ? std::min(num_splits, nb) : (nb + per_item - 1) / per_item;
-        splits = std::max<int64_t>(splits, 1);
-        for (int64_t s = 0; s < splits; ++s) {
-            plan.items.push_back(int32_t(b));
-            plan.items.push_back(int32_t(nb * s / splits));
-            plan.items.push_back(int32_t(nb * (s + 1) / splits));
-            plan.items.push_back(int32_t(s));
-        }
-        plan.split_offsets.push_back(plan.split_offsets.back() + int32_t(splits));
-    }
-    return plan;
-}
 
 void MlaDecode::validate() const {
     auto need = [](bool ok, const std::string& what) {
@@ -305,18 +270,23 @@ void MlaDecode::validate() const {
     need(batch >= 0 && q_len >= 1 && heads >= 1, "batch >= 0, q_len >= 1 and heads >= 1 are required");
     need(kv_lora >= 16 && kv_lora % 16 == 0 && kv_lora <= kMaxLatent,
          "kv_lora must be a multiple of 16 in [16, 512] (tensor-core tiles), got " + std::to_string(kv_lora));
-    need(rope_dim >= 16 && rope_dim % 16 == 0, "rope_dim must be a positive multiple of 16, got " +
-                                                   std::to_string(rope_dim));
+    need(rope_dim >= 16 && rope_dim % 16 == 0,
+         "rope_dim must be a positive multiple of 16, got " + std::to_string(rope_dim));
     need(block_size >= 1 && num_blocks >= 1 && max_blocks >= 1, "the cache and block table must be non-empty");
     need(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive");
     need(n_items >= batch && n_partials >= batch, "the plan must cover every request");
-    need(batch == 0 || (q_nope && q_rope && latent && rope && block_table && seqlens && items && split_offsets &&
-                        out && lse),
+    need(batch == 0 ||
+             (q_nope && q_rope && latent && rope && block_table && seqlens && items && split_offsets && out && lse),
          "every array is required");
     // The key loads move 8 elements at a time.
-    need(reinterpret_cast<uintptr_t>(latent) % (latent_scale ? 8 : 16) == 0 && reinterpret_cast<uintptr_t>(rope) % 16 == 0,
+    need(reinterpret_cast<uintptr_t>(latent) % (latent_scale ? 8 : 16) == 0 &&
+             reinterpret_cast<uintptr_t>(rope) % 16 == 0,
          "latent_cache and rope_cache must start at 16-byte aligned addresses");
 }
+
+// The 64-row mma.sync variant (mla_decode_mma.cu), opt-in with DSPERF_MLA_MMA=1.
+bool mla_decode_mma_enabled(int64_t kv_lora);
+void mla_decode_mma_launch(const MlaDecode& d, float* part_o, float* part_lse);
 
 void mla_decode(const MlaDecode& d) {
     d.validate();
@@ -324,21 +294,24 @@ void mla_decode(const MlaDecode& d) {
     if (d.check_values) check_inputs(d);
     const int64_t QH = d.q_len * d.heads, W = d.kv_lora + d.rope_dim;
     const Smem lay(d.kv_lora, W);
-    check(cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lay.total)),
-          "cudaFuncSetAttribute (mla_decode shared memory)");
     // cudaMalloc / cudaFree per call would synchronise; callers that repeat the call pass a workspace.
     Scratch<float> own_o(d.part_out ? 0 : size_t(d.n_partials * QH * d.kv_lora));
     Scratch<float> own_lse(d.part_lse ? 0 : size_t(d.n_partials * QH));
     float* part_o = d.part_out ? d.part_out : own_o.get();
     float* part_lse = d.part_lse ? d.part_lse : own_lse.get();
-    const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
-    mla_decode_kernel<<<grid, kThreads, lay.total>>>(d.q_nope, d.q_rope, d.latent, d.latent_scale, d.rope,
-                                                     d.block_table, d.seqlens, d.items, d.split_offsets, d.q_len,
-                                                     d.heads, d.kv_lora, d.rope_dim, d.block_size, d.max_blocks,
-                                                     d.softmax_scale, part_o, part_lse);
-    check(cudaGetLastError(), "mla_decode");
-    mla_combine_kernel<<<unsigned(d.batch * QH), 128>>>(part_o, part_lse, d.split_offsets, QH,
-                                                        d.kv_lora, d.out, d.lse);
+    if (mla_decode_mma_enabled(d.kv_lora)) {
+        mla_decode_mma_launch(d, part_o, part_lse);
+    } else {
+        check(cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lay.total)),
+              "cudaFuncSetAttribute (mla_decode shared memory)");
+        const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
+        mla_decode_kernel<<<grid, kThreads, lay.total, current_stream()>>>(
+            d.q_nope, d.q_rope, d.latent, d.latent_scale, d.rope, d.block_table, d.seqlens, d.items, d.split_offsets,
+            d.q_len, d.heads, d.kv_lora, d.rope_dim, d.block_size, d.max_blocks, d.softmax_scale, part_o, part_lse);
+        check(cudaGetLastError(), "mla_decode");
+    }
+    mla_combine_kernel<<<unsigned(d.batch * QH), 128, 0, current_stream()>>>(part_o, part_lse, d.split_offsets, QH,
+                                                                             d.kv_lora, d.out, d.lse);
     check_launch("mla_decode combine");
 }
 

@@ -27,8 +27,8 @@ __device__ __forceinline__ uint4 load8(const uint16_t* base, int64_t row, int64_
 }
 
 __global__ void __launch_bounds__(kThreads)
-mla_prefill_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len,
-                   int64_t heads, int64_t dqk, int64_t dv, float scale, float* out, float* lse) {
+    mla_prefill_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len,
+                       int64_t heads, int64_t dqk, int64_t dv, float scale, float* out, float* lse) {
     __shared__ __align__(32) __nv_bfloat16 Qs[kRows * kMaxQk];
     __shared__ __align__(32) __nv_bfloat16 Ks[kChunk * kMaxQk];
     __shared__ __align__(32) __nv_bfloat16 Vs[kChunk * kMaxV];
@@ -77,7 +77,7 @@ mla_prefill_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, int6
             wmma::store_matrix_sync(Spart + kq * kRows * kChunk + nt * 16, s, kChunk, wmma::mem_row_major);
         }
         __syncthreads();
-        {   // 8 threads per row, 4 keys each; the shuffles stay within aligned groups of 8 lanes.
+        {  // 8 threads per row, 4 keys each; the shuffles stay within aligned groups of 8 lanes.
             const int64_t visible = offset + t0 + my_row + 1;
             float x[4];
             float mx = -INFINITY;
@@ -137,23 +137,24 @@ mla_prefill_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, int6
 
 }  // namespace
 
-void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len,
-                 int64_t heads, int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse) {
+void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len, int64_t heads,
+                 int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse) {
     auto need = [](bool ok, const std::string& what) {
         if (!ok) throw std::invalid_argument("mla_prefill: " + what);
     };
     need(q_len >= 0 && kv_len >= q_len && heads >= 1, "q_len >= 0, kv_len >= q_len and heads >= 1 are required");
-    need(dqk >= 16 && dqk % 16 == 0 && dqk <= kMaxQk, "the query/key width must be a multiple of 16 in [16, 256], got " +
-                                                          std::to_string(dqk));
-    need(dv >= 16 && dv % 16 == 0 && dv <= kMaxV, "the value width must be a multiple of 16 in [16, 128], got " +
-                                                      std::to_string(dv));
+    need(dqk >= 16 && dqk % 16 == 0 && dqk <= kMaxQk,
+         "the query/key width must be a multiple of 16 in [16, 256], got " + std::to_string(dqk));
+    need(dv >= 16 && dv % 16 == 0 && dv <= kMaxV,
+         "the value width must be a multiple of 16 in [16, 128], got " + std::to_string(dv));
     need(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive");
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     need(aligned(q) && aligned(k) && aligned(v), "q, k and v must start at 16-byte aligned addresses");
     if (q_len == 0) return;
     if (heads > 65535) throw std::invalid_argument("mla_prefill: at most 65535 heads");
     const dim3 grid(unsigned((q_len + kRows - 1) / kRows), unsigned(heads));
-    mla_prefill_kernel<<<grid, kThreads>>>(q, k, v, q_len, kv_len, heads, dqk, dv, softmax_scale, out, lse);
+    mla_prefill_kernel<<<grid, kThreads, 0, current_stream()>>>(q, k, v, q_len, kv_len, heads, dqk, dv, softmax_scale,
+                                                                out, lse);
     check_launch("mla_prefill");
 }
 

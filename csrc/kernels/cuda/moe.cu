@@ -100,9 +100,9 @@ void moe_gate(const float* logits, int64_t T, int64_t E, const float* bias, cons
     if (T == 0) return;
     Scratch<float> scores(size_t(T * E)), sel(size_t(T * E));
     Scratch<unsigned char> taken(size_t(T * E));
-    gate_kernel<<<blocks_for(T, kThreads), kThreads>>>(logits, bias, T, E, cfg.n_group, cfg.topk_group, cfg.top_k,
-                                                       cfg.route_scale, cfg.score == kernels::ScoreFunc::Sigmoid,
-                                                       scores.get(), sel.get(), taken.get(), weights, ids);
+    gate_kernel<<<blocks_for(T, kThreads), kThreads, 0, current_stream()>>>(
+        logits, bias, T, E, cfg.n_group, cfg.topk_group, cfg.top_k, cfg.route_scale,
+        cfg.score == kernels::ScoreFunc::Sigmoid, scores.get(), sel.get(), taken.get(), weights, ids);
     check_launch("moe_gate");
 }
 
@@ -111,15 +111,15 @@ void moe_permute(const void* x, int64_t tokens, int64_t row_bytes, const int32_t
     check_range(source, rows, 0, tokens, "source");
     if (rows == 0) return;
     // Whole 4-byte words where rows and both bases allow it (misaligned word loads would fault).
-    const bool words = row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0 &&
-                       reinterpret_cast<uintptr_t>(out) % 4 == 0;
+    const bool words =
+        row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
     if (words) {
         const int64_t words = row_bytes / 4;
-        permute_kernel<<<blocks_for(rows * words, 256), 256>>>(static_cast<const uint32_t*>(x), words, source, rows,
-                                                                static_cast<uint32_t*>(out));
+        permute_kernel<<<blocks_for(rows * words, 256), 256, 0, current_stream()>>>(
+            static_cast<const uint32_t*>(x), words, source, rows, static_cast<uint32_t*>(out));
     } else {
-        permute_kernel<<<blocks_for(rows * row_bytes, 256), 256>>>(static_cast<const uint8_t*>(x), row_bytes, source,
-                                                                    rows, static_cast<uint8_t*>(out));
+        permute_kernel<<<blocks_for(rows * row_bytes, 256), 256, 0, current_stream()>>>(
+            static_cast<const uint8_t*>(x), row_bytes, source, rows, static_cast<uint8_t*>(out));
     }
     check_launch("moe_permute");
 }
@@ -129,7 +129,8 @@ void moe_unpermute(const float* y_perm, int64_t rows, int64_t dim, const int32_t
     if (rows < 0 || dim <= 0 || tokens < 0 || top_k < 1) throw std::invalid_argument("moe_unpermute: bad sizes");
     check_range(position, tokens * top_k, 0, rows, "position");
     if (tokens == 0) return;
-    unpermute_kernel<<<blocks_for(tokens * dim, 256), 256>>>(y_perm, dim, position, weights, tokens, top_k, out);
+    unpermute_kernel<<<blocks_for(tokens * dim, 256), 256, 0, current_stream()>>>(y_perm, dim, position, weights,
+                                                                                  tokens, top_k, out);
     check_launch("moe_unpermute");
 }
 

@@ -33,7 +33,8 @@ void rope_inplace_bf16(uint16_t* x, int64_t tokens, int64_t heads, int64_t ld_to
         throw std::invalid_argument("rope: the strides must cover heads x rope_dim");
     if (tokens == 0) return;
     const int64_t n = tokens * heads * (rope_dim / 2);
-    rope_kernel<<<blocks_for(n, 256), 256>>>(x, tokens, heads, ld_token, ld_head, positions, freqs, rope_dim / 2);
+    rope_kernel<<<blocks_for(n, 256), 256, 0, current_stream()>>>(x, tokens, heads, ld_token, ld_head, positions, freqs,
+                                                                  rope_dim / 2);
     check_launch("rope");
 }
 

@@ -1,0 +1,240 @@
+// Absorbed MLA decode, the 64-row variant on mma.sync (opt-in: DSPERF_MLA_MMA=1).
+//
+// mla_decode.cu's kernel takes 16 query rows per block, so with 128 heads every key is read from
+// L2 eight times, and its P V products go through shared memory. This one takes 64 rows (q token x
+// head) per block -- the keys are read once per 64 rows, as FlashMLA's 64-head tiles do -- and keeps
+// the output in registers as mma accumulators, rescaled row by row (the accumulator layout of
+// mma.m16n8k16 is known: rows g and g + 8 at columns 2t, 2t + 1 with lane = 4 g + t).
+//
+//   8 warps = 4 row groups of 16 x 2 halves.
+//   Scores S[64 x 32] = Q K^T: warp (rows r, half h) sums depth steps h, h + 2, ... into shared.
+//   Online softmax: 4 threads per row, probabilities rounded to BF16 (as the CPU's).
+//   O[64 x L] += P V: warp (rows r, half h) owns columns h * L/2 .. in registers (L/2/8 tiles).
+//
+// The work items and the merge kernel are mla_decode.cu's; this file adds the block kernel only.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_api.hpp"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace dsperf::cuda {
+namespace {
+
+constexpr int kRows = 64, kChunk = 32, kThreads = 256, kMaxLatent = 512;
+constexpr int kPad = 8;                      // elements of padding per shared row (bank spread)
+constexpr int kOTiles = kMaxLatent / 2 / 8;  // n8 tiles of one warp's half of the output
+
+struct Layout {  // dynamic shared memory, byte offsets
+    size_t q, k, s, p, stats, total;
+    int64_t ldq;  // row stride of Qs and Ks (elements)
+    __host__ __device__ Layout(int64_t W) {
+        ldq = W + kPad;
+        q = 0;
+        k = q + size_t(kRows * ldq) * 2;
+        s = k + size_t(kChunk * ldq) * 2;
+        p = s + size_t(2 * kRows * kChunk) * 4;
+        stats = p + size_t(kRows * (kChunk + kPad)) * 2;
+        total = stats + size_t(4 * kRows) * 4;
+    }
+};
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__global__ void __launch_bounds__(kThreads)
+    mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
+                          const uint16_t* rope, const int32_t* block_table, const int32_t* seqlens,
+                          const int32_t* items, const int32_t* split_offsets, int64_t q_len, int64_t heads, int64_t L,
+                          int64_t R, int64_t block_size, int64_t max_blocks, float scale, float* part_o,
+                          float* part_lse) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int64_t W = L + R, QH = q_len * heads;
+    const Layout lay(W);
+    const int64_t ld = lay.ldq;
+    uint16_t* Qs = reinterpret_cast<uint16_t*>(smem + lay.q);
+    uint16_t* Ks = reinterpret_cast<uint16_t*>(smem + lay.k);
+    float* Sp = reinterpret_cast<float*>(smem + lay.s);        // [2][64][32]
+    uint16_t* Ps = reinterpret_cast<uint16_t*>(smem + lay.p);  // [64][32 + pad]
+    float* m_s = reinterpret_cast<float*>(smem + lay.stats);
+    float* l_s = m_s + kRows;
+    float* alpha_s = l_s + kRows;
+    int* visible_s = reinterpret_cast<int*>(alpha_s + kRows);
+    constexpr int ldp = kChunk + kPad;
+
+    const int32_t* item = items + 4 * int64_t(blockIdx.x);
+    const int64_t b = item[0], split = item[3], len = seqlens[b];
+    const int64_t r0 = int64_t(blockIdx.y) * kRows;
+    const int64_t t_begin = int64_t(item[1]) * block_size < len ? int64_t(item[1]) * block_size : len;
+    const int64_t t_end = int64_t(item[2]) * block_size < len ? int64_t(item[2]) * block_size : len;
+    const bool fp8 = latent_scale != nullptr;
+
+    // Queries [64 rows][latent | rope], 8 elements per step (L, R multiples of 16, bases aligned).
+    for (int64_t u = threadIdx.x; u < kRows * W / 8; u += kThreads) {
+        const int64_t i = u / (W / 8), d = (u % (W / 8)) * 8, row = r0 + i;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (row < QH)
+            v = d < L ? *reinterpret_cast<const uint4*>(q_nope + (b * QH + row) * L + d)
+                      : *reinterpret_cast<const uint4*>(q_rope + (b * QH + row) * R + (d - L));
+        *reinterpret_cast<uint4*>(Qs + i * ld + d) = v;
+    }
+    if (threadIdx.x < kRows) {
+        const int64_t row = r0 + threadIdx.x;
+        m_s[threadIdx.x] = -INFINITY;
+        l_s[threadIdx.x] = 0.0f;
+        visible_s[threadIdx.x] = row < QH ? int(len - q_len + row / heads + 1) : 0;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rg = warp % 4, half = warp / 4;
+    const int ntiles = int(L / 2 / 8);  // this warp's n8 output tiles
+    float o[kOTiles][4];
+#pragma unroll
+    for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    __syncthreads();
+
+    for (int64_t c0 = t_begin; c0 < t_end; c0 += kChunk) {
+        for (int64_t u = threadIdx.x; u < kChunk * W / 8; u += kThreads) {
+            const int64_t j = u / (W / 8), d = (u % (W / 8)) * 8, n = c0 + j;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (n < t_end) {
+                const int64_t slot =
+                    int64_t(block_table[b * max_blocks + n / block_size]) * block_size + n % block_size;
+                if (d >= L) {
+                    v = *reinterpret_cast<const uint4*>(rope + slot * R + (d - L));
+                } else if (!fp8) {
+                    v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(latent) + slot * L + d);
+                } else {
+                    const uint2 raw =
+                        *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + d);
+                    const float sc = latent_scale[slot * ((L + 127) / 128) + d / 128];
+                    const uint32_t w[2] = {raw.x, raw.y};
+                    uint32_t packed[4];
+                    for (int i = 0; i < 4; ++i) {
+                        const uint32_t word = w[i / 2] >> (16 * (i % 2));
+                        packed[i] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word & 0xff)) * sc)) |
+                                    (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word >> 8)) * sc)) << 16);
+                    }
+                    v = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                }
+            }
+            *reinterpret_cast<uint4*>(Ks + j * ld + d) = v;
+        }
+        __syncthreads();
+        {  // Scores of rows rg * 16 .. over depth steps half, half + 2, ...: 4 key tiles of 8.
+            float s[4][4] = {};
+            const uint16_t* qa = Qs + (rg * 16 + g) * ld + 2 * t;
+            for (int64_t kk = int64_t(half) * 16; kk < W; kk += 32) {
+                const uint32_t a[4] = {ld32(qa + kk), ld32(qa + 8 * ld + kk), ld32(qa + kk + 8),
+                                       ld32(qa + 8 * ld + kk + 8)};
+                for (int nt = 0; nt < 4; ++nt) {
+                    const uint16_t* kb = Ks + (nt * 8 + g) * ld + kk + 2 * t;  // K^T: column n = key
+                    mma_bf16(s[nt], a, ld32(kb), ld32(kb + 8));
+                }
+            }
+            float* sp = Sp + half * kRows * kChunk;
+            for (int nt = 0; nt < 4; ++nt) {
+                const int col = nt * 8 + 2 * t;
+                sp[(rg * 16 + g) * kChunk + col] = s[nt][0];
+                sp[(rg * 16 + g) * kChunk + col + 1] = s[nt][1];
+                sp[(rg * 16 + g + 8) * kChunk + col] = s[nt][2];
+                sp[(rg * 16 + g + 8) * kChunk + col + 1] = s[nt][3];
+            }
+        }
+        __syncthreads();
+        {  // Online softmax: 4 threads per row (aligned lane quads), 8 keys each.
+            const int row = threadIdx.x / 4, q4 = threadIdx.x % 4;
+            float x[8];
+            float mx = -INFINITY;
+            for (int i = 0; i < 8; ++i) {
+                const int j = q4 * 8 + i;
+                const float sv = Sp[row * kChunk + j] + Sp[kRows * kChunk + row * kChunk + j];
+                const int64_t n = c0 + j;
+                x[i] = (n < t_end && n < visible_s[row]) ? sv * scale : -INFINITY;
+                mx = fmaxf(mx, x[i]);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_old = m_s[row], m_new = fmaxf(m_old, mx);
+            float sum = 0.0f;
+            for (int i = 0; i < 8; ++i) {
+                const float p = m_new == -INFINITY ? 0.0f : __expf(x[i] - m_new);
+                sum += p;
+                Ps[row * ldp + q4 * 8 + i] = to_bf16_bits(p);
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            __syncwarp();
+            if (q4 == 0) {
+                const float alpha = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new);
+                alpha_s[row] = alpha;
+                l_s[row] = l_s[row] * alpha + sum;
+                m_s[row] = m_new;
+            }
+        }
+        __syncthreads();
+        {  // O = O * alpha + P V on this warp's rows and half of the columns.
+            const float a_lo = alpha_s[rg * 16 + g], a_hi = alpha_s[rg * 16 + g + 8];
+#pragma unroll
+            for (int i = 0; i < kOTiles; ++i) o[i][0] *= a_lo, o[i][1] *= a_lo, o[i][2] *= a_hi, o[i][3] *= a_hi;
+            const uint16_t* pa = Ps + (rg * 16 + g) * ldp + 2 * t;
+            for (int kk = 0; kk < kChunk; kk += 16) {
+                const uint32_t a[4] = {ld32(pa + kk), ld32(pa + 8 * ldp + kk), ld32(pa + kk + 8),
+                                       ld32(pa + 8 * ldp + kk + 8)};
+                // V = the latent rows of the keys: B[k = key][n = column], two keys per register.
+                const uint16_t* v0 = Ks + (kk + 2 * t) * ld + half * (L / 2) + g;
+#pragma unroll
+                for (int i = 0; i < kOTiles; ++i) {
+                    if (i < ntiles) {
+                        const uint16_t* v = v0 + i * 8;
+                        const uint32_t b0 = uint32_t(v[0]) | (uint32_t(v[ld]) << 16);
+                        const uint32_t b1 = uint32_t(v[8 * ld]) | (uint32_t(v[9 * ld]) << 16);
+                        mma_bf16(o[i], a, b0, b1);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // Ks, Sp, Ps are rewritten by the next chunk
+    }
+    const int64_t slot = split_offsets[b] + split;
+    for (int hi = 0; hi < 2; ++hi) {
+        const int64_t lrow = rg * 16 + g + 8 * hi, row = r0 + lrow;
+        if (row >= QH) continue;
+        const float l = l_s[lrow];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float* dst = part_o + (slot * QH + row) * L + half * (L / 2) + 2 * t;
+#pragma unroll
+        for (int i = 0; i < kOTiles; ++i)
+            if (i < ntiles) dst[i * 8] = o[i][2 * hi] * inv, dst[i * 8 + 1] = o[i][2 * hi + 1] * inv;
+        if (half == 0 && t == 0) part_lse[slot * QH + row] = l > 0.0f ? m_s[lrow] + logf(l) : -INFINITY;
+    }
+}
+
+}  // namespace
+
+bool mla_decode_mma_enabled(int64_t kv_lora) {
+    const char* env = std::getenv("DSPERF_MLA_MMA");
+    // The output halves are whole n8 tiles: L / 2 a multiple of 8 (L a multiple of 16: checked).
+    return env && std::strcmp(env, "1") == 0 && kv_lora % 16 == 0;
+}
+
+void mla_decode_mma_launch(const MlaDecode& d, float* part_o, float* part_lse) {
+    const int64_t QH = d.q_len * d.heads, W = d.kv_lora + d.rope_dim;
+    const Layout lay(W);
+    check(cudaFuncSetAttribute(mla_decode_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lay.total)),
+          "cudaFuncSetAttribute (mla_decode_mma shared memory)");
+    const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
+    mla_decode_mma_kernel<<<grid, kThreads, lay.total, current_stream()>>>(
+        d.q_nope, d.q_rope, d.latent, d.latent_scale, d.rope, d.block_table, d.seqlens, d.items, d.split_offsets,
+        d.q_len, d.heads, d.kv_lora, d.rope_dim, d.block_size, d.max_blocks, d.softmax_scale, part_o, part_lse);
+    check(cudaGetLastError(), "mla_decode (mma)");
+}
+
+}  // namespace dsperf::cuda

@@ -1,0 +1,433 @@
+"""dsperf.cuda's Python layer over a fake device: host memory standing in for GPU memory, and the
+CPU kernels standing in for the CUDA ones, behind the binding's exact signatures.
+
+This runs everywhere and checks what the real GPU tests cannot check here: that every call
+stages its arrays, passes the right pointers, sizes and flags in the right order, allocates
+outputs of the right shape, returns numpy for numpy inputs and DeviceArray for GPU inputs,
+composes the expert FFN, plans and feeds MLA decode, moves dispatch/combine rows through the NCCL
+transport's offsets, and records / replays a CUDA graph. The CUDA kernels themselves are not
+exercised (they need a GPU: tests/test_cuda.py)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+from dsperf import _C, cuda, cuda_array, cuda_nccl, kernels as K
+from dsperf.cuda_array import BF16, FP8, DeviceArray
+from kernel_helpers import EPS_BF16, f32, rand_bf16, rand_fp8_weight
+
+REAL = _C.cuda
+
+
+def view(ptr, shape, dtype):
+    """A numpy view of fake device memory at ptr."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if n == 0:
+        return np.zeros(shape, dtype)
+    buf = (ctypes.c_char * n).from_address(ptr)
+    return np.frombuffer(buf, dtype).reshape(shape)
+
+
+class FakeAllocation:
+    def __init__(self, nbytes, device):
+        self._buf = np.zeros(max(nbytes, 1) + 16, np.uint8)
+        self.ptr = 0 if nbytes == 0 else (self._buf.ctypes.data + 15) // 16 * 16  # 16-byte aligned
+        self.nbytes, self.device = nbytes, device
+
+
+class FakeG:
+    """The binding's surface with host memory and the CPU kernels."""
+
+    def __init__(self, devices=2):
+        self.devices = devices
+        self.calls = []
+        self.recording = None  # a list while a "graph" is captured
+        self.graphs = {}
+        self.sync = True
+
+    # availability and memory
+    def built_with_cuda(self): return True
+    def why_unavailable(self): return ""
+    def device_count(self): return self.devices
+    def sm_count(self, d): return 8
+    def compute_capability(self, d): return 90
+    def device_name(self, d): return "fake"
+    def synchronize(self, d): pass
+    def set_synchronous(self, on): self.sync = on
+    def synchronous(self): return self.sync
+    def pointer_device(self, p): return 0
+    Allocation = FakeAllocation
+    dlpack_export = staticmethod(REAL.dlpack_export)
+    dlpack_import = staticmethod(REAL.dlpack_import)
+    mla_plan = staticmethod(REAL.mla_plan)
+
+    def copy_to_device(self, dst, src, n, d): ctypes.memmove(dst, src, n)
+    def copy_to_host(self, dst, src, n, d): ctypes.memmove(dst, src, n)
+
+    def _run(self, name, fn):
+        self.calls.append(name)
+        if self.recording is not None:
+            self.recording.append(fn)  # a captured graph runs its work at replay
+        else:
+            fn()
+
+    def copy_on_device(self, dst, src, n, d): self._run("copy", lambda: ctypes.memmove(dst, src, n))
+    def fill_zero(self, p, n, d): self._run("fill_zero", lambda: ctypes.memset(p, 0, n))
+
+    # kernels: the CPU twins on views of the fake memory
+    def rmsnorm(self, x, w, y, rows, dim, eps, d):
+        def go():
+            view(y, (rows, dim), np.float32)[:] = K.rmsnorm(view(x, (rows, dim), np.float32),
+                                                            view(w, (dim,), np.float32).copy(), eps)
+        self._run("rmsnorm", go)
+
+    def silu_mul(self, gu, out, rows, inter, d):
+        def go():
+            view(out, (rows, inter), BF16)[:] = K.silu_mul(view(gu, (rows, 2 * inter), np.float32).copy())
+        self._run("silu_mul", go)
+
+    def act_quant(self, x, rows, dim, q, s, d):
+        def go():
+            qq, ss = K.act_quant(view(x, (rows, dim), BF16).copy())
+            view(q, (rows, dim), FP8)[:] = qq
+            view(s, (rows, -(-dim // 128)), np.float32)[:] = ss
+        self._run("act_quant", go)
+
+    def rope_bf16(self, x, tokens, heads, ld_token, ld_head, pos, freqs, rope_dim, d):
+        assert ld_head == rope_dim and ld_token == heads * rope_dim
+        def go():
+            a = view(x, (tokens, heads, rope_dim), BF16)
+            a[:] = K.apply_rope(a.copy(), view(pos, (tokens,), np.int32).copy(),
+                                view(freqs, (rope_dim // 2,), np.float32).copy())
+        self._run("rope", go)
+
+    def moe_gate(self, logits, T, E, bias, n_group, topk_group, top_k, route_scale, sigmoid, w, ids, d):
+        def go():
+            b = None if bias == 0 else view(bias, (E,), np.float32).copy()
+            ww, ii = K._K.moe_gate(view(logits, (T, E), np.float32).copy(), b, n_group, topk_group, top_k,
+                                   route_scale, "sigmoid" if sigmoid else "softmax")
+            view(w, (T, top_k), np.float32)[:] = ww
+            view(ids, (T, top_k), np.int32)[:] = ii
+        self._run("moe_gate", go)
+
+    def moe_permute(self, x, tokens, row_bytes, source, rows, out, d):
+        def go():
+            src = view(source, (rows,), np.int32)
+            assert src.size == 0 or (src.min() >= 0 and src.max() < tokens)
+            view(out, (rows, row_bytes), np.uint8)[:] = view(x, (tokens, row_bytes), np.uint8)[src]
+        self._run("moe_permute", go)
+
+    def moe_unpermute(self, y, rows, dim, position, weights, T, Kk, out, d):
+        def go():
+            view(out, (T, dim), np.float32)[:] = K.moe_unpermute(view(y, (rows, dim), np.float32).copy(),
+                                                                 view(position, (T, Kk), np.int32).copy(),
+                                                                 view(weights, (T, Kk), np.float32).copy())
+        self._run("moe_unpermute", go)
+
+    def grouped_gemm(self, a, a_scale, b, b_scale, c, M, N, Kd, E, masked, offsets, counts, capacity, check, d):
+        def go():
+            fp8_a, fp8_b = a_scale != 0, b_scale != 0
+            A = f32(view(a, (M, Kd), FP8 if fp8_a else BF16))
+            B = f32(view(b, (E, N, Kd), FP8 if fp8_b else BF16))
+            kb, nb = -(-Kd // 128), -(-N // 128)
+            if fp8_b:
+                s = view(b_scale, (E, nb, kb), np.float32)
+                B = B * np.repeat(np.repeat(s, 128, 1), 128, 2)[:, :N, :Kd]
+                if not fp8_a:
+                    B = f32(B.astype(BF16))  # the CPU experts' BF16 dequantisation
+            if fp8_a:
+                A = A * np.repeat(view(a_scale, (M, kb), np.float32), 128, 1)[:, :Kd]
+            C = view(c, (M, N), np.float32)
+            if masked:
+                cnt = view(counts, (E,), np.int32)
+                C[:] = 0
+                rng = [(e * capacity, e * capacity + cnt[e]) for e in range(E)]
+            else:
+                o = view(offsets, (E + 1,), np.int64)
+                rng = [(o[e], o[e + 1]) for e in range(E)]
+            for e, (r0, r1) in enumerate(rng):
+                C[r0:r1] = A[r0:r1] @ B[e].T
+        self._run("grouped_gemm", go)
+
+    def cublas_why_unavailable(self): return ""
+
+    def cublas_gemm_bf16(self, a, b, c, M, N, Kd, batch, sa, sb, sc, d):
+        assert (sa, sb, sc) == (M * Kd, N * Kd, M * N)
+        def go():
+            view(c, (batch, M, N), np.float32)[:] = np.einsum("bmk,bnk->bmn", f32(view(a, (batch, M, Kd), BF16)),
+                                                              f32(view(b, (batch, N, Kd), BF16)))
+        self._run("cublas", go)
+
+    def mla_decode(self, qn, qr, lat, lat_s, rope, bt, sl, items, offs, n_items, n_part, B, Q, H, L, R, nblocks, bs,
+                   max_blocks, scale, out, lse, part_o, part_lse, check, d):
+        assert part_o and part_lse  # the plan's workspace is always passed
+        def go():
+            self.last_items = view(items, (n_items, 4), np.int32).copy()
+            self.last_offsets = view(offs, (B + 1,), np.int32).copy()
+            assert self.last_offsets[-1] == n_part
+            fp8 = lat_s != 0
+            o, ls = K.mla_decode(view(qn, (B, Q, H, L), BF16).copy(), view(qr, (B, Q, H, R), BF16).copy(),
+                                 view(lat, (nblocks, bs, L), FP8 if fp8 else BF16).copy(),
+                                 view(rope, (nblocks, bs, R), BF16).copy(), view(bt, (B, max_blocks), np.int32).copy(),
+                                 view(sl, (B,), np.int32).copy(), scale,
+                                 latent_scale=view(lat_s, (nblocks, bs, -(-L // 128)), np.float32).copy() if fp8
+                                 else None)
+            view(out, (B, Q, H, L), np.float32)[:] = o
+            view(lse, (B, Q, H), np.float32)[:] = ls
+        self._run("mla_decode", go)
+
+    def mla_prefill(self, q, k, v, T, S, H, dqk, dv, scale, out, lse, d):
+        def go():
+            qq, kk, vv = (f32(view(p, (n, H, w), BF16)) for p, n, w in ((q, T, dqk), (k, S, dqk), (v, S, dv)))
+            s = np.einsum("thd,shd->hts", qq, kk) * scale
+            s = np.where((np.arange(S)[None, :] <= S - T + np.arange(T)[:, None])[None], s, -np.inf)
+            m = s.max(-1, keepdims=True)
+            p = np.exp(s - m)
+            view(out, (T, H, dv), np.float32)[:] = np.einsum("hts,shd->thd", p / p.sum(-1, keepdims=True), vv)
+            view(lse, (T, H), np.float32)[:] = (m[..., 0] + np.log(p.sum(-1))).T
+        self._run("mla_prefill", go)
+
+    # NCCL: every rank in this process; alltoallv moves bytes between the fake buffers.
+    def nccl_why_unavailable(self): return ""
+    def nccl_init_all(self, devices): return [1000 + d for d in devices]
+    def nccl_destroy(self, comm): pass
+
+    def nccl_alltoallv(self, parts, row_bytes):
+        self.calls.append("alltoallv")
+        by_rank = {comm - 1000: p for p in parts for comm in [p[0]]}
+        for r, (_, _, send, _, so, sc, _, _) in by_rank.items():
+            for peer, (_, _, _, recv, _, _, ro, rc) in by_rank.items():
+                assert sc[peer] == rc[r], f"rank {r} sends {sc[peer]} rows to {peer}, which expects {rc[r]}"
+                if sc[peer]:
+                    ctypes.memmove(recv + ro[r] * row_bytes, send + so[peer] * row_bytes, sc[peer] * row_bytes)
+
+    # graphs: captured calls are recorded, replay runs them
+    def graph_begin_capture(self, d):
+        self.recording = []
+        return 7
+
+    def graph_end_capture(self, stream, discard, d):
+        work, self.recording = self.recording, None
+        if discard:
+            return 0
+        self.graphs[99] = work
+        return 99
+
+    def graph_launch(self, exec_, stream, d):
+        for fn in self.graphs[exec_]:
+            fn()
+
+    def graph_destroy(self, exec_, stream, d): pass
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    g = FakeG()
+    for mod in (cuda, cuda_array, cuda_nccl):
+        monkeypatch.setattr(mod, "_G", g)
+    return g
+
+
+def dev(a, device=0):
+    return DeviceArray.from_numpy(a, device)
+
+
+# ---- elementwise and routing -------------------------------------------------------------------
+def test_elementwise_calls_stage_and_return_by_placement(fake):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    y = cuda.rmsnorm(x, w)
+    assert isinstance(y, np.ndarray)
+    np.testing.assert_array_equal(y, K.rmsnorm(x, w))
+    yd = cuda.rmsnorm(dev(x), dev(w))
+    assert isinstance(yd, DeviceArray)
+    np.testing.assert_array_equal(yd.numpy(), y)
+    gu = rng.standard_normal((3, 64)).astype(np.float32)
+    np.testing.assert_array_equal(f32(cuda.silu_mul(gu)), f32(K.silu_mul(gu)))
+    xb = rand_bf16(rng, 4, 300)
+    q, s = cuda.act_quant(xb)
+    rq, rs = K.act_quant(xb)
+    np.testing.assert_array_equal(q.view(np.uint8), rq.view(np.uint8))
+    np.testing.assert_array_equal(s, rs)
+    xr, pos, fr = rand_bf16(rng, 3, 4, 64), np.array([0, 5, 9]), K.rope_frequencies(64)
+    got = cuda.apply_rope(xr, pos, fr)
+    np.testing.assert_array_equal(f32(got), f32(K.apply_rope(xr, pos, fr)))
+    np.testing.assert_array_equal(f32(xr), f32(xr.copy()))  # the input is not modified
+
+
+def test_routing_calls(fake):
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((16, 64)).astype(np.float32)
+    bias = (rng.standard_normal(64) * 0.1).astype(np.float32)
+    args = dict(n_group=8, topk_group=4, top_k=6, route_scale=2.5)
+    w, ids = cuda.moe_gate(logits, bias, **args)
+    rw, rids = K._K.moe_gate(logits, bias, *K._gate_args(**args, score_func="sigmoid"))
+    np.testing.assert_array_equal(ids, rids)
+    np.testing.assert_array_equal(w, rw)
+    x = rand_bf16(rng, 16, 40)
+    _, position, source = K.moe_route(ids, 64)
+    xp = cuda.moe_permute(x, source.astype(np.int64))  # int64 ids converted as the CPU does
+    np.testing.assert_array_equal(f32(xp), f32(K.moe_permute(x, source)))
+    y = rng.standard_normal((source.size, 40)).astype(np.float32)
+    np.testing.assert_array_equal(cuda.moe_unpermute(y, position, w), K.moe_unpermute(y, position, w))
+
+
+# ---- GEMMs ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fp8", [False, True])
+def test_experts_compose_two_grouped_gemms_and_silu_mul(fake, fp8):
+    rng = np.random.default_rng(2)
+    E, D, I = 3, 256, 128
+    if fp8:
+        a = [rand_fp8_weight(rng, 2 * I, D) for _ in range(E)]
+        b = [rand_fp8_weight(rng, D, I) for _ in range(E)]
+        w13, s13 = np.stack([w for w, _ in a]), np.stack([s for _, s in a])
+        w2, s2 = np.stack([w for w, _ in b]), np.stack([s for _, s in b])
+    else:
+        w13, w2, s13, s2 = rand_bf16(rng, E, 2 * I, D, scale=0.05), rand_bf16(rng, E, D, I, scale=0.05), None, None
+    counts = np.array([5, 0, 9])
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    x = rand_bf16(rng, 14, D)
+    got = cuda.experts_contiguous(x, offsets, w13, w2, s13, s2)
+    want = K.experts_contiguous(x, offsets, w13, w2, s13, s2)
+    assert np.linalg.norm(got - want) <= 4 * EPS_BF16 * np.linalg.norm(want)
+    assert fake.calls.count("grouped_gemm") == 2 and "silu_mul" in fake.calls
+    xm = np.zeros((E, 10, D), BF16)
+    for e in range(E):
+        xm[e, :counts[e]] = x[offsets[e]:offsets[e + 1]]
+    gm = cuda.experts_masked(dev(xm), dev(counts.astype(np.int32)), dev(w13), dev(w2),
+                             None if s13 is None else dev(s13), None if s2 is None else dev(s2))
+    assert isinstance(gm, DeviceArray) and gm.shape == (E, 10, D)
+    wm = K.experts_masked(xm, counts.astype(np.int32), w13, w2, s13, s2)
+    assert np.linalg.norm(gm.numpy() - wm) <= 4 * EPS_BF16 * np.linalg.norm(wm)
+
+
+def test_fp8_grouped_gemm_and_cublas_plumbing(fake):
+    rng = np.random.default_rng(3)
+    x = rand_bf16(rng, 20, 256)
+    aq, as_ = cuda.act_quant(x)
+    w, ws = rand_fp8_weight(rng, 128, 256)
+    got = cuda.grouped_gemm(aq, w[None], offsets=np.array([0, 20]), a_scale=as_, b_scale=ws[None])
+    want = (f32(aq) * np.repeat(as_, 128, 1)) @ (f32(w) * np.repeat(np.repeat(ws, 128, 0), 128, 1)).T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    out = DeviceArray((20, 128), np.float32)
+    r = cuda.grouped_gemm(dev(aq), dev(w[None]), offsets=dev(np.array([0, 20], np.int64)), a_scale=dev(as_),
+                          b_scale=dev(ws[None]), out=out, validate=False)
+    assert r is out
+    np.testing.assert_array_equal(out.numpy(), got)
+    a, b = rand_bf16(rng, 2, 8, 64), rand_bf16(rng, 2, 16, 64)
+    np.testing.assert_allclose(cuda.cublas_gemm_bf16(a, b), np.einsum("bmk,bnk->bmn", f32(a), f32(b)), rtol=1e-6)
+
+
+# ---- MLA -----------------------------------------------------------------------------------------
+def test_mla_decode_feeds_the_plan_and_its_workspace(fake):
+    rng = np.random.default_rng(4)
+    seqlens = [300, 70, 5]
+    need = [-(-n // 64) for n in seqlens]
+    table = np.zeros((3, max(need)), np.int32)
+    table[0, :5], table[1, :2], table[2, :1] = [7, 1, 2, 3, 4], [5, 6], [0]
+    args = (rand_bf16(rng, 3, 1, 16, 512, scale=0.05), rand_bf16(rng, 3, 1, 16, 64, scale=0.05),
+            rand_bf16(rng, 8, 64, 512), rand_bf16(rng, 8, 64, 64), table, np.array(seqlens, np.int32))
+    meta = cuda.get_mla_metadata(args[5], 1, 16, num_splits=2)
+    out, lse = cuda.mla_decode(*args, 0.1, meta)
+    np.testing.assert_array_equal(fake.last_items, meta.items)
+    np.testing.assert_array_equal(fake.last_offsets, meta.split_offsets)
+    want, wlse = K.mla_decode(*args, 0.1)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(lse, wlse)
+    o, l = DeviceArray(out.shape, np.float32), DeviceArray(lse.shape, np.float32)
+    r = cuda.mla_decode(*[dev(a) for a in args], 0.1, meta, out=(o, l), validate=False)
+    assert r[0] is o and r[1] is l
+    np.testing.assert_array_equal(o.numpy(), want)
+
+
+def test_mla_prefill_plumbing(fake):
+    rng = np.random.default_rng(5)
+    q, k, v = rand_bf16(rng, 6, 2, 192), rand_bf16(rng, 9, 2, 192), rand_bf16(rng, 9, 2, 128)
+    out, lse = cuda.mla_prefill(q, k, v, 0.1)
+    assert out.shape == (6, 2, 128) and lse.shape == (6, 2)
+    # The first query sits at position 3 and sees keys 0..3.
+    s = (f32(q[0, 0]) @ f32(k[:4, 0]).T) * 0.1
+    p = np.exp(s - s.max())
+    np.testing.assert_allclose(out[0, 0], (p / p.sum()) @ f32(v[:4, 0]), rtol=1e-5)
+
+
+# ---- NCCL dispatch / combine through the transport ----------------------------------------------
+@pytest.mark.parametrize("low_latency", [False, True])
+def test_nccl_transport_offsets_move_the_right_rows(fake, low_latency):
+    rng = np.random.default_rng(6)
+    n, E, T = 2, 8, [6, 3]
+    xs = {r: rand_bf16(rng, T[r], 32) for r in range(n)}
+    ids = {r: np.argsort(rng.random((T[r], E)), axis=1)[:, :3].astype(np.int32) for r in range(n)}
+    ws = {r: rng.random((T[r], 3)).astype(np.float32) for r in range(n)}
+    with cuda_nccl.Communicator.local([0, 1]) as comm:
+        t = cuda_nccl.NcclTransport(comm)
+        sim = cuda_nccl.SimulatedTransport(n)
+        dx = {r: dev(xs[r], r) for r in range(n)}
+        dw = {r: dev(ws[r], r) for r in range(n)}
+        if low_latency:
+            got, cnt, h = cuda_nccl.dispatch_low_latency(t, dx, ids, dw, E, 8)
+            want, wcnt, _ = cuda_nccl.dispatch_low_latency(sim, xs, ids, ws, E, 8)
+            for r in range(n):
+                np.testing.assert_array_equal(cnt[r], wcnt[r])
+                for e in range(E // n):
+                    np.testing.assert_array_equal(f32(got[r].numpy()[e, :cnt[r][e]]), f32(want[r][e, :cnt[r][e]]))
+        else:
+            got, _, h = cuda_nccl.dispatch(t, dx, ids, dw, E)
+            want, _, _ = cuda_nccl.dispatch(sim, xs, ids, ws, E)
+            for r in range(n):
+                np.testing.assert_array_equal(f32(got[r].numpy()), f32(want[r]))
+        ys = {r: dev(f32(got[r].numpy()), r) for r in range(n)}
+        out = cuda_nccl.combine(t, ys, h)
+    for r in range(n):
+        np.testing.assert_allclose(out[r].numpy(), ws[r].sum(1, keepdims=True) * f32(xs[r]), rtol=1e-5, atol=1e-6)
+
+
+# ---- graphs --------------------------------------------------------------------------------------
+def test_a_captured_graph_runs_at_replay_with_new_inputs(fake):
+    rng = np.random.default_rng(7)
+    x, w = dev(rng.standard_normal((4, 32)).astype(np.float32)), dev(np.ones(32, np.float32))
+    g = cuda.CudaGraph()
+    with g:
+        y = cuda.rmsnorm(x, w)
+        assert fake.sync is False  # launches do not wait while capturing
+        with pytest.raises(RuntimeError, match="numpy"):
+            cuda.rmsnorm(np.ones((2, 8), np.float32), np.ones(8, np.float32))
+    assert fake.sync is True
+    assert y in g._keep  # outputs allocated while capturing live with the graph
+    assert not y.numpy().any()  # captured, not run
+    g.replay()
+    np.testing.assert_allclose(y.numpy(), K.rmsnorm(x.numpy(), w.numpy()))
+    new = rng.standard_normal((4, 32)).astype(np.float32)
+    x.set(new)
+    g.replay()
+    np.testing.assert_allclose(y.numpy(), K.rmsnorm(new, np.ones(32, np.float32)))
+    with pytest.raises(RuntimeError, match="holds a capture already"):
+        with g:
+            pass
+
+
+def test_an_exception_discards_the_capture(fake):
+    g = cuda.CudaGraph()
+    with pytest.raises(ZeroDivisionError):
+        with g:
+            1 / 0
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+    assert cuda_array._capture_keep is None and fake.sync is True
+
+
+# ---- the GPU benchmark script's own plumbing ---------------------------------------------------
+def test_gpu_validate_runs_end_to_end_on_the_fake_device(fake, capsys):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validate.py"
+    spec = importlib.util.spec_from_file_location("gpu_validate", path)
+    gv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gv)
+    assert gv.main(["--size", "tiny", "--skip-tests", "--iters", "1"]) == 0
+    out = capsys.readouterr().out
+    for row in ("MLA decode", "CUDA graph replay", "grouped GEMM BF16 contiguous", "grouped GEMM BF16 masked",
+                "grouped GEMM FP8 contiguous", "LL dispatch EP2", "LL combine EP2"):
+        assert row in out, row
+    assert "failed" not in out

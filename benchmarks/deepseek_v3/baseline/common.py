@@ -1,9 +1,9 @@
 """Shared harness of seed 000's per-module baselines: token counts 1 to 2048, medians, a markdown
 table with one column per backend. Run from the repository root, e.g.
     python -m benchmarks.deepseek_v3.baseline.embed_tokens [--max-tokens 2048] [--repeats 3]
-Columns: this CPU through dsperf.kernels (and a numpy baseline where one exists); a GPU column
-appears once dsperf has CUDA versions of these modules and a GPU is present (not yet: dsperf.cuda
-has RMSNorm, SiLU-mul, gating and permute only)."""
+Columns: this CPU through dsperf.kernels (and a numpy baseline where one exists); GPU columns
+(baseline/gpu.py: the module composed from dsperf.cuda kernels on GPU arrays) for mlp and moe where
+a GPU is present. embed_tokens, mla and dense_layer have CPU columns only."""
 from __future__ import annotations
 
 import argparse
@@ -46,12 +46,17 @@ def median_ms(fn, repeats):
     return statistics.median(run_times(fn, repeats)) * 1e3
 
 
-def print_table(title: str, columns: list[str], rows: list[list]):
+def print_table(title: str, columns: list[str], rows: list[list], gpu_note: str | None = None):
+    """gpu_note: what the GPU columns are, where the module has them (None: CPU columns only)."""
     print(f"\n{title} (isa {K.isa()}; ms, median)\n")
     print("| tokens | " + " | ".join(columns) + " |")
     print("|--------|" + "|".join("-" * (len(c) + 2) for c in columns) + "|")
     for r in rows:
         print(f"| {r[0]:<6} | " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r[1:]) + " |")
     ok, why = dsperf_cuda.available()
-    print("\nGPU column: none yet (dsperf.cuda does not cover these modules"
-          + ("" if ok else f"; and here: {why}") + ").")
+    if gpu_note is None:
+        print("\nGPU columns: none for this module (dsperf.cuda composes mlp and moe only).")
+    elif ok:
+        print(f"\nGPU columns on {dsperf_cuda.device_name(0)}: {gpu_note}")
+    else:
+        print(f"\nGPU columns: none here ({why}).")

@@ -106,7 +106,6 @@ def bench_mla(rows, iters, size, rng):
                          record="FlashMLA 3000 GB/s, 660 TFLOPS (H800)",
                          vs_record=f"{gbps / 3000:.0%} of GB/s, {tflops / 660:.0%} of TFLOPS",
                          target="MLA >= 50% of FlashMLA"))
-        del d, out, dst
     # Small-batch decode is launch-bound: the same call replayed from a CUDA graph.
     B, S, heads = SIZES[size]["mla_graph"]
     q_len = 1
@@ -161,7 +160,6 @@ def bench_gemm(rows, iters, size, rng):
                      tflops=fm / us / 1e6, gbps=wbytes / us / 1e3, baseline="cuBLAS BF16 batched",
                      baseline_value=f"{fm / cub_us / 1e6:.0f} TFLOPS", record="-",
                      vs_record=f"{cub_us / us:.0%} of cuBLAS", target="BF16 >= 60% of cuBLAS"))
-    del am, bm, cm
     # FP8 x FP8 with 1x128 / 128x128 scales (DeepGEMM's contiguous grouped GEMM).
     aq = DeviceArray.from_numpy(rand_like((M, Kd), FP8, rng, 100.0))
     as_ = DeviceArray.from_numpy(np.full((M, Kd // 128), 1e-2, np.float32))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dsperf import cuda, cuda_nccl as N
-from kernel_helpers import BF16, f32, rand_bf16
+from kernel_helpers import f32, rand_bf16
 
 OK, WHY = N.available()
 GPUS = cuda.device_count() if OK else 0

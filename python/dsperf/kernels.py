@@ -4,6 +4,12 @@ Every function checks its arrays (type, dtype, shape, C-contiguity) and raises T
 ValueError naming the argument; inputs are never modified; outputs are new arrays; the GIL is
 released while the C++ kernels run. ``isa()`` says which micro-kernels this CPU uses
 ("avx512_bf16" or "portable"; set DSPERF_ISA=portable to force the portable ones).
+
+The same calls run on the GPU when their arrays live there (dsperf.cuda DeviceArrays, or PyTorch /
+CuPy tensors through __cuda_array_interface__ or DLPack): rmsnorm, apply_rope, silu_mul, act_quant,
+moe_gate, moe_permute, moe_unpermute, experts_contiguous, experts_masked and mla_decode hand such
+calls to their dsperf.cuda twins, whose results stay on the GPU; host and GPU arrays mixed in one
+call raise TypeError naming the argument.
 """
 from __future__ import annotations
 
@@ -33,6 +39,25 @@ def amx_status() -> str:
 
 def cpu_features() -> dict:
     return dict(_K.cpu_features())
+
+
+# ---- placement: numpy runs here, GPU arrays run on the GPU ---------------------------------------
+def _on_gpu(*arrays) -> bool:
+    """True where any argument lives on a GPU (a dsperf.cuda DeviceArray, or an object exposing
+    __cuda_array_interface__ or DLPack on a CUDA device): the call then goes to its dsperf.cuda
+    twin, which refuses host and GPU arrays mixed in one call (TypeError naming the argument)."""
+    for a in arrays:
+        if a is None or isinstance(a, np.ndarray):
+            continue
+        from .cuda_array import is_device_array_like
+        if is_device_array_like(a):
+            return True
+    return False
+
+
+def _cuda():
+    from . import cuda
+    return cuda
 
 
 # ---- argument checks ---------------------------------------------------------------------------
@@ -124,6 +149,8 @@ def linear(x, w, w_scale=None):
 
 def rmsnorm(x, weight, eps=1e-6):
     """x / rms(x) * weight over the last dimension, in FP32; the output has x's dtype."""
+    if _on_gpu(x, weight):
+        return _cuda().rmsnorm(x, weight, eps)
     _arr("x", x, (F32, BF16), (1, 2, 3))
     _arr("weight", weight, (F32, BF16), 1)
     if weight.shape[0] != x.shape[-1]:
@@ -156,6 +183,8 @@ def rope_mscale(factor=40.0, mscale_all_dim=1.0, original_seq_len=4096, max_seq_
 def apply_rope(x, positions, freqs):
     """Rotary embedding of x [tokens, heads, rope_dim] (or [tokens, rope_dim]) at positions [tokens],
     pairs (2i, 2i+1) turned by positions * freqs[i]. Returns a new array of x's dtype."""
+    if _on_gpu(x, positions, freqs):
+        return _cuda().apply_rope(x, positions, freqs)
     _arr("x", x, (F32, BF16), (2, 3))
     positions = _ids("positions", positions, 1)
     _arr("freqs", freqs, (F32,), 1)
@@ -180,6 +209,8 @@ def embedding(table, ids):
 
 def silu_mul(gate_up):
     """silu(gate) * up for a merged gate_up FP32 [tokens, 2 * inter] -> BF16 [tokens, inter]."""
+    if _on_gpu(gate_up):
+        return _cuda().silu_mul(gate_up)
     _arr("gate_up", gate_up, (F32,), 2)
     if gate_up.shape[1] % 2:
         raise ValueError(f"gate_up must have an even width, got {gate_up.shape[1]}")
@@ -188,6 +219,8 @@ def silu_mul(gate_up):
 
 def act_quant(x):
     """1x128 FP8 quantisation: (q FP8 [T, D], scales FP32 [T, ceil(D/128)]), x ~= q * scale."""
+    if _on_gpu(x):
+        return _cuda().act_quant(x)
     _arr("x", x, (F32, BF16), 2)
     q, s = _K.act_quant_f32(x) if x.dtype == F32 else _K.act_quant_bf16(_bits(x))
     return q.view(FP8), s
@@ -219,6 +252,17 @@ def moe_gate(x, weight, bias=None, *, n_group, topk_group, top_k, route_scale, s
     (its best without a bias) and the topk_group best groups are kept; then the top_k experts;
     weights = the chosen unbiased scores, normalised to sum 1 for sigmoid, times route_scale.
     """
+    if _on_gpu(x, weight, bias):
+        # On the GPU: the logits through cuBLAS (BF16), then the routing kernel.
+        cuda = _cuda()
+        if not (cuda.is_device_array_like(x) and cuda.is_device_array_like(weight)):
+            raise TypeError("x and weight must both be GPU arrays (or both numpy arrays)")
+        xa, wa = cuda.as_device_array(x, "x"), cuda.as_device_array(weight, "weight")
+        if xa.ndim != 2 or wa.ndim != 2 or wa.shape[1] != xa.shape[1]:
+            raise ValueError(f"x must be [T, D] and weight [experts, D], got {xa.shape} and {wa.shape}")
+        logits = cuda.cublas_gemm_bf16(xa.reshape(1, *xa.shape), wa.reshape(1, *wa.shape)).reshape(xa.shape[0], wa.shape[0])
+        return cuda.moe_gate(logits, bias, n_group=n_group, topk_group=topk_group, top_k=top_k,
+                             route_scale=route_scale, score_func=score_func)
     _arr("x", x, (F32, BF16), 2)
     _arr("weight", weight, (F32, BF16), 2)
     if x.dtype != weight.dtype:
@@ -241,12 +285,16 @@ def moe_route(ids, n_experts):
 
 def moe_permute(x, source):
     """x[source]: BF16 rows in expert order."""
+    if _on_gpu(x, source):
+        return _cuda().moe_permute(x, source)
     _arr("x", x, (BF16,), 2)
     return _K.moe_permute(_bits(x), _ids("source", source, 1)).view(BF16)
 
 
 def moe_unpermute(y_perm, position, weights):
     """y[t] = sum_k weights[t, k] * y_perm[position[t, k]] (FP32), in slot order."""
+    if _on_gpu(y_perm, position, weights):
+        return _cuda().moe_unpermute(y_perm, position, weights)
     _arr("y_perm", y_perm, (F32,), 2)
     _arr("weights", weights, (F32,), 2)
     return _K.moe_unpermute(y_perm, _ids("position", position, 2), weights)
@@ -256,6 +304,8 @@ def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None):
     """Grouped expert FFN, contiguous layout: x BF16 [rows, dim] sorted by expert, expert e owning
     rows offsets[e]:offsets[e+1]; w13 [E, 2I, dim] (w1 then w3), w2 [E, dim, I], BF16 or FP8 with
     block scales. Returns FP32 [rows, dim]."""
+    if _on_gpu(x, offsets, w13, w2, w13_scale, w2_scale):
+        return _cuda().experts_contiguous(x, offsets, w13, w2, w13_scale, w2_scale)
     _arr("x", x, (BF16,), 2)
     offsets = _arr("offsets", offsets, (np.dtype(np.int64), np.dtype(np.int32)), 1).astype(np.int64)
     w = _expert_weights(w13, w2, w13_scale, w2_scale)
@@ -269,6 +319,8 @@ def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None):
 def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None):
     """Grouped expert FFN, masked layout: x BF16 [E, capacity, dim] with counts[e] valid rows per
     expert. Returns FP32 [E, capacity, dim], zero past each count."""
+    if _on_gpu(x, counts, w13, w2, w13_scale, w2_scale):
+        return _cuda().experts_masked(x, counts, w13, w2, w13_scale, w2_scale)
     _arr("x", x, (BF16,), 3)
     counts = _ids("counts", counts, 1)
     w = _expert_weights(w13, w2, w13_scale, w2_scale)
@@ -347,6 +399,9 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
     ranges per request, merged by log-sum-exp. Returns (out FP32 [B, Q, H, kv_lora] in latent space --
     apply W_UV next -- and lse FP32 [B, Q, H]).
     """
+    if _on_gpu(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, latent_scale):
+        return _cuda().mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale,
+                                  latent_scale=latent_scale, num_splits=num_splits)
     for name, a in (("q_nope", q_nope), ("q_rope", q_rope)):
         _arr(name, a, (BF16,), 4)
     _arr("latent_cache", latent_cache, (BF16, FP8), 3)

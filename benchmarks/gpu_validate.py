@@ -44,7 +44,10 @@ SIZES = {
 def rand_like(shape, dtype, rng, scale=1.0):
     """Random values without generating every one: a 1M-value random block tiled over the shape
     (the kernels' speed does not depend on the values; generating GBs of normals would take minutes)."""
-    block = (rng.standard_normal(1 << 20) * scale).astype(np.float32).astype(dtype)
+    block = (rng.standard_normal(1 << 20) * scale).astype(np.float32)
+    if np.dtype(dtype).itemsize == 1:   # FP8 e4m3: values past 448 would become NaN, not saturate
+        block = np.clip(block, -448.0, 448.0)
+    block = block.astype(dtype)
     return np.resize(block, shape)
 
 

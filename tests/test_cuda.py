@@ -304,7 +304,10 @@ def test_grouped_gemm_fp8_block_scaled_matches_the_dequantised_product(monkeypat
     for e in range(E):
         wdq = f32(bq[e]).astype(np.float64) * np.repeat(np.repeat(bs[e], 128, 0), 128, 1)[:N, :Kd]
         want = adq[offsets[e]:offsets[e + 1]] @ wdq.T
-        np.testing.assert_allclose(got[offsets[e]:offsets[e + 1]], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        # The FP8 tensor cores accumulate with about 14 significant bits between the per-128-block
+        # promotions to FP32 (DeepSeek-V3's report on Hopper), so their path gets a looser bound.
+        atol = (2e-3 if fp8_mma == "1" else 1e-5) * np.abs(want).max()
+        np.testing.assert_allclose(got[offsets[e]:offsets[e + 1]], want, rtol=1e-4, atol=atol)
 
 
 def _rel(got, want):

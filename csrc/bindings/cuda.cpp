@@ -150,8 +150,12 @@ public:
     ~Allocation() {
         if (!ptr_) return;
         try {
+            // Freed on its own device; the thread's current device (which PyTorch or CuPy code on
+            // this thread relies on) is put back afterwards.
+            const int was = C::current_device();
             C::set_device(device_);
             C::device_free(ptr_);
+            C::set_device(was);
         } catch (...) {
             // A destructor cannot report; the memory is lost only if the device itself failed.
         }

@@ -177,11 +177,11 @@ void nccl_alltoallv(const std::vector<AllToAllPart>& parts, int64_t row_bytes) {
                 // (each side's counts are the other's), so the pairs still match.
                 if (p.send_counts[r])
                     check_nccl(n.send(send + p.send_offsets[r] * row_bytes, size_t(p.send_counts[r] * row_bytes),
-                                      ncclInt8, int(r), comm, cudaStreamLegacy),
+                                      ncclInt8, int(r), comm, nullptr),
                                "ncclSend");
                 if (p.recv_counts[r])
                     check_nccl(n.recv(recv + p.recv_offsets[r] * row_bytes, size_t(p.recv_counts[r] * row_bytes),
-                                      ncclInt8, int(r), comm, cudaStreamLegacy),
+                                      ncclInt8, int(r), comm, nullptr),
                                "ncclRecv");
             }
         }

@@ -16,6 +16,7 @@ struct Cublas {
     void* lib = nullptr;
     std::string why;
     decltype(&cublasCreate_v2) create = nullptr;
+    decltype(&cublasSetStream_v2) set_stream = nullptr;
     // The C entry point (32-bit sizes, 64-bit strides); the header also declares a C++ overload.
     using Gemm = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                                     const void*, cudaDataType, int, long long, const void*, cudaDataType, int,
@@ -38,8 +39,10 @@ Cublas& cublas() {
             return;
         }
         c.create = reinterpret_cast<decltype(c.create)>(dlsym(c.lib, "cublasCreate_v2"));
+        c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(c.lib, "cublasSetStream_v2"));
         c.gemm = reinterpret_cast<Cublas::Gemm>(dlsym(c.lib, "cublasGemmStridedBatchedEx"));
-        if (!c.create || !c.gemm) c.why = "libcublas lacks cublasCreate_v2 or cublasGemmStridedBatchedEx";
+        if (!c.create || !c.set_stream || !c.gemm)
+            c.why = "libcublas lacks cublasCreate_v2, cublasSetStream_v2 or cublasGemmStridedBatchedEx";
     });
     return c;
 }
@@ -68,6 +71,8 @@ void cublas_gemm_bf16(const uint16_t* a, const uint16_t* b, float* c, int64_t M,
     const int dev = current_device();
     if (dev >= 64) throw std::runtime_error("cublas_gemm_bf16: more than 64 devices");
     if (!cb.handles[dev]) check_cublas(cb.create(&cb.handles[dev]), "cublasCreate");
+    // On the thread's current stream, like every other launch here (a graph capture included).
+    check_cublas(cb.set_stream(cb.handles[dev], current_stream()), "SetStream");
     // Row-major c = a b^T is column-major c^T = b a^T: cuBLAS's m = N, n = M, with b transposed.
     const float alpha = 1.0f, beta = 0.0f;
     check_cublas(cb.gemm(cb.handles[dev], CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, b, CUDA_R_16BF,

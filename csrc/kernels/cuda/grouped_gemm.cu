@@ -91,7 +91,9 @@ __device__ bool find_tile(GemmLayout layout, const int64_t* offsets, const int32
         const int64_t per = (capacity + kBM - 1) / kBM;
         expert = t / per;
         row0 = expert * capacity + (t % per) * kBM;
-        row_end = expert * capacity + counts[expert];
+        // Clamped to the capacity: with validate=False a bad count gives wrong rows, never writes
+        // into the next expert's (or past the last one's) output.
+        row_end = expert * capacity + min(int64_t(counts[expert]), capacity);
         return row0 < row_end;
     }
     // Contiguous: walk the experts' tile counts (E is at most a few hundred; one thread per block
@@ -380,13 +382,14 @@ bool use_bf16_mma(const GroupedGemm& g) {
     return g.K % 8 == 0 && aligned(g.a) && aligned(g.b);
 }
 
-// Whether FP8 x FP8 goes to the FP8 tensor cores: sm_89+, whole 16-byte rows, aligned bases, and
-// not turned off by DSPERF_FP8_MMA=0.
+// Whether FP8 x FP8 goes to the FP8 tensor cores: sm_90 and up (the FP8 kernel is built into the
+// sm_90a image; an sm_89 GPU would load the sm_80 one, whose FP8 body traps), whole 16-byte rows,
+// aligned bases, and not turned off by DSPERF_FP8_MMA=0.
 bool use_fp8_mma(const GroupedGemm& g) {
     const char* env = std::getenv("DSPERF_FP8_MMA");
     if (env && std::strcmp(env, "0") == 0) return false;
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    return compute_capability(current_device()) >= 89 && g.K % 16 == 0 && aligned(g.a) && aligned(g.b);
+    return compute_capability(current_device()) >= 90 && g.K % 16 == 0 && aligned(g.a) && aligned(g.b);
 }
 
 // offsets[0] == 0, non-decreasing, offsets[E] == M; the first violation's index in *bad.

@@ -60,7 +60,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t len = seqlens[b];
     const int64_t r0 = int64_t(blockIdx.y) * kRows;
     const int64_t t_begin = int64_t(item[1]) * block_size < len ? int64_t(item[1]) * block_size : len;
-    const int64_t t_end = int64_t(item[2]) * block_size < len ? int64_t(item[2]) * block_size : len;
+    // The request's last split runs to its length even where the plan was made for fewer tokens
+    // (seqlens grown on the device since, as in a replayed graph), within the block table's reach.
+    const bool last_split = split == split_offsets[b + 1] - split_offsets[b] - 1;
+    const int64_t reach = len < max_blocks * block_size ? len : max_blocks * block_size;
+    const int64_t t_end = last_split ? reach : (int64_t(item[2]) * block_size < len ? int64_t(item[2]) * block_size : len);
     const bool fp8 = latent_scale != nullptr;
 
     // Queries: rows r0 .. r0 + 15 of request b as [latent part | rope part], zero past QH.
@@ -282,6 +286,9 @@ void MlaDecode::validate() const {
     need(reinterpret_cast<uintptr_t>(latent) % (latent_scale ? 8 : 16) == 0 &&
              reinterpret_cast<uintptr_t>(rope) % 16 == 0,
          "latent_cache and rope_cache must start at 16-byte aligned addresses");
+    // The 64-row variant loads the queries 8 elements at a time too (a DLPack view may be offset).
+    need(reinterpret_cast<uintptr_t>(q_nope) % 16 == 0 && reinterpret_cast<uintptr_t>(q_rope) % 16 == 0,
+         "q_nope and q_rope must start at 16-byte aligned addresses");
 }
 
 // The 64-row mma.sync variant (mla_decode_mma.cu), opt-in with DSPERF_MLA_MMA=1.

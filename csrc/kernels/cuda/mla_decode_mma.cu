@@ -74,7 +74,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t b = item[0], split = item[3], len = seqlens[b];
     const int64_t r0 = int64_t(blockIdx.y) * kRows;
     const int64_t t_begin = int64_t(item[1]) * block_size < len ? int64_t(item[1]) * block_size : len;
-    const int64_t t_end = int64_t(item[2]) * block_size < len ? int64_t(item[2]) * block_size : len;
+    // The request's last split runs to its length even where the plan was made for fewer tokens
+    // (seqlens grown on the device since, as in a replayed graph), within the block table's reach.
+    const bool last_split = split == split_offsets[b + 1] - split_offsets[b] - 1;
+    const int64_t reach = len < max_blocks * block_size ? len : max_blocks * block_size;
+    const int64_t t_end = last_split ? reach : (int64_t(item[2]) * block_size < len ? int64_t(item[2]) * block_size : len);
     const bool fp8 = latent_scale != nullptr;
 
     // Queries [64 rows][latent | rope], 8 elements per step (L, R multiples of 16, bases aligned).

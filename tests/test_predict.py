@@ -125,7 +125,7 @@ def test_report_writes_the_folder(tmp_path, capsys):
            ("gate", dict(tokens=64, dim=256, experts=16, top_k=4))]
     pts = [("linear", dict(m=8, n=256, k=512, dtype="bf16")), ("gate", dict(tokens=16, dim=256, experts=16, top_k=4))]
     out = run_report(tmp_path / "rep", quick=True, calibration=tmp_path / "cal.toml", points=pts, fit_points=fit,
-                     repeats=2, progress=False, print_tables=False)
+                     repeats=2, progress=False, print_tables=False, ep=False)
     csv = pd.read_csv(out / "predicted_vs_measured.csv")
     assert {"kernel", "predicted_ms", "measured_ms"} <= set(csv.columns) and len(csv) == len(pts)
     assert (csv["predicted_ms"] > 0).all()
@@ -147,3 +147,27 @@ def test_report_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["report", "--out", str(f), "--calibration", str(tmp_path / "c.toml")]) == 2
     assert "out" in capsys.readouterr().err
     assert main(["report", "--repeats", "0"]) == 2
+
+
+def test_report_ep_section(tmp_path):
+    from dsperf import report_ep
+
+    class Out:
+        text = ""
+
+        def write(self, t):
+            Out.text += t
+
+        def flush(self):
+            pass
+
+    lines = report_ep.run(tmp_path, quick=True, stream=Out())
+    md = "\n".join(lines)
+    if report_ep._why_not():
+        assert "Skipped" in md
+        return
+    comm = pd.read_csv(tmp_path / "ep" / "ep_comm.csv")
+    assert set(comm["mode"]) == {"normal/token", "normal/expert", "low_latency"}
+    assert (comm["ours_ms"] > 0).all() and (comm["model_ms"] > 0).all()
+    assert "Model within 25% at" in md and (tmp_path / "ep_predicted_vs_measured.png").stat().st_size > 10_000
+    assert "matched the one-process layer in 8 of 8 checks" in md

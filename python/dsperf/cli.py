@@ -69,6 +69,7 @@ def _add_report(sub):
     r.add_argument("--hot", action="store_true", help="cache-resident data (default: caches flushed before each call)")
     r.add_argument("--repeats", type=int, help="timed calls per point (default 5, quick 3)")
     r.add_argument("--no-tables", action="store_true", help="do not print the seed's tables (still written)")
+    r.add_argument("--no-ep", action="store_true", help="skip the expert-parallel all-to-all section (mpirun -np 2)")
 
 
 def _add_deepseek(sub):
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
                 raise ValueError("--repeats must be >= 1")
             run_report(args.out, quick=args.quick, cold=not args.hot, force_calibration=args.recalibrate,
                        calibration=args.calibration, repeats=args.repeats, progress=sys.stderr.isatty(),
-                       print_tables=not args.no_tables)
+                       print_tables=not args.no_tables, ep=not args.no_ep)
             text = ""
         elif args.command == "deviations":
             from .deviations import deviation_effects

@@ -10,6 +10,9 @@ a report folder:
                                in the same run, shuffled with the report's points)
     seed_tables.md             every table of the seed analysis (as_published)
     *.png                      predicted vs measured, errors by family, roofline
+    ep/, ep_predicted_vs_measured.png
+                               the expert-parallel all-to-all under mpirun -np 2 against a raw
+                               exchange and the cost model's term (report_ep.py; where MPI exists)
 """
 from __future__ import annotations
 
@@ -34,9 +37,10 @@ def _fmt_pct(x):
 
 
 def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False, calibration=None, points=None,
-               fit_points=None, repeats=None, progress=True, print_tables=True, stream=None) -> Path:
+               fit_points=None, repeats=None, progress=True, print_tables=True, stream=None, ep=True) -> Path:
     """Runs the whole job and returns the report folder. points / fit_points override the sweeps
-    (tests use tiny ones); calibration is the device file to use or write."""
+    (tests use tiny ones); calibration is the device file to use or write; ep adds the
+    expert-parallel section (dsperf.ep under mpirun -np 2, where MPI is installed)."""
     from . import plots, sweeps
     from .calibrate import calibrate, fit_csv_path, save_efficiencies
     from .harness import run_sweep
@@ -95,9 +99,6 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     figures = plots.save_all(pred, summary, spec, out)
     m = dict(m, efficiency=effs)
 
-    elapsed = time.perf_counter() - t_start
-    md = _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed)
-    (out / "report.md").write_text(md)
     overall = summary[summary["kernel"] == "overall"].iloc[0]
     stream.write(summary.to_markdown(index=False, floatfmt=".3f") + "\n")
     stream.write(f"\npredicted vs measured over {len(pred)} points: median |error| {_fmt_pct(overall.median_abs_error)}, "
@@ -106,6 +107,14 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     if busy:
         stream.write(f"warning: {busy} of {len(pred)} points were measured while other processes kept more than "
                      "0.3 cores busy (column foreign_cores); their times are inflated\n")
+    ep_lines = []
+    if ep:
+        from . import report_ep
+        ep_lines = report_ep.run(out, quick, stream)
+
+    elapsed = time.perf_counter() - t_start
+    md = _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed)
+    (out / "report.md").write_text(md + "\n" + "\n".join(ep_lines))
     stream.write(f"report written to {out.resolve()} ({elapsed:.0f} s)\n")
     return out
 

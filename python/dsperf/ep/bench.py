@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .. import kernels
+from ..kernel_cost import ep_exchange_ms
 from .alltoall import BF16, F32, EpComm, _displs, raw_alltoallv
 
 # DeepSeek-V3's MoE shape for the communication table.
@@ -59,6 +60,18 @@ def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, alltoall_bytes=32
         half = float(np.median(times)) if rank == 0 else 0.0
         half = comm.bcast(half, root=0)
         out[key] = half * 1e6 if key == "latency_us" else nbytes / half / 1e9
+    out.update(rate_probes(comm, alltoall_bytes=alltoall_bytes, copy_bytes=copy_bytes, repeats=repeats))
+    comm.Barrier()
+    return out
+
+
+def rate_probes(comm, *, alltoall_bytes=32 << 20, copy_bytes=128 << 20, repeats=20) -> dict:
+    """The two rates the EP cost term needs, measured with every rank busy at once: alltoall_gbps
+    (bytes each rank sends to the others per second in an MPI_Alltoall of alltoall_bytes per rank)
+    and copy_gbps (each rank's read + write bytes per second gathering copy_bytes of 7424-byte rows
+    in a shuffled order, as the packing does). Collective; every rank gets the same dict."""
+    rank = comm.Get_rank()
+    out = {}
     size = comm.Get_size()
     per_peer = max(1, alltoall_bytes // (size - 1))
     send = np.ones(per_peer * size, np.uint8)
@@ -89,7 +102,6 @@ def loopback(comm=None, *, small_bytes=8, large_bytes=8 << 20, alltoall_bytes=32
             times.append(time.perf_counter() - t0)
     slowest = comm.allreduce(float(np.median(times)), op=_max())
     out["copy_gbps"] = 2 * src.nbytes / slowest / 1e9
-    comm.Barrier()
     return out
 
 
@@ -146,12 +158,15 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
     """Rows of dispatch + combine timings (rank 0's list; others get []), three ways: normal mode
     into the per-expert layout (expert outputs reduced inside combine), normal mode in DeepEP's
     token layout (combine of per-token BF16 rows), and the low-latency mode (tokens <= ll_max).
-    The model's probes come first: loopback, and each mode's fixed cost per call (an exchange of
-    no tokens: the count exchange, empty messages, Python), which the model adds beyond the
-    per-exchange latency it already counts."""
-    from ..kernel_cost import ep_exchange_ms
+
+    The model's probes: loopback first, each mode's fixed cost per call (an exchange of no tokens:
+    the count exchange, empty messages, Python; the model adds it beyond the per-exchange latency
+    it already counts), and the two rates (all-ranks bandwidth, row-copy rate) again before every
+    token count. This machine's rates drift by 2x over minutes, so the model uses the medians of
+    all those rounds, and the returned probes give their range."""
     rank, size = comm.Get_rank(), comm.Get_size()
     lb = loopback(comm)
+    rounds = {"alltoall_gbps": [lb["alltoall_gbps"]], "copy_gbps": [lb["copy_gbps"]]}
     rows = []
     ep_n = EpComm(EXPERTS, HIDDEN, comm=comm)
     rng = np.random.default_rng(seed + rank)
@@ -163,6 +178,8 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
         fixed_us[mode] = max(0.0, empty_ms * 1e3 - exchanges * lb["latency_us"])
     lb["fixed_us"] = fixed_us
     for T in token_list:
+        for key, v in rate_probes(comm).items():
+            rounds[key].append(v)
         for mode in MODES if T <= ll_max else MODES[:2]:
             run, wb = _exchange_call(comm, mode, ep_n, T, rng)
             ours = _median_time(comm, run, repeats)
@@ -177,15 +194,18 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
             remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)
             remote[rank] = 0
             mb = comm.allreduce(float(remote.sum()), op=_max()) / 1e6
-            pred = ep_exchange_ms(T, hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size, layout=LAYOUTS[mode],
-                                  fp8=True, link_gbps=lb["alltoall_gbps"], latency_us=lb["latency_us"],
-                                  local_gbps=lb["copy_gbps"], overhead_us=fixed_us[mode])
-            link_ms = pred["link_ms"] + pred["exchanges"] * lb["latency_us"] / 1e3
-            ours_ms, raw_ms = ours * 1e3, raw_t * 1e3
-            rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours_ms, raw_alltoallv_ms=raw_ms,
-                             ratio=ours / raw_t, gbps=mb / 1e3 / ours, model_ms=pred["ms"],
-                             model_err=(pred["ms"] - ours_ms) / ours_ms, link_model_ms=link_ms,
-                             link_vs_raw_err=(link_ms - raw_ms) / raw_ms))
+            rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours * 1e3, raw_alltoallv_ms=raw_t * 1e3,
+                             ratio=ours / raw_t, gbps=mb / 1e3 / ours))
+    for key, vals in rounds.items():
+        lb[key] = float(np.median(vals))
+        lb[key.replace("_gbps", "_range_gbps")] = (float(min(vals)), float(max(vals)))
+    for row in rows:
+        pred = ep_exchange_ms(row["tokens"], hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size,
+                              layout=LAYOUTS[row["mode"]], fp8=True, link_gbps=lb["alltoall_gbps"],
+                              latency_us=lb["latency_us"], local_gbps=lb["copy_gbps"], overhead_us=fixed_us[row["mode"]])
+        link_ms = pred["link_ms"] + pred["exchanges"] * lb["latency_us"] / 1e3
+        row.update(model_ms=pred["ms"], model_err=(pred["ms"] - row["ours_ms"]) / row["ours_ms"], link_model_ms=link_ms,
+                   link_vs_raw_err=(link_ms - row["raw_alltoallv_ms"]) / row["raw_alltoallv_ms"])
     return (rows, lb) if rank == 0 else ([], lb)
 
 
@@ -303,8 +323,10 @@ def main(argv=None):
     rows, lb = comm_table(comm, tokens, repeats)
     if rank == 0:
         print(f"loopback (ranks 0-1 ping-pong): latency {lb['latency_us']:.1f} us, bandwidth {lb['bandwidth_gbps']:.2f} GB/s; "
-              f"all {size} ranks at once: MPI_Alltoall {lb['alltoall_gbps']:.2f} GB/s out of each rank, "
-              f"memory copy {lb['copy_gbps']:.2f} GB/s per rank")
+              f"all {size} ranks at once (medians of {len(tokens) + 1} rounds, range in brackets): MPI_Alltoall "
+              f"{lb['alltoall_gbps']:.2f} [{lb['alltoall_range_gbps'][0]:.2f}-{lb['alltoall_range_gbps'][1]:.2f}] GB/s "
+              f"out of each rank, row copies {lb['copy_gbps']:.2f} [{lb['copy_range_gbps'][0]:.2f}-"
+              f"{lb['copy_range_gbps'][1]:.2f}] GB/s per rank")
         print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
               "ratio = ours / raw MPI_Alltoallv of the same bytes; model = the cost model's EP all-to-all term "
               "(kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "

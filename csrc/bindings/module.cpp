@@ -203,6 +203,7 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
 void bind_kernels(py::module_& root);  // kernels.cpp
 void bind_ep(py::module_& root);       // ep.cpp
 void bind_kernel_cost(py::module_& root);  // kernel_cost.cpp
+void bind_step_model(py::module_& root);   // step_model.cpp
 void bind_cuda(py::module_& root);  // cuda.cpp
 
 PYBIND11_MODULE(_C, mod) {
@@ -216,6 +217,7 @@ PYBIND11_MODULE(_C, mod) {
     bind_kernels(mod);
     bind_ep(mod);
     bind_kernel_cost(mod);
+    bind_step_model(mod);
     bind_cuda(mod);
 
     py::class_<ModelConfig>(mod, "ModelConfig")

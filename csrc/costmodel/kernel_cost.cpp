@@ -59,6 +59,28 @@ KernelWork linear_work(int64_t m, int64_t n, int64_t k, bool fp8) {
     return w;
 }
 
+KernelWork grouped_gemm_work(double rows_per_expert, double experts, double n, double k, bool fp8) {
+    require(rows_per_expert >= 0 && experts >= 0 && n > 0 && k > 0,
+            "grouped GEMM needs rows_per_expert >= 0, experts >= 0, n > 0, k > 0");
+    const double rows = rows_per_expert * experts;
+    KernelWork w;
+    w.flops = 2.0 * rows * n * k;
+    w.bytes = experts * weight_bytes(n, k, fp8) + rows * k * (fp8 ? 1.0 : kBf16) + rows * n * kBf16;
+    w.fp8 = fp8;
+    return w;
+}
+
+KernelWork causal_attention_work(double tokens, double prefix, double heads, double qk_dim, double v_dim) {
+    require(tokens >= 0 && prefix >= 0 && heads > 0 && qk_dim > 0 && v_dim > 0,
+            "causal attention needs tokens >= 0, prefix >= 0 and positive heads and head sizes");
+    const double pairs = tokens * prefix + tokens * (tokens + 1) / 2;  // keys each query sees
+    KernelWork w;
+    w.flops = 2.0 * heads * pairs * (qk_dim + v_dim);
+    const double keys = prefix + tokens;
+    w.bytes = heads * kBf16 * (tokens * (qk_dim + v_dim) + keys * (qk_dim + v_dim));
+    return w;
+}
+
 KernelWork gate_work(int64_t tokens, int64_t dim, int64_t experts, int64_t top_k) {
     require_nonneg(tokens, "tokens"), require_pos(dim, "dim"), require_pos(experts, "experts");
     require_pos(top_k, "top_k");

@@ -53,6 +53,14 @@ double kernel_seconds(const KernelWork& w, const DeviceSpec& d, const KernelEffi
 // y[M, N] = x[M, K] @ w[N, K]^T: BF16 x, BF16 or FP8 (128x128 block-scaled) w, FP32 y.
 KernelWork linear_work(int64_t m, int64_t n, int64_t k, bool fp8);
 
+// One projection of a grouped expert GEMM: `experts` weights [n, k] (FP8 with 128x128 block scales,
+// or BF16), `rows_per_expert` FP8 (or BF16) token rows each, BF16 outputs.
+KernelWork grouped_gemm_work(double rows_per_expert, double experts, double n, double k, bool fp8);
+
+// Causal attention core of one prompt in the decompressed (MHA) form: `tokens` new queries after
+// `prefix` cached keys, `heads` heads of qk_dim / v_dim, BF16 in and out.
+KernelWork causal_attention_work(double tokens, double prefix, double heads, double qk_dim, double v_dim);
+
 // Router: logits of T BF16 tokens over E experts, sigmoid/softmax, group-limited top-k.
 KernelWork gate_work(int64_t tokens, int64_t dim, int64_t experts, int64_t top_k);
 

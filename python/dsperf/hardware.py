@@ -83,7 +83,8 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
     values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
     if seed_values:
         values.update({k: v for k, v in data.get("as_published", {}).items() if k in SPEC_FIELDS})
-    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency")]
+    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency",
+                                                                     "kernel_table")]
     if unknown:
         raise ValueError(f"device file {source} has an unknown field '{unknown[0]}'")
     spec = DeviceSpec()
@@ -147,6 +148,20 @@ def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str)
     if not out:
         raise ValueError("devices must name at least one device")
     return out
+
+
+def kernel_table_name(device: DeviceLike) -> str | None:
+    """The efficiency table (data/efficiency/<name>.csv) a shipped device's kernels are priced with,
+    from its file's `kernel_table` key; None for a device without one."""
+    if isinstance(device, DeviceSpec):
+        device = device.name
+    if not isinstance(device, (str, os.PathLike)):
+        raise TypeError(f"device must be a name, a .toml path or a DeviceSpec, got {type(device).__name__}")
+    text = os.fspath(device)
+    data = _catalogue().get(text.lower())
+    if data is None and text.endswith(".toml") and os.path.isfile(text):
+        data = _read_toml(text)
+    return None if data is None else data.get("kernel_table")
 
 
 def device_table(devices: Iterable[DeviceLike], mode: str = "as_published"):

@@ -1,0 +1,128 @@
+// Python face of the grounded model (costmodel/kernel_table.hpp, costmodel/step_model.hpp):
+// dsperf._C.step_model. dsperf.grounded checks the arguments; this adapter converts and calls.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "costmodel/step_model.hpp"
+
+namespace py = pybind11;
+using namespace dsperf;
+
+namespace {
+const char* stage_name(Stage s) {
+    static const char* names[] = {"attention", "dispatch", "moe", "combine", "dense_mlp", "head"};
+    return names[int(s)];
+}
+}  // namespace
+
+void bind_step_model(py::module_& root) {
+    py::module_ m = root.def_submodule("step_model", "The grounded model: a step as priced kernel calls");
+    m.def("family_names", &table_family_names);
+    m.def("is_comm_family", [](const std::string& f) { return is_comm_family(table_family_from_name(f)); });
+
+    py::class_<KernelShape>(m, "KernelShape")
+        .def(py::init([](double mm, double n, double k, double groups, double batch, double kv_len, double heads,
+                         double q_len, double bytes, double ep, double tp, bool fp8) {
+                 return KernelShape{mm, n, k, groups, batch, kv_len, heads, q_len, bytes, ep, tp, fp8};
+             }),
+             py::kw_only(), py::arg("m") = 0.0, py::arg("n") = 0.0, py::arg("k") = 0.0, py::arg("groups") = 1.0,
+             py::arg("batch") = 0.0, py::arg("kv_len") = 0.0, py::arg("heads") = 128.0, py::arg("q_len") = 1.0,
+             py::arg("bytes") = 0.0, py::arg("ep") = 1.0, py::arg("tp") = 1.0, py::arg("fp8") = true);
+
+    m.def("table_work", [](const std::string& f, const KernelShape& s) { return table_work(table_family_from_name(f), s); });
+    m.def("datasheet_roofline_s", &datasheet_roofline_s, py::arg("work"), py::arg("device"));
+
+    py::class_<KernelTables>(m, "KernelTables")
+        .def(py::init([](double default_efficiency) {
+                 KernelTables t;
+                 t.default_efficiency = default_efficiency;
+                 return t;
+             }),
+             py::arg("default_efficiency") = 0.6)
+        .def_readonly("default_efficiency", &KernelTables::default_efficiency)
+        .def("add_latency",
+             [](KernelTables& t, const std::string& f, const KernelShape& s, double us, const DeviceSpec& d) {
+                 t.add_latency(table_family_from_name(f), s, us, d);
+             },
+             py::arg("family"), py::arg("shape"), py::arg("latency_us"), py::arg("measured_on"))
+        .def("add_bandwidth",
+             [](KernelTables& t, const std::string& f, double axis, double gbps) {
+                 t.add_bandwidth(table_family_from_name(f), axis, gbps);
+             },
+             py::arg("family"), py::arg("axis"), py::arg("gbps"))
+        .def("rows", [](const KernelTables& t, const std::string& f) { return t.rows(table_family_from_name(f)); })
+        .def("lookup", [](const KernelTables& t, const std::string& f, const KernelShape& s) {
+            const TableLookup r = t.lookup(table_family_from_name(f), s);
+            return py::dict(py::arg("value") = r.value, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
+        });
+
+    py::class_<Deployment>(m, "Deployment")
+        .def(py::init<>())
+        .def_property(
+            "phase", [](const Deployment& d) { return d.phase == Phase::kPrefill ? "prefill" : "decode"; },
+            [](Deployment& d, const std::string& v) {
+                if (v != "prefill" && v != "decode") throw std::invalid_argument("phase must be 'prefill' or 'decode'");
+                d.phase = v == "prefill" ? Phase::kPrefill : Phase::kDecode;
+            })
+        .def_property(
+            "overlap",
+            [](const Deployment& d) {
+                return d.overlap == Overlap::kTwoBatch ? "two_batch"
+                                                       : (d.overlap == Overlap::kSingleBatch ? "single_batch" : "none");
+            },
+            [](Deployment& d, const std::string& v) {
+                if (v == "two_batch") d.overlap = Overlap::kTwoBatch;
+                else if (v == "single_batch") d.overlap = Overlap::kSingleBatch;
+                else if (v == "none") d.overlap = Overlap::kNone;
+                else throw std::invalid_argument("overlap must be 'two_batch', 'single_batch' or 'none'");
+            })
+        .def_readwrite("attn_tp", &Deployment::attn_tp)
+        .def_readwrite("ep", &Deployment::ep)
+        .def_readwrite("redundant_experts", &Deployment::redundant_experts)
+        .def_readwrite("batch", &Deployment::batch)
+        .def_readwrite("tokens", &Deployment::tokens)
+        .def_readwrite("prompt_len", &Deployment::prompt_len)
+        .def_readwrite("cached_prefix", &Deployment::cached_prefix)
+        .def_readwrite("kv_len", &Deployment::kv_len)
+        .def_readwrite("mtp", &Deployment::mtp)
+        .def_readwrite("mtp_accepted", &Deployment::mtp_accepted)
+        .def_readwrite("kv_fp8", &Deployment::kv_fp8)
+        .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)
+        .def_readwrite("imbalance", &Deployment::imbalance)
+        .def_readwrite("comm_sms", &Deployment::comm_sms)
+        .def_readwrite("step_overhead_ms", &Deployment::step_overhead_ms)
+        .def("validate", &Deployment::validate, py::arg("model"), py::arg("device"));
+
+    m.def("expected_remote_nodes", &expected_remote_nodes, py::arg("model"), py::arg("ep"), py::arg("gpus_per_node"));
+
+    m.def(
+        "step",
+        [](const ModelConfig& mc, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
+            StepResult r;
+            {
+                py::gil_scoped_release release;
+                r = step(mc, d, t, dep);
+            }
+            py::list calls;
+            for (const auto& c : r.calls) {
+                calls.append(py::dict(py::arg("kernel") = c.name, py::arg("family") = table_family_names()[int(c.family)],
+                                      py::arg("stage") = stage_name(c.stage), py::arg("calls_per_step") = c.calls,
+                                      py::arg("us") = c.us, py::arg("flops") = c.flops, py::arg("bytes") = c.bytes,
+                                      py::arg("efficiency") = c.efficiency, py::arg("from_table") = c.from_table,
+                                      py::arg("clamped") = c.clamped));
+            }
+            py::dict out(py::arg("moe_layer_ms") = r.moe_layer_ms, py::arg("dense_layer_ms") = r.dense_layer_ms,
+                         py::arg("head_ms") = r.head_ms, py::arg("overhead_ms") = r.overhead_ms,
+                         py::arg("step_ms") = r.step_ms, py::arg("compute_ms") = r.compute_ms,
+                         py::arg("comm_ms") = r.comm_ms, py::arg("tokens_per_step") = r.tokens_per_step,
+                         py::arg("tokens_per_gpu_s") = r.tokens_per_gpu_s, py::arg("tpot_ms") = r.tpot_ms,
+                         py::arg("tps_user") = r.tps_user, py::arg("weights_gib") = r.weights_gib,
+                         py::arg("kv_gib") = r.kv_gib, py::arg("kv_bytes_per_token") = r.kv_bytes_per_token,
+                         py::arg("batch_limit") = r.batch_limit, py::arg("fits_memory") = r.fits_memory,
+                         py::arg("calls_from_table") = r.calls_from_table, py::arg("calls_default") = r.calls_default,
+                         py::arg("calls_clamped") = r.calls_clamped);
+            out["calls"] = calls;
+            return out;
+        },
+        py::arg("model"), py::arg("device"), py::arg("tables"), py::arg("deployment"));
+}

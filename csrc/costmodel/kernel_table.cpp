@@ -1,0 +1,182 @@
+#include "costmodel/kernel_table.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace dsperf {
+
+const std::vector<std::string>& table_family_names() {
+    static const std::vector<std::string> names = {
+        "gemm_fp8",    "gemm_bf16",   "grouped_contiguous", "grouped_masked",  "mla_decode",     "mla_prefill",
+        "elementwise", "dispatch_ll", "combine_ll",         "dispatch_normal", "combine_normal", "allreduce"};
+    return names;
+}
+
+TableFamily table_family_from_name(const std::string& name) {
+    const auto& names = table_family_names();
+    for (size_t i = 0; i < names.size(); ++i)
+        if (names[i] == name) return static_cast<TableFamily>(i);
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown kernel family '" + name + "'; known: " + known);
+}
+
+bool is_comm_family(TableFamily f) { return f >= TableFamily::kDispatchLowLatency; }
+
+KernelWork table_work(TableFamily f, const KernelShape& s) {
+    switch (f) {
+        case TableFamily::kGemmFp8:
+        case TableFamily::kGemmBf16: {
+            KernelWork w = linear_work(int64_t(std::ceil(s.m)), int64_t(s.n), int64_t(s.k), f == TableFamily::kGemmFp8);
+            w.flops *= s.groups, w.bytes *= s.groups;  // per-head GEMMs run as one batched call
+            return w;
+        }
+        case TableFamily::kGroupedContiguous:
+        case TableFamily::kGroupedMasked:
+            return grouped_gemm_work(s.m, s.groups, s.n, s.k, s.fp8);
+        case TableFamily::kMlaDecode: {
+            // kv_lora 512 + rope 64 per key: DeepSeek-V3's latent cache.
+            const double keys = s.batch * s.kv_len;
+            return mla_decode_work(int64_t(keys), std::max<int64_t>(1, int64_t(s.batch)),
+                                   std::max<int64_t>(1, int64_t(s.q_len)), std::max<int64_t>(1, int64_t(s.heads)),
+                                   512, 64, s.fp8);
+        }
+        case TableFamily::kMlaPrefill:
+            // DeepSeek-V3's decompressed heads: q/k 128 + 64, v 128.
+            return causal_attention_work(s.m, std::max(0.0, s.kv_len - s.m), s.heads, 192, 128);
+        case TableFamily::kElementwise: {
+            KernelWork w;
+            w.bytes = s.bytes;
+            return w;
+        }
+        default:
+            throw std::invalid_argument("table_work: '" + table_family_names()[int(f)] +
+                                        "' is a communication family (priced by bandwidth)");
+    }
+}
+
+double table_primary(TableFamily f, const KernelShape& s) {
+    switch (f) {
+        case TableFamily::kGemmFp8:
+        case TableFamily::kGemmBf16:
+        case TableFamily::kGroupedContiguous:
+        case TableFamily::kGroupedMasked:
+        case TableFamily::kMlaPrefill:
+            return s.m;
+        case TableFamily::kMlaDecode:
+            return s.kv_len;
+        case TableFamily::kElementwise:
+            return s.bytes;
+        case TableFamily::kAllReduce:
+            return s.tp;
+        default:
+            return s.ep;
+    }
+}
+
+std::vector<double> table_keys(TableFamily f, const KernelShape& s) {
+    switch (f) {
+        case TableFamily::kGemmFp8:
+        case TableFamily::kGemmBf16:
+            return {s.n, s.k};
+        case TableFamily::kGroupedContiguous:
+        case TableFamily::kGroupedMasked:
+            return {s.groups, s.n, s.k};
+        case TableFamily::kMlaDecode:
+            return {s.batch * s.q_len * s.heads / 128};  // query rows per key, in 128-head requests
+        default:
+            return {};
+    }
+}
+
+double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d) {
+    const double peak = (w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) * 1e12;
+    return std::max(w.flops / peak, w.bytes / (d.mem_bw_gbps * 1e9));
+}
+
+namespace {
+double safe_log(double x) { return std::log(std::max(x, 1e-30)); }
+}  // namespace
+
+void EfficiencyCurve::add(const std::vector<double>& keys, double primary, double value) {
+    std::vector<double> lk;
+    for (double k : keys) lk.push_back(safe_log(k));
+    auto g = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) { return g.log_keys == lk; });
+    if (g == groups_.end()) {
+        groups_.push_back({lk, {}});
+        g = groups_.end() - 1;
+    }
+    const Point p{safe_log(primary), value};
+    g->points.insert(std::upper_bound(g->points.begin(), g->points.end(), p,
+                                      [](const Point& a, const Point& b) { return a.log_x < b.log_x; }),
+                     p);
+}
+
+size_t EfficiencyCurve::rows() const {
+    size_t n = 0;
+    for (const auto& g : groups_) n += g.points.size();
+    return n;
+}
+
+TableLookup EfficiencyCurve::at(const std::vector<double>& keys, double primary) const {
+    TableLookup r;
+    if (groups_.empty()) return r;
+    // The group nearest in log space over the secondary axes.
+    const Group* best = nullptr;
+    double best_d = std::numeric_limits<double>::infinity();
+    for (const auto& g : groups_) {
+        double d = 0;
+        for (size_t i = 0; i < g.log_keys.size() && i < keys.size(); ++i) {
+            const double e = g.log_keys[i] - safe_log(keys[i]);
+            d += e * e;
+        }
+        if (d < best_d) best_d = d, best = &g;
+    }
+    const auto& pts = best->points;
+    const double x = safe_log(primary);
+    r.found = true;
+    if (x <= pts.front().log_x || pts.size() == 1) {
+        r.value = pts.front().value;
+        r.clamped = x < pts.front().log_x - 1e-9 || (pts.size() == 1 && x > pts.front().log_x + 1e-9);
+        return r;
+    }
+    if (x >= pts.back().log_x) {
+        r.value = pts.back().value;
+        r.clamped = x > pts.back().log_x + 1e-9;
+        return r;
+    }
+    const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& p) { return v < p.log_x; });
+    const auto lo = hi - 1;
+    const double t = (x - lo->log_x) / (hi->log_x - lo->log_x);
+    r.value = lo->value + t * (hi->value - lo->value);
+    return r;
+}
+
+void KernelTables::add_latency(TableFamily family, const KernelShape& shape, double latency_us,
+                               const DeviceSpec& measured_on) {
+    if (is_comm_family(family))
+        throw std::invalid_argument("family '" + table_family_names()[int(family)] +
+                                    "' takes a bandwidth (gbps), not a latency");
+    if (!(latency_us > 0)) throw std::invalid_argument("latency_us must be > 0");
+    const double eff = datasheet_roofline_s(table_work(family, shape), measured_on) / (latency_us * 1e-6);
+    curves_[int(family)].add(table_keys(family, shape), table_primary(family, shape), eff);
+}
+
+void KernelTables::add_bandwidth(TableFamily family, double axis, double gbps) {
+    if (!is_comm_family(family))
+        throw std::invalid_argument("family '" + table_family_names()[int(family)] +
+                                    "' takes a latency (latency_us), not a bandwidth");
+    if (!(gbps > 0)) throw std::invalid_argument("gbps must be > 0");
+    if (!(axis >= 1)) throw std::invalid_argument("ep / tp must be >= 1");
+    curves_[int(family)].add({}, axis, gbps);
+}
+
+TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape) const {
+    TableLookup r = curves_[int(family)].at(table_keys(family, shape), table_primary(family, shape));
+    if (!r.found) r.value = default_efficiency;
+    return r;
+}
+
+}  // namespace dsperf

@@ -1,0 +1,114 @@
+// Shape-dependent kernel efficiency tables: what a kernel family reaches of a device's datasheet
+// roofline at a given shape, read from published kernel benchmarks (data/efficiency/*.csv).
+//
+// A compute row holds a measured latency at a shape; its efficiency is the datasheet roofline time
+// of that shape on the table's device divided by the latency, computed with the same work
+// functions (kernel_cost.hpp) that price the kernel later, so the FLOPs and bytes cancel. A
+// communication row holds a measured bandwidth (GB/s) at an EP size. Lookups interpolate
+// linearly in log(primary axis) within the nearest group of secondary axes (nearest in log
+// space) and clamp outside the measured range, saying so.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "costmodel/kernel_cost.hpp"
+
+namespace dsperf {
+
+// Families a table can hold. Primary axis / secondary axes of each:
+//   gemm_fp8, gemm_bf16            m / (n, k)                 y[m, n] = x[m, k] w[n, k]^T
+//   grouped_contiguous, _masked    rows per expert / (experts, n, k)   one projection of the experts
+//   mla_decode                     kv_len / (batch)           FlashMLA-style absorbed decode
+//   mla_prefill                    tokens / ()                causal attention core of one prompt
+//   elementwise                    bytes / ()                 norms, RoPE, quantisation
+//   dispatch_ll, combine_ll        ep / ()                    DeepEP low-latency kernels (GB/s)
+//   dispatch_normal, combine_normal  ep / ()                  DeepEP normal kernels (GB/s)
+//   allreduce                      tp / ()                    NCCL all-reduce bus bandwidth (GB/s)
+enum class TableFamily : int {
+    kGemmFp8,
+    kGemmBf16,
+    kGroupedContiguous,
+    kGroupedMasked,
+    kMlaDecode,
+    kMlaPrefill,
+    kElementwise,
+    kDispatchLowLatency,
+    kCombineLowLatency,
+    kDispatchNormal,
+    kCombineNormal,
+    kAllReduce,
+    kCount
+};
+constexpr int kTableFamilyCount = static_cast<int>(TableFamily::kCount);
+
+const std::vector<std::string>& table_family_names();
+TableFamily table_family_from_name(const std::string& name);  // throws std::invalid_argument
+bool is_comm_family(TableFamily f);
+
+// The shape of one kernel call, in the fields its family uses (the rest are ignored).
+struct KernelShape {
+    double m = 0, n = 0, k = 0;  // GEMM sizes; for grouped GEMMs m = rows per expert
+    double groups = 1;           // experts of a grouped GEMM; heads of a per-head (batched) GEMM
+    double batch = 0;            // requests of an attention call
+    double kv_len = 0;           // keys per request (mla_decode); prefix + tokens (mla_prefill)
+    double heads = 128;          // query heads (attention)
+    double q_len = 1;            // query tokens per request (decode: 1 + MTP drafts)
+    double bytes = 0;            // elementwise kernels: bytes moved
+    double ep = 1, tp = 1;       // communication
+    bool fp8 = true;             // FP8 weights / FP8 KV cache
+};
+
+// FLOPs and bytes of one call of a compute family (kernel_cost's work functions).
+KernelWork table_work(TableFamily f, const KernelShape& s);
+
+// A family's primary axis value and secondary keys for a shape.
+double table_primary(TableFamily f, const KernelShape& s);
+std::vector<double> table_keys(TableFamily f, const KernelShape& s);
+
+// Datasheet roofline of one call, seconds: no derating, no discount (the tables carry those).
+double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d);
+
+struct TableLookup {
+    double value = 0;      // efficiency (compute) or GB/s (communication)
+    bool found = false;    // false: the family has no rows; value is the default
+    bool clamped = false;  // the shape lay outside the measured range of its group
+};
+
+class EfficiencyCurve {
+public:
+    void add(const std::vector<double>& keys, double primary, double value);
+    TableLookup at(const std::vector<double>& keys, double primary) const;
+    bool empty() const { return groups_.empty(); }
+    size_t rows() const;
+
+private:
+    struct Point {
+        double log_x, value;
+    };
+    struct Group {
+        std::vector<double> log_keys;
+        std::vector<Point> points;  // sorted by log_x
+    };
+    std::vector<Group> groups_;
+};
+
+// One device's tables. Rows are added with the device the benchmark ran on; compute rows are
+// turned into efficiencies against that device's datasheet.
+class KernelTables {
+public:
+    // A measured latency (us) of `family` at `shape` on `measured_on`.
+    void add_latency(TableFamily family, const KernelShape& shape, double latency_us, const DeviceSpec& measured_on);
+    // A measured bandwidth (GB/s) of a communication family at ep (tp for all-reduce).
+    void add_bandwidth(TableFamily family, double axis, double gbps);
+    TableLookup lookup(TableFamily family, const KernelShape& shape) const;
+    size_t rows(TableFamily family) const { return curves_[static_cast<int>(family)].rows(); }
+
+    // Used where a family has no rows: an efficiency, or a fraction of the link's datasheet rate.
+    double default_efficiency = 0.6;
+
+private:
+    std::array<EfficiencyCurve, kTableFamilyCount> curves_;
+};
+
+}  // namespace dsperf

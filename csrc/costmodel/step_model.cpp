@@ -1,0 +1,432 @@
+#include "costmodel/step_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "model/block_costs.hpp"
+
+namespace dsperf {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+// Bytes a token's dispatch payload takes: FP8 values + one FP32 scale per 128, or BF16.
+double dispatch_payload(const ModelConfig& m, bool fp8) {
+    return fp8 ? double(m.dim) + std::ceil(m.dim / 128.0) * 4 : 2.0 * m.dim;
+}
+
+// Bytes one token's latent cache entry takes in one layer: BF16, or FlashMLA's FP8 layout
+// (FP8 latent + one FP32 scale per 128 + BF16 rope key).
+double kv_entry_bytes(const ModelConfig& m, bool fp8) {
+    return fp8 ? double(m.kv_lora_rank) + 4.0 * std::ceil(m.kv_lora_rank / 128.0) + 2.0 * m.qk_rope_head_dim
+               : 2.0 * m.kv_cache_width();
+}
+
+// The calls of one layer for one micro-batch; each priced on its own.
+class CallBuilder {
+public:
+    CallBuilder(const DeviceSpec& d, const KernelTables& t, double compute_slowdown)
+        : d_(d), t_(t), slowdown_(compute_slowdown) {}
+
+    std::vector<KernelCall> calls;
+
+    void compute(const std::string& name, TableFamily f, Stage stage, const KernelShape& s) {
+        KernelCall c{name, f, stage};
+        const KernelWork w = table_work(f, s);
+        const TableLookup e = t_.lookup(f, s);
+        c.flops = w.flops, c.bytes = w.bytes;
+        c.efficiency = e.value, c.from_table = e.found, c.clamped = e.clamped;
+        double us = datasheet_roofline_s(w, d_) / e.value * 1e6;
+        if (!e.found) us = std::max(us, kMinKernelUs);
+        c.us = us * slowdown_;
+        calls.push_back(c);
+    }
+
+    // A transfer of `bytes` per GPU at the family's measured bandwidth at this EP (TP) size,
+    // scaled by the device's link against the link the table was measured on.
+    void comm(const std::string& name, TableFamily f, Stage stage, const KernelShape& s, double bytes,
+              double link_gbps, double table_link_gbps) {
+        KernelCall c{name, f, stage};
+        const TableLookup e = t_.lookup(f, s);
+        const double gbps = e.found ? e.value * link_gbps / table_link_gbps : link_gbps * t_.default_efficiency;
+        c.bytes = bytes, c.efficiency = gbps, c.from_table = e.found, c.clamped = e.clamped;
+        c.us = bytes / (gbps * 1e9) * 1e6;
+        if (!e.found) c.us = std::max(c.us, kMinKernelUs);
+        calls.push_back(c);
+    }
+
+private:
+    const DeviceSpec& d_;
+    const KernelTables& t_;
+    double slowdown_;
+};
+
+// The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
+// (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU).
+constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
+
+struct LayerTokens {
+    double moe_tokens;  // tokens this GPU feeds the MoE per micro-batch
+    double requests;    // decode: requests per micro-batch on this GPU
+};
+
+void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t,
+                     double requests) {
+    const double tp = dep.attn_tp, H = double(m.n_heads) / tp;
+    const double T = t * tp;  // tokens the TP group's attention sees
+    const double D = double(m.dim), QL = double(m.q_lora_rank), L = double(m.kv_lora_rank);
+    const double N = double(m.qk_nope_head_dim), R = double(m.qk_rope_head_dim), V = double(m.v_head_dim);
+    const Stage A = Stage::kAttention;
+    auto gemm = [&](const char* name, TableFamily f, double mm, double n, double k, double groups = 1) {
+        KernelShape s;
+        s.m = mm, s.n = n, s.k = k, s.groups = groups, s.fp8 = f == TableFamily::kGemmFp8;
+        b.compute(name, f, A, s);
+    };
+    auto elementwise = [&](const char* name, double bytes) {
+        KernelShape s;
+        s.bytes = bytes;
+        b.compute(name, TableFamily::kElementwise, A, s);
+    };
+    elementwise("attn_norm", T * D * 4);
+    if (QL > 0) gemm("wq_a", TableFamily::kGemmFp8, T, QL, D);
+    gemm("wkv_a", TableFamily::kGemmFp8, T, L + R, D);
+    elementwise("q_kv_norm_rope", T * ((QL > 0 ? QL : 0) + L + R) * 4 + T * H * R * 4);
+    gemm("wq_b", TableFamily::kGemmFp8, T, H * (N + R), QL > 0 ? QL : D);
+    if (dep.phase == Phase::kDecode) {
+        // Absorbed MLA over the latent cache (FlashMLA): W_UK on the queries, W_UV on the output.
+        gemm("q_absorb_w_uk", TableFamily::kGemmBf16, T, L, N, H);
+        KernelShape s;
+        s.batch = requests * tp, s.kv_len = dep.kv_len, s.heads = H, s.q_len = 1 + dep.mtp, s.fp8 = dep.kv_fp8;
+        b.compute("attention_core", TableFamily::kMlaDecode, A, s);
+        gemm("o_absorb_w_uv", TableFamily::kGemmBf16, T, V, L, H);
+    } else {
+        // Standard MLA: decompress every key of the prompts (cached prefix included), causal core.
+        const double new_per_prompt = dep.prompt_len - dep.cached_prefix;
+        const double prompts = T / new_per_prompt;
+        gemm("wkv_b", TableFamily::kGemmFp8, prompts * dep.prompt_len, H * (N + V), L);
+        KernelShape s;
+        s.m = new_per_prompt, s.kv_len = dep.prompt_len, s.heads = H;
+        CallBuilder one = b;  // price one prompt, count it `prompts` times
+        one.calls.clear();
+        one.compute("attention_core", TableFamily::kMlaPrefill, A, s);
+        KernelCall c = one.calls.front();
+        c.us *= prompts, c.flops *= prompts, c.bytes *= prompts;
+        b.calls.push_back(c);
+    }
+    // The attention output is BF16; the FP8 wo GEMM quantises it first (per-token 1x128 scales).
+    elementwise("wo_act_quant", T * H * V * 3);
+    gemm("wo", TableFamily::kGemmFp8, T, D, H * V);
+    if (tp > 1) {
+        KernelShape s;
+        s.tp = tp;
+        const double bytes = T * D * 2 * 2 * (tp - 1) / tp;  // ring all-reduce of BF16 activations
+        b.comm("attn_allreduce", TableFamily::kAllReduce, A, s, bytes, d.nvlink_gbps, kTableNvlinkGbps);
+        b.calls.back().stage = A;
+    }
+}
+
+void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t) {
+    const double D = double(m.dim), E = double(m.n_routed_experts), K = double(m.n_activated_experts);
+    const double I = double(m.moe_inter_dim);
+    const Stage M = Stage::kMoe;
+    KernelShape norm;
+    norm.bytes = t * D * 4;
+    b.compute("moe_norm", TableFamily::kElementwise, M, norm);
+    KernelShape gate;
+    gate.m = t, gate.n = E, gate.k = D, gate.fp8 = false;
+    b.compute("gate", TableFamily::kGemmBf16, M, gate);
+
+    // Dispatch and combine: DeepEP low-latency kernels in decode, normal kernels in prefill.
+    const double payload = dispatch_payload(m, dep.dispatch_fp8);
+    KernelShape link;
+    link.ep = dep.ep;
+    const bool internode = dep.ep > d.gpus_per_node;
+    if (dep.phase == Phase::kDecode) {
+        // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it.
+        b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload,
+               d.scaleout_gbps, kTableNicGbps);
+        b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D, d.scaleout_gbps,
+               kTableNicGbps);
+    } else {
+        // A token crosses the NIC once per remote node it reaches (then NVLink forwards it);
+        // within a node, once per other GPU it reaches.
+        double copies;
+        if (internode) {
+            copies = expected_remote_nodes(m, dep.ep, d.gpus_per_node);
+        } else {
+            const double per_gpu = E / dep.ep;
+            double miss = 1;  // P(a given GPU holds none of the token's experts)
+            for (int i = 0; i < m.n_activated_experts; ++i) miss *= std::max(0.0, (E - per_gpu - i) / (E - i));
+            copies = (dep.ep - 1) * (1 - miss);
+        }
+        const double link_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
+        const double table_gbps = internode ? kTableNicGbps : kTableNvlinkGbps;
+        b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, link, t * copies * payload, link_gbps,
+               table_gbps);
+        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, link, t * copies * 2 * D, link_gbps,
+               table_gbps);
+    }
+
+    // Shared experts on this GPU's own tokens (plain GEMMs), routed experts as one grouped GEMM
+    // per projection over the experts this GPU holds.
+    const double shared_inter = I * double(m.n_shared_experts);
+    if (shared_inter > 0) {
+        KernelShape up, down;
+        up.m = down.m = t, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
+        b.compute("shared_up", TableFamily::kGemmFp8, M, up);
+        KernelShape act;
+        act.bytes = t * (2 * shared_inter * 2 + shared_inter);  // SiLU-mul + FP8 requantisation
+        b.compute("shared_act_quant", TableFamily::kElementwise, M, act);
+        b.compute("shared_down", TableFamily::kGemmFp8, M, down);
+    }
+    // The masked and contiguous kernels skip experts that received no rows, so a small batch
+    // reads the weights of the experts its rows reach: each row lands on one of the `local`
+    // experts, uniformly under balanced routing.
+    const double local = (E + dep.redundant_experts) / dep.ep;
+    const double rows = t * K * dep.imbalance;
+    const double active = local * (1 - std::pow(1 - 1 / local, rows));
+    const double rows_per_expert = rows / active;
+    const TableFamily g = dep.phase == Phase::kDecode ? TableFamily::kGroupedMasked : TableFamily::kGroupedContiguous;
+    if (dep.phase == Phase::kPrefill) {
+        // The normal kernels deliver each token once; the contiguous layout wants one row per
+        // (token, expert) pair grouped by expert: a permute before the GEMMs and a weighted
+        // un-permute after them (the low-latency kernels write the masked layout directly).
+        KernelShape perm, unperm;
+        perm.bytes = rows * payload * 2;
+        unperm.bytes = rows * D * 2 + t * D * 2;
+        b.compute("permute", TableFamily::kElementwise, M, perm);
+        b.compute("unpermute_reduce", TableFamily::kElementwise, M, unperm);
+    }
+    KernelShape up, down;
+    up.m = down.m = rows_per_expert, up.groups = down.groups = active;
+    up.n = 2 * I, up.k = D, down.n = D, down.k = I;
+    b.compute("experts_up", g, M, up);
+    KernelShape act;
+    act.bytes = rows * (2 * I * 2 + I);  // SiLU-mul + FP8 requantisation
+    b.compute("experts_act_quant", TableFamily::kElementwise, M, act);
+    b.compute("experts_down", g, M, down);
+}
+
+void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, double t) {
+    KernelShape up, down;
+    up.m = down.m = t, up.n = 2.0 * m.inter_dim, up.k = double(m.dim), down.n = double(m.dim), down.k = double(m.inter_dim);
+    b.compute("dense_up", TableFamily::kGemmFp8, Stage::kDenseMlp, up);
+    KernelShape act;
+    act.bytes = t * (2.0 * m.inter_dim * 2 + m.inter_dim);  // SiLU-mul + FP8 requantisation
+    b.compute("dense_act_quant", TableFamily::kElementwise, Stage::kDenseMlp, act);
+    b.compute("dense_down", TableFamily::kGemmFp8, Stage::kDenseMlp, down);
+}
+
+double stage_us(const std::vector<KernelCall>& calls, Stage s) {
+    double us = 0;
+    for (const auto& c : calls)
+        if (c.stage == s) us += c.us;
+    return us;
+}
+
+// Two streams, two micro-batches, `layers` MoE layers after the dense ones: each stage starts
+// when its stream is free and its input is ready. Compute order per layer: attn A, attn B,
+// moe A, moe B; communication order: dispatch A, dispatch B, combine A, combine B.
+double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double combine, int layers) {
+    double compute_free = 0, comm_free = 0;
+    double ready[2] = {0, 0};  // when each micro-batch's input to the next layer is ready
+    for (int l = 0; l < layers; ++l) {
+        double attn_done[2], disp_done[2], moe_done[2];
+        for (int mb = 0; mb < 2; ++mb) {
+            const double start = std::max(compute_free, ready[mb]);
+            attn_done[mb] = compute_free = start + attn;
+        }
+        for (int mb = 0; mb < 2; ++mb) {
+            const double start = std::max(comm_free, attn_done[mb]);
+            disp_done[mb] = comm_free = start + dispatch;
+        }
+        for (int mb = 0; mb < 2; ++mb) {
+            const double start = std::max(compute_free, disp_done[mb]);
+            moe_done[mb] = compute_free = start + moe;
+        }
+        for (int mb = 0; mb < 2; ++mb) {
+            const double start = std::max(comm_free, moe_done[mb]);
+            ready[mb] = comm_free = start + combine;
+        }
+    }
+    return std::max(ready[0], ready[1]) / 1e3;
+}
+
+}  // namespace
+
+void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
+    require(attn_tp >= 1 && d.gpus_per_node % attn_tp == 0,
+            "attn_tp (" + std::to_string(attn_tp) + ") must divide the " + std::to_string(d.gpus_per_node) +
+                " GPUs of a node");
+    require(m.n_heads % attn_tp == 0, "attn_tp must divide the model's heads");
+    require(ep >= 1, "ep must be >= 1");
+    require(redundant_experts >= 0, "redundant_experts must be >= 0");
+    require(m.n_routed_experts + redundant_experts >= ep, "ep must be <= routed + redundant experts");
+    require(phase != Phase::kDecode || (batch >= 1 && batch <= 1e6), "batch must lie in [1, 1e6] requests per GPU");
+    require(phase != Phase::kPrefill || (tokens >= 1 && tokens <= 1e7), "tokens must lie in [1, 1e7] per GPU");
+    require(phase != Phase::kPrefill || (prompt_len >= 1 && prompt_len <= 1e7), "prompt_len must lie in [1, 1e7]");
+    require(cached_prefix >= 0 && cached_prefix < prompt_len, "cached_prefix must lie in [0, prompt_len)");
+    require(phase != Phase::kDecode || (kv_len >= 1 && kv_len <= 1e8), "kv_len must lie in [1, 1e8]");
+    require(mtp >= 0 && mtp <= 8, "mtp must lie in [0, 8] draft tokens");
+    require(mtp_accepted >= 0 && mtp_accepted <= mtp, "mtp_accepted must lie in [0, mtp]");
+    require(imbalance >= 1 && imbalance <= 64, "imbalance (max/mean load) must lie in [1, 64]");
+    require(comm_sms >= -1 && comm_sms < d.sm_count, "comm_sms must lie in [0, sm_count) (-1: the device's)");
+    require(step_overhead_ms == -1 || (step_overhead_ms >= 0 && step_overhead_ms <= 1e4),
+            "step_overhead_ms must lie in [0, 1e4] (-1: the phase's default)");
+    require(overlap == Overlap::kNone || overlap == Overlap::kTwoBatch || overlap == Overlap::kSingleBatch,
+            "overlap must be none, two_batch or single_batch");
+}
+
+double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node) {
+    const double nodes = std::ceil(double(ep) / gpus_per_node);
+    if (nodes <= 1) return 0;
+    const double G = double(m.n_expert_groups), g = double(m.n_limited_groups), K = double(m.n_activated_experts);
+    double reached;
+    if (G > 1 && g < G && nodes <= G) {
+        // Groups live whole on nodes (G / nodes per node); a token picks g groups: the chance a
+        // node holds none of them is C(G - G/nodes, g) / C(G, g).
+        const double per_node = G / nodes;
+        double miss = 1;
+        for (int i = 0; i < int(g); ++i) miss *= std::max(0.0, (G - per_node - i) / (G - i));
+        reached = nodes * (1 - miss);
+    } else {
+        // Experts spread uniformly over more nodes than groups: top-k draws among the nodes.
+        reached = nodes * (1 - std::pow(1 - 1 / nodes, K));
+    }
+    return reached * (nodes - 1) / nodes;
+}
+
+StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
+    m.validate();
+    d.validate();
+    dep.validate(m, d);
+    StepResult r;
+    const bool decode = dep.phase == Phase::kDecode;
+    const int micro = dep.overlap == Overlap::kTwoBatch ? 2 : 1;
+    const double q_len = decode ? 1 + dep.mtp : 1;
+    // Tokens this GPU runs through a layer per step, and per micro-batch.
+    const double step_tokens = decode ? dep.batch * q_len : dep.tokens;
+    const double t_mb = step_tokens / micro;
+    const double requests_mb = decode ? dep.batch / micro : 0;
+    // The communication kernels of the normal (prefill) mode hold SMs while compute runs beside
+    // them; the low-latency kernels do not.
+    const int comm_sms = dep.comm_sms >= 0 ? dep.comm_sms : (decode ? d.comm_sms_decode : d.comm_sms_prefill);
+    const double slowdown =
+        dep.overlap == Overlap::kTwoBatch ? double(d.sm_count) / double(d.sm_count - comm_sms) : 1.0;
+
+    CallBuilder moe(d, t, slowdown);
+    attention_calls(moe, m, dep, d, t_mb, requests_mb);
+    moe_calls(moe, m, dep, d, t_mb);
+    CallBuilder dense(d, t, slowdown);
+    attention_calls(dense, m, dep, d, t_mb, requests_mb);
+    dense_mlp_calls(dense, m, t_mb);
+
+    const double attn = stage_us(moe.calls, Stage::kAttention), disp = stage_us(moe.calls, Stage::kDispatch);
+    const double mo = stage_us(moe.calls, Stage::kMoe), comb = stage_us(moe.calls, Stage::kCombine);
+    r.compute_ms = micro * (attn + mo) / 1e3;
+    r.comm_ms = micro * (disp + comb) / 1e3;
+    const int n_moe = int(m.n_moe_layers());
+    const double dense_us = stage_us(dense.calls, Stage::kAttention) + stage_us(dense.calls, Stage::kDenseMlp);
+    r.dense_layer_ms = micro * dense_us / 1e3;
+    double moe_total_ms;
+    switch (dep.overlap) {
+        case Overlap::kTwoBatch:
+            moe_total_ms = two_batch_moe_layers_ms(attn, disp, mo, comb, n_moe);
+            break;
+        case Overlap::kSingleBatch: {
+            // Dispatch runs under the shared expert (and the gate), combine is exposed.
+            double shared = 0;
+            for (const auto& c : moe.calls)
+                if (c.name == "shared_up" || c.name == "shared_down" || c.name == "gate") shared += c.us;
+            moe_total_ms = n_moe * (attn + std::max(disp, shared) + (mo - shared) + comb) / 1e3;
+            break;
+        }
+        default:
+            moe_total_ms = n_moe * (attn + disp + mo + comb) / 1e3;
+    }
+    r.moe_layer_ms = moe_total_ms / n_moe;
+
+    // The head: final norm + LM head on the step's tokens (prefill: the last token of each
+    // prompt), and in decode each MTP draft pass (one MoE layer and the head, for the batch).
+    CallBuilder head(d, t, 1.0);
+    {
+        KernelShape lm;
+        const double prompts = decode ? 0 : dep.tokens / (dep.prompt_len - dep.cached_prefix);
+        lm.m = decode ? step_tokens : prompts, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
+        head.compute("lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
+    }
+    double mtp_ms = 0;
+    if (decode && dep.mtp > 0) {
+        Deployment draft = dep;
+        draft.mtp = 0;
+        CallBuilder pass(d, t, 1.0);
+        attention_calls(pass, m, draft, d, dep.batch, dep.batch);
+        moe_calls(pass, m, draft, d, dep.batch);
+        KernelShape lm;
+        lm.m = dep.batch, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
+        pass.compute("mtp_lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
+        double pass_us = 0;
+        for (const auto& c : pass.calls) pass_us += c.us;
+        mtp_ms = dep.mtp * pass_us / 1e3;
+    }
+    r.head_ms = stage_us(head.calls, Stage::kHead) / 1e3 + mtp_ms;
+    r.overhead_ms = dep.step_overhead_ms >= 0 ? dep.step_overhead_ms
+                                              : (decode ? kDecodeStepOverheadMs : kPrefillStepOverheadMs);
+    r.step_ms = double(m.n_dense_layers) * r.dense_layer_ms + moe_total_ms + r.head_ms + r.overhead_ms;
+
+    if (decode) {
+        r.tokens_per_step = dep.batch * (1 + dep.mtp_accepted);
+        r.tpot_ms = r.step_ms / (1 + dep.mtp_accepted);
+        r.tps_user = 1e3 / r.tpot_ms;
+    } else {
+        r.tokens_per_step = dep.tokens;
+    }
+    r.tokens_per_gpu_s = r.tokens_per_step / (r.step_ms / 1e3);
+
+    // Memory: FP8 weights as stored (the standard MLA weights, not the absorbed products), BF16
+    // embedding and LM head, the latent cache of the batch at its average context.
+    const ParamCounts pc = param_counts(m, false);
+    const double local = double(m.n_routed_experts + dep.redundant_experts) / dep.ep;
+    const double weights = pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers +
+                           (local + m.n_shared_experts) * pc.expert * m.n_moe_layers() + pc.gate * m.n_moe_layers() +
+                           2.0 * (pc.embedding + pc.lm_head);
+    r.weights_gib = weights / double(1 << 30);
+    r.kv_bytes_per_token = kv_entry_bytes(m, dep.kv_fp8) * m.n_layers;
+    const double free_bytes = d.mem_gb * double(1 << 30) * kMemoryReserve - weights;
+    if (decode) {
+        // A TP group holds its whole batch's latent cache on every GPU (the latent is shared by heads).
+        const double per_request = r.kv_bytes_per_token * dep.kv_len * dep.attn_tp;
+        r.batch_limit = std::max(0.0, free_bytes / per_request);
+        r.kv_gib = per_request * dep.batch / double(1 << 30);
+        r.fits_memory = dep.batch <= r.batch_limit;
+    } else {
+        r.kv_gib = r.kv_bytes_per_token * dep.tokens / (1 - dep.cached_prefix / dep.prompt_len) / double(1 << 30);
+        r.fits_memory = r.kv_gib * double(1 << 30) <= free_bytes;
+    }
+
+    // One call of each kind, counted per step.
+    const double dense_layers = double(m.n_dense_layers);
+    for (auto& c : moe.calls) c.calls = micro * double(n_moe);
+    for (auto& c : dense.calls) {
+        if (c.stage != Stage::kDenseMlp) continue;
+        c.calls = micro * dense_layers;
+        moe.calls.push_back(c);
+    }
+    for (auto& c : moe.calls)
+        if (c.stage == Stage::kAttention) c.calls = micro * double(n_moe + m.n_dense_layers);
+    for (auto& c : head.calls) moe.calls.push_back(c);
+    r.calls = std::move(moe.calls);
+    for (const auto& c : r.calls) {
+        if (!c.from_table) ++r.calls_default;
+        else if (c.clamped) ++r.calls_clamped;
+        else ++r.calls_from_table;
+    }
+    return r;
+}
+
+}  // namespace dsperf

@@ -1,0 +1,86 @@
+// The grounded model: a prefill step or a decode step as the list of kernel calls a DeepSeek-style
+// serving system runs (every MLA GEMM, the attention core, norms, gate, dispatch, grouped experts,
+// shared expert, combine, dense MLP, LM head, MTP drafts), each priced by its FLOPs and bytes
+// (kernel_cost.hpp) on the device's datasheet roofline at the efficiency a published kernel
+// benchmark measured at that shape (kernel_table.hpp), then placed on a compute stream and a
+// communication stream by the deployment's overlap schedule.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "costmodel/kernel_table.hpp"
+#include "hardware/device_spec.hpp"
+#include "model/model_config.hpp"
+
+namespace dsperf {
+
+enum class Phase { kPrefill = 0, kDecode = 1 };
+// kTwoBatch: two micro-batches, one's communication under the other's compute (DeepSeek's
+// dual micro-batch overlap); kSingleBatch: dispatch under the shared expert; kNone: serial.
+enum class Overlap { kNone = 0, kTwoBatch = 1, kSingleBatch = 2 };
+
+struct Deployment {
+    Phase phase = Phase::kDecode;
+    int attn_tp = 1;              // attention tensor parallelism (1: DP attention)
+    int ep = 128;                 // GPUs sharing the routed experts
+    int redundant_experts = 0;    // extra expert replicas (EPLB)
+    double batch = 128;           // decode: requests per GPU
+    double tokens = 16384;        // prefill: new prompt tokens per GPU per step
+    double prompt_len = 4096;     // prefill: tokens per prompt (new + cached)
+    double cached_prefix = 0;     // prefill: tokens of each prompt served by the prefix cache
+    double kv_len = 4989;         // decode: average context a request attends to
+    Overlap overlap = Overlap::kTwoBatch;
+    int mtp = 0;                  // decode: MTP draft tokens per step
+    double mtp_accepted = 0;      // decode: draft tokens accepted per step on average (<= mtp)
+    bool kv_fp8 = false;          // FP8 latent cache (FlashMLA's FP8 layout), else BF16
+    bool dispatch_fp8 = true;     // FP8 dispatch payload (+ 1x128 FP32 scales), else BF16
+    double imbalance = 1.0;       // max / mean routed rows per GPU (1: perfectly balanced)
+    int comm_sms = -1;            // SMs the communication kernels hold while they overlap (-1: device's)
+    double step_overhead_ms = -1; // scheduler, sampling, launch gaps per step (-1: phase default)
+    void validate(const ModelConfig& m, const DeviceSpec& d) const;  // names the field
+};
+
+// Defaults where the deployment does not say: assumptions, documented in docs/VALIDATION.md.
+constexpr double kDecodeStepOverheadMs = 1.0;
+constexpr double kPrefillStepOverheadMs = 2.0;
+constexpr double kMinKernelUs = 2.0;          // floor of a call priced without a table row
+constexpr double kMemoryReserve = 0.9;        // of device memory usable for weights + KV cache
+
+enum class Stream { kCompute = 0, kComm = 1 };
+// Which stage of a layer a call belongs to (the overlap schedule moves stages, not calls).
+enum class Stage { kAttention = 0, kDispatch = 1, kMoe = 2, kCombine = 3, kDenseMlp = 4, kHead = 5 };
+
+struct KernelCall {
+    std::string name;
+    TableFamily family;
+    Stage stage;
+    double calls = 1;     // how many times a step runs it (layers x micro-batches)
+    double us = 0;        // one call
+    double flops = 0, bytes = 0;
+    double efficiency = 0;  // of the datasheet roofline (compute), or GB/s (communication)
+    bool from_table = false, clamped = false;
+};
+
+struct StepResult {
+    std::vector<KernelCall> calls;     // one micro-batch of one MoE layer, one dense layer, the head
+    double moe_layer_ms = 0;           // one MoE layer, both micro-batches, as scheduled
+    double dense_layer_ms = 0;
+    double head_ms = 0;                // final norm + LM head (+ MTP draft passes)
+    double overhead_ms = 0;
+    double step_ms = 0;
+    double compute_ms = 0, comm_ms = 0;  // per MoE layer, summed over micro-batches, unscheduled
+    double tokens_per_step = 0;        // per GPU: prompt tokens computed (prefill) or tokens emitted (decode)
+    double tokens_per_gpu_s = 0;
+    double tpot_ms = 0, tps_user = 0;  // decode
+    double weights_gib = 0, kv_gib = 0, kv_bytes_per_token = 0;
+    double batch_limit = 0;            // decode: requests per GPU the memory holds at this kv_len
+    bool fits_memory = true;
+    int calls_from_table = 0, calls_default = 0, calls_clamped = 0;
+};
+
+StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);
+
+// Expected nodes other than its own that a token's top-k experts reach (node-limited routing).
+double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node);
+
+}  // namespace dsperf

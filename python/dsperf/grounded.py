@@ -1,0 +1,240 @@
+"""The grounded model: a prefill or decode step priced as the kernel calls a DeepSeek-style serving
+system runs, each at the efficiency a published kernel benchmark measured at that shape.
+
+The C++ core (csrc/costmodel/step_model.cpp) lists the calls of one layer (every MLA GEMM, the
+attention core, norms, gate, dispatch, shared and routed experts, combine, dense MLP, LM head, MTP
+drafts), prices each from its FLOPs and bytes (the kernel cost model's work functions) on the
+device's datasheet roofline divided by the efficiency read from data/efficiency/<table>.csv, and
+schedules them on a compute and a communication stream (two-batch overlap, single-batch overlap
+or none). Where a family has no table row, the roofline at a default efficiency prices it and the
+result counts the call as such (``calls_default``).
+
+    >>> from dsperf import grounded
+    >>> grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4989, ep=128)["tokens_per_gpu_s"]
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import math
+import numbers
+import os
+from importlib import resources
+from typing import Mapping
+
+import pandas as pd
+
+from . import _C
+from .hardware import DeviceLike, DeviceSpec, kernel_table_name, load_device
+from .model import load_model
+
+SM = _C.step_model
+FAMILIES = tuple(SM.family_names())
+OVERLAPS = ("two_batch", "single_batch", "none")
+# Columns of a table file that carry a shape (blank where a family does not use them).
+SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "ep")
+DEFAULT_EFFICIENCY = 0.6
+
+
+def _tables_dir():
+    return resources.files("dsperf") / "data" / "efficiency"
+
+
+def _number(value: str, path, row: int, field: str, positive: bool = True) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"{path}, row {row}: field '{field}' must be a number, got {value!r}") from None
+    if not math.isfinite(x) or (positive and x <= 0):
+        raise ValueError(f"{path}, row {row}: field '{field}' must be a finite number > 0, got {value!r}")
+    return x
+
+
+def read_table_rows(path) -> list[dict]:
+    """The rows of an efficiency table file (comment lines start with '#'), checked: a known
+    family, a source, a positive latency_us or gbps, and the shape fields the family needs."""
+    with (open(path, newline="") if isinstance(path, (str, os.PathLike)) else path.open(newline="")) as f:
+        lines = [line for line in f if not line.lstrip().startswith("#")]
+    reader = csv.DictReader(lines)
+    need = {"family", "source"}
+    if reader.fieldnames is None or not need <= set(reader.fieldnames):
+        missing = sorted(need - set(reader.fieldnames or ()))
+        raise ValueError(f"{path}: missing column '{missing[0]}'")
+    rows = []
+    for i, raw in enumerate(reader, start=1):
+        fam = (raw.get("family") or "").strip()
+        if fam not in FAMILIES:
+            raise ValueError(f"{path}, row {i}: field 'family': unknown kernel family {fam!r}; known: "
+                             f"{', '.join(FAMILIES)}")
+        if not (raw.get("source") or "").strip():
+            raise ValueError(f"{path}, row {i}: field 'source' must name where the figure was published")
+        row = {"family": fam, "source": raw["source"].strip()}
+        dtype = (raw.get("dtype") or "").strip()
+        if dtype:
+            if dtype not in ("fp8", "bf16"):
+                raise ValueError(f"{path}, row {i}: field 'dtype' must be fp8 or bf16, got {dtype!r}")
+            row["dtype"] = dtype
+        for col in SHAPE_COLUMNS + ("latency_us", "gbps", "tokens"):
+            if (raw.get(col) or "").strip():
+                row[col] = _number(raw[col], path, i, col)
+        comm = SM.is_comm_family(fam)
+        if comm and "gbps" not in row and not ("latency_us" in row and "tokens" in row):
+            raise ValueError(f"{path}, row {i}: field 'gbps': a {fam} row needs gbps, or latency_us and tokens")
+        if not comm and "latency_us" not in row:
+            raise ValueError(f"{path}, row {i}: field 'latency_us' is required for {fam}")
+        for col in _required_shape(fam):
+            if col not in row:
+                raise ValueError(f"{path}, row {i}: field '{col}' is required for {fam}")
+        rows.append(row)
+    return rows
+
+
+def _required_shape(family: str) -> tuple[str, ...]:
+    if family.startswith("gemm"):
+        return ("m", "n", "k")
+    if family.startswith("grouped"):
+        return ("m", "n", "k", "groups")
+    if family == "mla_decode":
+        return ("batch", "kv_len")
+    if family == "mla_prefill":
+        return ("m",)
+    return ("ep",) if family != "allreduce" else ()
+
+
+def _shape(row: Mapping) -> "SM.KernelShape":
+    kw = {k: float(row[k]) for k in SHAPE_COLUMNS if k in row}
+    kw["fp8"] = row.get("dtype", "fp8") == "fp8"
+    if row["family"] == "mla_prefill":
+        kw.setdefault("kv_len", kw.get("m", 0.0))
+    return SM.KernelShape(**kw)
+
+
+# The model dimensions the network rows were measured with (DeepEP: hidden 7168, top-8, FP8 dispatch
+# with one FP32 scale per 128 values, BF16 combine).
+_DEEPEP_HIDDEN, _DEEPEP_TOP_K = 7168, 8
+
+
+def _row_gbps(row: Mapping) -> float:
+    if "gbps" in row:
+        return row["gbps"]
+    payload = _DEEPEP_HIDDEN + _DEEPEP_HIDDEN / 128 * 4 if row["family"].startswith("dispatch") else 2 * _DEEPEP_HIDDEN
+    return row["tokens"] * _DEEPEP_TOP_K * payload / (row["latency_us"] * 1e-6) / 1e9
+
+
+@functools.lru_cache(maxsize=16)
+def _tables_for(table: str | None, default_efficiency: float) -> "SM.KernelTables":
+    t = SM.KernelTables(default_efficiency)
+    for row in read_table_rows(_tables_dir() / "network.csv"):
+        t.add_bandwidth(row["family"], row.get("ep", 1.0), _row_gbps(row))
+    if table is not None:
+        path = _tables_dir() / f"{table}.csv"
+        if not path.is_file():
+            raise ValueError(f"kernel table '{table}' has no file data/efficiency/{table}.csv")
+        measured_on = load_device(table, "corrected")
+        for row in read_table_rows(path):
+            t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+    return t
+
+
+def kernel_tables(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICIENCY) -> "SM.KernelTables":
+    """The efficiency tables a device is priced with: its `kernel_table` file plus the network
+    table; a device without one gets only the network rows (every compute call at the default)."""
+    _check_real("default_efficiency", default_efficiency, 0, 1, low_open=True)
+    return _tables_for(kernel_table_name(device), float(default_efficiency))
+
+
+def _check_real(name, v, lo, hi, low_open=False):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+        raise TypeError(f"{name} must be a finite number, got {v!r}")
+    if v < lo or v > hi or (low_open and v == lo):
+        raise ValueError(f"{name} must lie in {'(' if low_open else '['}{lo}, {hi}], got {v!r}")
+    return float(v)
+
+
+def _check_int(name, v, lo, hi):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {v!r}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must lie in [{lo}, {hi}], got {v!r}")
+    return int(v)
+
+
+def _check_bool(name, v):
+    if not isinstance(v, bool):
+        raise TypeError(f"{name} must be True or False, got {v!r}")
+    return v
+
+
+def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128, tokens=16384, prompt_len=4096,
+                cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
+                dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None) -> "SM.Deployment":
+    d = SM.Deployment()
+    d.phase = phase
+    if overlap not in OVERLAPS:
+        raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
+    d.overlap = overlap
+    d.attn_tp = _check_int("attn_tp", attn_tp, 1, 64)
+    d.ep = _check_int("ep", ep, 1, 4096)
+    d.redundant_experts = _check_int("redundant_experts", redundant_experts, 0, 4096)
+    d.batch = _check_real("batch", batch, 1, 1e6)
+    d.tokens = _check_real("tokens", tokens, 1, 1e7)
+    d.prompt_len = _check_real("prompt_len", prompt_len, 1, 1e7)
+    d.cached_prefix = _check_real("cached_prefix", cached_prefix, 0, 1e7)
+    d.kv_len = _check_real("kv_len", kv_len, 1, 1e8)
+    d.mtp = _check_int("mtp", mtp, 0, 8)
+    d.mtp_accepted = _check_real("mtp_accepted", mtp_accepted, 0, 8)
+    d.kv_fp8 = _check_bool("kv_fp8", kv_fp8)
+    d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
+    d.imbalance = _check_real("imbalance", imbalance, 1, 64)
+    d.comm_sms = -1 if comm_sms is None else _check_int("comm_sms", comm_sms, 0, 4096)
+    d.step_overhead_ms = -1.0 if step_overhead_ms is None else _check_real("step_overhead_ms", step_overhead_ms, 0, 1e4)
+    return d
+
+
+def _run(model, device, dep, default_efficiency):
+    m = load_model(model)
+    spec = load_device(device, "corrected") if not isinstance(device, DeviceSpec) else device
+    dep.validate(m, spec)  # names the field; the C++ checks the rest once more cheaply
+    out = SM.step(m, spec, kernel_tables(device, default_efficiency), dep)
+    out["device"] = spec.name
+    return out
+
+
+def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,
+           redundant_experts=0, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, dispatch_fp8=True,
+           imbalance=1.0, comm_sms=None, step_overhead_ms=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+    """One decode step per GPU: step_ms, tpot_ms, tps_user, tokens_per_gpu_s, the memory-limited
+    batch (batch_limit, fits_memory), the per-layer times and the priced calls (``calls``).
+
+    batch: requests per GPU; kv_len: their average context; ep: GPUs sharing the routed experts;
+    attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
+    are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced)."""
+    dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
+                      redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,
+                      kv_fp8=kv_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
+                      step_overhead_ms=step_overhead_ms)
+    return _run(model, device, dep, default_efficiency)
+
+
+def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, prompt_len=4096, cached_prefix=0,
+            ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, imbalance=1.0,
+            comm_sms=None, step_overhead_ms=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+    """One prefill step per GPU: `tokens` new prompt tokens per GPU (prompts of `prompt_len`, of
+    which `cached_prefix` come from the prefix cache). Returns step_ms, tokens_per_gpu_s, the
+    per-layer times and the priced calls (``calls``)."""
+    dep = _deployment("prefill", tokens=tokens, prompt_len=prompt_len, cached_prefix=cached_prefix, ep=ep,
+                      attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
+                      dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
+                      step_overhead_ms=step_overhead_ms)
+    if dep.cached_prefix >= dep.prompt_len:
+        raise ValueError(f"cached_prefix ({cached_prefix}) must be < prompt_len ({prompt_len})")
+    return _run(model, device, dep, default_efficiency)
+
+
+def calls_frame(result: Mapping) -> pd.DataFrame:
+    """The priced calls of a step as a table: one row per kernel of a layer, its time per call,
+    calls per step, the share of the step, its efficiency (of the datasheet roofline, or GB/s for
+    communication) and whether a table row priced it."""
+    df = pd.DataFrame(result["calls"])
+    df["ms_per_step"] = df["us"] * df["calls_per_step"] / 1e3
+    return df

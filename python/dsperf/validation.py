@@ -1,0 +1,133 @@
+"""The grounded model against published DeepSeek-V3/R1 deployments: one row per published figure
+(data/validation/points.csv), with the settings it was measured with, the inputs its source did
+not publish and the value taken for them, and what the model lacks for it.
+
+error = predicted / published - 1. Daily averages (DeepSeek's production figures) are not peaks:
+they are shown as the utilisation published / predicted and kept out of the error statistics.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from importlib import resources
+
+import pandas as pd
+
+from . import grounded
+
+GPUS_PER_NODE = 8
+COLUMNS = ("point", "source", "device", "phase", "metric", "published", "predicted", "error", "kind",
+           "assumed", "missing")
+
+
+def _points_path():
+    return resources.files("dsperf") / "data" / "validation" / "points.csv"
+
+
+def load_points() -> list[dict]:
+    """The published points as dicts (numbers parsed, blanks dropped)."""
+    with _points_path().open(newline="") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    out = []
+    for i, raw in enumerate(rows, start=1):
+        p = {}
+        for k, v in raw.items():
+            v = (v or "").strip()
+            if v == "":
+                continue
+            if k in ("kv_fp8",):
+                p[k] = v == "true"
+            elif k in ("point", "source", "device", "phase", "metric", "kind", "overlap", "assumed", "missing"):
+                p[k] = v
+            else:
+                try:
+                    p[k] = float(v)
+                except ValueError:
+                    raise ValueError(f"{_points_path()}, row {i}: field '{k}' must be a number, got {v!r}") from None
+        out.append(p)
+    return out
+
+
+def _int(p, k, default=0):
+    return int(p.get(k, default))
+
+
+def _decode(p):
+    return grounded.decode("DeepSeek-V3", p["device"], batch=p["batch"], kv_len=p["kv_len"], ep=_int(p, "ep"),
+                           attn_tp=_int(p, "attn_tp", 1), redundant_experts=_int(p, "redundant_experts"),
+                           overlap=p.get("overlap", "two_batch"), mtp=_int(p, "mtp"),
+                           mtp_accepted=p.get("mtp_accepted", 0.0), kv_fp8=p.get("kv_fp8", False),
+                           imbalance=p.get("imbalance", 1.0))
+
+
+def _prefill(p, prompt_len=None):
+    return grounded.prefill("DeepSeek-V3", p["device"], tokens=p["tokens"],
+                            prompt_len=prompt_len or p["prompt_len"], cached_prefix=p.get("cached_prefix", 0.0),
+                            ep=_int(p, "ep"), attn_tp=1, redundant_experts=_int(p, "redundant_experts"),
+                            overlap=p.get("overlap", "two_batch"), imbalance=p.get("imbalance", 1.0))
+
+
+def predict_point(p: dict) -> float:
+    """The model's figure for a published point, in the point's metric."""
+    if p["phase"] == "decode":
+        r = _decode(p)
+        per_gpu, per_user = r["tokens_per_gpu_s"], r["tps_user"]
+    elif p["phase"] == "prefill":
+        r = _prefill(p)
+        # Prompt tokens per second, cached ones included (computed ones x prompt / new).
+        new = p["prompt_len"] - p.get("cached_prefix", 0.0)
+        per_gpu, per_user = r["tokens_per_gpu_s"] * p["prompt_len"] / new, math.nan
+    elif p["phase"] == "e2e":
+        # Prefill and decode share the GPUs: each output token also pays isl / osl prompt tokens.
+        d, f = _decode(p), _prefill(p, prompt_len=p["isl"])
+        s_per_output = 1 / d["tokens_per_gpu_s"] + (p["isl"] / p["osl"]) / f["tokens_per_gpu_s"]
+        per_gpu, per_user = 1 / s_per_output, d["tps_user"]
+    else:
+        raise ValueError(f"point {p['point']}: phase must be prefill, decode or e2e, got {p['phase']!r}")
+    metric = p["metric"]
+    if metric == "tokens_per_gpu_s":
+        return per_gpu
+    if metric == "tokens_per_node_s":
+        return per_gpu * GPUS_PER_NODE
+    if metric == "tps_user":
+        return per_user
+    raise ValueError(f"point {p['point']}: unknown metric {metric!r}")
+
+
+def validate() -> pd.DataFrame:
+    """Predicted against published for every point: error = predicted / published - 1 for peaks;
+    for daily averages the column `utilisation` = published / predicted instead."""
+    rows = []
+    for p in load_points():
+        pred = predict_point(p)
+        peak = p["kind"] == "peak"
+        rows.append({"point": p["point"], "source": p["source"], "device": p["device"], "phase": p["phase"],
+                     "metric": p["metric"], "published": p["published"], "predicted": pred,
+                     "error": pred / p["published"] - 1 if peak else math.nan,
+                     "utilisation": math.nan if peak else p["published"] / pred, "kind": p["kind"],
+                     "assumed": p.get("assumed", ""), "missing": p.get("missing", "")})
+    return pd.DataFrame(rows)
+
+
+def summary(df: pd.DataFrame | None = None) -> dict:
+    """Median and worst |error| over the peak points, overall and per phase, and the points beyond
+    30% with and without a named missing input."""
+    df = validate() if df is None else df
+    peaks = df[df["kind"] == "peak"]
+    err = peaks["error"].abs()
+    out = {"points": int(len(peaks)), "median_abs_error": float(err.median()), "max_abs_error": float(err.max()),
+           "beyond_30pct": peaks.loc[err > 0.30, "point"].tolist(),
+           "beyond_30pct_unexplained": peaks.loc[(err > 0.30) & (peaks["missing"] == ""), "point"].tolist()}
+    for phase, g in peaks.groupby("phase"):
+        out[f"median_abs_error_{phase}"] = float(g["error"].abs().median())
+    return out
+
+
+def error_band(phase: str, df: pd.DataFrame | None = None) -> float:
+    """The median |error| of the peak points of a phase (prefill, decode, e2e): the band a
+    prediction in that regime carries."""
+    df = validate() if df is None else df
+    g = df[(df["kind"] == "peak") & (df["phase"] == phase)]
+    if g.empty:
+        raise ValueError(f"phase must be one of {', '.join(sorted(df['phase'].unique()))}, got {phase!r}")
+    return float(g["error"].abs().median())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
+from . import __version__, cli_grounded
 
 
 def _csv(text: str) -> list[str]:
@@ -115,6 +115,7 @@ def main(argv=None) -> int:
     _add_devices(sub)
     _add_deepseek(sub)
     _add_report(sub)
+    cli_grounded.add_parsers(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "tables":
@@ -140,6 +141,10 @@ def main(argv=None) -> int:
                        calibration=args.calibration, repeats=args.repeats, progress=sys.stderr.isatty(),
                        print_tables=not args.no_tables, ep=not args.no_ep)
             text = ""
+        elif args.command == "validate":
+            text = cli_grounded.run_validate(args)
+        elif args.command == "predict":
+            text = cli_grounded.run_predict(args)
         elif args.command == "deviations":
             from .deviations import deviation_effects
 

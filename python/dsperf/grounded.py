@@ -197,7 +197,32 @@ def _run(model, device, dep, default_efficiency):
     dep.validate(m, spec)  # names the field; the C++ checks the rest once more cheaply
     out = SM.step(m, spec, kernel_tables(device, default_efficiency), dep)
     out["device"] = spec.name
+    out["error_band"] = math.nan if _VALIDATING else error_band(dep.phase)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def error_band(phase: str) -> float:
+    """The median |error| of the published peak points of a phase in the validation table
+    (dsperf.validation): the relative band a prediction in that regime carries."""
+    from . import validation
+
+    return validation.error_band(phase, _validation_frame())
+
+
+@functools.lru_cache(maxsize=1)
+def _validation_frame():
+    from . import validation
+
+    global _VALIDATING
+    _VALIDATING = True
+    try:
+        return validation.validate()
+    finally:
+        _VALIDATING = False
+
+
+_VALIDATING = False
 
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,

@@ -6,6 +6,7 @@
 
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
+#include "costmodel/step_model.hpp"
 #include "model/block_costs.hpp"
 
 using namespace dsperf;
@@ -82,6 +83,56 @@ int main() {
         parse_mode("corrected-ring_allreduce").has(Fix::RingAllReduce)) {
         std::printf("FAIL mode string +fix / -fix\n");
         ++failures;
+    }
+
+    // The grounded model: a table row prices its own shape at its measured latency; lookups
+    // interpolate in log(primary) and clamp outside the measured range.
+    {
+        DeviceSpec d = h800(24);
+        d.mem_gb = 80, d.mem_bw_gbps = 3350, d.nvlink_gbps = 200, d.scaleout_gbps = 50, d.comm_sms_decode = 0;
+        KernelTables t;
+        KernelShape a, b;
+        a.m = 64, b.m = 256, a.n = b.n = 1536, a.k = b.k = 7168;
+        t.add_latency(TableFamily::kGemmFp8, a, 10.0, d);
+        t.add_latency(TableFamily::kGemmFp8, b, 20.0, d);
+        const double ra = datasheet_roofline_s(table_work(TableFamily::kGemmFp8, a), d);
+        check_close(t.lookup(TableFamily::kGemmFp8, a).value, ra / 10e-6, 1e-12, "row efficiency");
+        KernelShape mid = a;
+        mid.m = 128;
+        const double ea = ra / 10e-6, eb = datasheet_roofline_s(table_work(TableFamily::kGemmFp8, b), d) / 20e-6;
+        check_close(t.lookup(TableFamily::kGemmFp8, mid).value, (ea + eb) / 2, 1e-12, "log-midpoint interpolation");
+        KernelShape big = a;
+        big.m = 4096;
+        ++checks;
+        if (!t.lookup(TableFamily::kGemmFp8, big).clamped || t.lookup(TableFamily::kGemmFp8, mid).clamped) {
+            std::printf("FAIL clamp flag\n");
+            ++failures;
+        }
+        check_throws([&] { t.add_latency(TableFamily::kGemmFp8, a, -1.0, d); }, "negative latency");
+        check_throws([&] { t.add_bandwidth(TableFamily::kGemmFp8, 8, 50); }, "bandwidth for a compute family");
+        check_throws([] { table_family_from_name("gemm_fp4"); }, "unknown family");
+
+        Deployment dep;
+        dep.batch = 64, dep.kv_len = 4096, dep.ep = 128;
+        const StepResult r = step(m, d, t, dep);
+        ++checks;
+        if (!(r.step_ms > 0 && std::isfinite(r.step_ms) && r.calls_default > 0 && r.calls_from_table + r.calls_clamped > 0)) {
+            std::printf("FAIL step: %f ms, %d from table, %d default\n", r.step_ms, r.calls_from_table, r.calls_default);
+            ++failures;
+        }
+        Deployment serial = dep;
+        serial.overlap = Overlap::kNone;
+        ++checks;
+        if (!(step(m, d, t, serial).step_ms >= r.step_ms)) {
+            std::printf("FAIL two-batch overlap slower than none\n");
+            ++failures;
+        }
+        check_throws([&] { Deployment bad = dep; bad.mtp = 1, bad.mtp_accepted = 2; step(m, d, t, bad); },
+                     "mtp_accepted > mtp");
+        check_throws([&] { Deployment bad = dep; bad.attn_tp = 3; step(m, d, t, bad); }, "attn_tp = 3");
+        // Node-limited routing: 8 groups on 4 nodes, 4 groups picked: 4 (1 - C(6,4)/C(8,4)) x 3/4.
+        check_close(expected_remote_nodes(m, 32, 8), 4 * (1 - 15.0 / 70) * 0.75, 1e-12, "remote nodes EP32");
+        check_close(expected_remote_nodes(m, 8, 8), 0, 0, "remote nodes EP8");
     }
 
     std::printf("%d passed, %d failed\n", checks - failures, failures);

@@ -1,0 +1,197 @@
+"""The grounded model (dsperf.grounded) and its validation against published deployments
+(dsperf.validation, data/validation/points.csv, docs/VALIDATION.md)."""
+import csv
+import io
+import math
+import re
+from importlib import resources
+
+import pytest
+
+from dsperf import grounded, validation
+from dsperf.cli import main as cli_main
+
+
+@pytest.fixture(scope="module")
+def table():
+    return validation.validate()
+
+
+def test_every_point_is_predicted(table):
+    points = validation.load_points()
+    assert len(table) == len(points) >= 15
+    assert table["predicted"].map(math.isfinite).all()
+    assert (table["predicted"] > 0).all()
+    peaks = table[table["kind"] == "peak"]
+    assert (peaks["error"] - (peaks["predicted"] / peaks["published"] - 1)).abs().max() < 1e-12
+    # Daily averages are utilisation, not error.
+    daily = table[table["kind"] == "daily_average"]
+    assert len(daily) >= 2 and daily["error"].isna().all() and (daily["utilisation"] > 0).all()
+
+
+def test_every_point_names_its_source_and_settings():
+    for p in validation.load_points():
+        assert p["source"] and p["device"] and p["published"] > 0, p["point"]
+        assert p["kind"] in ("peak", "daily_average"), p["point"]
+
+
+def test_deepseek_profile_decode_within_10_percent(table):
+    row = table.set_index("point").loc["deepseek_profile_decode"]
+    assert abs(row["error"]) <= 0.10
+
+
+def test_decode_points_median_error_within_15_percent(table):
+    decode = table[(table["kind"] == "peak") & (table["phase"] == "decode")]
+    assert len(decode) >= 8
+    assert decode["error"].abs().median() <= 0.15
+
+
+def test_points_beyond_30_percent_are_few_and_most_name_a_missing_input(table):
+    s = validation.summary(table)
+    assert len(s["beyond_30pct_unexplained"]) <= 1, s
+    assert set(s["beyond_30pct_unexplained"]) <= set(s["beyond_30pct"])
+
+
+def test_cli_validate_csv_has_one_row_per_point_and_the_error_recomputes():
+    out = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out):
+        assert cli_main(["validate", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert len(rows) == len(validation.load_points())
+    for col in ("point", "source", "published", "predicted", "error"):
+        assert col in rows[0]
+    for r in rows:
+        if r["error"]:
+            assert float(r["error"]) == pytest.approx(float(r["predicted"]) / float(r["published"]) - 1, abs=1e-5)
+
+
+def _data_numbers(text: str) -> set[float]:
+    return {float(x) for x in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", text)}
+
+
+def test_no_deployment_figure_is_an_input():
+    # Every efficiency comes from a kernel benchmark: no published deployment figure appears as a
+    # number in the efficiency tables (sources' text excluded: only the CSV fields before it).
+    published = {p["published"] for p in validation.load_points()}
+    folder = resources.files("dsperf") / "data" / "efficiency"
+    for f in folder.iterdir():
+        if not f.name.endswith(".csv"):
+            continue
+        for row in grounded.read_table_rows(f):
+            values = {v for k, v in row.items() if isinstance(v, float)}
+            assert not (values & published), (f.name, row)
+
+
+def test_efficiency_rows_all_have_sources():
+    folder = resources.files("dsperf") / "data" / "efficiency"
+    names = [f.name for f in folder.iterdir() if f.name.endswith(".csv")]
+    assert {"H800.csv", "H20.csv", "network.csv"} <= set(names)
+    for name in names:
+        rows = grounded.read_table_rows(folder / name)
+        assert rows and all(r["source"] for r in rows)
+
+
+@pytest.mark.parametrize("text, field", [
+    ("family,source,m,n,k,latency_us\ngemm_fp4,x,1,2,3,4\n", "family"),
+    ("family,m,n,k,latency_us\ngemm_fp8,1,2,3,4\n", "source"),
+    ("family,source,m,n,k,latency_us\ngemm_fp8,x,1,2,3,-4\n", "latency_us"),
+    ("family,source,m,n,latency_us\ngemm_fp8,x,1,2,4\n", "k"),
+    ("family,source,ep\ndispatch_ll,x,8\n", "gbps"),
+    ("family,source,m,n,k,latency_us,dtype\ngemm_fp8,x,1,2,3,4,fp4\n", "dtype"),
+])
+def test_bad_table_names_file_row_and_field(tmp_path, text, field):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as e:
+        grounded.read_table_rows(path)
+    msg = str(e.value)
+    assert "bad.csv" in msg and field in msg
+    if field != "source" or "row" in msg:
+        assert "row 1" in msg or "column" in msg
+
+
+@pytest.mark.parametrize("kwargs, name, exc", [
+    (dict(overlap="three_batch"), "overlap", ValueError),
+    (dict(mtp=9), "mtp", ValueError),
+    (dict(mtp=1, mtp_accepted=1.5), "mtp_accepted", ValueError),
+    (dict(batch=0), "batch", ValueError),
+    (dict(batch=True), "batch", TypeError),
+    (dict(ep=128.0), "ep", TypeError),
+    (dict(kv_fp8="false"), "kv_fp8", TypeError),
+    (dict(imbalance=0.5), "imbalance", ValueError),
+    (dict(attn_tp=3), "attn_tp", ValueError),
+    (dict(kv_len=float("inf")), "kv_len", TypeError),
+])
+def test_bad_deployment_names_the_argument(kwargs, name, exc):
+    with pytest.raises(exc, match=name):
+        grounded.decode("DeepSeek-V3", "H800", **kwargs)
+
+
+def test_cached_prefix_must_be_below_the_prompt():
+    with pytest.raises(ValueError, match="cached_prefix"):
+        grounded.prefill("DeepSeek-V3", "H800", prompt_len=1024, cached_prefix=1024)
+
+
+def test_decode_physics():
+    small = grounded.decode("DeepSeek-V3", "H800", batch=16, kv_len=4096, ep=128)
+    large = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4096, ep=128)
+    assert large["tpot_ms"] > small["tpot_ms"]
+    assert large["tokens_per_gpu_s"] > small["tokens_per_gpu_s"]
+    fp8 = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4096, ep=128, kv_fp8=True)
+    assert fp8["step_ms"] < large["step_ms"] and fp8["kv_bytes_per_token"] < large["kv_bytes_per_token"]
+    serial = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4096, ep=128, overlap="none")
+    assert serial["step_ms"] > large["step_ms"]
+    h200 = grounded.decode("DeepSeek-V3", "H200", batch=128, kv_len=4096, ep=128)
+    assert h200["step_ms"] < large["step_ms"]
+    # MTP: more work per step, more tokens per step.
+    mtp = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4096, ep=128, mtp=1, mtp_accepted=0.85)
+    assert mtp["step_ms"] > large["step_ms"] and mtp["tokens_per_step"] == pytest.approx(128 * 1.85)
+
+
+def test_decode_memory_limit_uses_the_stored_weights():
+    # DeepSeek ran 128 requests per H800 at EP128; the stored (not absorbed) MLA weights leave room.
+    r = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4989, ep=128)
+    assert r["fits_memory"] and r["batch_limit"] >= 128
+    assert 15 < r["weights_gib"] < 40
+    too_many = grounded.decode("DeepSeek-V3", "H800", batch=400, kv_len=4989, ep=128)
+    assert not too_many["fits_memory"]
+
+
+def test_prefill_physics():
+    base = grounded.prefill("DeepSeek-V3", "H800", tokens=16384, prompt_len=4096, ep=32)
+    longer = grounded.prefill("DeepSeek-V3", "H800", tokens=16384, prompt_len=16384, ep=32)
+    assert longer["tokens_per_gpu_s"] < base["tokens_per_gpu_s"]  # attention grows with the prompt
+    cached = grounded.prefill("DeepSeek-V3", "H800", tokens=16384, prompt_len=8192, cached_prefix=4096, ep=32)
+    assert cached["step_ms"] > base["step_ms"]  # each new token attends to a longer context
+
+
+def test_step_lists_every_kernel_of_a_layer():
+    r = grounded.decode("DeepSeek-V3", "H800", batch=64, kv_len=2048, ep=64)
+    kernels = set(grounded.calls_frame(r)["kernel"])
+    for k in ("wq_a", "wq_b", "wkv_a", "q_absorb_w_uk", "attention_core", "o_absorb_w_uv", "wo", "gate", "dispatch",
+              "shared_up", "shared_down", "experts_up", "experts_down", "combine", "dense_up", "dense_down", "lm_head"):
+        assert k in kernels, k
+    df = grounded.calls_frame(r)
+    assert df["us"].gt(0).all()
+    assert r["calls_from_table"] + r["calls_clamped"] + r["calls_default"] == len(df)
+    assert 0 < r["error_band"] < 1
+
+
+def test_device_without_a_table_prices_at_the_default_and_says_so():
+    r = grounded.decode("DeepSeek-V3", "B200", batch=64, kv_len=2048, ep=8)
+    compute = grounded.calls_frame(r)
+    compute = compute[~compute["family"].str.startswith(("dispatch", "combine", "allreduce"))]
+    assert not compute["from_table"].any()
+    assert (compute["efficiency"] == grounded.DEFAULT_EFFICIENCY).all()
+
+
+def test_cli_predict_prints_the_band():
+    out = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out):
+        assert cli_main(["predict", "--phase", "decode", "--device", "H800", "--batch", "64"]) == 0
+    text = out.getvalue()
+    assert "tokens/s per GPU" in text and "+/-" in text and "attention_core" in text

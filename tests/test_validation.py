@@ -195,3 +195,26 @@ def test_cli_predict_prints_the_band():
         assert cli_main(["predict", "--phase", "decode", "--device", "H800", "--batch", "64"]) == 0
     text = out.getvalue()
     assert "tokens/s per GPU" in text and "+/-" in text and "attention_core" in text
+
+
+def test_eplb_imbalance_from_a_routing_distribution():
+    from dsperf.ep.eplb import zipf_load
+
+    flat = zipf_load(256, 500_000, alpha=0.0, seed=1)
+    skewed = zipf_load(256, 500_000, alpha=1.2, seed=1)
+    assert grounded.eplb_imbalance(flat, ep=32, redundant_experts=32) < 1.05
+    with_replicas = grounded.eplb_imbalance(skewed, ep=32, redundant_experts=32)
+    without = grounded.eplb_imbalance(skewed, ep=32, redundant_experts=0)
+    assert 1.05 < with_replicas < without
+    slow = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4096, ep=32, redundant_experts=32,
+                           imbalance=with_replicas)
+    fast = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4096, ep=32, redundant_experts=32)
+    assert slow["step_ms"] > fast["step_ms"]
+    with pytest.raises(ValueError, match="ep"):
+        grounded.eplb_imbalance(skewed, ep=30)
+
+
+@pytest.mark.parametrize("device", ["B300", "GB200", "GB300"])
+def test_blackwell_devices_load_and_predict(device):
+    r = grounded.decode("DeepSeek-V3", device, batch=64, kv_len=2048, ep=64)
+    assert r["tokens_per_gpu_s"] > 0 and r["calls_default"] > 0

@@ -263,3 +263,25 @@ def calls_frame(result: Mapping) -> pd.DataFrame:
     df = pd.DataFrame(result["calls"])
     df["ms_per_step"] = df["us"] * df["calls_per_step"] / 1e3
     return df
+
+
+def eplb_imbalance(load, *, ep: int, redundant_experts: int = 0, gpus_per_node: int = 8, n_group: int = 8,
+                   policy: str = "auto") -> float:
+    """The `imbalance` input of a deployment from a routing distribution: max / mean routed rows per
+    GPU after dsperf.ep's EPLB places the experts (with `redundant_experts` replicas) on `ep` GPUs.
+
+    load: tokens per logical expert of one layer (e.g. counts from a trace, or
+    dsperf.ep.eplb.zipf_load(256, tokens, alpha=...))."""
+    from .ep import eplb
+
+    import numpy as np
+
+    experts = int(np.asarray(load).shape[-1])
+    ep = _check_int("ep", ep, 1, 4096)
+    redundant_experts = _check_int("redundant_experts", redundant_experts, 0, 4096)
+    if (experts + redundant_experts) % ep:
+        raise ValueError(f"ep ({ep}) must divide the experts plus redundant experts ({experts + redundant_experts})")
+    nodes = max(1, ep // gpus_per_node) if ep % gpus_per_node == 0 else 1
+    plan = eplb.rebalance(load, experts + redundant_experts, num_gpus=ep, num_groups=n_group, num_nodes=nodes,
+                          policy=policy)
+    return eplb.imbalance(load, plan)

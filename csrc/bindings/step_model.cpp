@@ -10,7 +10,7 @@ using namespace dsperf;
 
 namespace {
 const char* stage_name(Stage s) {
-    static const char* names[] = {"attention", "dispatch", "moe", "combine", "dense_mlp", "head"};
+    static const char* names[] = {"attention", "dispatch", "moe", "combine", "dense_mlp", "head", "moe_shared"};
     return names[int(s)];
 }
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <array>
 #include <string>
 
 #include "model/block_costs.hpp"
@@ -30,12 +31,13 @@ double kv_entry_bytes(const ModelConfig& m, bool fp8) {
 // The calls of one layer for one micro-batch; each priced on its own.
 class CallBuilder {
 public:
-    CallBuilder(const DeviceSpec& d, const KernelTables& t, double compute_slowdown)
-        : d_(d), t_(t), slowdown_(compute_slowdown) {}
+    CallBuilder(const DeviceSpec& d, const KernelTables& t, double compute_slowdown, bool keep_calls = true)
+        : d_(d), t_(t), slowdown_(compute_slowdown), keep_(keep_calls) {}
 
-    std::vector<KernelCall> calls;
+    std::vector<KernelCall> calls;  // kept only when asked for
+    std::array<double, 7> stage_us{};  // per Stage
 
-    void compute(const std::string& name, TableFamily f, Stage stage, const KernelShape& s) {
+    void compute(const char* name, TableFamily f, Stage stage, const KernelShape& s) {
         KernelCall c{name, f, stage};
         const KernelWork w = table_work(f, s);
         const TableLookup e = t_.lookup(f, s);
@@ -44,12 +46,12 @@ public:
         double us = datasheet_roofline_s(w, d_) / e.value * 1e6;
         if (!e.found) us = std::max(us, kMinKernelUs);
         c.us = us * slowdown_;
-        calls.push_back(c);
+        add(c);
     }
 
     // A transfer of `bytes` per GPU at the family's measured bandwidth at this EP (TP) size,
     // scaled by the device's link against the link the table was measured on.
-    void comm(const std::string& name, TableFamily f, Stage stage, const KernelShape& s, double bytes,
+    void comm(const char* name, TableFamily f, Stage stage, const KernelShape& s, double bytes,
               double link_gbps, double table_link_gbps) {
         KernelCall c{name, f, stage};
         const TableLookup e = t_.lookup(f, s);
@@ -57,13 +59,22 @@ public:
         c.bytes = bytes, c.efficiency = gbps, c.from_table = e.found, c.clamped = e.clamped;
         c.us = bytes / (gbps * 1e9) * 1e6;
         if (!e.found) c.us = std::max(c.us, kMinKernelUs);
-        calls.push_back(c);
+        add(c);
+    }
+
+    void keep_all() { keep_ = true; }
+
+    // A call priced elsewhere (a multiple of one priced here).
+    void add(const KernelCall& c) {
+        stage_us[int(c.stage)] += c.us;
+        if (keep_) calls.push_back(c);
     }
 
 private:
     const DeviceSpec& d_;
     const KernelTables& t_;
     double slowdown_;
+    bool keep_;
 };
 
 // The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
@@ -113,10 +124,11 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         s.m = new_per_prompt, s.kv_len = dep.prompt_len, s.heads = H;
         CallBuilder one = b;  // price one prompt, count it `prompts` times
         one.calls.clear();
+        one.keep_all();
         one.compute("attention_core", TableFamily::kMlaPrefill, A, s);
         KernelCall c = one.calls.front();
         c.us *= prompts, c.flops *= prompts, c.bytes *= prompts;
-        b.calls.push_back(c);
+        b.add(c);
     }
     // The attention output is BF16; the FP8 wo GEMM quantises it first (per-token 1x128 scales).
     elementwise("wo_act_quant", T * H * V * 3);
@@ -126,7 +138,6 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         s.tp = tp;
         const double bytes = T * D * 2 * 2 * (tp - 1) / tp;  // ring all-reduce of BF16 activations
         b.comm("attn_allreduce", TableFamily::kAllReduce, A, s, bytes, d.nvlink_gbps, kTableNvlinkGbps);
-        b.calls.back().stage = A;
     }
 }
 
@@ -136,10 +147,10 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     const Stage M = Stage::kMoe;
     KernelShape norm;
     norm.bytes = t * D * 4;
-    b.compute("moe_norm", TableFamily::kElementwise, M, norm);
+    b.compute("moe_norm", TableFamily::kElementwise, Stage::kMoeShared, norm);
     KernelShape gate;
     gate.m = t, gate.n = E, gate.k = D, gate.fp8 = false;
-    b.compute("gate", TableFamily::kGemmBf16, M, gate);
+    b.compute("gate", TableFamily::kGemmBf16, Stage::kMoeShared, gate);
 
     // Dispatch and combine: DeepEP low-latency kernels in decode, normal kernels in prefill.
     const double payload = dispatch_payload(m, dep.dispatch_fp8);
@@ -178,11 +189,11 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     if (shared_inter > 0) {
         KernelShape up, down;
         up.m = down.m = t, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
-        b.compute("shared_up", TableFamily::kGemmFp8, M, up);
+        b.compute("shared_up", TableFamily::kGemmFp8, Stage::kMoeShared, up);
         KernelShape act;
         act.bytes = t * (2 * shared_inter * 2 + shared_inter);  // SiLU-mul + FP8 requantisation
-        b.compute("shared_act_quant", TableFamily::kElementwise, M, act);
-        b.compute("shared_down", TableFamily::kGemmFp8, M, down);
+        b.compute("shared_act_quant", TableFamily::kElementwise, Stage::kMoeShared, act);
+        b.compute("shared_down", TableFamily::kGemmFp8, Stage::kMoeShared, down);
     }
     // The masked and contiguous kernels skip experts that received no rows, so a small batch
     // reads the weights of the experts its rows reach: each row lands on one of the `local`
@@ -222,20 +233,16 @@ void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, double t) {
     b.compute("dense_down", TableFamily::kGemmFp8, Stage::kDenseMlp, down);
 }
 
-double stage_us(const std::vector<KernelCall>& calls, Stage s) {
-    double us = 0;
-    for (const auto& c : calls)
-        if (c.stage == s) us += c.us;
-    return us;
-}
-
 // Two streams, two micro-batches, `layers` MoE layers after the dense ones: each stage starts
 // when its stream is free and its input is ready. Compute order per layer: attn A, attn B,
-// moe A, moe B; communication order: dispatch A, dispatch B, combine A, combine B.
+// moe A, moe B; communication order: dispatch A, dispatch B, combine A, combine B. The pattern
+// repeats from the second layer on, so a few layers are simulated and the rest extrapolated.
 double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double combine, int layers) {
     double compute_free = 0, comm_free = 0;
     double ready[2] = {0, 0};  // when each micro-batch's input to the next layer is ready
-    for (int l = 0; l < layers; ++l) {
+    const int simulated = std::min(layers, 4);
+    double end_prev = 0, end = 0;
+    for (int l = 0; l < simulated; ++l) {
         double attn_done[2], disp_done[2], moe_done[2];
         for (int mb = 0; mb < 2; ++mb) {
             const double start = std::max(compute_free, ready[mb]);
@@ -253,8 +260,10 @@ double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double 
             const double start = std::max(comm_free, moe_done[mb]);
             ready[mb] = comm_free = start + combine;
         }
+        end_prev = end;
+        end = std::max(ready[0], ready[1]);
     }
-    return std::max(ready[0], ready[1]) / 1e3;
+    return (end + (layers - simulated) * (end - end_prev)) / 1e3;
 }
 
 }  // namespace
@@ -301,83 +310,107 @@ double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node) {
     return reached * (nodes - 1) / nodes;
 }
 
-StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
-    m.validate();
-    d.validate();
-    dep.validate(m, d);
-    StepResult r;
+StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
+                       std::vector<KernelCall>* calls) {
+    StepStages st;
     const bool decode = dep.phase == Phase::kDecode;
-    const int micro = dep.overlap == Overlap::kTwoBatch ? 2 : 1;
+    st.micro = dep.overlap == Overlap::kTwoBatch ? 2 : 1;
     const double q_len = decode ? 1 + dep.mtp : 1;
     // Tokens this GPU runs through a layer per step, and per micro-batch.
     const double step_tokens = decode ? dep.batch * q_len : dep.tokens;
-    const double t_mb = step_tokens / micro;
-    const double requests_mb = decode ? dep.batch / micro : 0;
+    const double t_mb = step_tokens / st.micro;
+    const double requests_mb = decode ? dep.batch / st.micro : 0;
     // The communication kernels of the normal (prefill) mode hold SMs while compute runs beside
     // them; the low-latency kernels do not.
     const int comm_sms = dep.comm_sms >= 0 ? dep.comm_sms : (decode ? d.comm_sms_decode : d.comm_sms_prefill);
     const double slowdown =
         dep.overlap == Overlap::kTwoBatch ? double(d.sm_count) / double(d.sm_count - comm_sms) : 1.0;
+    const bool keep = calls != nullptr;
 
-    CallBuilder moe(d, t, slowdown);
+    CallBuilder moe(d, t, slowdown, keep);
     attention_calls(moe, m, dep, d, t_mb, requests_mb);
     moe_calls(moe, m, dep, d, t_mb);
-    CallBuilder dense(d, t, slowdown);
+    CallBuilder dense(d, t, slowdown, keep);
     attention_calls(dense, m, dep, d, t_mb, requests_mb);
     dense_mlp_calls(dense, m, t_mb);
+    auto us = [](const CallBuilder& b, Stage s) { return b.stage_us[int(s)]; };
+    st.attn = us(moe, Stage::kAttention);
+    st.dispatch = us(moe, Stage::kDispatch);
+    st.moe_shared = us(moe, Stage::kMoeShared);
+    st.moe = us(moe, Stage::kMoe) + st.moe_shared;
+    st.combine = us(moe, Stage::kCombine);
+    st.dense = us(dense, Stage::kAttention) + us(dense, Stage::kDenseMlp);
 
-    const double attn = stage_us(moe.calls, Stage::kAttention), disp = stage_us(moe.calls, Stage::kDispatch);
-    const double mo = stage_us(moe.calls, Stage::kMoe), comb = stage_us(moe.calls, Stage::kCombine);
-    r.compute_ms = micro * (attn + mo) / 1e3;
-    r.comm_ms = micro * (disp + comb) / 1e3;
-    const int n_moe = int(m.n_moe_layers());
-    const double dense_us = stage_us(dense.calls, Stage::kAttention) + stage_us(dense.calls, Stage::kDenseMlp);
-    r.dense_layer_ms = micro * dense_us / 1e3;
-    double moe_total_ms;
-    switch (dep.overlap) {
-        case Overlap::kTwoBatch:
-            moe_total_ms = two_batch_moe_layers_ms(attn, disp, mo, comb, n_moe);
-            break;
-        case Overlap::kSingleBatch: {
-            // Dispatch runs under the shared expert (and the gate), combine is exposed.
-            double shared = 0;
-            for (const auto& c : moe.calls)
-                if (c.name == "shared_up" || c.name == "shared_down" || c.name == "gate") shared += c.us;
-            moe_total_ms = n_moe * (attn + std::max(disp, shared) + (mo - shared) + comb) / 1e3;
-            break;
-        }
-        default:
-            moe_total_ms = n_moe * (attn + disp + mo + comb) / 1e3;
-    }
-    r.moe_layer_ms = moe_total_ms / n_moe;
-
-    // The head: final norm + LM head on the step's tokens (prefill: the last token of each
-    // prompt), and in decode each MTP draft pass (one MoE layer and the head, for the batch).
-    CallBuilder head(d, t, 1.0);
+    // The head: LM head on the step's tokens (prefill: the last token of each prompt), and in
+    // decode each MTP draft pass (one MoE layer and the head, for the batch).
+    CallBuilder head(d, t, 1.0, keep);
     {
         KernelShape lm;
         const double prompts = decode ? 0 : dep.tokens / (dep.prompt_len - dep.cached_prefix);
         lm.m = decode ? step_tokens : prompts, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
         head.compute("lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
     }
-    double mtp_ms = 0;
+    st.head_ms = us(head, Stage::kHead) / 1e3;
     if (decode && dep.mtp > 0) {
         Deployment draft = dep;
         draft.mtp = 0;
-        CallBuilder pass(d, t, 1.0);
+        CallBuilder pass(d, t, 1.0, false);
         attention_calls(pass, m, draft, d, dep.batch, dep.batch);
         moe_calls(pass, m, draft, d, dep.batch);
         KernelShape lm;
         lm.m = dep.batch, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
         pass.compute("mtp_lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
         double pass_us = 0;
-        for (const auto& c : pass.calls) pass_us += c.us;
-        mtp_ms = dep.mtp * pass_us / 1e3;
+        for (double v : pass.stage_us) pass_us += v;
+        st.head_ms += dep.mtp * pass_us / 1e3;
     }
-    r.head_ms = stage_us(head.calls, Stage::kHead) / 1e3 + mtp_ms;
+
+    if (keep) {
+        // One call of each kind, counted per step.
+        const double n_moe = double(m.n_moe_layers()), n_dense = double(m.n_dense_layers);
+        for (auto& c : moe.calls) c.calls = st.micro * (c.stage == Stage::kAttention ? n_moe + n_dense : n_moe);
+        for (auto& c : dense.calls)
+            if (c.stage == Stage::kDenseMlp) c.calls = st.micro * n_dense, moe.calls.push_back(c);
+        for (auto& c : head.calls) moe.calls.push_back(c);
+        *calls = std::move(moe.calls);
+    }
+    return st;
+}
+
+double schedule_ms(const ModelConfig& m, const StepStages& s, Overlap overlap) {
+    const int n_moe = int(m.n_moe_layers());
+    double moe_ms;
+    switch (overlap) {
+        case Overlap::kTwoBatch:
+            moe_ms = two_batch_moe_layers_ms(s.attn, s.dispatch, s.moe, s.combine, n_moe);
+            break;
+        case Overlap::kSingleBatch:
+            // Dispatch runs under the norm, gate and shared expert; combine is exposed.
+            moe_ms = n_moe * (s.attn + std::max(s.dispatch, s.moe_shared) + (s.moe - s.moe_shared) + s.combine) / 1e3;
+            break;
+        default:
+            moe_ms = n_moe * (s.attn + s.dispatch + s.moe + s.combine) / 1e3;
+    }
+    return double(m.n_dense_layers) * s.micro * s.dense / 1e3 + moe_ms + s.head_ms;
+}
+
+StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
+    m.validate();
+    d.validate();
+    dep.validate(m, d);
+    StepResult r;
+    const bool decode = dep.phase == Phase::kDecode;
+    const StepStages st = step_stages(m, d, t, dep, &r.calls);
+    const int n_moe = int(m.n_moe_layers());
+    r.compute_ms = st.micro * (st.attn + st.moe) / 1e3;
+    r.comm_ms = st.micro * (st.dispatch + st.combine) / 1e3;
+    r.dense_layer_ms = st.micro * st.dense / 1e3;
+    r.head_ms = st.head_ms;
     r.overhead_ms = dep.step_overhead_ms >= 0 ? dep.step_overhead_ms
                                               : (decode ? kDecodeStepOverheadMs : kPrefillStepOverheadMs);
-    r.step_ms = double(m.n_dense_layers) * r.dense_layer_ms + moe_total_ms + r.head_ms + r.overhead_ms;
+    const double layers_ms = schedule_ms(m, st, dep.overlap);
+    r.moe_layer_ms = (layers_ms - double(m.n_dense_layers) * r.dense_layer_ms - r.head_ms) / n_moe;
+    r.step_ms = layers_ms + r.overhead_ms;
 
     if (decode) {
         r.tokens_per_step = dep.batch * (1 + dep.mtp_accepted);
@@ -387,9 +420,18 @@ StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t
         r.tokens_per_step = dep.tokens;
     }
     r.tokens_per_gpu_s = r.tokens_per_step / (r.step_ms / 1e3);
+    memory(m, d, dep, r);
+    for (const auto& c : r.calls) {
+        if (!c.from_table) ++r.calls_default;
+        else if (c.clamped) ++r.calls_clamped;
+        else ++r.calls_from_table;
+    }
+    return r;
+}
 
-    // Memory: FP8 weights as stored (the standard MLA weights, not the absorbed products), BF16
-    // embedding and LM head, the latent cache of the batch at its average context.
+void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, StepResult& r) {
+    // FP8 weights as stored (the standard MLA weights, not the absorbed products), BF16 embedding
+    // and LM head, the latent cache of the batch at its average context.
     const ParamCounts pc = param_counts(m, false);
     const double local = double(m.n_routed_experts + dep.redundant_experts) / dep.ep;
     const double weights = pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers +
@@ -398,7 +440,7 @@ StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t
     r.weights_gib = weights / double(1 << 30);
     r.kv_bytes_per_token = kv_entry_bytes(m, dep.kv_fp8) * m.n_layers;
     const double free_bytes = d.mem_gb * double(1 << 30) * kMemoryReserve - weights;
-    if (decode) {
+    if (dep.phase == Phase::kDecode) {
         // A TP group holds its whole batch's latent cache on every GPU (the latent is shared by heads).
         const double per_request = r.kv_bytes_per_token * dep.kv_len * dep.attn_tp;
         r.batch_limit = std::max(0.0, free_bytes / per_request);
@@ -408,25 +450,6 @@ StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t
         r.kv_gib = r.kv_bytes_per_token * dep.tokens / (1 - dep.cached_prefix / dep.prompt_len) / double(1 << 30);
         r.fits_memory = r.kv_gib * double(1 << 30) <= free_bytes;
     }
-
-    // One call of each kind, counted per step.
-    const double dense_layers = double(m.n_dense_layers);
-    for (auto& c : moe.calls) c.calls = micro * double(n_moe);
-    for (auto& c : dense.calls) {
-        if (c.stage != Stage::kDenseMlp) continue;
-        c.calls = micro * dense_layers;
-        moe.calls.push_back(c);
-    }
-    for (auto& c : moe.calls)
-        if (c.stage == Stage::kAttention) c.calls = micro * double(n_moe + m.n_dense_layers);
-    for (auto& c : head.calls) moe.calls.push_back(c);
-    r.calls = std::move(moe.calls);
-    for (const auto& c : r.calls) {
-        if (!c.from_table) ++r.calls_default;
-        else if (c.clamped) ++r.calls_clamped;
-        else ++r.calls_from_table;
-    }
-    return r;
 }
 
 }  // namespace dsperf

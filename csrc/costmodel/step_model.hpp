@@ -48,10 +48,12 @@ constexpr double kMemoryReserve = 0.9;        // of device memory usable for wei
 
 enum class Stream { kCompute = 0, kComm = 1 };
 // Which stage of a layer a call belongs to (the overlap schedule moves stages, not calls).
-enum class Stage { kAttention = 0, kDispatch = 1, kMoe = 2, kCombine = 3, kDenseMlp = 4, kHead = 5 };
+// kMoeShared: the MoE layer's calls that need no dispatched token (norm, gate, shared expert),
+// which single-batch overlap runs under the dispatch.
+enum class Stage { kAttention = 0, kDispatch = 1, kMoe = 2, kCombine = 3, kDenseMlp = 4, kHead = 5, kMoeShared = 6 };
 
 struct KernelCall {
-    std::string name;
+    const char* name;
     TableFamily family;
     Stage stage;
     double calls = 1;     // how many times a step runs it (layers x micro-batches)
@@ -79,6 +81,22 @@ struct StepResult {
 };
 
 StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);
+
+// The stages of one step, microseconds per micro-batch per layer (head_ms: per step), for
+// callers that schedule many deployments (the explorer). The deployment is trusted (validated once).
+struct StepStages {
+    int micro = 1;               // micro-batches (2 with two-batch overlap)
+    double attn = 0, dispatch = 0, moe = 0, moe_shared = 0, combine = 0;  // one MoE layer (moe includes moe_shared)
+    double dense = 0;            // one dense layer (attention + MLP)
+    double head_ms = 0;          // LM head and MTP draft passes, per step
+};
+StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
+                       std::vector<KernelCall>* calls = nullptr);
+// The memory fields of a result (weights, KV cache, batch limit, fits_memory).
+void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, StepResult& r);
+
+// The step's milliseconds from its stages under the deployment's overlap schedule (no overhead).
+double schedule_ms(const ModelConfig& m, const StepStages& s, Overlap overlap);
 
 // Expected nodes other than its own that a token's top-k experts reach (node-limited routing).
 double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node);

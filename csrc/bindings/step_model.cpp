@@ -1,8 +1,10 @@
 // Python face of the grounded model (costmodel/kernel_table.hpp, costmodel/step_model.hpp):
 // dsperf._C.step_model. dsperf.grounded checks the arguments; this adapter converts and calls.
 #include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include "costmodel/explore.hpp"
 #include "costmodel/step_model.hpp"
 
 namespace py = pybind11;
@@ -12,6 +14,51 @@ namespace {
 const char* stage_name(Stage s) {
     static const char* names[] = {"attention", "dispatch", "moe", "combine", "dense_mlp", "head", "moe_shared"};
     return names[int(s)];
+}
+template <typename T>
+T* column(py::dict& out, const char* name, size_t n) {
+    py::array_t<T> a(static_cast<py::ssize_t>(n));
+    out[name] = a;
+    return a.mutable_data();
+}
+
+py::dict explore_decode_py(const ModelConfig& m, const std::vector<DeviceSpec>& devices,
+                           const std::vector<const KernelTables*>& tables, std::vector<int> ep,
+                           std::vector<int> redundant, std::vector<int> attn_tp, std::vector<int> mtp,
+                           std::vector<double> mtp_accepted, std::vector<int> kv_fp8, std::vector<int> overlap,
+                           std::vector<double> batch, double kv_len, double imbalance, double step_overhead_ms) {
+    ExploreGrid g;
+    g.devices = devices, g.tables = tables, g.ep = std::move(ep), g.redundant_experts = std::move(redundant);
+    g.attn_tp = std::move(attn_tp), g.mtp = std::move(mtp), g.mtp_accepted = std::move(mtp_accepted);
+    g.kv_fp8 = std::move(kv_fp8), g.overlap = std::move(overlap), g.batch = std::move(batch);
+    g.kv_len = kv_len, g.imbalance = imbalance, g.step_overhead_ms = step_overhead_ms;
+    g.validate(m);  // before allocating
+    const size_t n = g.size();
+    py::dict out;
+    ExploreColumns c{};
+    c.device_index = column<int32_t>(out, "device_index", n);
+    c.ep = column<int32_t>(out, "ep", n);
+    c.redundant_experts = column<int32_t>(out, "redundant_experts", n);
+    c.attn_tp = column<int32_t>(out, "attn_tp", n);
+    c.mtp = column<int32_t>(out, "mtp", n);
+    c.mtp_accepted = column<double>(out, "mtp_accepted", n);
+    c.kv_fp8 = column<bool>(out, "kv_fp8", n);
+    c.overlap = column<int32_t>(out, "overlap", n);
+    c.batch = column<double>(out, "batch", n);
+    c.infeasible = column<int32_t>(out, "infeasible", n);
+    c.step_ms = column<double>(out, "step_ms", n);
+    c.tpot_ms = column<double>(out, "tpot_ms", n);
+    c.tps_user = column<double>(out, "tps_user", n);
+    c.tokens_per_gpu_s = column<double>(out, "tokens_per_gpu_s", n);
+    c.batch_limit = column<double>(out, "batch_limit", n);
+    c.fits_memory = column<bool>(out, "fits_memory", n);
+    c.weights_gib = column<double>(out, "weights_gib", n);
+    c.kv_gib = column<double>(out, "kv_gib", n);
+    {
+        py::gil_scoped_release release;
+        explore_decode(m, g, c);
+    }
+    return out;
 }
 }  // namespace
 
@@ -93,6 +140,10 @@ void bind_step_model(py::module_& root) {
         .def_readwrite("step_overhead_ms", &Deployment::step_overhead_ms)
         .def("validate", &Deployment::validate, py::arg("model"), py::arg("device"));
 
+    m.def("explore_decode", &explore_decode_py, py::arg("model"), py::arg("devices"), py::arg("tables"),
+          py::arg("ep"), py::arg("redundant_experts"), py::arg("attn_tp"), py::arg("mtp"), py::arg("mtp_accepted"),
+          py::arg("kv_fp8"), py::arg("overlap"), py::arg("batch"), py::arg("kv_len"), py::arg("imbalance"),
+          py::arg("step_overhead_ms"));
     m.def("expected_remote_nodes", &expected_remote_nodes, py::arg("model"), py::arg("ep"), py::arg("gpus_per_node"));
 
     m.def(

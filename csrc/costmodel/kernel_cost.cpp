@@ -10,12 +10,17 @@ namespace dsperf {
 namespace {
 constexpr double kBf16 = 2, kFp32 = 4;
 
-void require(bool ok, const std::string& what) {
+// Messages are built only on failure: these checks run inside the explorer's inner loop.
+void require(bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(what);
 }
 
-void require_nonneg(int64_t v, const char* name) { require(v >= 0, std::string(name) + " must be >= 0"); }
-void require_pos(int64_t v, const char* name) { require(v > 0, std::string(name) + " must be > 0"); }
+void require_nonneg(int64_t v, const char* name) {
+    if (v < 0) throw std::invalid_argument(std::string(name) + " must be >= 0");
+}
+void require_pos(int64_t v, const char* name) {
+    if (v <= 0) throw std::invalid_argument(std::string(name) + " must be > 0");
+}
 
 // Bytes of an [n, k] weight: BF16, or FP8 plus one FP32 scale per 128x128 block.
 double weight_bytes(double n, double k, bool fp8) {

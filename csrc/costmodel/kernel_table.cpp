@@ -1,7 +1,10 @@
 #include "costmodel/kernel_table.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
@@ -76,19 +79,24 @@ double table_primary(TableFamily f, const KernelShape& s) {
     }
 }
 
-std::vector<double> table_keys(TableFamily f, const KernelShape& s) {
+TableKeys table_keys(TableFamily f, const KernelShape& s) {
+    TableKeys k;
     switch (f) {
         case TableFamily::kGemmFp8:
         case TableFamily::kGemmBf16:
-            return {s.n, s.k};
+            k.v[0] = s.n, k.v[1] = s.k, k.n = 2;
+            break;
         case TableFamily::kGroupedContiguous:
         case TableFamily::kGroupedMasked:
-            return {s.groups, s.n, s.k};
+            k.v[0] = s.groups, k.v[1] = s.n, k.v[2] = s.k, k.n = 3;
+            break;
         case TableFamily::kMlaDecode:
-            return {s.batch * s.q_len * s.heads / 128};  // query rows per key, in 128-head requests
+            k.v[0] = s.batch * s.q_len * s.heads / 128, k.n = 1;  // query rows per key, in 128-head requests
+            break;
         default:
-            return {};
+            break;
     }
+    return k;
 }
 
 double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d) {
@@ -100,10 +108,23 @@ namespace {
 double safe_log(double x) { return std::log(std::max(x, 1e-30)); }
 }  // namespace
 
-void EfficiencyCurve::add(const std::vector<double>& keys, double primary, double value) {
-    std::vector<double> lk;
-    for (double k : keys) lk.push_back(safe_log(k));
-    auto g = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) { return g.log_keys == lk; });
+uint64_t EfficiencyCurve::next_generation() {
+    static std::atomic<uint64_t> counter{0};
+    return ++counter;
+}
+
+void EfficiencyCurve::add(const TableKeys& keys, double primary, double value) {
+    generation_ = next_generation();
+    TableKeys lk;
+    lk.n = keys.n;
+    for (int i = 0; i < keys.n; ++i) lk.v[i] = safe_log(keys.v[i]);
+    auto same = [&](const Group& g) {
+        if (g.log_keys.n != lk.n) return false;
+        for (int i = 0; i < lk.n; ++i)
+            if (g.log_keys.v[i] != lk.v[i]) return false;
+        return true;
+    };
+    auto g = std::find_if(groups_.begin(), groups_.end(), same);
     if (g == groups_.end()) {
         groups_.push_back({lk, {}});
         g = groups_.end() - 1;
@@ -120,20 +141,49 @@ size_t EfficiencyCurve::rows() const {
     return n;
 }
 
-TableLookup EfficiencyCurve::at(const std::vector<double>& keys, double primary) const {
-    TableLookup r;
-    if (groups_.empty()) return r;
-    // The group nearest in log space over the secondary axes.
+const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& keys) const {
+    // The explorer asks for the same keys of the same curve again and again (only the primary
+    // axis changes with the batch): remember recent answers per thread, keyed by curve and keys.
+    struct Entry {
+        const EfficiencyCurve* curve = nullptr;
+        uint64_t generation = 0;
+        double v[3];
+        int n;
+        const Group* group;
+    };
+    constexpr size_t kSlots = 256;
+    thread_local Entry cache[kSlots];
+    uint64_t h = reinterpret_cast<uintptr_t>(this) * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < keys.n; ++i) {
+        uint64_t bits;
+        std::memcpy(&bits, &keys.v[i], sizeof bits);
+        h = (h ^ bits) * 0x100000001B3ull;
+    }
+    Entry& e = cache[(h >> 17) % kSlots];
+    if (e.curve == this && e.generation == generation_ && e.n == keys.n && std::equal(e.v, e.v + keys.n, keys.v))
+        return e.group;
+    double lk[3];
+    for (int i = 0; i < keys.n; ++i) lk[i] = safe_log(keys.v[i]);
     const Group* best = nullptr;
     double best_d = std::numeric_limits<double>::infinity();
     for (const auto& g : groups_) {
         double d = 0;
-        for (size_t i = 0; i < g.log_keys.size() && i < keys.size(); ++i) {
-            const double e = g.log_keys[i] - safe_log(keys[i]);
-            d += e * e;
+        for (int i = 0; i < g.log_keys.n && i < keys.n; ++i) {
+            const double diff = g.log_keys.v[i] - lk[i];
+            d += diff * diff;
         }
         if (d < best_d) best_d = d, best = &g;
     }
+    e.curve = this, e.generation = generation_, e.n = keys.n, e.group = best;
+    std::copy(keys.v, keys.v + keys.n, e.v);
+    return best;
+}
+
+TableLookup EfficiencyCurve::at(const TableKeys& keys, double primary) const {
+    TableLookup r;
+    if (groups_.empty()) return r;
+    // The group nearest in log space over the secondary axes.
+    const Group* best = nearest_group(keys);
     const auto& pts = best->points;
     const double x = safe_log(primary);
     r.found = true;

@@ -9,6 +9,7 @@
 // space) and clamp outside the measured range, saying so.
 #pragma once
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,14 @@ struct KernelShape {
 // FLOPs and bytes of one call of a compute family (kernel_cost's work functions).
 KernelWork table_work(TableFamily f, const KernelShape& s);
 
-// A family's primary axis value and secondary keys for a shape.
+// A family's primary axis value and secondary keys for a shape (at most three keys; fixed size so
+// that a lookup allocates nothing).
+struct TableKeys {
+    double v[3] = {0, 0, 0};
+    int n = 0;
+};
 double table_primary(TableFamily f, const KernelShape& s);
-std::vector<double> table_keys(TableFamily f, const KernelShape& s);
+TableKeys table_keys(TableFamily f, const KernelShape& s);
 
 // Datasheet roofline of one call, seconds: no derating, no discount (the tables carry those).
 double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d);
@@ -77,8 +83,8 @@ struct TableLookup {
 
 class EfficiencyCurve {
 public:
-    void add(const std::vector<double>& keys, double primary, double value);
-    TableLookup at(const std::vector<double>& keys, double primary) const;
+    void add(const TableKeys& keys, double primary, double value);
+    TableLookup at(const TableKeys& keys, double primary) const;
     bool empty() const { return groups_.empty(); }
     size_t rows() const;
 
@@ -87,10 +93,14 @@ private:
         double log_x, value;
     };
     struct Group {
-        std::vector<double> log_keys;
+        TableKeys log_keys;
         std::vector<Point> points;  // sorted by log_x
     };
+    const Group* nearest_group(const TableKeys& keys) const;
     std::vector<Group> groups_;
+    // Changes with every row added, never repeats across curves: a cached answer names it.
+    uint64_t generation_ = next_generation();
+    static uint64_t next_generation();
 };
 
 // One device's tables. Rows are added with the device the benchmark ran on; compute rows are

@@ -1,0 +1,131 @@
+#include "costmodel/explore.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace dsperf {
+
+namespace {
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+// rows = a x b x ..., refusing a product that overflows or exceeds what the caller could hold.
+size_t checked_product(std::initializer_list<size_t> sizes) {
+    constexpr size_t kMaxRows = size_t(1) << 34;
+    size_t n = 1;
+    for (size_t s : sizes) {
+        if (s != 0 && n > kMaxRows / s) throw std::invalid_argument("grid: more than 2^34 points");
+        n *= s;
+    }
+    return n;
+}
+}  // namespace
+
+size_t ExploreGrid::size() const {
+    return checked_product({devices.size(), ep.size(), attn_tp.size(), mtp.size(), kv_fp8.size(), overlap.size(),
+                            batch.size()});
+}
+
+void ExploreGrid::validate(const ModelConfig& m) const {
+    m.validate();
+    require(!devices.empty() && tables.size() == devices.size(), "devices: at least one, each with its tables");
+    for (const auto& d : devices) d.validate();
+    for (const auto* t : tables) require(t != nullptr, "devices: a device without tables");
+    require(!ep.empty() && ep.size() == redundant_experts.size(), "ep: at least one, paired with redundant_experts");
+    for (size_t i = 0; i < ep.size(); ++i) {
+        require(ep[i] >= 1 && ep[i] <= 4096, "ep values must lie in [1, 4096]");
+        require(redundant_experts[i] >= 0 && redundant_experts[i] <= 4096, "redundant_experts must lie in [0, 4096]");
+    }
+    require(!attn_tp.empty(), "attn_tp must not be empty");
+    for (int tp : attn_tp) require(tp >= 1 && tp <= 64, "attn_tp values must lie in [1, 64]");
+    require(!mtp.empty() && mtp.size() == mtp_accepted.size(), "mtp: at least one, paired with mtp_accepted");
+    for (size_t i = 0; i < mtp.size(); ++i) {
+        require(mtp[i] >= 0 && mtp[i] <= 8, "mtp values must lie in [0, 8]");
+        require(mtp_accepted[i] >= 0 && mtp_accepted[i] <= mtp[i], "mtp_accepted must lie in [0, mtp]");
+    }
+    require(!kv_fp8.empty(), "kv_fp8 must not be empty");
+    require(!overlap.empty(), "overlap must not be empty");
+    for (int o : overlap) require(o >= 0 && o <= 2, "overlap values must be none, two_batch or single_batch");
+    require(!batch.empty(), "batch must not be empty");
+    for (double b : batch) require(b >= 1 && b <= 1e6, "batch values must lie in [1, 1e6]");
+    require(kv_len >= 1 && kv_len <= 1e8, "kv_len must lie in [1, 1e8]");
+    require(imbalance >= 1 && imbalance <= 64, "imbalance must lie in [1, 64]");
+    require(step_overhead_ms >= 0 && step_overhead_ms <= 1e4, "step_overhead_ms must lie in [0, 1e4]");
+    size();
+}
+
+void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreColumns& out) {
+    g.validate(m);
+    const size_t nb = g.batch.size(), no = g.overlap.size(), nk = g.kv_fp8.size(), nm = g.mtp.size();
+    const size_t nt = g.attn_tp.size(), ne = g.ep.size();
+    const size_t blocks = g.devices.size() * ne * nt * nm * nk;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    bool need_single = false, need_two = false;
+    for (int o : g.overlap) (o == int(Overlap::kTwoBatch) ? need_two : need_single) = true;
+
+    // One block per (device, ep, tp, mtp, kv): its overlap x batch rows.
+#pragma omp parallel for schedule(dynamic)
+    for (long long blk = 0; blk < (long long)blocks; ++blk) {
+        size_t rest = size_t(blk);
+        const size_t ki = rest % nk;
+        rest /= nk;
+        const size_t mi = rest % nm;
+        rest /= nm;
+        const size_t ti = rest % nt;
+        rest /= nt;
+        const size_t ei = rest % ne;
+        const size_t di = rest / ne;
+        const DeviceSpec& d = g.devices[di];
+        const KernelTables& t = *g.tables[di];
+
+        Deployment dep;
+        dep.phase = Phase::kDecode;
+        dep.ep = g.ep[ei], dep.redundant_experts = g.redundant_experts[ei], dep.attn_tp = g.attn_tp[ti];
+        dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
+        dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
+        Infeasible why = Infeasible::kNone;
+        if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0) why = Infeasible::kTpDoesNotDivideNode;
+        else if (m.n_routed_experts + dep.redundant_experts < dep.ep) why = Infeasible::kEpExceedsExperts;
+        else if (dep.ep % dep.attn_tp != 0) why = Infeasible::kEpNotMultipleOfTp;
+
+        for (size_t bi = 0; bi < nb; ++bi) {
+            dep.batch = g.batch[bi];
+            StepStages single, two;
+            StepResult mem;
+            if (why == Infeasible::kNone) {
+                if (need_single) dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep);
+                if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep);
+                memory(m, d, dep, mem);
+            }
+            for (size_t oi = 0; oi < no; ++oi) {
+                const size_t row = size_t(blk) * no * nb + oi * nb + bi;
+                const Overlap ov = static_cast<Overlap>(g.overlap[oi]);
+                out.device_index[row] = int32_t(di);
+                out.ep[row] = dep.ep, out.redundant_experts[row] = dep.redundant_experts;
+                out.attn_tp[row] = dep.attn_tp, out.mtp[row] = dep.mtp, out.mtp_accepted[row] = dep.mtp_accepted;
+                out.kv_fp8[row] = dep.kv_fp8, out.overlap[row] = int32_t(ov), out.batch[row] = dep.batch;
+                out.infeasible[row] = int32_t(why);
+                if (why != Infeasible::kNone) {
+                    out.step_ms[row] = out.tpot_ms[row] = out.tps_user[row] = out.tokens_per_gpu_s[row] = nan;
+                    out.batch_limit[row] = out.weights_gib[row] = out.kv_gib[row] = nan;
+                    out.fits_memory[row] = false;
+                    continue;
+                }
+                const double step_ms =
+                    schedule_ms(m, ov == Overlap::kTwoBatch ? two : single, ov) + g.step_overhead_ms;
+                const double tokens = dep.batch * (1 + dep.mtp_accepted);
+                out.step_ms[row] = step_ms;
+                out.tpot_ms[row] = step_ms / (1 + dep.mtp_accepted);
+                out.tps_user[row] = 1e3 / out.tpot_ms[row];
+                out.tokens_per_gpu_s[row] = tokens / (step_ms / 1e3);
+                out.batch_limit[row] = mem.batch_limit, out.fits_memory[row] = mem.fits_memory;
+                out.weights_gib[row] = mem.weights_gib, out.kv_gib[row] = mem.kv_gib;
+            }
+        }
+    }
+}
+
+}  // namespace dsperf

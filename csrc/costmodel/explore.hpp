@@ -1,0 +1,48 @@
+// The deployment explorer's inner loop: the grounded decode model over the Cartesian product of
+// devices, EP sizes, attention TP, batch, MTP, KV dtype and overlap, written into caller-owned
+// columns. Infeasible points are kept, with the reason as a code (never dropped).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "costmodel/step_model.hpp"
+
+namespace dsperf {
+
+// Why a point cannot run (0: it can). Memory is reported separately (fits_memory).
+enum class Infeasible : int32_t {
+    kNone = 0,
+    kTpDoesNotDivideNode = 1,    // attention TP must divide the GPUs of a node and the heads
+    kEpExceedsExperts = 2,       // more GPUs than routed + redundant experts
+    kEpNotMultipleOfTp = 3,      // the EP group is made of whole attention-TP groups
+};
+
+struct ExploreGrid {
+    std::vector<DeviceSpec> devices;
+    std::vector<const KernelTables*> tables;  // one per device
+    std::vector<int> ep;
+    std::vector<int> redundant_experts;       // paired with ep
+    std::vector<int> attn_tp;
+    std::vector<int> mtp;
+    std::vector<double> mtp_accepted;         // paired with mtp
+    std::vector<int> kv_fp8;                  // 0 / 1
+    std::vector<int> overlap;                 // Overlap values
+    std::vector<double> batch;                // innermost
+    double kv_len = 4096;                     // average context of a request
+    double imbalance = 1.0;
+    double step_overhead_ms = kDecodeStepOverheadMs;
+
+    // Rows in the order device > ep > attn_tp > mtp > kv_fp8 > overlap > batch.
+    size_t size() const;
+    void validate(const ModelConfig& m) const;  // every axis non-empty and in range; names the axis
+};
+
+struct ExploreColumns {
+    int32_t *device_index, *ep, *redundant_experts, *attn_tp, *mtp, *overlap, *infeasible;
+    bool *kv_fp8, *fits_memory;
+    double *mtp_accepted, *batch, *step_ms, *tpot_ms, *tps_user, *tokens_per_gpu_s, *batch_limit, *weights_gib, *kv_gib;
+};
+
+void explore_decode(const ModelConfig& m, const ExploreGrid& grid, const ExploreColumns& out);
+
+}  // namespace dsperf

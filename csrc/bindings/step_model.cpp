@@ -65,6 +65,8 @@ py::dict explore_decode_py(const ModelConfig& m, const std::vector<DeviceSpec>& 
 void bind_step_model(py::module_& root) {
     py::module_ m = root.def_submodule("step_model", "The grounded model: a step as priced kernel calls");
     m.def("family_names", &table_family_names);
+    m.attr("decode_step_overhead_ms") = kDecodeStepOverheadMs;
+    m.attr("prefill_step_overhead_ms") = kPrefillStepOverheadMs;
     m.def("is_comm_family", [](const std::string& f) { return is_comm_family(table_family_from_name(f)); });
 
     py::class_<KernelShape>(m, "KernelShape")

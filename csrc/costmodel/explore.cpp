@@ -96,8 +96,9 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
             StepStages single, two;
             StepResult mem;
             if (why == Infeasible::kNone) {
-                if (need_single) dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep);
-                if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep);
+                const double draft_ms = mtp_draft_ms(m, d, t, dep);
+                if (need_single) dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep, nullptr, draft_ms);
+                if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep, nullptr, draft_ms);
                 memory(m, d, dep, mem);
             }
             for (size_t oi = 0; oi < no; ++oi) {

@@ -310,8 +310,24 @@ double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node) {
     return reached * (nodes - 1) / nodes;
 }
 
+double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
+    if (dep.phase != Phase::kDecode || dep.mtp == 0) return 0;
+    // Each draft token is one pass of the MTP module over the batch: one MoE layer and the head.
+    Deployment draft = dep;
+    draft.mtp = 0;
+    CallBuilder pass(d, t, 1.0, false);
+    attention_calls(pass, m, draft, d, dep.batch, dep.batch);
+    moe_calls(pass, m, draft, d, dep.batch);
+    KernelShape lm;
+    lm.m = dep.batch, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
+    pass.compute("mtp_lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
+    double pass_us = 0;
+    for (double v : pass.stage_us) pass_us += v;
+    return dep.mtp * pass_us / 1e3;
+}
+
 StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
-                       std::vector<KernelCall>* calls) {
+                       std::vector<KernelCall>* calls, double mtp_ms) {
     StepStages st;
     const bool decode = dep.phase == Phase::kDecode;
     st.micro = dep.overlap == Overlap::kTwoBatch ? 2 : 1;
@@ -330,8 +346,8 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
     CallBuilder moe(d, t, slowdown, keep);
     attention_calls(moe, m, dep, d, t_mb, requests_mb);
     moe_calls(moe, m, dep, d, t_mb);
+    // A dense layer runs the same attention calls as a MoE layer, then the dense MLP.
     CallBuilder dense(d, t, slowdown, keep);
-    attention_calls(dense, m, dep, d, t_mb, requests_mb);
     dense_mlp_calls(dense, m, t_mb);
     auto us = [](const CallBuilder& b, Stage s) { return b.stage_us[int(s)]; };
     st.attn = us(moe, Stage::kAttention);
@@ -339,7 +355,7 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
     st.moe_shared = us(moe, Stage::kMoeShared);
     st.moe = us(moe, Stage::kMoe) + st.moe_shared;
     st.combine = us(moe, Stage::kCombine);
-    st.dense = us(dense, Stage::kAttention) + us(dense, Stage::kDenseMlp);
+    st.dense = st.attn + us(dense, Stage::kDenseMlp);
 
     // The head: LM head on the step's tokens (prefill: the last token of each prompt), and in
     // decode each MTP draft pass (one MoE layer and the head, for the batch).
@@ -350,20 +366,7 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
         lm.m = decode ? step_tokens : prompts, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
         head.compute("lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
     }
-    st.head_ms = us(head, Stage::kHead) / 1e3;
-    if (decode && dep.mtp > 0) {
-        Deployment draft = dep;
-        draft.mtp = 0;
-        CallBuilder pass(d, t, 1.0, false);
-        attention_calls(pass, m, draft, d, dep.batch, dep.batch);
-        moe_calls(pass, m, draft, d, dep.batch);
-        KernelShape lm;
-        lm.m = dep.batch, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
-        pass.compute("mtp_lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
-        double pass_us = 0;
-        for (double v : pass.stage_us) pass_us += v;
-        st.head_ms += dep.mtp * pass_us / 1e3;
-    }
+    st.head_ms = us(head, Stage::kHead) / 1e3 + (mtp_ms >= 0 ? mtp_ms : mtp_draft_ms(m, d, t, dep));
 
     if (keep) {
         // One call of each kind, counted per step.

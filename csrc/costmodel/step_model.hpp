@@ -90,8 +90,11 @@ struct StepStages {
     double dense = 0;            // one dense layer (attention + MLP)
     double head_ms = 0;          // LM head and MTP draft passes, per step
 };
+// mtp_ms: the MTP draft passes' milliseconds when the caller already has them (mtp_draft_ms), else -1.
 StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
-                       std::vector<KernelCall>* calls = nullptr);
+                       std::vector<KernelCall>* calls = nullptr, double mtp_ms = -1);
+// The MTP draft passes of a decode step, milliseconds (0 without MTP); they do not depend on overlap.
+double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);
 // The memory fields of a result (weights, KV cache, batch limit, fits_memory).
 void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, StepResult& r);
 

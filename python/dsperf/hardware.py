@@ -36,6 +36,8 @@ SPEC_FIELDS = {
     "call_overhead_us": float,
 }
 OPTIONAL = ("seed_decode_tp", "cache_bw_gbps", "call_overhead_us")
+# Keys of a device file the spec does not hold (dsperf.hardware.device_metadata).
+METADATA_FIELDS = ("kernel_table", "board_power_w")
 REQUIRED = [k for k in SPEC_FIELDS if k not in OPTIONAL]
 
 DeviceLike = Union[str, os.PathLike, DeviceSpec]
@@ -83,8 +85,8 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
     values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
     if seed_values:
         values.update({k: v for k, v in data.get("as_published", {}).items() if k in SPEC_FIELDS})
-    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency",
-                                                                     "kernel_table")]
+    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency")
+               and k not in METADATA_FIELDS]
     if unknown:
         raise ValueError(f"device file {source} has an unknown field '{unknown[0]}'")
     spec = DeviceSpec()
@@ -150,9 +152,10 @@ def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str)
     return out
 
 
-def kernel_table_name(device: DeviceLike) -> str | None:
-    """The efficiency table (data/efficiency/<name>.csv) a shipped device's kernels are priced with,
-    from its file's `kernel_table` key; None for a device without one."""
+def device_metadata(device: DeviceLike) -> dict:
+    """The keys of a device file beyond the spec: `kernel_table` (the efficiency table its kernels are
+    priced with, data/efficiency/<name>.csv) and `board_power_w`; empty for a DeviceSpec that is
+    not a shipped device."""
     if isinstance(device, DeviceSpec):
         device = device.name
     if not isinstance(device, (str, os.PathLike)):
@@ -161,7 +164,12 @@ def kernel_table_name(device: DeviceLike) -> str | None:
     data = _catalogue().get(text.lower())
     if data is None and text.endswith(".toml") and os.path.isfile(text):
         data = _read_toml(text)
-    return None if data is None else data.get("kernel_table")
+    return {k: data[k] for k in METADATA_FIELDS if data and k in data}
+
+
+def kernel_table_name(device: DeviceLike) -> str | None:
+    """The efficiency table a device's kernels are priced with; None for a device without one."""
+    return device_metadata(device).get("kernel_table")
 
 
 def device_table(devices: Iterable[DeviceLike], mode: str = "as_published"):

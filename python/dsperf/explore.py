@@ -1,0 +1,259 @@
+"""The deployment explorer: the grounded model over every decode layout of a set of devices, with
+prefill priced per device, so that a user can ask "given these GPUs and this SLA, what is the best
+deployment, and what is the whole trade-off?".
+
+    >>> from dsperf import explore
+    >>> df = explore.search(devices=["H800", "H200"], isl=4096, osl=1024)
+    >>> ok = explore.meets_sla(df, tpot_ms=50)
+    >>> explore.pareto(ok)          # tokens/s per user against tokens/s per GPU
+
+One row per configuration (device x EP x attention TP x MTP x KV dtype x overlap x batch per GPU);
+infeasible ones stay in the frame with the reason (`infeasible`, `fits_memory`). Serving is priced
+both ways: prefill-decode disaggregated (TPOT = the decode step; prefill GPUs added in proportion,
+`prefill_gpus_per_decode_gpu`) and aggregated (the same GPUs interleave prefill, so TPOT grows by
+the prefill share: `tpot_aggregated_ms`). Output tokens/s per GPU (`tokens_per_gpu_s_served`) counts
+the prefill GPUs either way.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import _C, grounded
+from .hardware import DeviceLike, load_device, resolve_devices
+from .model import load_model
+
+# Defaults of the search, each an assumption the user can replace.
+DEFAULT_EP = (8, 16, 32, 64, 72, 128, 144, 256)
+# Redundant experts paired with each EP size: enough replicas to give every GPU whole slots
+# (256 + r divisible by ep), as DeepSeek (EP144: 32) and SGLang (EP72: 32) did.
+DEFAULT_REDUNDANT = {8: 0, 16: 0, 32: 32, 64: 64, 72: 32, 128: 0, 144: 32, 256: 0}
+DEFAULT_ATTN_TP = (1, 2, 4, 8)
+# MTP draft tokens and the accepted drafts per step assumed for them: DeepSeek-V3's report gives
+# 85-90% acceptance of the second token; SGLang's H20 post 2.4-2.7 accepted tokens with 3 drafted.
+DEFAULT_MTP = ((0, 0.0), (1, 0.85), (2, 1.55))
+DEFAULT_BATCH = tuple(float(b) for b in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512))
+OVERLAP_CODES = {"none": 0, "two_batch": 1, "single_batch": 2}
+# Why a configuration cannot run, by the C++ code (explore.hpp's Infeasible), then memory.
+REASONS = ["", "attention TP must divide the node and the heads", "EP exceeds routed + redundant experts",
+           "EP must be a multiple of attention TP", "KV cache does not fit beside the weights"]
+INFEASIBLE = REASONS[:-1]
+# USD per GPU-hour when the caller gives none: rough 2025 rental prices, an assumption to replace
+# with your own (`gpu_hour_usd=`); devices not listed get NaN cost.
+DEFAULT_GPU_HOUR_USD = {"H800": 2.0, "H100": 2.5, "H200": 3.5, "H20": 1.2, "H20-3e": 1.5, "B200": 5.0, "B300": 6.5,
+                        "GB200": 6.0, "GB300": 7.0, "RTX4090": 0.4}
+
+
+def _ints(name, values, lo, hi) -> list[int]:
+    values = [values] if isinstance(values, numbers.Integral) else list(values)
+    if not values:
+        raise ValueError(f"{name} must not be empty")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must hold integers, got {v!r}")
+        if not lo <= v <= hi:
+            raise ValueError(f"{name} values must lie in [{lo}, {hi}], got {v}")
+    return [int(v) for v in values]
+
+
+def _positive(name, v, hi=1e8) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+        raise TypeError(f"{name} must be a finite number, got {v!r}")
+    if not 0 < v <= hi:
+        raise ValueError(f"{name} must lie in (0, {hi:g}], got {v!r}")
+    return float(v)
+
+
+def _prices(devices: Sequence[str], gpu_hour_usd) -> dict[str, float]:
+    if gpu_hour_usd is None:
+        return {d: DEFAULT_GPU_HOUR_USD.get(d, math.nan) for d in devices}
+    if isinstance(gpu_hour_usd, numbers.Real) and not isinstance(gpu_hour_usd, bool):
+        return {d: _positive("gpu_hour_usd", gpu_hour_usd, 1e6) for d in devices}
+    if not isinstance(gpu_hour_usd, dict):
+        raise TypeError(f"gpu_hour_usd must be a number or a dict device -> USD, got {type(gpu_hour_usd).__name__}")
+    out = {}
+    for d in devices:
+        v = gpu_hour_usd.get(d, DEFAULT_GPU_HOUR_USD.get(d, math.nan))
+        out[d] = v if isinstance(v, float) and math.isnan(v) else _positive(f"gpu_hour_usd[{d!r}]", v, 1e6)
+    return out
+
+
+def _prefill(model, device: DeviceLike, isl: float, tokens: float, ep: int) -> dict:
+    """The device's prefill: one step of `tokens` per GPU with prompts of isl (a prompt longer
+    than a step is one prompt per step)."""
+    return grounded.prefill(model, device, tokens=max(tokens, isl), prompt_len=isl, ep=ep, redundant_experts=32)
+
+
+def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200"), *, isl=4096, osl=1024,
+           ep: Sequence[int] = DEFAULT_EP, redundant_experts: dict | None = None,
+           attn_tp: Sequence[int] = DEFAULT_ATTN_TP, mtp: Sequence[tuple[int, float]] = DEFAULT_MTP,
+           kv_fp8: Sequence[bool] = (False, True), overlap: Sequence[str] = ("two_batch", "single_batch", "none"),
+           batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens=16384, prefill_ep=32, imbalance=1.0,
+           gpu_hour_usd=None, step_overhead_ms=None) -> pd.DataFrame:
+    """Every decode configuration of the grid, with its serving figures (see the module doc).
+
+    isl / osl: input and output tokens per request (decode attends to isl + osl / 2 on average);
+    mtp: (draft tokens, accepted drafts per step) pairs; prefill_tokens / prefill_ep: the prefill
+    instances' step and EP size; gpu_hour_usd: a price for all devices, a dict per device, or None
+    for DEFAULT_GPU_HOUR_USD; imbalance: max/mean routed load per GPU."""
+    m = load_model(model)
+    isl, osl = _positive("isl", isl, 1e7), _positive("osl", osl, 1e7)
+    pairs = resolve_devices(list(devices) if not isinstance(devices, str) else [devices], "corrected")
+    labels = [label for label, _ in pairs]
+    eps = _ints("ep", ep, 1, 4096)
+    red_map = DEFAULT_REDUNDANT if redundant_experts is None else dict(redundant_experts)
+    reds = []
+    for e in eps:
+        r = red_map.get(e, 0)
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
+            raise ValueError(f"redundant_experts[{e}] must be an integer >= 0, got {r!r}")
+        reds.append(int(r))
+    tps = _ints("attn_tp", attn_tp, 1, 64)
+    mtp = list(mtp)
+    if not mtp:
+        raise ValueError("mtp must not be empty")
+    for pair in mtp:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise TypeError(f"mtp must hold (draft tokens, accepted drafts) pairs, got {pair!r}")
+    mtp_n = _ints("mtp draft tokens", [p[0] for p in mtp], 0, 8)
+    mtp_a = [float(p[1]) for p in mtp]
+    for n, a in zip(mtp_n, mtp_a):
+        if not 0 <= a <= n:
+            raise ValueError(f"mtp accepted drafts must lie in [0, {n}], got {a}")
+    kvs = [grounded._check_bool("kv_fp8", v) for v in kv_fp8]
+    if not kvs:
+        raise ValueError("kv_fp8 must not be empty")
+    ovs = list(overlap)
+    for o in ovs:
+        if o not in OVERLAP_CODES:
+            raise ValueError(f"overlap values must be among {', '.join(OVERLAP_CODES)}, got {o!r}")
+    batches = [_positive("batch", b, 1e6) for b in batch]
+    if not batches or min(batches) < 1:
+        raise ValueError("batch values must lie in [1, 1e6]")
+    imbalance = grounded._check_real("imbalance", imbalance, 1, 64)
+    prices = _prices(labels, gpu_hour_usd)
+
+    cols = SM.explore_decode(m, [s for _, s in pairs], [grounded.kernel_tables(s) for _, s in pairs], eps, reds, tps,
+                             mtp_n, mtp_a, [int(v) for v in kvs], [OVERLAP_CODES[o] for o in ovs], batches,
+                             kv_len=isl + osl / 2, imbalance=imbalance,
+                             step_overhead_ms=SM.decode_step_overhead_ms if step_overhead_ms is None
+                             else grounded._check_real("step_overhead_ms", step_overhead_ms, 0, 1e4))
+    # Derived columns in numpy over the device codes (a million rows: no per-row Python).
+    code = cols.pop("device_index")
+    per_dev = lambda values: np.asarray(values, dtype=float)[code]  # noqa: E731
+    pre = [_prefill(model, spec, isl, float(prefill_tokens), int(prefill_ep)) for _, spec in pairs]
+    tps = cols["tokens_per_gpu_s"]
+    ratio = (isl / osl) * tps / per_dev([p["tokens_per_gpu_s"] for p in pre])  # prefill GPUs per decode GPU
+    served = tps / (1 + ratio)
+    ttft = per_dev([p["step_ms"] for p in pre])
+    reason = cols.pop("infeasible").astype(np.int8)
+    reason[(reason == 0) & ~cols["fits_memory"]] = len(INFEASIBLE)
+    gpus = cols["ep"].astype(float)
+    prefill_gpus = np.ceil(gpus * ratio)
+    price = per_dev([prices[label] for label in labels])
+    power = per_dev([board_power_w(spec) for _, spec in pairs])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        headroom = 1 - cols["batch"] / cols["batch_limit"]  # -inf where nothing fits
+    data = {"device": pd.Categorical.from_codes(code, categories=labels, validate=False)}
+    data.update(cols)
+    data["overlap"] = pd.Categorical.from_codes(cols["overlap"], categories=list(OVERLAP_CODES), validate=False)
+    data.update(
+        reason=pd.Categorical.from_codes(reason, categories=REASONS, validate=False),
+        feasible=reason == 0,
+        ttft_ms=ttft,
+        prefill_gpus_per_decode_gpu=ratio,
+        tokens_per_gpu_s_served=served,
+        tpot_aggregated_ms=cols["tpot_ms"] * (1 + ratio),
+        tpot_with_ttft_ms=(ttft + osl * cols["tpot_ms"]) / osl,
+        gpus=gpus,
+        prefill_gpus=prefill_gpus,
+        nodes=np.ceil((gpus + prefill_gpus) / per_dev([spec.gpus_per_node for _, spec in pairs])),
+        memory_headroom=headroom,
+        cost_per_m_output_usd=price / 3600 / served * 1e6,
+        cost_per_m_tokens_usd=price / 3600 / (served * (1 + isl / osl)) * 1e6,
+        energy_j_per_output_token=power / served,
+        error_band=np.full(len(code), grounded.error_band("decode")),
+    )
+    df = pd.DataFrame(data, copy=False)
+    return df
+
+
+def board_power_w(device: DeviceLike) -> float:
+    """The board power of a shipped device (its file's `board_power_w`), NaN where unknown."""
+    from .hardware import device_metadata
+
+    v = device_metadata(device).get("board_power_w")
+    return float(v) if v is not None else math.nan
+
+
+def meets_sla(df: pd.DataFrame, *, tpot_ms=None, ttft_ms=None, tps_user=None, convention="decode",
+              serving="disaggregated") -> pd.DataFrame:
+    """The feasible rows that meet the SLA. convention: "decode" (TPOT = time between tokens) or
+    "with_ttft" ((TTFT + osl x TPOT) / osl, the convention that charges the first token's wait to
+    every token); serving: "disaggregated" (decode TPOT) or "aggregated" (TPOT with prefill
+    interleaved)."""
+    if convention not in ("decode", "with_ttft"):
+        raise ValueError(f"convention must be 'decode' or 'with_ttft', got {convention!r}")
+    if serving not in ("disaggregated", "aggregated"):
+        raise ValueError(f"serving must be 'disaggregated' or 'aggregated', got {serving!r}")
+    tpot = _tpot(df, convention, serving)
+    ok = df["feasible"].to_numpy(copy=True)
+    if tpot_ms is not None:
+        ok &= (tpot <= _positive("tpot_ms", tpot_ms)).to_numpy()
+    if ttft_ms is not None:
+        ok &= (df["ttft_ms"] <= _positive("ttft_ms", ttft_ms)).to_numpy()
+    if tps_user is not None:
+        ok &= (1e3 / tpot >= _positive("tps_user", tps_user)).to_numpy()
+    return df[ok]
+
+
+def _tpot(df, convention, serving):
+    base = df["tpot_aggregated_ms"] if serving == "aggregated" else df["tpot_ms"]
+    if convention == "with_ttft":
+        return base + (df["tpot_with_ttft_ms"] - df["tpot_ms"])
+    return base
+
+
+def nearest(df: pd.DataFrame, *, tpot_ms=None, ttft_ms=None, n=5) -> pd.DataFrame:
+    """When nothing meets an SLA: the feasible configurations closest to it, with their margin
+    (how far over each target, as a fraction)."""
+    f = df[df["feasible"]].copy()
+    margin = pd.Series(0.0, index=f.index)
+    if tpot_ms is not None:
+        f["tpot_margin"] = f["tpot_ms"] / _positive("tpot_ms", tpot_ms) - 1
+        margin = margin + f["tpot_margin"].clip(lower=0)
+    if ttft_ms is not None:
+        f["ttft_margin"] = f["ttft_ms"] / _positive("ttft_ms", ttft_ms) - 1
+        margin = margin + f["ttft_margin"].clip(lower=0)
+    f["margin"] = margin
+    return f.sort_values(["margin", "tokens_per_gpu_s_served"], ascending=[True, False]).head(n)
+
+
+def pareto(df: pd.DataFrame, x="tps_user", y="tokens_per_gpu_s_served", maximize=(True, True)) -> pd.DataFrame:
+    """The Pareto frontier of df over two columns (both maximised by default): the rows no other
+    row beats on both, sorted by x."""
+    if df.empty:
+        return df
+    sx = df[x].to_numpy(float) * (1 if maximize[0] else -1)
+    sy = df[y].to_numpy(float) * (1 if maximize[1] else -1)
+    valid = np.isfinite(sx) & np.isfinite(sy)
+    idx = np.flatnonzero(valid)
+    order = idx[np.lexsort((-sy[idx], -sx[idx]))]  # x descending, then y descending
+    keep, best_y = [], -np.inf
+    for i in order:
+        if sy[i] > best_y:
+            keep.append(i)
+            best_y = sy[i]
+    return df.iloc[keep].sort_values(x)
+
+
+def cost_frontier(df: pd.DataFrame) -> pd.DataFrame:
+    """The cheapest configuration at each latency: cost per million output tokens against TPOT."""
+    return pareto(df, x="tpot_ms", y="cost_per_m_output_usd", maximize=(False, False))
+
+
+SM = _C.step_model

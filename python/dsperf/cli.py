@@ -116,6 +116,7 @@ def main(argv=None) -> int:
     _add_deepseek(sub)
     _add_report(sub)
     cli_grounded.add_parsers(sub)
+    cli_grounded.add_explore_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "tables":
@@ -145,6 +146,8 @@ def main(argv=None) -> int:
             text = cli_grounded.run_validate(args)
         elif args.command == "predict":
             text = cli_grounded.run_predict(args)
+        elif args.command == "explore":
+            text = cli_grounded.run_explore(args)
         elif args.command == "deviations":
             from .deviations import deviation_effects
 

@@ -80,3 +80,71 @@ def run_predict(args: argparse.Namespace) -> str:
     lines.append(f"calls priced from a table row: {r['calls_from_table']}, clamped to a table's edge: "
                  f"{r['calls_clamped']}, at the default efficiency (no row): {r['calls_default']}")
     return text + "\n".join(lines) + "\n"
+
+
+def add_explore_parser(sub) -> None:
+    e = sub.add_parser("explore", help="search deployments (devices, EP, attention TP, MTP, KV dtype, overlap, "
+                                       "batch) against an SLA; the Pareto frontier, cost and energy")
+    e.add_argument("--model", default="DeepSeek-V3")
+    e.add_argument("--devices", default="H800,H200", help="comma-separated device names or .toml paths")
+    e.add_argument("--isl", type=float, default=4096, help="input tokens per request")
+    e.add_argument("--osl", type=float, default=1024, help="output tokens per request")
+    e.add_argument("--tpot-ms", type=float, default=None, help="SLA: time per output token")
+    e.add_argument("--ttft-ms", type=float, default=None, help="SLA: time to first token")
+    e.add_argument("--tpot-convention", choices=("decode", "with_ttft"), default="decode",
+                   help="decode: time between tokens; with_ttft: (TTFT + osl x TPOT) / osl")
+    e.add_argument("--serving", choices=("disaggregated", "aggregated"), default="disaggregated")
+    e.add_argument("--gpu-hour-usd", type=float, default=None,
+                   help="price per GPU-hour for every device (default: dsperf.explore.DEFAULT_GPU_HOUR_USD)")
+    e.add_argument("--top", type=int, default=10, help="configurations to print")
+    e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
+
+
+def run_explore(args: argparse.Namespace) -> str:
+    import sys
+    from pathlib import Path
+
+    from . import explore
+
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not devices:
+        raise ValueError("--devices must name at least one device")
+    if args.top < 1:
+        raise ValueError("--top must be >= 1")
+    if args.gpu_hour_usd is not None and not args.gpu_hour_usd > 0:
+        raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
+    print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
+    df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd)
+    print(f"dsperf explore: {len(df)} configurations, {int(df['feasible'].sum())} feasible", file=sys.stderr)
+    ok = explore.meets_sla(df, tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, convention=args.tpot_convention,
+                           serving=args.serving)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sla = []
+    if args.tpot_ms is not None:
+        sla.append(f"TPOT <= {args.tpot_ms:g} ms ({args.tpot_convention}, {args.serving})")
+    if args.ttft_ms is not None:
+        sla.append(f"TTFT <= {args.ttft_ms:g} ms")
+    head = f"{len(ok)} of {len(df)} configurations meet {' and '.join(sla) or 'no SLA'}"
+    if ok.empty:
+        near = explore.nearest(df, tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, n=args.top)
+        near.to_csv(out / "explore.csv", index=False)
+        cols = [c for c in explore.SHOWN + ["tpot_margin", "ttft_margin"] if c in near.columns]
+        return (f"{head}: the frontier is empty. Nearest configurations (margin = how far over each target):\n\n"
+                + near[cols].to_markdown(index=False, floatfmt=".4g") + f"\n\nwritten: {out / 'explore.csv'}\n")
+    frontier = explore.pareto(ok)
+    best = explore.best(ok, args.top)
+    pd_frame = __import__("pandas").concat([frontier.assign(set="frontier"), best.assign(set="best")])
+    pd_frame.to_csv(out / "explore.csv", index=False)
+    explore.frontier_figure(ok).savefig(out / "frontier.png", dpi=120)
+    explore.cost_figure(ok).savefig(out / "cost.png", dpi=120)
+    band = float(df["error_band"].iloc[0])
+    untabled = sorted(set(df.loc[~df["kernel_table"], "device"].astype(str)))
+    note = (f"\nno kernel table for {', '.join(untabled)}: its compute is priced at the default efficiency "
+            f"({__import__('dsperf').grounded.DEFAULT_EFFICIENCY}) and the band does not cover it\n" if untabled else "")
+    return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- {band:.0%}, the decode "
+            f"points' median |error| in `dsperf validate`):\n\n"
+            + best[explore.SHOWN].to_markdown(index=False, floatfmt=".4g")
+            + f"\n\nPareto frontier (tokens/s per user against tokens/s per GPU): {len(frontier)} configurations\n\n"
+            + frontier[explore.SHOWN].to_markdown(index=False, floatfmt=".4g")
+            + f"\n\nwritten: {out / 'explore.csv'}, {out / 'frontier.png'}, {out / 'cost.png'}\n" + note)

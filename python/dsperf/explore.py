@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import _C, grounded
-from .hardware import DeviceLike, load_device, resolve_devices
+from .hardware import DeviceLike, kernel_table_name, resolve_devices
 from .model import load_model
 
 # Defaults of the search, each an assumption the user can replace.
@@ -177,6 +177,9 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         cost_per_m_tokens_usd=price / 3600 / (served * (1 + isl / osl)) * 1e6,
         energy_j_per_output_token=power / served,
         error_band=np.full(len(code), grounded.error_band("decode")),
+        # False where the device has no kernel table: its compute runs at the default efficiency
+        # and the error band, drawn from devices with tables, does not cover it.
+        kernel_table=per_dev([kernel_table_name(spec) is not None for _, spec in pairs]).astype(bool),
     )
     df = pd.DataFrame(data, copy=False)
     return df
@@ -257,3 +260,58 @@ def cost_frontier(df: pd.DataFrame) -> pd.DataFrame:
 
 
 SM = _C.step_model
+
+
+def frontier_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: throughput per GPU against speed per user"):
+    """tokens/s per GPU (served, prefill GPUs counted) against tokens/s per user: every feasible
+    configuration of df in grey, each device's Pareto frontier as a line."""
+    from .plots import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    feasible = df[df["feasible"]]
+    if len(feasible) > 20000:
+        feasible = feasible.sample(20000, random_state=0)
+    ax.scatter(feasible["tps_user"], feasible["tokens_per_gpu_s_served"], s=3, color="0.8", label="configurations")
+    for device, g in df[df["feasible"]].groupby("device", observed=True):
+        f = pareto(g)
+        ax.plot(f["tps_user"], f["tokens_per_gpu_s_served"], marker="o", ms=3, label=f"{device} frontier")
+    ax.set_xlabel("tokens/s per user (1000 / TPOT)")
+    ax.set_ylabel("output tokens/s per GPU (prefill GPUs counted)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against latency"):
+    """Cost per million output tokens against TPOT: each device's cheapest configuration per latency."""
+    from .plots import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for device, g in df[df["feasible"]].groupby("device", observed=True):
+        f = cost_frontier(g)
+        if f["cost_per_m_output_usd"].notna().any():
+            ax.plot(f["tpot_ms"], f["cost_per_m_output_usd"], marker="o", ms=3, label=str(device))
+    ax.set_xlabel("TPOT (ms)")
+    ax.set_ylabel("USD per million output tokens")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+SHOWN = ["device", "gpus", "prefill_gpus", "ep", "attn_tp", "mtp", "kv_fp8", "overlap", "batch", "tpot_ms",
+         "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "cost_per_m_output_usd",
+         "energy_j_per_output_token", "memory_headroom"]
+
+
+def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
+    """The n configurations with the highest `by`, one per (device, ep, attn_tp, mtp, overlap) layout."""
+    top = df.sort_values(by, ascending=False)
+    top = top.drop_duplicates(["device", "ep", "attn_tp", "mtp", "overlap"])
+    return top.head(n)

@@ -1,0 +1,127 @@
+"""The deployment explorer (dsperf.explore, `dsperf explore`)."""
+import contextlib
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dsperf import explore, grounded
+from dsperf.cli import main as cli_main
+
+SMALL = dict(ep=(8, 32, 128), attn_tp=(1, 3, 8), batch=(1.0, 16.0, 64.0, 256.0, 1024.0))
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return explore.search(devices=["H800", "H20"], isl=4096, osl=1024, **SMALL)
+
+
+def test_one_row_per_configuration_infeasible_ones_kept_with_a_reason(frame):
+    # devices x ep x tp x mtp x kv x overlap x batch
+    assert len(frame) == 2 * 3 * 3 * 3 * 2 * 3 * 5
+    bad_tp = frame[frame["attn_tp"] == 3]
+    assert len(bad_tp) and (bad_tp["reason"] == "attention TP must divide the node and the heads").all()
+    assert not bad_tp["feasible"].any() and bad_tp["tpot_ms"].isna().all()
+    too_big = frame[(frame["batch"] == 1024) & (frame["attn_tp"] == 1)]
+    assert (too_big["reason"] == "KV cache does not fit beside the weights").all()
+    assert frame.loc[frame["feasible"], "tokens_per_gpu_s"].gt(0).all()
+
+
+def test_rows_equal_the_grounded_model(frame):
+    rows = frame[frame["feasible"]].sample(25, random_state=1)
+    for r in rows.itertuples():
+        g = grounded.decode("DeepSeek-V3", str(r.device), batch=r.batch, kv_len=4096 + 512, ep=int(r.ep),
+                            attn_tp=int(r.attn_tp), redundant_experts=int(r.redundant_experts),
+                            overlap=str(r.overlap), mtp=int(r.mtp), mtp_accepted=float(r.mtp_accepted),
+                            kv_fp8=bool(r.kv_fp8))
+        assert g["tokens_per_gpu_s"] == pytest.approx(r.tokens_per_gpu_s, rel=1e-12)
+        assert g["batch_limit"] == pytest.approx(r.batch_limit, rel=1e-12)
+
+
+def test_serving_columns(frame):
+    f = frame[frame["feasible"]]
+    assert (f["tokens_per_gpu_s_served"] < f["tokens_per_gpu_s"]).all()  # prefill GPUs are counted
+    assert (f["tpot_aggregated_ms"] > f["tpot_ms"]).all()
+    assert np.allclose(f["tpot_with_ttft_ms"], (f["ttft_ms"] + 1024 * f["tpot_ms"]) / 1024)
+    assert (f["cost_per_m_output_usd"] > 0).all() and (f["energy_j_per_output_token"] > 0).all()
+    assert f["kernel_table"].all()
+
+
+def test_sla_filter_and_conventions(frame):
+    ok = explore.meets_sla(frame, tpot_ms=50)
+    assert len(ok) and (ok["tpot_ms"] <= 50).all() and ok["feasible"].all()
+    strict = explore.meets_sla(frame, tpot_ms=50, convention="with_ttft")
+    agg = explore.meets_sla(frame, tpot_ms=50, serving="aggregated")
+    assert len(strict) < len(ok) and len(agg) < len(ok)
+    assert len(explore.meets_sla(frame, ttft_ms=1e7)) == int(frame["feasible"].sum())
+
+
+def test_pareto_frontier_is_undominated_and_dominates_the_rest(frame):
+    ok = explore.meets_sla(frame, tpot_ms=80)
+    f = explore.pareto(ok)
+    x, y = ok["tps_user"].to_numpy(), ok["tokens_per_gpu_s_served"].to_numpy()
+    for fx, fy in zip(f["tps_user"], f["tokens_per_gpu_s_served"]):
+        assert not ((x >= fx) & (y >= fy) & ((x > fx) | (y > fy))).any()
+    fx, fy = f["tps_user"].to_numpy(), f["tokens_per_gpu_s_served"].to_numpy()
+    for a, b in zip(x, y):
+        assert ((fx >= a) & (fy >= b)).any()
+    cheap = explore.cost_frontier(ok)
+    assert cheap["cost_per_m_output_usd"].is_monotonic_decreasing
+
+
+def test_an_sla_nobody_meets_gives_an_empty_frontier_and_the_nearest(frame):
+    ok = explore.meets_sla(frame, tpot_ms=0.5)
+    assert ok.empty and explore.pareto(ok).empty
+    near = explore.nearest(frame, tpot_ms=0.5, n=3)
+    assert len(near) == 3 and (near["tpot_margin"] > 0).all()
+    assert near["margin"].is_monotonic_increasing
+
+
+@pytest.mark.parametrize("kwargs, name, exc", [
+    (dict(devices=["H999"]), "H999", ValueError),
+    (dict(gpu_hour_usd=-1.0), "gpu_hour_usd", ValueError),
+    (dict(ep=(0,)), "ep", ValueError),
+    (dict(ep=(True,)), "ep", TypeError),
+    (dict(batch=()), "batch", ValueError),
+    (dict(isl=0), "isl", ValueError),
+    (dict(overlap=("three_batch",)), "overlap", ValueError),
+    (dict(mtp=((1, 2.0),)), "mtp", ValueError),
+    (dict(kv_fp8=("yes",)), "kv_fp8", TypeError),
+])
+def test_bad_input_names_the_argument(kwargs, name, exc):
+    with pytest.raises(exc, match=name):
+        explore.search(**{**dict(devices=["H800"], batch=(16.0,)), **kwargs})
+
+
+def test_bad_sla_arguments():
+    df = explore.search(devices=["H800"], batch=(16.0,), ep=(32,))
+    with pytest.raises(ValueError, match="tpot_ms"):
+        explore.meets_sla(df, tpot_ms=-5)
+    with pytest.raises(ValueError, match="convention"):
+        explore.meets_sla(df, tpot_ms=5, convention="average")
+
+
+def test_cli_explore_writes_csv_and_figures(tmp_path):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert cli_main(["explore", "--devices", "H800,B200", "--tpot-ms", "50", "--out", str(tmp_path)]) == 0
+    text = out.getvalue()
+    assert "Pareto frontier" in text and "no kernel table for B200" in text
+    df = pd.read_csv(tmp_path / "explore.csv")
+    assert {"frontier", "best"} == set(df["set"]) and (df["tpot_ms"] <= 50).all()
+    assert (tmp_path / "frontier.png").stat().st_size > 10_000 and (tmp_path / "cost.png").stat().st_size > 10_000
+
+
+def test_cli_explore_unmeetable_sla_prints_the_nearest(tmp_path):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert cli_main(["explore", "--devices", "H800", "--tpot-ms", "1", "--out", str(tmp_path)]) == 0
+    assert "frontier is empty" in out.getvalue() and "tpot_margin" in out.getvalue()
+
+
+def test_cli_explore_bad_price():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli_main(["explore", "--gpu-hour-usd", "-2"]) == 2
+    assert "gpu-hour-usd" in err.getvalue()

@@ -315,3 +315,15 @@ def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
     top = df.sort_values(by, ascending=False)
     top = top.drop_duplicates(["device", "ep", "attn_tp", "mtp", "overlap"])
     return top.head(n)
+
+
+def frontier_gap(df: pd.DataFrame, rows: pd.DataFrame, x="tps_user", y="tokens_per_gpu_s_served") -> pd.Series:
+    """How far each of `rows` lies below the frontier of df: 1 - y / (the frontier's best y among
+    configurations at least as fast in x). 0 on the frontier; compare it with the error band."""
+    f = pareto(df[df["feasible"]], x, y)
+    fx, fy = f[x].to_numpy(), f[y].to_numpy()
+    out = []
+    for rx, ry in zip(rows[x], rows[y]):
+        faster = fy[fx >= rx - 1e-12]
+        out.append(1 - ry / faster.max() if len(faster) else 0.0)
+    return pd.Series(out, index=rows.index, name="frontier_gap")

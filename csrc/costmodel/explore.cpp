@@ -50,7 +50,7 @@ void ExploreGrid::validate(const ModelConfig& m) const {
     require(!overlap.empty(), "overlap must not be empty");
     for (int o : overlap) require(o >= 0 && o <= 2, "overlap values must be none, two_batch or single_batch");
     require(!batch.empty(), "batch must not be empty");
-    for (double b : batch) require(b >= 1 && b <= 1e6, "batch values must lie in [1, 1e6]");
+    for (double b : batch) require(b > 0 && b <= 1e6, "batch values must lie in (0, 1e6]");
     require(kv_len >= 1 && kv_len <= 1e8, "kv_len must lie in [1, 1e8]");
     require(imbalance >= 1 && imbalance <= 64, "imbalance must lie in [1, 64]");
     require(step_overhead_ms >= 0 && step_overhead_ms <= 1e4, "step_overhead_ms must lie in [0, 1e4]");
@@ -95,7 +95,8 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
             dep.batch = g.batch[bi];
             StepStages single, two;
             StepResult mem;
-            if (why == Infeasible::kNone) {
+            const Infeasible why_b = why == Infeasible::kNone && dep.batch * dep.attn_tp < 1 ? Infeasible::kNoRequest : why;
+            if (why_b == Infeasible::kNone) {
                 const double draft_ms = mtp_draft_ms(m, d, t, dep);
                 if (need_single) dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep, nullptr, draft_ms);
                 if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep, nullptr, draft_ms);
@@ -108,8 +109,8 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
                 out.ep[row] = dep.ep, out.redundant_experts[row] = dep.redundant_experts;
                 out.attn_tp[row] = dep.attn_tp, out.mtp[row] = dep.mtp, out.mtp_accepted[row] = dep.mtp_accepted;
                 out.kv_fp8[row] = dep.kv_fp8, out.overlap[row] = int32_t(ov), out.batch[row] = dep.batch;
-                out.infeasible[row] = int32_t(why);
-                if (why != Infeasible::kNone) {
+                out.infeasible[row] = int32_t(why_b);
+                if (why_b != Infeasible::kNone) {
                     out.step_ms[row] = out.tpot_ms[row] = out.tps_user[row] = out.tokens_per_gpu_s[row] = nan;
                     out.batch_limit[row] = out.weights_gib[row] = out.kv_gib[row] = nan;
                     out.fits_memory[row] = false;

@@ -15,6 +15,7 @@ enum class Infeasible : int32_t {
     kTpDoesNotDivideNode = 1,    // attention TP must divide the GPUs of a node and the heads
     kEpExceedsExperts = 2,       // more GPUs than routed + redundant experts
     kEpNotMultipleOfTp = 3,      // the EP group is made of whole attention-TP groups
+    kNoRequest = 4,              // batch x attention TP < 1: a TP group without a request
 };
 
 struct ExploreGrid {

@@ -276,7 +276,9 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     require(ep >= 1, "ep must be >= 1");
     require(redundant_experts >= 0, "redundant_experts must be >= 0");
     require(m.n_routed_experts + redundant_experts >= ep, "ep must be <= routed + redundant experts");
-    require(phase != Phase::kDecode || (batch >= 1 && batch <= 1e6), "batch must lie in [1, 1e6] requests per GPU");
+    // With attention TP a group of attn_tp GPUs serves batch x attn_tp requests: at least one.
+    require(phase != Phase::kDecode || (batch * attn_tp >= 1 && batch <= 1e6),
+            "batch must lie in [1 / attn_tp, 1e6] requests per GPU");
     require(phase != Phase::kPrefill || (tokens >= 1 && tokens <= 1e7), "tokens must lie in [1, 1e7] per GPU");
     require(phase != Phase::kPrefill || (prompt_len >= 1 && prompt_len <= 1e7), "prompt_len must lie in [1, 1e7]");
     require(cached_prefix >= 0 && cached_prefix < prompt_len, "cached_prefix must lie in [0, prompt_len)");

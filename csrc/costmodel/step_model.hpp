@@ -24,7 +24,7 @@ struct Deployment {
     int attn_tp = 1;              // attention tensor parallelism (1: DP attention)
     int ep = 128;                 // GPUs sharing the routed experts
     int redundant_experts = 0;    // extra expert replicas (EPLB)
-    double batch = 128;           // decode: requests per GPU
+    double batch = 128;           // decode: requests per GPU (a TP group serves batch x attn_tp)
     double tokens = 16384;        // prefill: new prompt tokens per GPU per step
     double prompt_len = 4096;     // prefill: tokens per prompt (new + cached)
     double cached_prefix = 0;     // prefill: tokens of each prompt served by the prefix cache

@@ -36,11 +36,12 @@ DEFAULT_ATTN_TP = (1, 2, 4, 8)
 # MTP draft tokens and the accepted drafts per step assumed for them: DeepSeek-V3's report gives
 # 85-90% acceptance of the second token; SGLang's H20 post 2.4-2.7 accepted tokens with 3 drafted.
 DEFAULT_MTP = ((0, 0.0), (1, 0.85), (2, 1.55))
-DEFAULT_BATCH = tuple(float(b) for b in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512))
+DEFAULT_BATCH = tuple(float(b) for b in (0.125, 0.25, 0.5, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512))
 OVERLAP_CODES = {"none": 0, "two_batch": 1, "single_batch": 2}
 # Why a configuration cannot run, by the C++ code (explore.hpp's Infeasible), then memory.
 REASONS = ["", "attention TP must divide the node and the heads", "EP exceeds routed + redundant experts",
-           "EP must be a multiple of attention TP", "KV cache does not fit beside the weights"]
+           "EP must be a multiple of attention TP", "fewer than one request per attention-TP group",
+           "KV cache does not fit beside the weights"]
 INFEASIBLE = REASONS[:-1]
 # USD per GPU-hour when the caller gives none: rough 2025 rental prices, an assumption to replace
 # with your own (`gpu_hour_usd=`); devices not listed get NaN cost.
@@ -131,9 +132,9 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     for o in ovs:
         if o not in OVERLAP_CODES:
             raise ValueError(f"overlap values must be among {', '.join(OVERLAP_CODES)}, got {o!r}")
-    batches = [_positive("batch", b, 1e6) for b in batch]
-    if not batches or min(batches) < 1:
-        raise ValueError("batch values must lie in [1, 1e6]")
+    batches = [_positive("batch", b, 1e6) for b in batch]  # fractional: requests per GPU of a TP group
+    if not batches:
+        raise ValueError("batch must not be empty")
     imbalance = grounded._check_real("imbalance", imbalance, 1, 64)
     prices = _prices(labels, gpu_hour_usd)
 

@@ -176,7 +176,7 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
     d.attn_tp = _check_int("attn_tp", attn_tp, 1, 64)
     d.ep = _check_int("ep", ep, 1, 4096)
     d.redundant_experts = _check_int("redundant_experts", redundant_experts, 0, 4096)
-    d.batch = _check_real("batch", batch, 1, 1e6)
+    d.batch = _check_real("batch", batch, 1 / d.attn_tp, 1e6)  # a TP group serves batch x attn_tp requests
     d.tokens = _check_real("tokens", tokens, 1, 1e7)
     d.prompt_len = _check_real("prompt_len", prompt_len, 1, 1e7)
     d.cached_prefix = _check_real("cached_prefix", cached_prefix, 0, 1e7)

@@ -125,3 +125,14 @@ def test_cli_explore_bad_price():
     with contextlib.redirect_stderr(err):
         assert cli_main(["explore", "--gpu-hour-usd", "-2"]) == 2
     assert "gpu-hour-usd" in err.getvalue()
+
+
+def test_request_rate_plans_instances():
+    df = explore.search(devices=["H800"], ep=(32, 144), batch=(64.0,), request_rate=100.0, isl=4096, osl=1024)
+    f = df[df["feasible"]]
+    assert len(f) and (f["decode_instances"] >= 1).all() and (f["prefill_instances"] >= 1).all()
+    # Enough decode instances for the output tokens the rate asks for.
+    assert (f["decode_instances"] * f["gpus"] * f["tokens_per_gpu_s"] >= 100 * 1024 - 1e-6).all()
+    assert (f["total_gpus"] == f["decode_instances"] * f["gpus"] + f["prefill_instances"] * 32).all()
+    with pytest.raises(ValueError, match="request_rate"):
+        explore.search(devices=["H800"], batch=(64.0,), request_rate=-1.0)

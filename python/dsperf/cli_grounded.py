@@ -96,6 +96,8 @@ def add_explore_parser(sub) -> None:
     e.add_argument("--serving", choices=("disaggregated", "aggregated"), default="disaggregated")
     e.add_argument("--gpu-hour-usd", type=float, default=None,
                    help="price per GPU-hour for every device (default: dsperf.explore.DEFAULT_GPU_HOUR_USD)")
+    e.add_argument("--request-rate", type=float, default=None,
+                   help="requests/s to serve: adds the xPyD plan (decode and prefill instances, total GPUs)")
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
 
@@ -114,7 +116,9 @@ def run_explore(args: argparse.Namespace) -> str:
     if args.gpu_hour_usd is not None and not args.gpu_hour_usd > 0:
         raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
     print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
-    df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd)
+    df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd,
+                        request_rate=args.request_rate)
+    shown = explore.SHOWN + (["decode_instances", "prefill_instances", "total_gpus"] if args.request_rate else [])
     print(f"dsperf explore: {len(df)} configurations, {int(df['feasible'].sum())} feasible", file=sys.stderr)
     ok = explore.meets_sla(df, tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, convention=args.tpot_convention,
                            serving=args.serving)
@@ -144,7 +148,7 @@ def run_explore(args: argparse.Namespace) -> str:
             f"({__import__('dsperf').grounded.DEFAULT_EFFICIENCY}) and the band does not cover it\n" if untabled else "")
     return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- {band:.0%}, the decode "
             f"points' median |error| in `dsperf validate`):\n\n"
-            + best[explore.SHOWN].to_markdown(index=False, floatfmt=".4g")
+            + best[shown].to_markdown(index=False, floatfmt=".4g")
             + f"\n\nPareto frontier (tokens/s per user against tokens/s per GPU): {len(frontier)} configurations\n\n"
-            + frontier[explore.SHOWN].to_markdown(index=False, floatfmt=".4g")
+            + frontier[shown].to_markdown(index=False, floatfmt=".4g")
             + f"\n\nwritten: {out / 'explore.csv'}, {out / 'frontier.png'}, {out / 'cost.png'}\n" + note)

@@ -94,13 +94,15 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
            attn_tp: Sequence[int] = DEFAULT_ATTN_TP, mtp: Sequence[tuple[int, float]] = DEFAULT_MTP,
            kv_fp8: Sequence[bool] = (False, True), overlap: Sequence[str] = ("two_batch", "single_batch", "none"),
            batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens=16384, prefill_ep=32, imbalance=1.0,
-           gpu_hour_usd=None, step_overhead_ms=None) -> pd.DataFrame:
+           gpu_hour_usd=None, step_overhead_ms=None, request_rate=None) -> pd.DataFrame:
     """Every decode configuration of the grid, with its serving figures (see the module doc).
 
     isl / osl: input and output tokens per request (decode attends to isl + osl / 2 on average);
     mtp: (draft tokens, accepted drafts per step) pairs; prefill_tokens / prefill_ep: the prefill
     instances' step and EP size; gpu_hour_usd: a price for all devices, a dict per device, or None
-    for DEFAULT_GPU_HOUR_USD; imbalance: max/mean routed load per GPU."""
+    for DEFAULT_GPU_HOUR_USD; imbalance: max/mean routed load per GPU; request_rate: requests per
+    second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
+    `prefill_ep` GPUs, `total_gpus`) for disaggregated serving."""
     m = load_model(model)
     isl, osl = _positive("isl", isl, 1e7), _positive("osl", osl, 1e7)
     pairs = resolve_devices(list(devices) if not isinstance(devices, str) else [devices], "corrected")
@@ -182,6 +184,13 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         # and the error band, drawn from devices with tables, does not cover it.
         kernel_table=per_dev([kernel_table_name(spec) is not None for _, spec in pairs]).astype(bool),
     )
+    if request_rate is not None:
+        rate = _positive("request_rate", request_rate, 1e9)
+        pre_tps = per_dev([p["tokens_per_gpu_s"] for p in pre])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            data["decode_instances"] = np.ceil(rate * osl / (tps * gpus))
+            data["prefill_instances"] = np.ceil(rate * isl / (pre_tps * prefill_ep))
+        data["total_gpus"] = data["decode_instances"] * gpus + data["prefill_instances"] * prefill_ep
     df = pd.DataFrame(data, copy=False)
     return df
 

@@ -136,3 +136,20 @@ def test_request_rate_plans_instances():
     assert (f["total_gpus"] == f["decode_instances"] * f["gpus"] + f["prefill_instances"] * 32).all()
     with pytest.raises(ValueError, match="request_rate"):
         explore.search(devices=["H800"], batch=(64.0,), request_rate=-1.0)
+
+
+def test_attention_ffn_disaggregation_rows():
+    df = explore.search(devices=["H800"], ep=(16, 64), batch=(32.0, 128.0), afd=True, afd_attn_gpus=(16, 32),
+                        afd_micro_batches=(2,), mtp=((0, 0.0),), kv_fp8=(False,), attn_tp=(1,))
+    afd = df[df["kind"] == "afd"]
+    assert len(afd) == 2 * 2 * 2  # expert GPUs x attention GPUs x batch
+    assert (afd["gpus"] == afd["attn_gpus"] + afd["ep"]).all() and (afd["overlap"] == "ping_pong").all()
+    f = afd[afd["feasible"]]
+    assert len(f) and (f["tokens_per_gpu_s"] > 0).all()
+    # Per GPU, tokens/s = attention GPUs x batch / step / all GPUs.
+    assert np.allclose(f["tokens_per_gpu_s"], f["attn_gpus"] * f["batch"] / (f["step_ms"] / 1e3) / f["gpus"])
+    # A bigger expert cluster for the same attention cluster: each expert GPU gets fewer rows.
+    a = f[(f["attn_gpus"] == 32) & (f["batch"] == 128)].set_index("ep")
+    assert a.loc[64, "step_ms"] <= a.loc[16, "step_ms"] * 1.5
+    ep_rows = df[df["kind"] == "ep"]
+    assert (ep_rows["gpus"] == ep_rows["ep"]).all()

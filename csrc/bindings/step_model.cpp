@@ -142,6 +142,20 @@ void bind_step_model(py::module_& root) {
         .def_readwrite("step_overhead_ms", &Deployment::step_overhead_ms)
         .def("validate", &Deployment::validate, py::arg("model"), py::arg("device"));
 
+    m.def(
+        "step_stages",
+        [](const ModelConfig& mc, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
+            mc.validate();
+            d.validate();
+            dep.validate(mc, d);
+            const StepStages s = step_stages(mc, d, t, dep);
+            return py::dict(py::arg("micro") = s.micro, py::arg("attn_us") = s.attn, py::arg("dispatch_us") = s.dispatch,
+                            py::arg("moe_us") = s.moe, py::arg("moe_shared_us") = s.moe_shared,
+                            py::arg("combine_us") = s.combine, py::arg("dense_us") = s.dense,
+                            py::arg("head_ms") = s.head_ms);
+        },
+        py::arg("model"), py::arg("device"), py::arg("tables"), py::arg("deployment"),
+        "Per micro-batch and layer stage times (us) of a step, and its head (ms)");
     m.def("explore_decode", &explore_decode_py, py::arg("model"), py::arg("devices"), py::arg("tables"),
           py::arg("ep"), py::arg("redundant_experts"), py::arg("attn_tp"), py::arg("mtp"), py::arg("mtp_accepted"),
           py::arg("kv_fp8"), py::arg("overlap"), py::arg("batch"), py::arg("kv_len"), py::arg("imbalance"),

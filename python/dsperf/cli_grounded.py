@@ -98,6 +98,8 @@ def add_explore_parser(sub) -> None:
                    help="price per GPU-hour for every device (default: dsperf.explore.DEFAULT_GPU_HOUR_USD)")
     e.add_argument("--request-rate", type=float, default=None,
                    help="requests/s to serve: adds the xPyD plan (decode and prefill instances, total GPUs)")
+    e.add_argument("--afd", action="store_true",
+                   help="also search attention-FFN disaggregation (attention GPUs + expert GPUs, ping-pong)")
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
 
@@ -117,8 +119,8 @@ def run_explore(args: argparse.Namespace) -> str:
         raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
     print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
     df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd,
-                        request_rate=args.request_rate)
-    shown = explore.SHOWN + (["decode_instances", "prefill_instances", "total_gpus"] if args.request_rate else [])
+                        request_rate=args.request_rate, afd=args.afd)
+    shown = ["kind", "attn_gpus"] * args.afd + explore.SHOWN + (["decode_instances", "prefill_instances", "total_gpus"] if args.request_rate else [])
     print(f"dsperf explore: {len(df)} configurations, {int(df['feasible'].sum())} feasible", file=sys.stderr)
     ok = explore.meets_sla(df, tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, convention=args.tpot_convention,
                            serving=args.serving)

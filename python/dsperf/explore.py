@@ -41,8 +41,10 @@ OVERLAP_CODES = {"none": 0, "two_batch": 1, "single_batch": 2}
 # Why a configuration cannot run, by the C++ code (explore.hpp's Infeasible), then memory.
 REASONS = ["", "attention TP must divide the node and the heads", "EP exceeds routed + redundant experts",
            "EP must be a multiple of attention TP", "fewer than one request per attention-TP group",
-           "KV cache does not fit beside the weights"]
-INFEASIBLE = REASONS[:-1]
+           "fewer than one token per GPU per micro-batch", "KV cache does not fit beside the weights"]
+KINDS = ["ep", "afd"]  # wide-EP decode instances; attention-FFN disaggregation
+# Attention GPUs of an attention-FFN disaggregated deployment (the expert GPUs are the `ep` sizes).
+DEFAULT_AFD_ATTN = (8, 16, 32, 64)
 # USD per GPU-hour when the caller gives none: rough 2025 rental prices, an assumption to replace
 # with your own (`gpu_hour_usd=`); devices not listed get NaN cost.
 DEFAULT_GPU_HOUR_USD = {"H800": 2.0, "H100": 2.5, "H200": 3.5, "H20": 1.2, "H20-3e": 1.5, "B200": 5.0, "B300": 6.5,
@@ -94,7 +96,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
            attn_tp: Sequence[int] = DEFAULT_ATTN_TP, mtp: Sequence[tuple[int, float]] = DEFAULT_MTP,
            kv_fp8: Sequence[bool] = (False, True), overlap: Sequence[str] = ("two_batch", "single_batch", "none"),
            batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens=16384, prefill_ep=32, imbalance=1.0,
-           gpu_hour_usd=None, step_overhead_ms=None, request_rate=None) -> pd.DataFrame:
+           gpu_hour_usd=None, step_overhead_ms=None, request_rate=None, afd=False,
+           afd_attn_gpus: Sequence[int] = DEFAULT_AFD_ATTN, afd_micro_batches: Sequence[int] = (2, 3)) -> pd.DataFrame:
     """Every decode configuration of the grid, with its serving figures (see the module doc).
 
     isl / osl: input and output tokens per request (decode attends to isl + osl / 2 on average);
@@ -102,7 +105,9 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     instances' step and EP size; gpu_hour_usd: a price for all devices, a dict per device, or None
     for DEFAULT_GPU_HOUR_USD; imbalance: max/mean routed load per GPU; request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
-    `prefill_ep` GPUs, `total_gpus`) for disaggregated serving."""
+    `prefill_ep` GPUs, `total_gpus`) for disaggregated serving; afd: add attention-FFN disaggregated
+    deployments (`kind` "afd": `afd_attn_gpus` attention GPUs x the `ep` sizes as expert GPUs,
+    micro-batches ping-ponged between them, see afd_columns)."""
     m = load_model(model)
     isl, osl = _positive("isl", isl, 1e7), _positive("osl", osl, 1e7)
     pairs = resolve_devices(list(devices) if not isinstance(devices, str) else [devices], "corrected")
@@ -145,6 +150,14 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
                              kv_len=isl + osl / 2, imbalance=imbalance,
                              step_overhead_ms=SM.decode_step_overhead_ms if step_overhead_ms is None
                              else grounded._check_real("step_overhead_ms", step_overhead_ms, 0, 1e4))
+    cols["kind"] = np.zeros(len(cols["ep"]), np.int8)
+    cols["attn_gpus"] = cols["ep"].astype(float)
+    if afd:
+        a_gpus = _ints("afd_attn_gpus", afd_attn_gpus, 1, 4096)
+        micro = _ints("afd_micro_batches", afd_micro_batches, 1, 8)
+        extra = afd_columns(m, pairs, eps, reds, a_gpus, micro, kvs, batches, isl + osl / 2,
+                            SM.decode_step_overhead_ms if step_overhead_ms is None else float(step_overhead_ms))
+        cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
     # Derived columns in numpy over the device codes (a million rows: no per-row Python).
     code = cols.pop("device_index")
     per_dev = lambda values: np.asarray(values, dtype=float)[code]  # noqa: E731
@@ -154,8 +167,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     served = tps / (1 + ratio)
     ttft = per_dev([p["step_ms"] for p in pre])
     reason = cols.pop("infeasible").astype(np.int8)
-    reason[(reason == 0) & ~cols["fits_memory"]] = len(INFEASIBLE)
-    gpus = cols["ep"].astype(float)
+    reason[(reason == 0) & ~cols["fits_memory"]] = len(REASONS) - 1
+    gpus = np.where(cols["kind"] == 1, cols["attn_gpus"] + cols["ep"], cols["ep"]).astype(float)
     prefill_gpus = np.ceil(gpus * ratio)
     price = per_dev([prices[label] for label in labels])
     power = per_dev([board_power_w(spec) for _, spec in pairs])
@@ -163,7 +176,9 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         headroom = 1 - cols["batch"] / cols["batch_limit"]  # -inf where nothing fits
     data = {"device": pd.Categorical.from_codes(code, categories=labels, validate=False)}
     data.update(cols)
-    data["overlap"] = pd.Categorical.from_codes(cols["overlap"], categories=list(OVERLAP_CODES), validate=False)
+    data["overlap"] = pd.Categorical.from_codes(cols["overlap"], categories=list(OVERLAP_CODES) + ["ping_pong"],
+                                                validate=False)
+    data["kind"] = pd.Categorical.from_codes(cols["kind"], categories=KINDS, validate=False)
     data.update(
         reason=pd.Categorical.from_codes(reason, categories=REASONS, validate=False),
         feasible=reason == 0,
@@ -193,6 +208,82 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         data["total_gpus"] = data["decode_instances"] * gpus + data["prefill_instances"] * prefill_ep
     df = pd.DataFrame(data, copy=False)
     return df
+
+
+def afd_columns(m, pairs, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_len, overhead_ms) -> dict:
+    """Attention-FFN disaggregation: A attention GPUs (DP attention, `batch` requests each, the
+    dense layers and the head) and F expert GPUs (the routed experts over F, the shared expert),
+    the step cut into `micro` micro-batches that ping-pong between the two clusters over the
+    network (seed 000's backbone + MoE cluster). Per MoE layer a micro-batch costs the slowest of
+    the attention stage, the expert stage and the exchange (dispatch A -> F and combine F -> A run
+    on opposite directions of the links); the pipeline fills once per step. The exchange is priced
+    as the low-latency all-to-all over A + F ranks at the NIC (a pair per (token, expert) from each
+    attention GPU, received spread over the F expert GPUs)."""
+    rows = {k: [] for k in ("device_index", "ep", "redundant_experts", "attn_tp", "mtp", "mtp_accepted", "kv_fp8",
+                            "overlap", "batch", "infeasible", "step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s",
+                            "batch_limit", "fits_memory", "weights_gib", "kv_gib", "kind", "attn_gpus")}
+    pc = _C.param_counts(m, False)
+    attn_weights = (pc["mla"] * m.n_layers + pc["dense_mlp"] * m.n_dense_layers + pc["gate"] * m.n_moe_layers
+                    + 2 * (pc["embedding"] + pc["lm_head"]))
+    K, dim = m.n_activated_experts, m.dim
+    payload = dim + dim / 128 * 4  # FP8 + 1x128 FP32 scales
+    nan = math.nan
+    for di, (_, spec) in enumerate(pairs):
+        tables = grounded.kernel_tables(spec)
+        mem = spec.mem_gb * 2**30 * 0.9
+        kv_per_token = {kv: grounded.decode(m, spec, batch=1, kv_len=kv_len, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
+                        for kv in kvs}
+        for F, r in zip(eps, reds):
+            ffn_weights = ((m.n_routed_experts + r) / F + m.n_shared_experts) * pc["expert"] * m.n_moe_layers
+            gbps = {}
+            for A in attn_gpus:
+                link = SM.KernelShape(ep=float(A + F))
+                scale = spec.scaleout_gbps / 50.0  # network rows were measured on 50 GB/s NICs
+                gbps[A] = (tables.lookup("dispatch_ll", link)["value"] * scale,
+                           tables.lookup("combine_ll", link)["value"] * scale)
+            for A in attn_gpus:
+                for mb in micro_batches:
+                    for kv in kvs:
+                        for b in batches:
+                            t_attn = b / mb                  # tokens per attention GPU per micro-batch
+                            t_ffn = A * b / (mb * F)          # tokens per expert GPU per micro-batch
+                            why = 0
+                            if m.n_routed_experts + r < F:
+                                why = 2
+                            elif t_attn < 1 or t_ffn < 1:
+                                why = 5
+                            limit = max(0.0, (mem - attn_weights) / (kv_per_token[kv] * kv_len))
+                            fits = b <= limit and ffn_weights <= mem
+                            rows["device_index"].append(di), rows["ep"].append(F), rows["redundant_experts"].append(r)
+                            rows["attn_tp"].append(1), rows["mtp"].append(0), rows["mtp_accepted"].append(0.0)
+                            rows["kv_fp8"].append(kv), rows["overlap"].append(3), rows["batch"].append(b)
+                            rows["infeasible"].append(why), rows["kind"].append(1), rows["attn_gpus"].append(A)
+                            rows["batch_limit"].append(limit), rows["fits_memory"].append(fits)
+                            rows["weights_gib"].append(attn_weights / 2**30)
+                            rows["kv_gib"].append(kv_per_token[kv] * kv_len * b / 2**30)
+                            if why:
+                                for k in ("step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s"):
+                                    rows[k].append(nan)
+                                continue
+                            att = grounded._deployment("decode", batch=t_attn, kv_len=kv_len, ep=F, overlap="none",
+                                                       kv_fp8=kv, redundant_experts=r)
+                            ffn = grounded._deployment("decode", batch=t_ffn, kv_len=kv_len, ep=F, overlap="none",
+                                                       kv_fp8=kv, redundant_experts=r)
+                            sa = SM.step_stages(m, spec, tables, att)
+                            sf = SM.step_stages(m, spec, tables, ffn)
+                            disp = max(t_attn, t_ffn) * K * payload / (gbps[A][0] * 1e3)  # us
+                            comb = max(t_attn, t_ffn) * K * 2 * dim / (gbps[A][1] * 1e3)
+                            stage = max(sa["attn_us"], sf["moe_us"], disp, comb)
+                            fill = sa["attn_us"] + sf["moe_us"] + disp + comb - stage
+                            step_ms = ((m.n_moe_layers * mb * stage + fill + m.n_dense_layers * mb * sa["dense_us"]) / 1e3
+                                       + mb * sa["head_ms"] + overhead_ms)
+                            rows["step_ms"].append(step_ms), rows["tpot_ms"].append(step_ms)
+                            rows["tps_user"].append(1e3 / step_ms)
+                            rows["tokens_per_gpu_s"].append(A * b / (step_ms / 1e3) / (A + F))
+    types = {"device_index": np.int32, "ep": np.int32, "redundant_experts": np.int32, "attn_tp": np.int32,
+             "mtp": np.int32, "overlap": np.int32, "infeasible": np.int32, "kind": np.int8, "kv_fp8": bool,
+             "fits_memory": bool}
+    return {k: np.asarray(v, dtype=types.get(k, float)) for k, v in rows.items()}
 
 
 def board_power_w(device: DeviceLike) -> float:

@@ -153,3 +153,13 @@ def test_attention_ffn_disaggregation_rows():
     assert a.loc[64, "step_ms"] <= a.loc[16, "step_ms"] * 1.5
     ep_rows = df[df["kind"] == "ep"]
     assert (ep_rows["gpus"] == ep_rows["ep"]).all()
+
+
+def test_prefill_layout_follows_the_ttft_target():
+    opts = explore.prefill_options(devices=["H800"], isl=4096)
+    assert len(opts) == 4 * 4 and (opts["ttft_ms"] > 0).all()
+    loose = explore.search(devices=["H800"], ep=(32,), batch=(64.0,))
+    tight = explore.search(devices=["H800"], ep=(32,), batch=(64.0,), ttft_ms=float(opts["ttft_ms"].min()) * 1.01)
+    assert (tight["ttft_ms"] <= loose["ttft_ms"]).all()
+    best = opts.loc[opts["prefill_tokens_per_gpu_s"].idxmax()]
+    assert loose["prefill_ep"].iloc[0] == best["prefill_ep"] and loose["ttft_ms"].iloc[0] == best["ttft_ms"]

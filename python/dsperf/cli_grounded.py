@@ -119,7 +119,7 @@ def run_explore(args: argparse.Namespace) -> str:
         raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
     print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
     df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd,
-                        request_rate=args.request_rate, afd=args.afd)
+                        request_rate=args.request_rate, afd=args.afd, ttft_ms=args.ttft_ms)
     shown = ["kind", "attn_gpus"] * args.afd + explore.SHOWN + (["decode_instances", "prefill_instances", "total_gpus"] if args.request_rate else [])
     print(f"dsperf explore: {len(df)} configurations, {int(df['feasible'].sum())} feasible", file=sys.stderr)
     ok = explore.meets_sla(df, tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, convention=args.tpot_convention,

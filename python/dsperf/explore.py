@@ -43,6 +43,9 @@ REASONS = ["", "attention TP must divide the node and the heads", "EP exceeds ro
            "EP must be a multiple of attention TP", "fewer than one request per attention-TP group",
            "fewer than one token per GPU per micro-batch", "KV cache does not fit beside the weights"]
 KINDS = ["ep", "afd"]  # wide-EP decode instances; attention-FFN disaggregation
+# Prefill layouts searched per device: EP size and new prompt tokens per GPU per step.
+DEFAULT_PREFILL_EP = (8, 16, 32, 64)
+DEFAULT_PREFILL_TOKENS = (4096.0, 8192.0, 16384.0, 32768.0)
 # Attention GPUs of an attention-FFN disaggregated deployment (the expert GPUs are the `ep` sizes).
 DEFAULT_AFD_ATTN = (8, 16, 32, 64)
 # USD per GPU-hour when the caller gives none: rough 2025 rental prices, an assumption to replace
@@ -88,21 +91,56 @@ def _prices(devices: Sequence[str], gpu_hour_usd) -> dict[str, float]:
 def _prefill(model, device: DeviceLike, isl: float, tokens: float, ep: int) -> dict:
     """The device's prefill: one step of `tokens` per GPU with prompts of isl (a prompt longer
     than a step is one prompt per step)."""
-    return grounded.prefill(model, device, tokens=max(tokens, isl), prompt_len=isl, ep=ep, redundant_experts=32)
+    return grounded.prefill(model, device, tokens=max(tokens, isl), prompt_len=isl, ep=ep,
+                            redundant_experts=DEFAULT_REDUNDANT.get(ep, 0))
+
+
+def prefill_options(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800",), *, isl=4096,
+                    ep: Sequence[int] = DEFAULT_PREFILL_EP, tokens: Sequence[float] = DEFAULT_PREFILL_TOKENS
+                    ) -> pd.DataFrame:
+    """Every prefill layout of the devices (EP x tokens per GPU per step): TTFT (one step holding
+    the prompt) and prompt tokens/s per GPU, from the grounded model."""
+    isl = _positive("isl", isl, 1e7)
+    eps = _ints("prefill_ep", ep, 1, 4096)
+    steps = [_positive("prefill_tokens", t, 1e7) for t in tokens]
+    if not steps:
+        raise ValueError("prefill_tokens must not be empty")
+    rows = []
+    for label, spec in resolve_devices(list(devices) if not isinstance(devices, str) else [devices], "corrected"):
+        for e in eps:
+            for t in steps:
+                r = _prefill(model, spec, isl, t, e)
+                rows.append({"device": label, "prefill_ep": e, "prefill_tokens": max(t, isl), "ttft_ms": r["step_ms"],
+                             "prefill_tokens_per_gpu_s": r["tokens_per_gpu_s"], "prefill_fits": r["fits_memory"]})
+    return pd.DataFrame(rows)
+
+
+def _choose_prefill(options: pd.DataFrame, ttft_ms) -> dict:
+    """Per device, the prefill layout with the most tokens/s per GPU whose TTFT meets ttft_ms (the
+    fastest-TTFT layout when none does)."""
+    out = {}
+    for device, g in options[options["prefill_fits"]].groupby("device", sort=False):
+        ok = g if ttft_ms is None else g[g["ttft_ms"] <= ttft_ms]
+        pick = ok.loc[ok["prefill_tokens_per_gpu_s"].idxmax()] if len(ok) else g.loc[g["ttft_ms"].idxmin()]
+        out[device] = pick.to_dict()
+    return out
 
 
 def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200"), *, isl=4096, osl=1024,
            ep: Sequence[int] = DEFAULT_EP, redundant_experts: dict | None = None,
            attn_tp: Sequence[int] = DEFAULT_ATTN_TP, mtp: Sequence[tuple[int, float]] = DEFAULT_MTP,
            kv_fp8: Sequence[bool] = (False, True), overlap: Sequence[str] = ("two_batch", "single_batch", "none"),
-           batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens=16384, prefill_ep=32, imbalance=1.0,
+           batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens: Sequence[float] = DEFAULT_PREFILL_TOKENS,
+           prefill_ep: Sequence[int] = DEFAULT_PREFILL_EP, ttft_ms=None, imbalance=1.0,
            gpu_hour_usd=None, step_overhead_ms=None, request_rate=None, afd=False,
            afd_attn_gpus: Sequence[int] = DEFAULT_AFD_ATTN, afd_micro_batches: Sequence[int] = (2, 3)) -> pd.DataFrame:
     """Every decode configuration of the grid, with its serving figures (see the module doc).
 
     isl / osl: input and output tokens per request (decode attends to isl + osl / 2 on average);
     mtp: (draft tokens, accepted drafts per step) pairs; prefill_tokens / prefill_ep: the prefill
-    instances' step and EP size; gpu_hour_usd: a price for all devices, a dict per device, or None
+    layouts searched per device (tokens per GPU per step, EP size): each device's prefill instances
+    take the one with the most tokens/s per GPU whose TTFT meets `ttft_ms` (columns prefill_ep,
+    prefill_tokens); gpu_hour_usd: a price for all devices, a dict per device, or None
     for DEFAULT_GPU_HOUR_USD; imbalance: max/mean routed load per GPU; request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
     `prefill_ep` GPUs, `total_gpus`) for disaggregated serving; afd: add attention-FFN disaggregated
@@ -161,7 +199,15 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     # Derived columns in numpy over the device codes (a million rows: no per-row Python).
     code = cols.pop("device_index")
     per_dev = lambda values: np.asarray(values, dtype=float)[code]  # noqa: E731
-    pre = [_prefill(model, spec, isl, float(prefill_tokens), int(prefill_ep)) for _, spec in pairs]
+    ttft_target = None if ttft_ms is None else _positive("ttft_ms", ttft_ms)
+    chosen = _choose_prefill(prefill_options(model, [spec for _, spec in pairs], isl=isl, ep=prefill_ep,
+                                             tokens=prefill_tokens).assign(device=lambda f: f["device"].map(
+                                                 dict(zip([spec.name for _, spec in pairs], labels)))), ttft_target)
+    missing = [label for label in labels if label not in chosen]
+    if missing:
+        raise ValueError(f"no prefill layout of {missing[0]} fits its memory (prefill_ep, prefill_tokens)")
+    pre = [{"tokens_per_gpu_s": chosen[label]["prefill_tokens_per_gpu_s"], "step_ms": chosen[label]["ttft_ms"],
+            "ep": chosen[label]["prefill_ep"], "tokens": chosen[label]["prefill_tokens"]} for label in labels]
     tps = cols["tokens_per_gpu_s"]
     ratio = (isl / osl) * tps / per_dev([p["tokens_per_gpu_s"] for p in pre])  # prefill GPUs per decode GPU
     served = tps / (1 + ratio)
@@ -183,6 +229,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         reason=pd.Categorical.from_codes(reason, categories=REASONS, validate=False),
         feasible=reason == 0,
         ttft_ms=ttft,
+        prefill_ep=per_dev([p["ep"] for p in pre]),
+        prefill_tokens=per_dev([p["tokens"] for p in pre]),
         prefill_gpus_per_decode_gpu=ratio,
         tokens_per_gpu_s_served=served,
         tpot_aggregated_ms=cols["tpot_ms"] * (1 + ratio),
@@ -204,8 +252,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         pre_tps = per_dev([p["tokens_per_gpu_s"] for p in pre])
         with np.errstate(divide="ignore", invalid="ignore"):
             data["decode_instances"] = np.ceil(rate * osl / (tps * gpus))
-            data["prefill_instances"] = np.ceil(rate * isl / (pre_tps * prefill_ep))
-        data["total_gpus"] = data["decode_instances"] * gpus + data["prefill_instances"] * prefill_ep
+            data["prefill_instances"] = np.ceil(rate * isl / (pre_tps * data["prefill_ep"]))
+        data["total_gpus"] = data["decode_instances"] * gpus + data["prefill_instances"] * data["prefill_ep"]
     df = pd.DataFrame(data, copy=False)
     return df
 
@@ -407,7 +455,8 @@ def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against lat
 
 
 SHOWN = ["device", "gpus", "prefill_gpus", "ep", "attn_tp", "mtp", "kv_fp8", "overlap", "batch", "tpot_ms",
-         "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "cost_per_m_output_usd",
+         "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "prefill_ep", "prefill_tokens",
+         "cost_per_m_output_usd",
          "energy_j_per_output_token", "memory_headroom"]
 
 

@@ -80,6 +80,8 @@ private:
 // The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
 // (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU).
 constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
+// The EP size of the network table's intranode (NVLink) rows.
+constexpr double kIntranodeTableEp = 8;
 
 struct LayerTokens {
     double moe_tokens;  // tokens this GPU feeds the MoE per micro-batch
@@ -157,12 +159,22 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     KernelShape link;
     link.ep = dep.ep;
     const bool internode = dep.ep > d.gpus_per_node;
-    if (dep.phase == Phase::kDecode) {
+    if (dep.phase == Phase::kDecode && internode) {
         // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it.
         b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload,
                d.scaleout_gbps, kTableNicGbps);
         b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D, d.scaleout_gbps,
                kTableNicGbps);
+    } else if (dep.phase == Phase::kDecode) {
+        // Inside one NVLink domain (a node, or an NVL72 rack) the pairs for other GPUs go over
+        // NVLink: priced at DeepEP's intranode (NVLink, EP8) bandwidth scaled to this device's link.
+        KernelShape nvlink;
+        nvlink.ep = kIntranodeTableEp;
+        const double remote = t * K * (dep.ep - 1) / dep.ep;
+        b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, nvlink, remote * payload, d.nvlink_gbps,
+               kTableNvlinkGbps);
+        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, nvlink, remote * 2 * D, d.nvlink_gbps,
+               kTableNvlinkGbps);
     } else {
         // A token crosses the NIC once per remote node it reaches (then NVLink forwards it);
         // within a node, once per other GPU it reaches.
@@ -177,9 +189,11 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         }
         const double link_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
         const double table_gbps = internode ? kTableNicGbps : kTableNvlinkGbps;
-        b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, link, t * copies * payload, link_gbps,
+        KernelShape row = link;
+        if (!internode) row.ep = kIntranodeTableEp;  // the NVLink row, whatever the domain's size
+        b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, row, t * copies * payload, link_gbps,
                table_gbps);
-        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, link, t * copies * 2 * D, link_gbps,
+        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, row, t * copies * 2 * D, link_gbps,
                table_gbps);
     }
 

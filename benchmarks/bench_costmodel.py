@@ -177,7 +177,7 @@ def time_sweep(devices, seq_lens, batches, repeats):
     Both are reported; the headline is the median of the later calls.
     """
     n = len(devices) * len(seq_lens) * len(batches)
-    kw = dict(devices=devices, batch=batches, seq_len=seq_lens, decode_len=[1210], tp=[0])
+    kw = dict(devices=devices, batch=batches, seq_len=seq_lens, decode_len=[1210], tp=[0], mode="as_published")
     t0 = time.perf_counter()
     df = dsperf.decode_sweep("DeepSeek-V3", **kw)
     first = time.perf_counter() - t0
@@ -194,7 +194,7 @@ def time_sweep(devices, seq_lens, batches, repeats):
 def time_core(devices, seq_lens, batches, repeats):
     """The C++ call alone (arrays in, arrays out), without the DataFrame."""
     m = dsperf.load_model("DeepSeek-V3")
-    specs = [dsperf.load_device(d) for d in devices]
+    specs = [dsperf.load_device(d, "as_published") for d in devices]
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

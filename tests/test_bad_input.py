@@ -45,7 +45,7 @@ def test_unknown_model():
 ])
 def test_prefill_bad_values(kwargs, match):
     with raises(match):
-        dsperf.prefill("DeepSeek-V3", ["H800"], **kwargs)
+        dsperf.prefill("DeepSeek-V3", ["H800"], **{"mode": "as_published", **kwargs})
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -64,7 +64,7 @@ def test_prefill_bad_values(kwargs, match):
 ])
 def test_decode_bad_values(kwargs, match):
     with raises(match):
-        dsperf.decode("DeepSeek-V3", ["H800"], **kwargs)
+        dsperf.decode("DeepSeek-V3", ["H800"], **{"mode": "as_published", **kwargs})
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -78,7 +78,7 @@ def test_decode_bad_values(kwargs, match):
     (dict(kv_fp8=[]), "kv_fp8 must not be empty"),
 ])
 def test_sweep_bad_values(kwargs, match):
-    args = dict(devices=["H800"], batch=[32])
+    args = dict(devices=["H800"], batch=[32], mode="as_published")
     args.update(kwargs)
     with raises(match):
         dsperf.decode_sweep("DeepSeek-V3", **args)

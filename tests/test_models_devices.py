@@ -74,7 +74,8 @@ def test_shipped_devices_load_in_both_modes():
 def test_as_published_overrides_only_in_that_mode():
     assert dsperf.load_device("H20", "as_published").mem_bw_gbps == 3350
     assert dsperf.load_device("H20", "corrected").mem_bw_gbps == 4000
-    assert dsperf.load_device("H20_3e").seed_decode_tp == 8
+    assert dsperf.load_device("H20_3e", "as_published").seed_decode_tp == 8
+    assert dsperf.load_device("H20").mem_bw_gbps == 4000  # datasheet values by default
     # The seed's GPU_perf: 791.6 / 1583.2 TFLOPS for H800 before its 0.85 discount.
     h800 = dsperf.load_device("H800")
     assert h800.fp16_tflops * h800.compute_derate == pytest.approx(791.6)

@@ -76,7 +76,7 @@ PREFILL_MLA = {  # GEMM_FP8, ATTN_FP16, total (TP1), AR, TP4, TP8
 
 @pytest.mark.parametrize("gpu", sorted(PREFILL_MLA))
 def test_prefill_mla(gpu):
-    t = dsperf.prefill_mla("DeepSeek-V3", [gpu], SEQ, HIT).loc[gpu]
+    t = dsperf.prefill_mla("DeepSeek-V3", [gpu], SEQ, HIT, mode="as_published").loc[gpu]
     got = tuple(printed(t[c], 3) for c in ("gemm_ms", "attn_ms", "TP1", "allreduce_ms", "TP4", "TP8"))
     assert got == PREFILL_MLA[gpu]
 
@@ -97,7 +97,7 @@ def test_prefill_mla(gpu):
     (8, 4, "sum_ms", {"H800": 152.754, "H20": 597.784}),
 ])
 def test_prefill_components(tp, dp, column, expected):
-    df = dsperf.prefill("DeepSeek-V3", ["H800", "H20"], SEQ, HIT, tp=tp, dp=dp)
+    df = dsperf.prefill("DeepSeek-V3", ["H800", "H20"], SEQ, HIT, tp=tp, dp=dp, mode="as_published")
     assert {g: printed(df.loc[g, column], 3) for g in expected} == expected
 
 
@@ -106,7 +106,7 @@ def test_prefill_components(tp, dp, column, expected):
     (8, 4, {"H800": (41057.0, 28693.1), "H20": (7943.3, 7332.1)}),
 ])
 def test_prefill_tokens_per_node(tp, dp, expected):
-    df = dsperf.prefill("DeepSeek-V3", ["H800", "H20"], SEQ, HIT, tp=tp, dp=dp)
+    df = dsperf.prefill("DeepSeek-V3", ["H800", "H20"], SEQ, HIT, tp=tp, dp=dp, mode="as_published")
     got = {g: (printed(df.loc[g, "tokens_per_s_node_overlap"], 1), printed(df.loc[g, "tokens_per_s_node"], 1))
            for g in expected}
     assert got == expected
@@ -118,14 +118,14 @@ def test_prefill_tokens_per_node(tp, dp, expected):
     (12.5, 2.115, 4.230, 934.839, 1302.842),
 ])
 def test_prefill_scaleout_variants(scaleout, dispatch, combine, sum_overlap, total):
-    h20 = dsperf.load_device("H20", scaleout_gbps=scaleout)
-    r = dsperf.prefill("DeepSeek-V3", [h20], SEQ, HIT, tp=4, dp=8).iloc[0]
+    h20 = dsperf.load_device("H20", "as_published", scaleout_gbps=scaleout)
+    r = dsperf.prefill("DeepSeek-V3", [h20], SEQ, HIT, tp=4, dp=8, mode="as_published").iloc[0]
     assert (printed(r["dispatch_ms"], 3), printed(r["combine_ms"], 3)) == (dispatch, combine)
     assert (printed(r["sum_overlap_ms"], 3), printed(r["sum_ms"], 3)) == (sum_overlap, total)
 
 
 def test_prefill_kv_transfer():
-    df = dsperf.prefill("DeepSeek-V3", ["H800", "H20"], SEQ, HIT, tp=4, dp=8)
+    df = dsperf.prefill("DeepSeek-V3", ["H800", "H20"], SEQ, HIT, tp=4, dp=8, mode="as_published")
     got = {g: (printed(df.loc[g, "kv_transfer_gbps_overlap"], 1), printed(2 * df.loc[g, "kv_transfer_gbps_overlap"], 1),
                printed(df.loc[g, "kv_transfer_gbps"], 1), printed(2 * df.loc[g, "kv_transfer_gbps"], 1))
            for g in ("H800", "H20")}
@@ -146,7 +146,7 @@ COLUMNS = ("tpot_overlap_ms", "tpot_ms", "tps_user_overlap", "tps_user", "tokens
 
 
 def test_decode_tldr_rows_and_figures():
-    df = dsperf.decode("DeepSeek-V3", ["H800", "H20", "H20_3e"], SEQ, DECODE, [32, 64, 128, 256])
+    df = dsperf.decode("DeepSeek-V3", ["H800", "H20", "H20_3e"], SEQ, DECODE, [32, 64, 128, 256], mode="as_published")
     df["label"] = df["GPU"] + "(TP" + df["mla_tp"].astype(str) + ")"
     kept = df[df["tps_user_overlap"] > 20]  # the seed's TPS > 20 filter picks exactly its TL;DR columns
     assert sorted(zip(kept["label"], kept["batch"].astype(int))) == sorted(DECODE_TLDR)
@@ -158,7 +158,7 @@ def test_decode_tldr_rows_and_figures():
 def test_decode_sweep_matches_tldr():
     for (label, bs), expected in DECODE_TLDR.items():
         gpu = label.split("(")[0]
-        r = dsperf.decode_sweep("DeepSeek-V3", [gpu], batch=[bs], seq_len=[SEQ], decode_len=[DECODE]).iloc[0]
+        r = dsperf.decode_sweep("DeepSeek-V3", [gpu], batch=[bs], seq_len=[SEQ], decode_len=[DECODE], mode="as_published").iloc[0]
         assert tuple(printed(r[c], 3) for c in COLUMNS) == expected
         assert f"{gpu}(TP{r['mla_tp']})" == label
 

@@ -1,8 +1,14 @@
 """The cost model's Python face: pandas DataFrames over the C++ pure functions.
 
 Every function takes a model (name, config.json path, dict or ModelConfig), one or more devices
-(shipped names, .toml paths or DeviceSpec) and a mode: "as_published" reproduces the seed
-analysis' arithmetic, "corrected" fixes its quirks (docs/DEVIATIONS.md).
+(shipped names, .toml paths or DeviceSpec) and a mode:
+
+- "grounded" (the default of prefill, decode and decode_sweep): the kernel-by-kernel model priced
+  from published kernel benchmarks and validated against published deployments
+  (dsperf.grounded, docs/VALIDATION.md); its frames carry the error band of their regime;
+- "corrected": the seed analysis' formulas with its quirks fixed (docs/DEVIATIONS.md), the
+  default of the seed's own tables (prefill_mla, decode_batch_limits, parameter_table);
+- "as_published": the seed analysis' arithmetic, digit for digit (`dsperf tables`).
 """
 from __future__ import annotations
 
@@ -17,6 +23,9 @@ from .hardware import resolve_devices
 from .model import load_model
 
 # The seed's EP strategies: name -> (EP size, redundant experts).
+DEFAULT_MODE = "grounded"   # prefill, decode, decode_sweep
+SEED_TABLE_MODE = "corrected"  # the seed's own tables, which the grounded model does not produce
+
 EP_STRATEGIES: Mapping[str, tuple[int, int]] = {
     "EP34": (34, 16),
     "EP72": (72, 32),
@@ -60,7 +69,7 @@ def _numbers(name: str, values, integer: bool = False) -> list:
 
 
 def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache_hit=0.563, tp=4, dp=8,
-            dispatch_nodes=4, mode="as_published", gpus=None) -> pd.DataFrame:
+            dispatch_nodes=4, mode=DEFAULT_MODE, gpus=None) -> pd.DataFrame:
     """Prefill per-layer times (ms), layer sums, tokens/s per node and KV transfer per device.
 
     One row per device; ``gpus``, when given, must equal tp * dp.
@@ -75,6 +84,8 @@ def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache
             raise ValueError(f"tp ({tp}) must divide gpus ({gpus})")
         if tp * dp != gpus:
             raise ValueError(f"dp ({dp}) must equal gpus / tp = {gpus // tp}")
+    if _grounded(mode):
+        return _grounded_prefill(m, devices, seq_len, kv_cache_hit, tp, dp, dispatch_nodes)
     rows = []
     for label, spec in resolve_devices(devices, mode):
         r = _C.prefill(m, spec, seq_len, kv_cache_hit, tp, dp, _number("dispatch_nodes", dispatch_nodes, True), mode)
@@ -83,7 +94,7 @@ def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache
 
 
 def prefill_mla(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache_hit=0.563,
-                tps: Sequence[int] = (1, 4, 8), mode="as_published") -> pd.DataFrame:
+                tps: Sequence[int] = (1, 4, 8), mode=SEED_TABLE_MODE) -> pd.DataFrame:
     """Prefill MLA time per TP (the seed's 2.1 table), with its GEMM and attention parts and the
     all-reduce per TP (``allreduce_ms`` is the first TP above 1's, the seed's single figure)."""
     m = load_model(model)
@@ -105,12 +116,15 @@ def prefill_mla(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_c
 
 def decode(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383, decode_len=1210,
            batch_sizes: Iterable[float] = (32, 64, 128, 256), tp=0, ep=144, redundant_experts=32,
-           absorbed=True, kv_fp8=True, group_gemm_discount=0.7, mode="as_published") -> pd.DataFrame:
+           absorbed=True, kv_fp8=True, group_gemm_discount=0.7, mode=DEFAULT_MODE) -> pd.DataFrame:
     """Decode step breakdown per (device, batch): per-layer times (ms), TPOT, TPS per user,
     tokens/s per GPU, overlap time budget and the memory-limited batch. tp=0 applies the
     best-TP rule of the mode."""
     m = load_model(model)
     batches = _numbers("batch_sizes", batch_sizes)
+    if _grounded(mode):
+        return _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant_experts, absorbed, kv_fp8,
+                                group_gemm_discount)
     rows = []
     for label, spec in resolve_devices(devices, mode):
         for bs in batches:
@@ -126,7 +140,7 @@ def decode(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383,
 
 def decode_batch_limits(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383, decode_len=1210,
                         tp=1, strategies: Mapping[str, tuple[int, int]] | None = None,
-                        mode="as_published") -> pd.DataFrame:
+                        mode=SEED_TABLE_MODE) -> pd.DataFrame:
     """The memory-limited batch per GPU (the seed's 3.2 table): rows device x KV dtype x
     absorbed, one column per EP strategy."""
     m = load_model(model)
@@ -165,13 +179,16 @@ def ep_strategies(model="DeepSeek-V3", strategies: Mapping[str, tuple[int, int]]
 
 def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4383,), decode_len=(1210,),
                  tp=(0,), ep=(144,), redundant_experts=None, kv_fp8=(True,), absorbed=True,
-                 group_gemm_discount=0.7, mode="as_published") -> pd.DataFrame:
+                 group_gemm_discount=0.7, mode=DEFAULT_MODE) -> pd.DataFrame:
     """Evaluate the Cartesian product of the axes in one C++ call; one row per point.
 
     ``redundant_experts`` pairs element-wise with ``ep`` (default: 32 each). Row order:
     device > tp > ep > kv_fp8 > seq_len > decode_len > batch (innermost).
     """
     m = load_model(model)
+    if _grounded(mode):
+        return _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_experts, kv_fp8, absorbed,
+                               group_gemm_discount)
     pairs = resolve_devices(devices, mode)
     eps = _numbers("ep", ep, integer=True)
     reds = [32] * len(eps) if redundant_experts is None else _numbers("redundant_experts", redundant_experts, True)
@@ -229,7 +246,7 @@ def _seed_quoted(block: str, count: float) -> float:
     return np.floor(millions * 100 + 1e-9) / 100 * 1e6
 
 
-def parameter_table(model="DeepSeek-V3", mode="as_published") -> pd.DataFrame:
+def parameter_table(model="DeepSeek-V3", mode=SEED_TABLE_MODE) -> pd.DataFrame:
     """The seed's 1.4 parameter table: parameters per block instance, instances per layer, layers, total.
 
     as_published counts a bias on every linear layer (the seed measured nn.Linear with bias=True)
@@ -284,3 +301,118 @@ def kv_cache_per_token(model="DeepSeek-V3") -> pd.DataFrame:
     rows = [{"dtype": dt, "bytes_per_token": _C.kv_cache_bytes_per_token(m, b),
              "kb_per_token": _C.kv_cache_bytes_per_token(m, b) / 1024} for dt, b in (("FP16", 2.0), ("FP8", 1.0))]
     return pd.DataFrame(rows).set_index("dtype")
+
+
+# ---- the grounded model behind the same three calls ------------------------------------------------
+
+def _grounded(mode) -> bool:
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a string, got {type(mode).__name__}")
+    return mode == "grounded"
+
+
+def _seed_only(name, value, default):
+    if value != default:
+        raise ValueError(f"{name} is a parameter of the seed's modes (as_published, corrected); the grounded "
+                         f"model does not take it (got {value!r})")
+
+
+def _grounded_prefill(m, devices, seq_len, kv_cache_hit, tp, dp, dispatch_nodes) -> pd.DataFrame:
+    """One prompt of seq_len per DP group (kv_cache_hit of it cached), its new tokens spread over the
+    group's tp GPUs; routed experts over tp x dp GPUs; node-limited routing from the model config."""
+    from . import grounded
+
+    _seed_only("dispatch_nodes", dispatch_nodes, 4)
+    if not (seq_len > 0 and 0 <= kv_cache_hit < 1):
+        raise ValueError(f"seq_len must be > 0 and kv_cache_hit in [0, 1), got {seq_len}, {kv_cache_hit}")
+    cached = seq_len * kv_cache_hit
+    rows = []
+    for label, spec in resolve_devices(devices, "corrected"):
+        r = grounded.prefill(m, spec, tokens=(seq_len - cached) / tp, prompt_len=seq_len, cached_prefix=cached,
+                             ep=tp * dp, attn_tp=tp)
+        prompt_per_gpu = r["tokens_per_gpu_s"] * seq_len / (seq_len - cached)
+        rows.append({"GPU": label, "step_ms": r["step_ms"], "ttft_ms": r["step_ms"],
+                     "moe_layer_ms": r["moe_layer_ms"], "dense_layer_ms": r["dense_layer_ms"],
+                     "compute_ms": r["compute_ms"], "comm_ms": r["comm_ms"],
+                     "tokens_per_s_node": prompt_per_gpu * spec.gpus_per_node,
+                     "computed_tokens_per_s_node": r["tokens_per_gpu_s"] * spec.gpus_per_node,
+                     "fits_memory": r["fits_memory"], "error_band": r["error_band"],
+                     "calls_default": r["calls_default"]})
+    return pd.DataFrame(rows).set_index("GPU")
+
+
+def _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant_experts, absorbed, kv_fp8,
+                     group_gemm_discount) -> pd.DataFrame:
+    """Each (device, batch): the grounded decode step at the average context seq_len + decode_len / 2,
+    DP attention (tp=0 or 1) or attention TP, two-batch overlap."""
+    from . import grounded
+
+    _seed_only("group_gemm_discount", group_gemm_discount, 0.7)
+    if absorbed is not True:
+        raise ValueError("absorbed: the grounded model prices absorbed MLA decode (FlashMLA); use a seed mode "
+                         f"for the standard form (got {absorbed!r})")
+    seq_len, decode_len = _number("seq_len", seq_len), _number("decode_len", decode_len)
+    if not (seq_len > 0 and decode_len >= 0):
+        raise ValueError(f"seq_len must be positive and decode_len >= 0, got {seq_len}, {decode_len}")
+    kv_len = seq_len + decode_len / 2
+    attn_tp = max(1, _number("tp", tp, True))
+    rows = []
+    for label, spec in resolve_devices(devices, "corrected"):
+        for bs in batches:
+            r = grounded.decode(m, spec, batch=bs, kv_len=kv_len, ep=_number("ep", ep, True), attn_tp=attn_tp,
+                                redundant_experts=_number("redundant_experts", redundant_experts, True),
+                                kv_fp8=kv_fp8)
+            rows.append({"GPU": label, "batch": bs, "kv_len": kv_len, "mla_tp": attn_tp,
+                         **{k: r[k] for k in ("tpot_ms", "tps_user", "tokens_per_gpu_s", "step_ms", "moe_layer_ms",
+                                              "dense_layer_ms", "batch_limit", "fits_memory", "weights_gib",
+                                              "kv_gib", "error_band", "calls_default")}})
+    return pd.DataFrame(rows)
+
+
+def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_experts, kv_fp8, absorbed,
+                    group_gemm_discount) -> pd.DataFrame:
+    """The grounded decode over the grid (two-batch overlap, no MTP; tp 0 = DP attention). Rows:
+    seq_len > decode_len > device > ep > tp > kv_fp8 > batch (innermost)."""
+    from . import explore, grounded
+
+    _seed_only("group_gemm_discount", group_gemm_discount, 0.7)
+    if absorbed is not True:
+        raise ValueError("absorbed: the grounded model prices absorbed MLA decode only")
+    pairs = resolve_devices(devices, "corrected")
+    eps = _numbers("ep", ep, integer=True)
+    reds = [32] * len(eps) if redundant_experts is None else _numbers("redundant_experts", redundant_experts, True)
+    if len(reds) != len(eps):
+        raise ValueError("redundant_experts must have one entry per ep value")
+    tps = [max(1, t) for t in _numbers("tp", tp, True)]
+    for t in tps:
+        for label, spec in pairs:
+            if spec.gpus_per_node % t or m.n_heads % t:
+                raise ValueError(f"tp ({t}) must divide the {spec.gpus_per_node} GPUs of a {label} node and the heads")
+    for e, r in zip(eps, reds):
+        if not 1 <= e <= m.n_routed_experts + r:
+            raise ValueError(f"ep ({e}) must lie in [1, routed + redundant experts = {m.n_routed_experts + r}]")
+    kv = [bool(x) for x in np.atleast_1d(kv_fp8)]
+    if not kv:
+        raise ValueError("kv_fp8 must not be empty")
+    batches = _numbers("batch", batch)
+    labels = [label for label, _ in pairs]
+    frames = []
+    seqs, decs = _numbers("seq_len", seq_len), _numbers("decode_len", decode_len)
+    if min(seqs) <= 0 or min(decs) < 0:
+        raise ValueError("seq_len values must be positive and decode_len values >= 0")
+    for s in seqs:
+        for d in decs:
+            cols = explore.SM.explore_decode(m, [sp for _, sp in pairs], [grounded.kernel_tables(sp) for _, sp in pairs],
+                                             eps, reds, tps, [0], [0.0], [int(x) for x in kv],
+                                             [explore.OVERLAP_CODES["two_batch"]], batches, kv_len=s + d / 2,
+                                             imbalance=1.0, step_overhead_ms=explore.SM.decode_step_overhead_ms)
+            code = cols.pop("device_index")
+            frames.append(pd.DataFrame({
+                "GPU": pd.Categorical.from_codes(code, categories=labels, validate=False), "tp": cols["attn_tp"],
+                "ep": cols["ep"], "redundant_experts": cols["redundant_experts"], "kv_fp8": cols["kv_fp8"],
+                "seq_len": s, "decode_len": d, "batch": cols["batch"], "mla_tp": cols["attn_tp"],
+                "tpot_ms": cols["tpot_ms"], "tps_user": cols["tps_user"], "tokens_per_gpu_s": cols["tokens_per_gpu_s"],
+                "batch_limit": cols["batch_limit"], "fits_memory": cols["fits_memory"]}, copy=False))
+    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    out["error_band"] = grounded.error_band("decode")
+    return out

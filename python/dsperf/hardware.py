@@ -104,8 +104,12 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
     return spec
 
 
-def load_device(device: DeviceLike, mode: str = "as_published", **overrides) -> DeviceSpec:
+def load_device(device: DeviceLike, mode: str = "corrected", **overrides) -> DeviceSpec:
     """A DeviceSpec by shipped name or alias (case-insensitive), TOML path, or DeviceSpec.
+
+    Datasheet values by default; mode="as_published" (or any mode string without the
+    datasheet_devices fix) gives the values the seed analysis used where they differ (H20's
+    3,350 GB/s, ...).
 
     Keyword overrides replace fields, e.g. ``load_device("H20", scaleout_gbps=25)``.
     """
@@ -144,12 +148,35 @@ def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str)
         devices = [devices]
     out = []
     for d in devices:
+        if isinstance(d, DeviceSpec):
+            _warn_if_other_mode(d, mode)
         spec = load_device(d, mode)
         label = spec.name if isinstance(d, DeviceSpec) or str(d).endswith(".toml") else str(d)
         out.append((label, spec))
     if not out:
         raise ValueError("devices must name at least one device")
     return out
+
+
+def _warn_if_other_mode(spec: DeviceSpec, mode: str) -> None:
+    """A shipped device's spec loaded for the other kind of values (the seed's or the datasheet's)
+    than `mode` uses would silently change the answer: say so."""
+    data = _catalogue().get(spec.name.lower())
+    if data is None or not data.get("as_published"):
+        return
+    wanted = "as_published" if mode == "as_published" or (mode != "grounded" and not _C.parse_mode(mode)[
+        "datasheet_devices"]) else "corrected"
+    other = "corrected" if wanted == "as_published" else "as_published"
+    fields = [k for k in SPEC_FIELDS if k != "name"]
+    same = lambda a, b: all(getattr(a, k) == getattr(b, k) for k in fields)  # noqa: E731
+    mine, theirs = spec_from_dict(data, wanted), spec_from_dict(data, other)
+    if same(spec, theirs) and not same(spec, mine):
+        import warnings
+
+        values = "the seed's published" if other == "as_published" else "datasheet"
+        warnings.warn(f"device {spec.name} carries {values} values (load_device(..., {other!r})) but mode {mode!r} "
+                      f"uses the {'datasheet' if values != 'datasheet' else 'seed'}'s; the spec is used as given",
+                      UserWarning, stacklevel=4)
 
 
 def device_metadata(device: DeviceLike) -> dict:
@@ -172,7 +199,7 @@ def kernel_table_name(device: DeviceLike) -> str | None:
     return device_metadata(device).get("kernel_table")
 
 
-def device_table(devices: Iterable[DeviceLike], mode: str = "as_published"):
+def device_table(devices: Iterable[DeviceLike], mode: str = "corrected"):
     """The devices' specs as a DataFrame, one row per device."""
     import pandas as pd
 

@@ -75,3 +75,19 @@ def test_grounded_bad_input_names_the_argument(call, kwargs, name):
         args.setdefault("batch", [32])
     with pytest.raises((ValueError, TypeError), match=name):
         getattr(dsperf, call)("DeepSeek-V3", **args)
+
+
+def test_dsperf_fixes_describes_each_fix():
+    import contextlib
+    import io
+
+    from dsperf import _C
+    from dsperf.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["fixes"]) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(_C.fix_names())
+    for name, line in zip(_C.fix_names(), lines):
+        assert line.startswith(name) and len(line.split(None, 1)[1]) > 20

@@ -271,6 +271,7 @@ PYBIND11_MODULE(_C, mod) {
         .def("scaleout_eff", &DeviceSpec::scaleout_eff);
 
     mod.def("fix_names", &fix_names, "Names of the seed quirks a mode string can fix (+name) or keep (-name)");
+    mod.def("fix_descriptions", &fix_descriptions, "One line per fix, in fix_names order: what it changes");
     mod.def("parse_mode", [](const std::string& mode) {
         const Fixes fx = parse_mode(mode);
         py::dict d;

@@ -47,6 +47,8 @@ struct Fixes {
 
 // Names in enum order, as used in mode strings ("decode_weight_streaming", ...).
 const std::vector<std::string>& fix_names();
+// One line per fix, in the same order: what it changes.
+const std::vector<std::string>& fix_descriptions();
 
 // "as_published" | "corrected" | either followed by "+name" / "-name" terms.
 // Throws std::invalid_argument naming an unknown mode or fix.

@@ -153,9 +153,10 @@ def main(argv=None) -> int:
 
             text = deviation_effects().to_markdown(floatfmt=".5g") + "\n"
         elif args.command == "fixes":
-            from ._C import fix_names
+            from ._C import fix_descriptions, fix_names
 
-            text = "\n".join(fix_names()) + "\n"
+            width = max(map(len, fix_names()))
+            text = "".join(f"{n:<{width}}  {d}\n" for n, d in zip(fix_names(), fix_descriptions()))
         elif args.command == "devices":
             from .hardware import device_table, list_devices
 

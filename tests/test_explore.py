@@ -163,3 +163,11 @@ def test_prefill_layout_follows_the_ttft_target():
     assert (tight["ttft_ms"] <= loose["ttft_ms"]).all()
     best = opts.loc[opts["prefill_tokens_per_gpu_s"].idxmax()]
     assert loose["prefill_ep"].iloc[0] == best["prefill_ep"] and loose["ttft_ms"].iloc[0] == best["ttft_ms"]
+
+
+def test_ttft_includes_the_kv_handoff(frame):
+    f = frame[frame["feasible"]]
+    assert (f["kv_transfer_ms"] > 0).all()
+    # FP8 caches hand over fewer bytes than BF16 ones.
+    assert f.loc[f["kv_fp8"], "kv_transfer_ms"].max() < f.loc[~f["kv_fp8"], "kv_transfer_ms"].min()
+    assert ((f["ttft_ms"] - f["kv_transfer_ms"]).groupby(f["device"], observed=True).nunique() == 1).all()

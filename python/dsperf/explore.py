@@ -211,7 +211,14 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     tps = cols["tokens_per_gpu_s"]
     ratio = (isl / osl) * tps / per_dev([p["tokens_per_gpu_s"] for p in pre])  # prefill GPUs per decode GPU
     served = tps / (1 + ratio)
-    ttft = per_dev([p["step_ms"] for p in pre])
+    # Disaggregated serving hands each request's KV cache from the prefill to the decode instance
+    # over the NIC: isl tokens x the cache's bytes per token at the NIC's datasheet rate (not
+    # overlapped with the prefill: an upper bound; layer-wise streaming hides most of it).
+    kv_bytes = {kv: grounded.decode(m, pairs[0][1], batch=1, kv_len=isl, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
+                for kv in (False, True)}
+    kv_transfer = (isl * np.where(cols["kv_fp8"], kv_bytes[True], kv_bytes[False])
+                   / (per_dev([spec.scaleout_gbps for _, spec in pairs]) * 1e9) * 1e3)
+    ttft = per_dev([p["step_ms"] for p in pre]) + kv_transfer
     reason = cols.pop("infeasible").astype(np.int8)
     reason[(reason == 0) & ~cols["fits_memory"]] = len(REASONS) - 1
     gpus = np.where(cols["kind"] == 1, cols["attn_gpus"] + cols["ep"], cols["ep"]).astype(float)
@@ -229,6 +236,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         reason=pd.Categorical.from_codes(reason, categories=REASONS, validate=False),
         feasible=reason == 0,
         ttft_ms=ttft,
+        kv_transfer_ms=kv_transfer,
         prefill_ep=per_dev([p["ep"] for p in pre]),
         prefill_tokens=per_dev([p["tokens"] for p in pre]),
         prefill_gpus_per_decode_gpu=ratio,

@@ -6,6 +6,7 @@
 
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
+#include "costmodel/explore.hpp"
 #include "costmodel/step_model.hpp"
 #include "model/block_costs.hpp"
 
@@ -133,6 +134,33 @@ int main() {
         // Node-limited routing: 8 groups on 4 nodes, 4 groups picked: 4 (1 - C(6,4)/C(8,4)) x 3/4.
         check_close(expected_remote_nodes(m, 32, 8), 4 * (1 - 15.0 / 70) * 0.75, 1e-12, "remote nodes EP32");
         check_close(expected_remote_nodes(m, 8, 8), 0, 0, "remote nodes EP8");
+
+        // The explorer's grid: infeasible points kept with their reason, feasible ones equal to step().
+        ExploreGrid g;
+        g.devices = {d};
+        g.tables = {&t};
+        g.ep = {128, 400}, g.redundant_experts = {0, 0}, g.attn_tp = {1, 3};
+        g.mtp = {0}, g.mtp_accepted = {0}, g.kv_fp8 = {0}, g.overlap = {int(Overlap::kTwoBatch)};
+        g.batch = {64}, g.kv_len = 4096;
+        const size_t n = g.size();
+        std::vector<int32_t> i32(9 * n);
+        std::vector<double> f64(10 * n);
+        bool b1[4], b2[4];
+        ExploreColumns c{&i32[0], &i32[n], &i32[2 * n], &i32[3 * n], &i32[4 * n], &i32[5 * n], &i32[6 * n], b1, b2,
+                         &f64[0], &f64[n], &f64[2 * n], &f64[3 * n], &f64[4 * n], &f64[5 * n], &f64[6 * n],
+                         &f64[7 * n], &f64[8 * n]};
+        explore_decode(m, g, c);
+        ++checks;
+        // rows: ep 128 (tp 1, tp 3), ep 400 (tp 1, tp 3)
+        if (!(n == 4 && c.infeasible[0] == 0 && c.infeasible[1] == int(Infeasible::kTpDoesNotDivideNode) &&
+              c.infeasible[2] == int(Infeasible::kEpExceedsExperts) && std::isnan(c.step_ms[1]))) {
+            std::printf("FAIL explore grid reasons\n");
+            ++failures;
+        }
+        Deployment same = dep;
+        same.batch = 64, same.ep = 128, same.kv_len = 4096;
+        check_close(c.step_ms[0], step(m, d, t, same).step_ms, 1e-9, "explore row equals step()");
+        check_throws([&] { ExploreGrid bad = g; bad.batch = {}; bad.validate(m); }, "empty batch axis");
     }
 
     std::printf("%d passed, %d failed\n", checks - failures, failures);

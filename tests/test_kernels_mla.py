@@ -62,7 +62,7 @@ def test_split_count_does_not_change_the_answer():
     (lambda c: c.update(qn=f32(c["qn"])), TypeError, "q_nope must have dtype bfloat16"),
     (lambda c: c.update(qr=c["qr"][:, :, :, :32].copy()), ValueError, "q_nope / q_rope widths"),
     (lambda c: c.update(lat=c["lat"][:, :, :256].copy()), ValueError, "widths must match"),
-    (lambda c: c.update(scale=0.0), ValueError, "softmax_scale must be a positive number"),
+    (lambda c: c.update(scale=0.0), ValueError, "softmax_scale must be positive"),
 ])
 def test_mla_decode_rejects_bad_input(edit, exc, match):
     rng = np.random.default_rng(0)

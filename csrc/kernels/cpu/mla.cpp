@@ -65,9 +65,9 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         start += n;
     }
     for (int64_t r = 0; r < rows; ++r) {
-        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;
+        const float inv = softmax_inverse_sum(l[size_t(r)]);
         for (int64_t d = 0; d < L; ++d) out[r * L + d] = o[size_t(r * L + d)] * inv;
-        lse[r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -INFINITY;
+        lse[r] = softmax_lse(m[size_t(r)], l[size_t(r)]);
     }
 }
 
@@ -154,6 +154,8 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
 #pragma omp parallel for schedule(static)
     for (int64_t br = 0; br < batch * rows; ++br) {
         const int64_t b = br / rows, r = br % rows;
+        // Splits without keys have lse -inf and are skipped; a NaN lse (a NaN key or query) is not
+        // -inf, so it makes the total, the merged lse and the output NaN.
         float mx = -INFINITY;
         for (int64_t sp = 0; sp < num_splits; ++sp) mx = std::max(mx, part_lse[size_t((b * num_splits + sp) * rows + r)]);
         double total = 0;

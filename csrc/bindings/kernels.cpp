@@ -5,8 +5,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -64,13 +67,21 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
     return s;
 }
 
-// This machine's physical memory: an array larger than it cannot be allocated and filled (with
-// overcommit the allocation succeeds and the process dies filling it).
+// The memory this process may have (physical memory, or less under an address-space limit): an
+// array larger than it cannot be allocated and filled (with overcommit the allocation succeeds
+// and the process dies filling it).
 int64_t memory_bytes() {
-    static const int64_t bytes = [] {
-        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-        return pages > 0 && page > 0 ? int64_t(pages) * page : int64_t(1) << 46;
-    }();
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    int64_t bytes = pages > 0 && page > 0 ? int64_t(pages) * page : int64_t(1) << 46;
+    rlimit as{};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        long mapped_pages = 0;  // what the address space already holds
+        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+            if (std::fscanf(f, "%ld", &mapped_pages) != 1) mapped_pages = 0;
+            std::fclose(f);
+        }
+        bytes = std::min(bytes, int64_t(as.rlim_cur) - int64_t(mapped_pages) * page);
+    }
     return bytes;
 }
 
@@ -237,7 +248,7 @@ void bind_kernels(py::module_& root) {
         auto y = empty<float>({M, N}, "linear: y [rows of x, rows of w]");
         if (fp8) {
             auto s = exact_view<float>(w_scale, "w_scale");
-            expect_shape(s, {(N + 127) / 128, (K + 127) / 128}, "w_scale");
+            expect_shape(s, {(N + 127) / 128, (K + 127) / 128}, "w_scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
             auto wb = exact_view<uint8_t>(w, "w");
             py::gil_scoped_release nogil;
             linear_fp8(x.data(), K, wb.data(), s.data(), y.mutable_data(), N, M, N, K);
@@ -319,7 +330,8 @@ void bind_kernels(py::module_& root) {
     m.def("act_quant_bf16", [quant](Arr<uint16_t> x) { return quant(x); }, py::arg("x").noconvert());
     m.def("weight_dequant", [](Arr<uint8_t> w, Arr<float> s) {
         expect(w.ndim() == 2, "w must be 2-D");
-        expect_shape(s, {(w.shape(0) + 127) / 128, (w.shape(1) + 127) / 128}, "scale");
+        expect_shape(s, {(w.shape(0) + 127) / 128, (w.shape(1) + 127) / 128},
+                     "scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
         auto out = empty<uint16_t>({w.shape(0), w.shape(1)}, "weight_dequant output (the shape of w)");
         {
             py::gil_scoped_release nogil;
@@ -422,9 +434,9 @@ void bind_kernels(py::module_& root) {
         const int64_t q_width = checked_mul({heads, checked_add(nope, rope, "nope + rope")}, "heads x (nope + rope)");
         const int64_t kv_width = checked_mul({heads, checked_add(nope, v, "nope + v")}, "heads x (nope + v)");
         checked_mul({heads, w.kv_lora}, "heads x kv_lora");
-        expect_shape(wq_b, {q_width, w.q_lora}, "wq_b");
-        expect_shape(wkv_b, {kv_width, w.kv_lora}, "wkv_b");
-        expect_shape(wo, {w.dim, checked_mul({heads, v}, "heads x v")}, "wo");
+        expect_shape(wq_b, {q_width, w.q_lora}, "wq_b [heads x (nope + rope), q_lora]");
+        expect_shape(wkv_b, {kv_width, w.kv_lora}, "wkv_b [heads x (nope + v), kv_lora]");
+        expect_shape(wo, {w.dim, checked_mul({heads, v}, "heads x v")}, "wo [dim, heads x v]");
         expect_shape(qn, {w.q_lora}, "q_norm");
         expect_shape(kvn, {w.kv_lora}, "kv_norm");
         w.wq_a = wq_a.data(), w.wq_b = wq_b.data(), w.wkv_a = wkv_a.data(), w.wkv_b = wkv_b.data(), w.wo = wo.data();

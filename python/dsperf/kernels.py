@@ -139,11 +139,23 @@ def _bool(name, v):
 
 
 def _memory_bytes():
-    """This machine's physical memory: arrays larger than it cannot be allocated and filled."""
+    """The memory this process may have (physical memory, or less under an address-space limit):
+    an array larger than it cannot be allocated and filled, and with overcommit the allocation
+    succeeds and the process dies filling it."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        return 2 ** 46
+        total = 2 ** 46
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as f:
+                mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            total = min(total, soft - mapped)
+    except (ImportError, OSError, ValueError):
+        pass
+    return total
 
 
 def _check_bytes(name, nbytes, what):
@@ -259,7 +271,7 @@ def apply_rope(x, positions, freqs):
     _arr("freqs", freqs, (F32,), 1)
     x3 = x.reshape(x.shape[0], -1, x.shape[-1]) if x.ndim == 3 else x.reshape(x.shape[0], 1, x.shape[-1])
     if positions.shape[0] != x.shape[0]:
-        raise ValueError(f"positions must have one entry per token ({x.shape[0]}), got {positions.shape[0]}")
+        raise ValueError(f"positions must have one entry per token of x ({x.shape[0]}), got {positions.shape[0]}")
     if x.shape[-1] % 2 or freqs.shape[0] != x.shape[-1] // 2:
         raise ValueError(f"freqs must have rope_dim / 2 = {x.shape[-1] // 2} entries, got {freqs.shape[0]}")
     out = x3.copy()
@@ -396,7 +408,7 @@ def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None):
     if x.shape[0] != w13.shape[0] or x.shape[2] != w13.shape[2]:
         raise ValueError(f"x must be [experts={w13.shape[0]}, capacity, dim={w13.shape[2]}], got {x.shape}")
     if counts.shape[0] != x.shape[0] or np.any(counts < 0) or np.any(counts > x.shape[1]):
-        raise ValueError(f"counts must have {x.shape[0]} entries in [0, capacity = {x.shape[1]}]")
+        raise ValueError(f"counts must have {x.shape[0]} entries in [0, capacity = x.shape[1] = {x.shape[1]}]")
     return _K.experts_masked(_bits(x), counts, *w)
 
 
@@ -433,7 +445,8 @@ class PagedMlaCache:
         if decompressed:
             heads, nope, v = _int("heads", heads, 1), _int("nope", nope, 1), _int("v", v, 1)
         per_token = kv_lora * 2 + -(-kv_lora // 128) * 4 + rope * 2 + (heads * (nope + rope + v) * 2 if decompressed else 0)
-        _check_bytes("num_blocks", nb * bs * per_token, "the paged cache")
+        _check_bytes("num_blocks", nb * bs * per_token, "the paged cache (num_blocks x block_size tokens of kv_lora + "
+                     "rope values, and heads x (nope + rope + v) when decompressed)")
         self.latent = np.zeros((nb, bs, kv_lora), BF16 if dtype == "bf16" else FP8)
         self.latent_scale = None if dtype == "bf16" else np.zeros((nb, bs, -(-kv_lora // 128)), np.float32)
         self.rope = np.zeros((nb, bs, rope), BF16)
@@ -532,7 +545,8 @@ class MlaCache:
         if decompressed:
             heads, nope, v = _int("heads", heads, 1), _int("nope", nope, 1), _int("v", v, 1)
         per_token = (kv_lora + rope + (heads * (nope + rope + v) if decompressed else 0)) * 2
-        _check_bytes("capacity", capacity * per_token, "the cache")
+        _check_bytes("capacity", capacity * per_token, "the cache (capacity tokens of kv_lora + rope values, and "
+                     "heads x (nope + rope + v) when decompressed)")
         self.latent = np.zeros((capacity, kv_lora), BF16)
         self.k_pe = np.zeros((capacity, rope), BF16)
         self.k_full = self.v_full = None
@@ -555,7 +569,7 @@ class MlaCache:
         if self.k_full is not None:
             _cache_array("cache.k_full", self.k_full, BF16, 3)
             _cache_array("cache.v_full", self.v_full, BF16, 3)
-        return _int("cache.prefix", self.prefix, 0)
+        return _int("cache.prefix", self.prefix, 0, self.capacity)
 
 
 def _check_mla_call(variant, x, cache, weights):
@@ -564,6 +578,8 @@ def _check_mla_call(variant, x, cache, weights):
     if variant not in MLA_VARIANTS:
         raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
     _arr("x", x, (BF16,), 2)
+    if x.shape[0] == 0:
+        raise ValueError("x must hold at least one token")
     if not isinstance(cache, MlaCache):
         raise TypeError(f"cache must be an MlaCache, got {type(cache).__name__}")
     cache._check()
@@ -587,6 +603,8 @@ def _mla_weights(weights):
         if k not in weights:
             raise ValueError(f"weights is missing '{k}'")
         out[k] = np.ascontiguousarray(_arr(f"weights['{k}']", weights[k], (F32, BF16), 1), dtype=np.float32)
+    if (weights.get("q_absorb") is None) != (weights.get("o_absorb") is None):
+        raise ValueError("weights['q_absorb'] and weights['o_absorb'] go together (mla_absorb_weights makes both)")
     for k in ("q_absorb", "o_absorb"):
         if weights.get(k) is not None:
             out[k] = _bits(_arr(f"weights['{k}']", weights[k], (BF16,), 2))
@@ -604,7 +622,7 @@ def mla_prolog(x, weights, positions, *, heads, freqs, nope=128, rope=64, v=128,
     positions = _ids("positions", positions, 1)
     _arr("freqs", freqs, (F32,), 1)
     if positions.shape[0] != x.shape[0]:
-        raise ValueError(f"positions must have one entry per token ({x.shape[0]}), got {positions.shape[0]}")
+        raise ValueError(f"positions must have one entry per token of x ({x.shape[0]}), got {positions.shape[0]}")
     if (cache is None) != (block_table is None) or (cache is None) != (requests is None):
         raise ValueError("cache, block_table and requests go together")
     qa, q, latent, k_pe = _K.mla_prolog(_bits(x), _mla_weights(weights), _int("heads", heads, 1), _int("nope", nope, 1),
@@ -684,7 +702,8 @@ def mla_forward_paged(variant, x, weights, cache, block_table, seqlens, new_toke
         raise ValueError(f"x must have sum(new_tokens) = {int(new_tokens.sum())} rows, got {x.shape[0]}")
     need = -(-(seqlens + new_tokens) // bs)
     if np.any(need > block_table.shape[1]):
-        raise ValueError(f"block_table has {block_table.shape[1]} blocks per request; a request needs {need.max()}")
+        raise ValueError(f"seqlens + new_tokens need up to {need.max()} blocks per request; block_table has "
+                         f"{block_table.shape[1]}")
     # Each request's rows are gathered into a contiguous cache: a table naming one block many
     # times could ask for more than the paged cache holds.
     _check_bytes("seqlens", int((seqlens + new_tokens).max()) * cache.latent.shape[2] * 4, "a request's gathered cache")
@@ -742,12 +761,22 @@ def decode_layer(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=
     "gate_bias" (optional), "w13", "w2", "w13_scale"/"w2_scale" (FP8), "shared_w13"/"shared_w2"
     (optional), "n_group", "topk_group", "top_k", "route_scale", "score_func"}}. Returns BF16 [T, dim]
     and advances cache.prefix. decode_layer_by_ops is the same layer one kernel call at a time."""
+    out = _K.decode_layer(*_decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps))
+    cache.prefix += x.shape[0]
+    return out.view(BF16)
+
+
+def _decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps):
+    """decode_layer's checks (decode_layer_by_ops makes them too) and its binding's arguments."""
     if not isinstance(layer, dict):
         raise TypeError(f"layer must be a dict, got {type(layer).__name__}")
     _check_mla_call(variant, x, cache, layer.get("mla"))
     moe = _moe_args(layer.get("moe"))
     mla = _mla_weights(layer.get("mla"))
     norms = [np.ascontiguousarray(_arr(f"layer['{k}']", layer.get(k), (F32,), 1)) for k in ("attn_norm", "ffn_norm")]
+    if x.shape[1] != norms[0].shape[0] or norms[1].shape != norms[0].shape:
+        raise ValueError(f"x, layer['attn_norm'] and layer['ffn_norm'] must share dim, got {x.shape[1]}, "
+                         f"{norms[0].shape[0]} and {norms[1].shape[0]}")
     _arr("moe['gate_weight']", moe["gate_weight"], (BF16,), 2)
     w = _expert_weights(moe["w13"], moe["w2"], moe.get("w13_scale"), moe.get("w2_scale"))
     shared = _shared_expert(moe["w13"].dtype, moe.get("shared_w13"), moe.get("shared_w2"), moe.get("shared_w13_scale"),
@@ -757,21 +786,18 @@ def decode_layer(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=
         _arr("moe['gate_bias']", bias, (F32,), 1)
     gate = _gate_args(moe["n_group"], moe["topk_group"], moe["top_k"], moe["route_scale"], moe.get("score_func", "sigmoid"))
     _arr("freqs", freqs, (F32,), 1)
-    out = _K.decode_layer(variant, _bits(x), norms[0], norms[1], mla, _int("heads", heads, 1), _int("nope", nope, 1),
-                          _int("rope", rope, 2), _int("v", v, 1), _real("eps", eps, minimum=0), freqs,
-                          _real("softmax_scale", softmax_scale, positive=True),
-                          _bits(cache.latent), _bits(cache.k_pe),
-                          None if cache.k_full is None else _bits(cache.k_full),
-                          None if cache.v_full is None else _bits(cache.v_full), cache.prefix,
-                          _bits(moe["gate_weight"]), bias, *w, *shared, *gate)
-    cache.prefix += x.shape[0]
-    return out.view(BF16)
+    return (variant, _bits(x), norms[0], norms[1], mla, _int("heads", heads, 1), _int("nope", nope, 1),
+            _int("rope", rope, 2), _int("v", v, 1), _real("eps", eps, minimum=0), freqs,
+            _real("softmax_scale", softmax_scale, positive=True), _bits(cache.latent), _bits(cache.k_pe),
+            None if cache.k_full is None else _bits(cache.k_full), None if cache.v_full is None else _bits(cache.v_full),
+            cache.prefix, _bits(moe["gate_weight"]), bias, *w, *shared, *gate)
 
 
 def decode_layer_by_ops(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=128, rope=64, v=128, eps=1e-6):
     """decode_layer composed from the public kernels, one Python call per op: the baseline that
     shows the per-op overhead the one-call layer removes."""
-    moe = _moe_args(layer.get("moe"))
+    _decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps)
+    moe = layer["moe"]
     h = rmsnorm(x, layer["attn_norm"], eps)
     a = mla_forward(variant, h, layer["mla"], cache, heads=heads, freqs=freqs, softmax_scale=softmax_scale, nope=nope,
                     rope=rope, v=v, eps=eps)

@@ -75,8 +75,8 @@ std::vector<float> rope_frequencies(const RopeConfig& c) {
 template <typename T>
 void rope_inplace(T* x, int64_t tokens, int64_t heads, int64_t ld_token, int64_t ld_head, const int32_t* positions,
                   const float* freqs, int64_t rope_dim) {
-    require(tokens >= 0 && heads > 0 && rope_dim > 0 && rope_dim % 2 == 0,
-            "rope: tokens >= 0, heads > 0 and an even rope_dim are required");
+    require(tokens >= 0 && heads >= 0 && rope_dim >= 0 && rope_dim % 2 == 0,
+            "rope: tokens and heads >= 0 and an even rope_dim >= 0 are required");
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t i = 0; i < rope_dim / 2; ++i) {

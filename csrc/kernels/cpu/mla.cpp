@@ -80,17 +80,18 @@ void paged_cache_write(bf16_t* latent, fp8_t* latent_fp8, float* latent_scale, b
     require(num_blocks >= 1 && BS >= 1 && L >= 1 && R >= 1, "paged_cache_write: the cache shape must be positive");
     require(!latent_fp8 || latent_scale, "paged_cache_write: an FP8 latent needs its scales");
     for (int64_t t = 0; t < T; ++t) {
-        const auto at = [t] { return "token " + std::to_string(t) + ": "; };  // built only for a message
+        const auto at = [t](const char* what) { return std::string(what) + "[" + std::to_string(t) + "] = "; };
         if (!(request[t] >= 0 && request[t] < batch))
-            require(false, at() + "request " + std::to_string(request[t]) + " is outside the block table's " +
+            require(false, at("requests") + std::to_string(request[t]) + " is outside the block table's " +
                                std::to_string(batch) + " rows");
         if (!(position[t] >= 0 && position[t] < max_blocks * BS))
-            require(false, at() + "position " + std::to_string(position[t]) + " is outside the request's " +
-                               std::to_string(max_blocks * BS) + " slots");
+            require(false, at("positions") + std::to_string(position[t]) + " is outside the request's " +
+                               std::to_string(max_blocks * BS) + " slots (block_table columns x block_size)");
         const int32_t blk = block_table[request[t] * max_blocks + position[t] / BS];
         if (!(blk >= 0 && blk < num_blocks))
-            require(false, at() + "block " + std::to_string(blk) + " is outside the cache's " +
-                               std::to_string(num_blocks) + " blocks");
+            require(false, "block_table[" + std::to_string(request[t]) + ", " + std::to_string(position[t] / BS) +
+                               "] = " + std::to_string(blk) + " (token " + std::to_string(t) +
+                               ") is outside the cache's " + std::to_string(num_blocks) + " blocks");
     }
     const int64_t groups = (L + 127) / 128;
     for (int64_t t = 0; t < T; ++t) {

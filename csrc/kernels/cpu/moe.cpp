@@ -76,7 +76,13 @@ void moe_gate(const float* logits, int64_t tokens, int64_t n_experts, const floa
             if (G > 1) {
                 for (int64_t g = 0; g < G; ++g) {
                     const float* s = select.data() + g * per_group;
-                    if (bias) {  // the sum of the group's two best
+                    // A NaN score makes its group's score NaN (as numpy's max and sort do in the
+                    // reference), and top_k_indices ranks NaN last: the group is dropped.
+                    bool nan = false;
+                    for (int64_t i = 0; i < per_group; ++i) nan |= std::isnan(s[i]);
+                    if (nan) {
+                        group_score[size_t(g)] = NAN;
+                    } else if (bias) {  // the sum of the group's two best
                         float b1 = -INFINITY, b2 = -INFINITY;
                         for (int64_t i = 0; i < per_group; ++i) {
                             if (s[i] > b1) b2 = b1, b1 = s[i];

@@ -136,12 +136,18 @@ def _paged(rng, dtype="bf16"):
     return c, bt
 
 
-def _decode_args(rng):
-    c, bt = _paged(rng)
+def _fp8_experts(rng, E=2, I=8, dim=16):
+    w13, s13 = zip(*(_fp8_weight(rng, 2 * I, dim) for _ in range(E)))
+    w2, s2 = zip(*(_fp8_weight(rng, dim, I) for _ in range(E)))
+    return dict(w13=np.stack(w13), w2=np.stack(w2), w13_scale=np.stack(s13), w2_scale=np.stack(s2))
+
+
+def _decode_args(rng, dtype="bf16"):
+    c, bt = _paged(rng, dtype)
     H = DIMS["heads"]
     return dict(q_nope=_bf16(rng, 2, 1, H, KVL), q_rope=_bf16(rng, 2, 1, H, DIMS["rope"]), latent_cache=c.latent,
                 rope_cache=c.rope, block_table=bt, seqlens=np.array([11, 6], np.int32), softmax_scale=0.3,
-                num_splits=2, latent_scale=None)
+                num_splits=2, latent_scale=c.latent_scale)
 
 
 def _layer(rng):
@@ -209,6 +215,11 @@ def functions() -> list[Fn]:
                                               w2=_bf16(_rng(), 2, 16, 8, scale=0.1)),
            {"x": Arg("array", nan=True), "offsets": Arg("ids", bound=6), "w13": Arg("array", nan=True),
             "w2": Arg("array", nan=True)}, ref=lambda **kw: _r().experts_contiguous(**kw)),
+        Fn("experts_contiguous_fp8", lambda: dict(x=_bf16(_rng(), 5, 16), offsets=np.array([0, 2, 5]),
+                                                  **_fp8_experts(_rng())),
+           {"x": Arg("array", nan=True), "offsets": Arg("ids", bound=6), "w13": A, "w2": A,
+            "w13_scale": Arg("array", nan=True), "w2_scale": Arg("array", nan=True)},
+           ref=lambda **kw: _r().experts_contiguous(**kw), call=lambda **kw: _k().experts_contiguous(**kw)),
         Fn("experts_masked", lambda: dict(x=_bf16(_rng(), 2, 3, 16), counts=np.array([2, 3], np.int64),
                                           w13=_bf16(_rng(), 2, 16, 16, scale=0.1), w2=_bf16(_rng(), 2, 16, 8, scale=0.1)),
            {"x": Arg("array", nan=True), "counts": Arg("ids", bound=4), "w13": Arg("array", nan=True),
@@ -238,6 +249,15 @@ def functions() -> list[Fn]:
             "rope_cache": Arg("array", nan=True), "block_table": Arg("ids", bound=4), "seqlens": Arg("ids", bound=17),
             "softmax_scale": Arg("real", positive=True), "num_splits": N_},
            ref=lambda **kw: _r().mla_decode(**kw)),
+        Fn("mla_decode_fp8", lambda: _decode_args(_rng(), "fp8"),
+           {"q_nope": Arg("array", nan=True), "latent_cache": A, "latent_scale": Arg("array", nan=True),
+            "block_table": Arg("ids", bound=4), "seqlens": Arg("ids", bound=17)},
+           ref=lambda **kw: _r().mla_decode(**kw), call=lambda **kw: _k().mla_decode(**kw)),
+        Fn("paged_cache_write_fp8", lambda: dict(cache=_k().PagedMlaCache(4, 8, KVL, 4, dtype="fp8"),
+                                                 block_table=np.array([[0, 1], [3, 2]]), requests=np.array([0, 1, 1]),
+                                                 positions=np.array([3, 0, 9]), latent=_bf16(_rng(), 3, KVL),
+                                                 k_pe=_bf16(_rng(), 3, 4)),
+           {"cache": Arg("paged_cache"), "latent": A, "k_pe": A}, call=lambda **kw: _k().paged_cache_write(**kw)),
         Fn("mla_prolog", lambda: dict(x=_bf16(_rng(), 3, D), weights=_mla_weights(_rng()),
                                       positions=np.array([0, 1, 2]), freqs=_freqs(), **DIMS),
            {"x": Arg("array", nan=True), "weights": Arg("weights"), "positions": Arg("ids"),
@@ -381,7 +401,7 @@ def _real_spoils(arg, spec: Arg):
     return out
 
 
-def _cache_spoils(arg, paged):
+def _cache_spoils(arg, paged, base):
     def attr(name, f):
         def spoil(kw):
             c = kw[arg]
@@ -389,10 +409,10 @@ def _cache_spoils(arg, paged):
         return spoil
     out = [("dict", "error", lambda kw: kw.__setitem__(arg, {"latent": None})),
            ("None", "error", lambda kw: kw.__setitem__(arg, None))]
-    names = ("latent", "rope") if paged else ("latent", "k_pe")
-    for n in names:
+    names = ("latent", "latent_scale", "rope", "k_full") if paged else ("latent", "k_pe", "k_full")
+    for n in (n for n in names if getattr(base, n) is not None):
         out += [(f"{n}-strided", "error", attr(n, lambda a: np.repeat(a, 2, axis=-1)[..., ::2])),
-                (f"{n}-float32", "error", attr(n, lambda a: a.astype(np.float32))),
+                (f"{n}-float64", "error", attr(n, lambda a: a.astype(np.float64))),
                 (f"{n}-uint16", "error", attr(n, lambda a: a.view(np.uint16))),
                 (f"{n}-readonly", "error", attr(n, lambda a: (a.setflags(write=False), a)[1])),
                 (f"{n}-None", "error", attr(n, lambda a: None))]
@@ -470,7 +490,7 @@ def cases_for(fn: Fn) -> list[Case]:
             for how, exp, v in vals:
                 out.append(Case(fn.name, arg, how, exp, (arg,), lambda kw, arg=arg, v=v: kw.__setitem__(arg, v)))
         elif spec.kind in ("cache", "paged_cache"):
-            for how, exp, sp, name in _cache_spoils(arg, spec.kind == "paged_cache"):
+            for how, exp, sp, name in _cache_spoils(arg, spec.kind == "paged_cache", base[arg]):
                 out.append(Case(fn.name, arg, how, exp, (name,), sp))
         elif spec.kind in ("weights", "layer"):
             out.append(Case(fn.name, arg, "not-a-dict", "error", (arg,), lambda kw, arg=arg: kw.__setitem__(arg, [1])))
@@ -619,6 +639,8 @@ def _in_child(work, timeout):
     if pid == 0:
         os.close(r)
         try:
+            import faulthandler
+            faulthandler.disable()  # a crash is this harness's to report, not the child's to print
             resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
             import warnings
             warnings.simplefilter("ignore")

@@ -164,10 +164,10 @@ def _check_bytes(name, nbytes, what):
                          f"{_memory_bytes() / 2**30:.3g} GiB of memory")
 
 
-def _cache_array(name, a, dtype, ndim):
+def _cache_array(name, a, dtypes, ndim):
     """An array a kernel writes into: exactly the dtype, C-contiguous and writeable, because any
     conversion would write into a temporary copy and leave the cache without the new rows."""
-    _arr(name, a, (dtype,), ndim)
+    _arr(name, a, dtypes, ndim)
     if not a.flags.writeable:
         raise ValueError(f"{name} must be writeable")
     return a
@@ -462,16 +462,18 @@ class PagedMlaCache:
 
     def _check(self):
         """The arrays the kernels write into (they are attributes a caller may have replaced)."""
-        fp8 = self.latent_scale is not None
-        _cache_array("cache.latent", self.latent, FP8 if fp8 else BF16, 3)
+        fp8 = isinstance(self.latent, np.ndarray) and self.latent.dtype == FP8
+        _cache_array("cache.latent", self.latent, (FP8 if fp8 else BF16,), 3)
         if fp8:
-            _cache_array("cache.latent_scale", self.latent_scale, F32, 3)
-        _cache_array("cache.rope", self.rope, BF16, 3)
+            _cache_array("cache.latent_scale", self.latent_scale, (F32,), 3)
+        elif self.latent_scale is not None:
+            raise ValueError("cache.latent_scale goes with an FP8 cache.latent only")
+        _cache_array("cache.rope", self.rope, (BF16,), 3)
         if (self.k_full is None) != (self.v_full is None):
             raise ValueError("cache.k_full and cache.v_full go together")
         if self.k_full is not None:
-            _cache_array("cache.k_full", self.k_full, BF16, 4)
-            _cache_array("cache.v_full", self.v_full, BF16, 4)
+            _cache_array("cache.k_full", self.k_full, (BF16,), 4)
+            _cache_array("cache.v_full", self.v_full, (BF16,), 4)
 
 
 def paged_cache_write(cache, block_table, requests, positions, latent, k_pe):
@@ -562,13 +564,13 @@ class MlaCache:
     def _check(self):
         """The arrays the kernels write into and the fill mark (attributes a caller may have
         replaced): a strided or converted array would take the new rows in a temporary copy."""
-        _cache_array("cache.latent", self.latent, BF16, 2)
-        _cache_array("cache.k_pe", self.k_pe, BF16, 2)
+        _cache_array("cache.latent", self.latent, (BF16,), 2)
+        _cache_array("cache.k_pe", self.k_pe, (BF16,), 2)
         if (self.k_full is None) != (self.v_full is None):
             raise ValueError("cache.k_full and cache.v_full go together")
         if self.k_full is not None:
-            _cache_array("cache.k_full", self.k_full, BF16, 3)
-            _cache_array("cache.v_full", self.v_full, BF16, 3)
+            _cache_array("cache.k_full", self.k_full, (BF16,), 3)
+            _cache_array("cache.v_full", self.v_full, (BF16,), 3)
         return _int("cache.prefix", self.prefix, 0, self.capacity)
 
 

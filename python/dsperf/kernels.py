@@ -233,7 +233,7 @@ def rmsnorm(x, weight, eps=1e-6):
     if weight.shape[0] != x.shape[-1]:
         raise ValueError(f"weight must have {x.shape[-1]} entries, got {weight.shape[0]}")
     eps = _real("eps", eps, minimum=0)
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # not -1: an empty last dimension leaves it ambiguous
     w = np.ascontiguousarray(weight, dtype=np.float32)
     if x.dtype == F32:
         out = _K.rmsnorm_f32(x2, w, eps)

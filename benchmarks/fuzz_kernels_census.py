@@ -698,12 +698,14 @@ def catalogue(timeout=600) -> list[dict]:
 
 
 def serve():
-    """Runs specs (JSON lines on stdin), one process each, answering [class, detail, name] lines:
-    the fork server of tests/test_fuzz_kernels.py, a process that never runs a kernel itself."""
+    """Runs specs (JSON lines on stdin), one process each, answering [class, detail, name] lines
+    ("list" answers the catalogue): the fork server of tests/test_fuzz_kernels.py, a process that
+    never runs a kernel itself."""
     _preload()
     for line in sys.stdin:
         if line.strip():
-            print(json.dumps(run_spec(json.loads(line))), flush=True)
+            spec = json.loads(line)
+            print(json.dumps(catalogue() if spec == "list" else run_spec(spec)), flush=True)
 
 
 def census(selected=None, show=(), verbose=False):

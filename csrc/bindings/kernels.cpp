@@ -52,18 +52,21 @@ void expect_shape(const Arr<T>& a, std::initializer_list<int64_t> shape, const c
 // a * b * ... for sizes taken from shapes and integer arguments, which may overflow int64 long
 // before any allocation is tried (heads = 2**62 times a head width wraps to a small number that
 // could match a weight's shape).
-int64_t checked_mul(std::initializer_list<int64_t> factors, const std::string& what) {
+// (`what` is a literal: messages are built only on failure, off the path of small kernel calls.)
+int64_t checked_mul(std::initializer_list<int64_t> factors, const char* what) {
     int64_t p = 1;
     for (int64_t f : factors) {
-        expect(f >= 0, what + " must be >= 0");
-        if (__builtin_mul_overflow(p, f, &p)) throw std::invalid_argument(what + " overflows 64-bit size arithmetic");
+        if (f < 0) throw std::invalid_argument(std::string(what) + " must be >= 0");
+        if (__builtin_mul_overflow(p, f, &p))
+            throw std::invalid_argument(std::string(what) + " overflows 64-bit size arithmetic");
     }
     return p;
 }
 
-int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
     int64_t s;
-    if (__builtin_add_overflow(a, b, &s)) throw std::invalid_argument(what + " overflows 64-bit size arithmetic");
+    if (__builtin_add_overflow(a, b, &s))
+        throw std::invalid_argument(std::string(what) + " overflows 64-bit size arithmetic");
     return s;
 }
 
@@ -71,8 +74,12 @@ int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
 // array larger than it cannot be allocated and filled (with overcommit the allocation succeeds
 // and the process dies filling it).
 int64_t memory_bytes() {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    int64_t bytes = pages > 0 && page > 0 ? int64_t(pages) * page : int64_t(1) << 46;
+    static const long page = sysconf(_SC_PAGE_SIZE);
+    static const int64_t physical = [] {
+        const long pages = sysconf(_SC_PHYS_PAGES);
+        return pages > 0 && page > 0 ? int64_t(pages) * page : int64_t(1) << 46;
+    }();
+    int64_t bytes = physical;
     rlimit as{};
     if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
         long mapped_pages = 0;  // what the address space already holds
@@ -87,17 +94,19 @@ int64_t memory_bytes() {
 
 // Refuses a buffer of `elems` values of `size` bytes larger than memory; `what` names it and the
 // arguments its size comes from.
-void check_memory(int64_t elems, int64_t size, const std::string& what) {
+void check_memory(int64_t elems, int64_t size, const char* what) {
     const int64_t bytes = checked_mul({elems, size}, what);
+    if (bytes < (int64_t(1) << 28)) return;  // small buffers: no system calls on the hot path of small kernels
     if (bytes > memory_bytes())
-        throw std::invalid_argument(what + " would need " + std::to_string(bytes >> 20) + " MiB, more than this machine's " +
+        throw std::invalid_argument(std::string(what) + " would need " + std::to_string(bytes >> 20) +
+                                    " MiB, more than this machine's " +
                                     std::to_string(memory_bytes() >> 20) + " MiB of memory");
 }
 
 // A new output array; `what` names it and the arguments its shape comes from (zero-size inputs
 // can ask for outputs of any size: x [2**40, 0] @ w [2**40, 0].T).
 template <typename T>
-Arr<T> empty(std::initializer_list<int64_t> shape, const std::string& what) {
+Arr<T> empty(std::initializer_list<int64_t> shape, const char* what) {
     int64_t elems = 1;
     for (int64_t d : shape) elems = checked_mul({elems, d}, what);
     check_memory(elems, sizeof(T), what);

@@ -359,9 +359,7 @@ def moe_route(ids, n_experts):
     """Group (token, slot) pairs by expert, stable in token order: (offsets int64 [E + 1],
     position int32 [T, K] = each pair's row in the permuted order, source int32 [T * K] = each
     row's token)."""
-    n_experts = _int("n_experts", n_experts, 1)
-    _check_bytes("n_experts", (n_experts + 1) * 8, "the expert offsets")
-    return _K.moe_route(_ids("ids", ids, 2), n_experts)
+    return _K.moe_route(_ids("ids", ids, 2), _int("n_experts", n_experts, 1))  # the binding bounds the offsets
 
 
 def moe_permute(x, source):
@@ -523,8 +521,7 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
     if block_table.shape[0] != q_nope.shape[0] or seqlens.shape[0] != q_nope.shape[0]:
         raise ValueError(f"block_table and seqlens must have one row per request ({q_nope.shape[0]})")
     softmax_scale = _real("softmax_scale", softmax_scale, positive=True)
-    num_splits = _int("num_splits", num_splits, 1)
-    _check_bytes("num_splits", num_splits * q_nope.size * 4, "the split-KV partial outputs")
+    num_splits = _int("num_splits", num_splits, 1)  # the binding bounds the split buffers by memory
     return _K.mla_decode_absorbed(_bits(q_nope), _bits(q_rope), _bits(latent_cache), latent_scale, _bits(rope_cache),
                                   block_table, seqlens, softmax_scale, num_splits)
 

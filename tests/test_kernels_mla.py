@@ -62,7 +62,7 @@ def test_split_count_does_not_change_the_answer():
     (lambda c: c.update(qn=f32(c["qn"])), TypeError, "q_nope must have dtype bfloat16"),
     (lambda c: c.update(qr=c["qr"][:, :, :, :32].copy()), ValueError, "q_nope / q_rope widths"),
     (lambda c: c.update(lat=c["lat"][:, :, :256].copy()), ValueError, "widths must match"),
-    (lambda c: c.update(scale=0.0), ValueError, "softmax_scale must be a positive number"),
+    (lambda c: c.update(scale=0.0), ValueError, "softmax_scale must be positive"),
 ])
 def test_mla_decode_rejects_bad_input(edit, exc, match):
     rng = np.random.default_rng(0)
@@ -106,9 +106,9 @@ def test_paged_cache_write_then_decode(dtype):
 
 
 @pytest.mark.parametrize("requests, positions, match", [
-    ([2], [0], "request 2 is outside the block table's 2 rows"),
-    ([0], [128], "position 128 is outside the request's 128 slots"),
-    ([1], [70], "block 9 is outside the cache's 5 blocks"),
+    ([2], [0], r"requests\[0\] = 2 is outside the block table's 2 rows"),
+    ([0], [128], r"positions\[0\] = 128 is outside the request's 128 slots"),
+    ([1], [70], r"block_table\[1, 1\] = 9 \(token 0\) is outside the cache's 5 blocks"),
 ])
 def test_paged_cache_write_rejects_bad_addresses(requests, positions, match):
     cache = K.PagedMlaCache(5, BS, 512, 64)

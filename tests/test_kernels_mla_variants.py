@@ -79,7 +79,7 @@ def test_mla_forward_rejects_bad_input():
         K.mla_forward("CC", x, {k: a for k, a in w.items() if k != "wo"}, cache, freqs=freqs, softmax_scale=0.1, **DIMS)
     with pytest.raises(ValueError, match="cache has room for 4 more tokens, not 5"):
         K.mla_forward("CC", rand_bf16(rng, 5, D), w, cache, freqs=freqs, softmax_scale=0.1, **DIMS)
-    with pytest.raises(ValueError, match="wq_b: dimension 0"):
+    with pytest.raises(ValueError, match=r"wq_b \[heads x \(nope \+ rope\), q_lora\]: dimension 0"):
         K.mla_forward("CC", x, w, cache, freqs=freqs, softmax_scale=0.1, heads=3, nope=32, rope=16, v=32)
 
 

@@ -5,6 +5,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -44,9 +49,68 @@ void expect_shape(const Arr<T>& a, std::initializer_list<int64_t> shape, const c
     }
 }
 
+// a * b * ... for sizes taken from shapes and integer arguments, which may overflow int64 long
+// before any allocation is tried (heads = 2**62 times a head width wraps to a small number that
+// could match a weight's shape).
+// (`what` is a literal: messages are built only on failure, off the path of small kernel calls.)
+int64_t checked_mul(std::initializer_list<int64_t> factors, const char* what) {
+    int64_t p = 1;
+    for (int64_t f : factors) {
+        if (f < 0) throw std::invalid_argument(std::string(what) + " must be >= 0");
+        if (__builtin_mul_overflow(p, f, &p))
+            throw std::invalid_argument(std::string(what) + " overflows 64-bit size arithmetic");
+    }
+    return p;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+    int64_t s;
+    if (__builtin_add_overflow(a, b, &s))
+        throw std::invalid_argument(std::string(what) + " overflows 64-bit size arithmetic");
+    return s;
+}
+
+// The memory this process may have (physical memory, or less under an address-space limit): an
+// array larger than it cannot be allocated and filled (with overcommit the allocation succeeds
+// and the process dies filling it).
+int64_t memory_bytes() {
+    static const long page = sysconf(_SC_PAGE_SIZE);
+    static const int64_t physical = [] {
+        const long pages = sysconf(_SC_PHYS_PAGES);
+        return pages > 0 && page > 0 ? int64_t(pages) * page : int64_t(1) << 46;
+    }();
+    int64_t bytes = physical;
+    rlimit as{};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        long mapped_pages = 0;  // what the address space already holds
+        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+            if (std::fscanf(f, "%ld", &mapped_pages) != 1) mapped_pages = 0;
+            std::fclose(f);
+        }
+        bytes = std::min(bytes, int64_t(as.rlim_cur) - int64_t(mapped_pages) * page);
+    }
+    return bytes;
+}
+
+// Refuses a buffer of `elems` values of `size` bytes larger than memory; `what` names it and the
+// arguments its size comes from.
+void check_memory(int64_t elems, int64_t size, const char* what) {
+    const int64_t bytes = checked_mul({elems, size}, what);
+    if (bytes < (int64_t(1) << 28)) return;  // small buffers: no system calls on the hot path of small kernels
+    if (bytes > memory_bytes())
+        throw std::invalid_argument(std::string(what) + " would need " + std::to_string(bytes >> 20) +
+                                    " MiB, more than this machine's " +
+                                    std::to_string(memory_bytes() >> 20) + " MiB of memory");
+}
+
+// A new output array; `what` names it and the arguments its shape comes from (zero-size inputs
+// can ask for outputs of any size: x [2**40, 0] @ w [2**40, 0].T).
 template <typename T>
-Arr<T> empty(std::initializer_list<py::ssize_t> shape) {
-    return Arr<T>(std::vector<py::ssize_t>(shape));
+Arr<T> empty(std::initializer_list<int64_t> shape, const char* what) {
+    int64_t elems = 1;
+    for (int64_t d : shape) elems = checked_mul({elems, d}, what);
+    check_memory(elems, sizeof(T), what);
+    return Arr<T>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
 }
 
 // A view of an argument that must already be a C-contiguous array of T: a converting cast would
@@ -84,11 +148,16 @@ const float* optional_bias(const py::object& bias, int64_t n, const char* name) 
 }
 
 // One sequence's MLA cache from its arrays (k_full / v_full None unless the CD variant).
+// The CC variant decompresses every cached row per call: [rows, heads, nope + rope + v] BF16.
 MlaSequenceCache sequence_cache(Arr<uint16_t>& latent, Arr<uint16_t>& k_pe, const py::object& k_full,
-                                const py::object& v_full, int64_t prefix, const MlaWeights& w) {
+                                const py::object& v_full, int64_t prefix, const MlaWeights& w, MlaVariant variant,
+                                int64_t tokens) {
     MlaSequenceCache c;
     expect(latent.ndim() == 2 && latent.shape(1) == w.kv_lora, "cache latent must be [capacity, kv_lora]");
     c.capacity = latent.shape(0), c.prefix = prefix;
+    if (variant == MlaVariant::CC)
+        check_memory(checked_mul({prefix + tokens, w.heads, w.nope + w.rope + w.v}, "the CC variant's keys and values"),
+                     2, "the CC variant's decompressed keys and values [prefix + tokens, heads, nope + rope + v]");
     expect_shape(k_pe, {c.capacity, w.rope}, "cache k_pe");
     c.latent = latent.mutable_data(), c.k_pe = k_pe.mutable_data();
     if (!k_full.is_none()) {
@@ -166,7 +235,7 @@ void bind_kernels(py::module_& root) {
     m.def("linear_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> w) {
         expect(x.ndim() == 2 && w.ndim() == 2 && w.shape(1) == x.shape(1), "x [M, K] and w [N, K] expected");
         const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
-        auto y = empty<float>({M, N});
+        auto y = empty<float>({M, N}, "y [rows of x, rows of w]");
         py::gil_scoped_release nogil;
         amx::linear_bf16_emulated(x.data(), K, w.data(), K, y.mutable_data(), N, M, N, K, false);
         return y;
@@ -174,8 +243,8 @@ void bind_kernels(py::module_& root) {
     m.def("gemm_vnni_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> bp, int64_t N) {
         expect(x.ndim() == 2 && N >= 0, "x [M, K] and N >= 0 expected");
         const int64_t M = x.shape(0), K = x.shape(1);
-        expect(bp.size() == (K + 1) / 2 * N * 2, "bp must hold ceil(K / 2) x N x 2 values");
-        auto y = empty<float>({M, N});
+        expect(bp.size() == checked_mul({(K + 1) / 2, N, 2}, "n"), "bp must hold ceil(K / 2) x N x 2 values");
+        auto y = empty<float>({M, N}, "y [rows of x, n]");
         py::gil_scoped_release nogil;
         amx::gemm_bf16_vnni_emulated(x.data(), K, bp.data(), y.mutable_data(), N, M, N, K, false);
         return y;
@@ -185,15 +254,15 @@ void bind_kernels(py::module_& root) {
         expect(x.ndim() == 2 && w.ndim() == 2, "x and w must be 2-D");
         const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
         expect(w.shape(1) == K, "w must be [N, K] with K = x.shape[1] = " + std::to_string(K));
-        auto y = empty<float>({M, N});
+        auto y = empty<float>({M, N}, "linear: y [rows of x, rows of w]");
         if (fp8) {
-            auto s = w_scale.cast<Arr<float>>();
-            expect_shape(s, {(N + 127) / 128, (K + 127) / 128}, "w_scale");
-            auto wb = w.cast<Arr<uint8_t>>();
+            auto s = exact_view<float>(w_scale, "w_scale");
+            expect_shape(s, {(N + 127) / 128, (K + 127) / 128}, "w_scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
+            auto wb = exact_view<uint8_t>(w, "w");
             py::gil_scoped_release nogil;
             linear_fp8(x.data(), K, wb.data(), s.data(), y.mutable_data(), N, M, N, K);
         } else {
-            auto wb = w.cast<Arr<uint16_t>>();
+            auto wb = exact_view<uint16_t>(w, "w");
             py::gil_scoped_release nogil;
             linear_bf16(x.data(), K, wb.data(), K, y.mutable_data(), N, M, N, K);
         }
@@ -203,7 +272,7 @@ void bind_kernels(py::module_& root) {
     auto norm = [](auto x, Arr<float> w, float eps) {
         expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
         expect_shape(w, {x.shape(1)}, "weight");
-        auto out = empty<typename decltype(x)::value_type>({x.shape(0), x.shape(1)});
+        auto out = empty<typename decltype(x)::value_type>({x.shape(0), x.shape(1)}, "rmsnorm output (the shape of x)");
         {
             py::gil_scoped_release nogil;
             rmsnorm(x.data(), w.data(), out.mutable_data(), x.shape(0), x.shape(1), eps);
@@ -237,7 +306,7 @@ void bind_kernels(py::module_& root) {
 
     m.def("embedding", [](Arr<uint16_t> table, Arr<int32_t> ids) {
         expect(table.ndim() == 2 && ids.ndim() == 1, "table must be 2-D and ids 1-D");
-        auto out = empty<uint16_t>({ids.shape(0), table.shape(1)});
+        auto out = empty<uint16_t>({ids.shape(0), table.shape(1)}, "embedding output [entries of ids, columns of table]");
         {
             py::gil_scoped_release nogil;
             embedding(table.data(), table.shape(0), table.shape(1), ids.data(), ids.shape(0), out.mutable_data());
@@ -247,7 +316,7 @@ void bind_kernels(py::module_& root) {
 
     m.def("silu_mul", [](Arr<float> gu) {
         expect(gu.ndim() == 2 && gu.shape(1) % 2 == 0, "gate_up must be 2-D [tokens, 2 * inter]");
-        auto out = empty<uint16_t>({gu.shape(0), gu.shape(1) / 2});
+        auto out = empty<uint16_t>({gu.shape(0), gu.shape(1) / 2}, "silu_mul output");
         {
             py::gil_scoped_release nogil;
             silu_mul(gu.data(), gu.shape(0), gu.shape(1) / 2, out.mutable_data());
@@ -258,8 +327,8 @@ void bind_kernels(py::module_& root) {
     auto quant = [](auto x) {
         expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");
         const int64_t T = x.shape(0), D = x.shape(1);
-        auto q = empty<uint8_t>({T, D});
-        auto s = empty<float>({T, (D + 127) / 128});
+        auto q = empty<uint8_t>({T, D}, "act_quant output");
+        auto s = empty<float>({T, (D + 127) / 128}, "act_quant scales");
         {
             py::gil_scoped_release nogil;
             act_quant(x.data(), T, D, q.mutable_data(), s.mutable_data());
@@ -270,8 +339,9 @@ void bind_kernels(py::module_& root) {
     m.def("act_quant_bf16", [quant](Arr<uint16_t> x) { return quant(x); }, py::arg("x").noconvert());
     m.def("weight_dequant", [](Arr<uint8_t> w, Arr<float> s) {
         expect(w.ndim() == 2, "w must be 2-D");
-        expect_shape(s, {(w.shape(0) + 127) / 128, (w.shape(1) + 127) / 128}, "scale");
-        auto out = empty<uint16_t>({w.shape(0), w.shape(1)});
+        expect_shape(s, {(w.shape(0) + 127) / 128, (w.shape(1) + 127) / 128},
+                     "scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
+        auto out = empty<uint16_t>({w.shape(0), w.shape(1)}, "weight_dequant output (the shape of w)");
         {
             py::gil_scoped_release nogil;
             weight_dequant(w.data(), s.data(), w.shape(0), w.shape(1), out.mutable_data());
@@ -305,8 +375,11 @@ void bind_kernels(py::module_& root) {
         expect_shape(rope, {c.num_blocks, c.block_size, c.rope_dim}, "rope_cache");
         expect(block_table.ndim() == 2 && block_table.shape(0) == B, "block_table must be [batch, max_blocks]");
         expect_shape(seqlens, {B}, "seqlens");
-        auto out = empty<float>({B, Q, H, L});
-        auto lse = empty<float>({B, Q, H});
+        checked_mul({block_table.shape(1), c.block_size}, "block_table: max_blocks x block_size");
+        auto out = empty<float>({B, Q, H, L}, "mla_decode output (the shape of q_nope)");
+        auto lse = empty<float>({B, Q, H}, "mla_decode lse");
+        check_memory(checked_mul({B, num_splits, Q, H, L + 1}, "num_splits x the shape of q_nope"), 4,
+                     "num_splits: the split-KV partial outputs");
         {
             py::gil_scoped_release nogil;
             mla_decode_absorbed(q_nope.data(), q_rope.data(), B, Q, H, c, block_table.data(), block_table.shape(1),
@@ -324,6 +397,7 @@ void bind_kernels(py::module_& root) {
         const int64_t NB = latent.shape(0), BS = latent.shape(1), L = latent.shape(2), R = rope.shape(2);
         expect_shape(rope, {NB, BS, R}, "rope_cache");
         expect(table.ndim() == 2, "block_table must be [batch, max_blocks]");
+        checked_mul({table.shape(1), BS}, "block_table: max_blocks x block_size");
         expect(request.ndim() == 1, "request must be 1-D");
         const int64_t T = request.shape(0);
         expect_shape(position, {T}, "positions");
@@ -364,9 +438,14 @@ void bind_kernels(py::module_& root) {
         expect(wkv_a.ndim() == 2 && wkv_a.shape(1) == w.dim && wkv_a.shape(0) > rope,
                "wkv_a must be [kv_lora + rope, dim]");
         w.kv_lora = wkv_a.shape(0) - rope;
-        expect_shape(wq_b, {heads * (nope + rope), w.q_lora}, "wq_b");
-        expect_shape(wkv_b, {heads * (nope + v), w.kv_lora}, "wkv_b");
-        expect_shape(wo, {w.dim, heads * v}, "wo");
+        // heads, nope, rope and v are integer arguments: their products are checked before they
+        // are compared with the weights' shapes.
+        const int64_t q_width = checked_mul({heads, checked_add(nope, rope, "nope + rope")}, "heads x (nope + rope)");
+        const int64_t kv_width = checked_mul({heads, checked_add(nope, v, "nope + v")}, "heads x (nope + v)");
+        checked_mul({heads, w.kv_lora}, "heads x kv_lora");
+        expect_shape(wq_b, {q_width, w.q_lora}, "wq_b [heads x (nope + rope), q_lora]");
+        expect_shape(wkv_b, {kv_width, w.kv_lora}, "wkv_b [heads x (nope + v), kv_lora]");
+        expect_shape(wo, {w.dim, checked_mul({heads, v}, "heads x v")}, "wo [dim, heads x v]");
         expect_shape(qn, {w.q_lora}, "q_norm");
         expect_shape(kvn, {w.kv_lora}, "kv_norm");
         w.wq_a = wq_a.data(), w.wq_b = wq_b.data(), w.wkv_a = wkv_a.data(), w.wkv_b = wkv_b.data(), w.wo = wo.data();
@@ -386,10 +465,10 @@ void bind_kernels(py::module_& root) {
         const int64_t T = x.shape(0);
         expect_shape(positions, {T}, "positions");
         expect_shape(freqs, {rope / 2}, "freqs");
-        auto qa = empty<uint16_t>({T, w.q_lora});
-        auto q = empty<uint16_t>({T, heads, nope + rope});
-        auto latent = empty<uint16_t>({T, w.kv_lora});
-        auto k_pe = empty<uint16_t>({T, rope});
+        auto qa = empty<uint16_t>({T, w.q_lora}, "mla_prolog qa");
+        auto q = empty<uint16_t>({T, heads, nope + rope}, "mla_prolog q [tokens, heads, nope + rope]");
+        auto latent = empty<uint16_t>({T, w.kv_lora}, "mla_prolog latent");
+        auto k_pe = empty<uint16_t>({T, rope}, "mla_prolog k_pe");
         {
             py::gil_scoped_release nogil;
             mla_prolog(w, x.data(), T, positions.data(), freqs.data(), qa.mutable_data(), q.mutable_data(),
@@ -400,8 +479,8 @@ void bind_kernels(py::module_& root) {
        py::arg("eps"), py::arg("positions").noconvert(), py::arg("freqs").noconvert());
     m.def("mla_absorb_weights", [mla_weights](const py::dict& d, int64_t heads, int64_t nope, int64_t rope, int64_t v) {
         const MlaWeights w = mla_weights(d, heads, nope, rope, v, 1e-6f);
-        auto qa = empty<uint16_t>({heads * w.kv_lora, w.q_lora});
-        auto oa = empty<uint16_t>({w.dim, heads * w.kv_lora});
+        auto qa = empty<uint16_t>({heads * w.kv_lora, w.q_lora}, "q_absorb [heads x kv_lora, q_lora]");
+        auto oa = empty<uint16_t>({w.dim, heads * w.kv_lora}, "o_absorb [dim, heads x kv_lora]");
         {
             py::gil_scoped_release nogil;
             mla_absorb_weights(w, qa.mutable_data(), oa.mutable_data());
@@ -416,8 +495,8 @@ void bind_kernels(py::module_& root) {
         const MlaWeights w = mla_weights(d, heads, nope, rope, v, eps);
         expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [tokens, dim]");
         expect_shape(freqs, {rope / 2}, "freqs");
-        MlaSequenceCache c = sequence_cache(latent, k_pe, k_full, v_full, prefix, w);
-        auto y = empty<float>({x.shape(0), w.dim});
+        MlaSequenceCache c = sequence_cache(latent, k_pe, k_full, v_full, prefix, w, var, x.shape(0));
+        auto y = empty<float>({x.shape(0), w.dim}, "mla_forward output [tokens, dim]");
         {
             py::gil_scoped_release nogil;
             mla_forward(var, w, x.data(), x.shape(0), freqs.data(), scale, c, y.mutable_data());
@@ -457,14 +536,22 @@ void bind_kernels(py::module_& root) {
         w.gate = gate_config(n_group, topk_group, top_k, route_scale, score_func);
         w.gate.validate(w.routed.n_experts, w.gate_bias != nullptr);
         expect_shape(freqs, {rope / 2}, "freqs");
-        MlaSequenceCache c = sequence_cache(latent, k_pe, k_full, v_full, prefix, w.mla);
-        auto out = empty<uint16_t>({x.shape(0), D});
+        MlaSequenceCache c = sequence_cache(latent, k_pe, k_full, v_full, prefix, w.mla, var, x.shape(0));
+        auto out = empty<uint16_t>({x.shape(0), D}, "decode_layer output [tokens, dim]");
         {
             py::gil_scoped_release nogil;
             decode_layer(var, w, x.data(), x.shape(0), freqs.data(), scale, c, out.mutable_data());
         }
         return out;
-    });
+    }, py::arg("variant"), py::arg("x").noconvert(), py::arg("attn_norm").noconvert(), py::arg("ffn_norm").noconvert(),
+       py::arg("mla"), py::arg("heads"), py::arg("nope"), py::arg("rope"), py::arg("v"), py::arg("eps"),
+       py::arg("freqs").noconvert(), py::arg("softmax_scale"),
+       // The cache arrays are written in place: a converting cast would write into a copy.
+       py::arg("latent").noconvert(), py::arg("k_pe").noconvert(), py::arg("k_full"), py::arg("v_full"),
+       py::arg("prefix"), py::arg("gate_weight").noconvert(), py::arg("gate_bias"), py::arg("w13"), py::arg("w2"),
+       py::arg("w13_scale"), py::arg("w2_scale"), py::arg("fp8"), py::arg("shared_w13"), py::arg("shared_w2"),
+       py::arg("shared_w13_scale"), py::arg("shared_w2_scale"), py::arg("n_group"), py::arg("topk_group"),
+       py::arg("top_k"), py::arg("route_scale"), py::arg("score_func"));
 
     m.def("moe_gate", [](Arr<float> logits, py::object bias, int64_t n_group, int64_t topk_group, int64_t top_k,
                          float route_scale, const std::string& score_func) {
@@ -473,8 +560,8 @@ void bind_kernels(py::module_& root) {
         const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
         const float* b = optional_bias(bias, E, "bias");
         cfg.validate(E, b != nullptr);
-        auto w = empty<float>({T, top_k});
-        auto ids = empty<int32_t>({T, top_k});
+        auto w = empty<float>({T, top_k}, "moe_gate weights [tokens, top_k]");
+        auto ids = empty<int32_t>({T, top_k}, "moe_gate ids [tokens, top_k]");
         {
             py::gil_scoped_release nogil;
             moe_gate(logits.data(), T, E, b, cfg, w.mutable_data(), ids.mutable_data());
@@ -486,9 +573,9 @@ void bind_kernels(py::module_& root) {
     m.def("moe_route", [](Arr<int32_t> ids, int64_t n_experts) {
         expect(ids.ndim() == 2, "ids must be 2-D [tokens, top_k]");
         const int64_t T = ids.shape(0), K = ids.shape(1);
-        auto offsets = empty<int64_t>({n_experts + 1});
-        auto position = empty<int32_t>({T, K});
-        auto source = empty<int32_t>({T * K});
+        auto offsets = empty<int64_t>({checked_add(n_experts, 1, "n_experts + 1")}, "moe_route offsets [n_experts + 1]");
+        auto position = empty<int32_t>({T, K}, "moe_route position (the shape of ids)");
+        auto source = empty<int32_t>({T * K}, "moe_route source (the entries of ids)");
         {
             py::gil_scoped_release nogil;
             moe_route(ids.data(), T, K, n_experts, offsets.mutable_data(), position.mutable_data(), source.mutable_data());
@@ -500,7 +587,7 @@ void bind_kernels(py::module_& root) {
         const int64_t T = x.shape(0), D = x.shape(1), R = source.shape(0);
         for (int64_t r = 0; r < R; ++r)
             expect(source.data()[r] >= 0 && source.data()[r] < T, "source[" + std::to_string(r) + "] is outside [0, tokens)");
-        auto out = empty<uint16_t>({R, D});
+        auto out = empty<uint16_t>({R, D}, "moe_permute output [entries of source, columns of x]");
         {
             py::gil_scoped_release nogil;
             moe_permute(x.data(), D, source.data(), R, out.mutable_data());
@@ -513,7 +600,7 @@ void bind_kernels(py::module_& root) {
         expect_shape(weights, {T, K}, "weights");
         for (int64_t i = 0; i < T * K; ++i)
             expect(position.data()[i] >= 0 && position.data()[i] < R, "position entries must index rows of y_perm");
-        auto y = empty<float>({T, D});
+        auto y = empty<float>({T, D}, "moe_unpermute output [rows of position, columns of y_perm]");
         {
             py::gil_scoped_release nogil;
             moe_unpermute(y_perm.data(), D, position.data(), weights.data(), T, K, y.mutable_data(), false);
@@ -527,7 +614,7 @@ void bind_kernels(py::module_& root) {
         expect_shape(offsets, {w.n_experts + 1}, "offsets");
         expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [rows, dim] with dim = " + std::to_string(w.dim));
         expect(offsets.data()[w.n_experts] == x.shape(0), "offsets[-1] must equal the rows of x");
-        auto y = empty<float>({x.shape(0), w.dim});
+        auto y = empty<float>({x.shape(0), w.dim}, "experts_contiguous output");
         {
             py::gil_scoped_release nogil;
             experts_contiguous(x.data(), offsets.data(), w, y.mutable_data());
@@ -541,7 +628,7 @@ void bind_kernels(py::module_& root) {
         expect(x.ndim() == 3 && x.shape(0) == w.n_experts && x.shape(2) == w.dim,
                "x must be [experts, capacity, dim] matching the weights");
         expect_shape(counts, {w.n_experts}, "counts");
-        auto y = empty<float>({x.shape(0), x.shape(1), w.dim});
+        auto y = empty<float>({x.shape(0), x.shape(1), w.dim}, "experts_masked output");
         {
             py::gil_scoped_release nogil;
             experts_masked(x.data(), x.shape(1), counts.data(), w, y.mutable_data());
@@ -566,7 +653,7 @@ void bind_kernels(py::module_& root) {
         const float* b = optional_bias(gate_bias, routed.n_experts, "gate_bias");
         const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
         cfg.validate(routed.n_experts, b != nullptr);
-        auto y = empty<float>({x.shape(0), routed.dim});
+        auto y = empty<float>({x.shape(0), routed.dim}, "moe_layer output");
         {
             py::gil_scoped_release nogil;
             moe_layer(x.data(), x.shape(0), gate_w.data(), b, cfg, routed, shared, y.mutable_data());

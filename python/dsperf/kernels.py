@@ -13,7 +13,9 @@ call raise TypeError naming the argument.
 """
 from __future__ import annotations
 
+import math
 import numbers
+import os
 
 import ml_dtypes
 import numpy as np
@@ -83,17 +85,92 @@ def _bits(a):
     return a
 
 
+_I32 = np.iinfo(np.int32)
+_I64_MAX = 2 ** 63 - 1
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def _ids(name, a, ndim):
+    """int32 indices: an int64 array is range-checked in 64 bits before it is narrowed, so that
+    2**32 + 3 cannot alias index 3 (every valid index, position or count fits int32)."""
     a = _arr(name, a, (np.dtype(np.int32), np.dtype(np.int64)), ndim)
-    return np.ascontiguousarray(a, dtype=np.int32) if a.dtype != np.int32 else a
+    if a.dtype == np.int32:
+        return a
+    bad = np.flatnonzero((a < _I32.min) | (a > _I32.max))
+    if bad.size:
+        where = np.unravel_index(bad[0], a.shape)
+        raise ValueError(f"{name}[{', '.join(map(str, where))}] = {a[where]} does not fit int32 (no index that large "
+                         f"is valid)")
+    return a.astype(np.int32)
 
 
-def _int(name, v, minimum=None):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+def _int(name, v, minimum=None, maximum=_I64_MAX):
+    """A Python or numpy integer (not a bool, not a float with an integral value) in
+    [minimum, maximum]; the default maximum is what the kernels' int64 arguments hold."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {v!r}")
     if minimum is not None and v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {v}")
     return int(v)
+
+
+def _real(name, v, *, minimum=None, positive=False):
+    """A finite real number (not a bool, not a string) that FP32 holds, as the kernels take it:
+    1e300 would become inf and a positive 1e-50 would become 0 on the way in."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    f = float(v)
+    if not math.isfinite(f) or abs(f) > _F32_MAX:
+        raise ValueError(f"{name} must be a finite FP32 number, got {v!r}")
+    if positive and not np.float32(f) > 0:
+        raise ValueError(f"{name} must be positive (a positive number), got {v!r}")
+    if minimum is not None and f < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
+    return f
+
+
+def _bool(name, v):
+    """True or False only: 'no' and 'false' are strings, not flags."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {v!r}")
+    return bool(v)
+
+
+def _memory_bytes():
+    """The memory this process may have (physical memory, or less under an address-space limit):
+    an array larger than it cannot be allocated and filled, and with overcommit the allocation
+    succeeds and the process dies filling it."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        total = 2 ** 46
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as f:
+                mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            total = min(total, soft - mapped)
+    except (ImportError, OSError, ValueError):
+        pass
+    return total
+
+
+def _check_bytes(name, nbytes, what):
+    if nbytes > _memory_bytes():
+        raise ValueError(f"{name}: {what} would need {nbytes / 2**30:.3g} GiB, more than this machine's "
+                         f"{_memory_bytes() / 2**30:.3g} GiB of memory")
+
+
+def _cache_array(name, a, dtypes, ndim):
+    """An array a kernel writes into: exactly the dtype, C-contiguous and writeable, because any
+    conversion would write into a temporary copy and leave the cache without the new rows."""
+    _arr(name, a, dtypes, ndim)
+    if not a.flags.writeable:
+        raise ValueError(f"{name} must be writeable")
+    return a
 
 
 def _expert_weights(w13, w2, w13_scale, w2_scale):
@@ -155,26 +232,30 @@ def rmsnorm(x, weight, eps=1e-6):
     _arr("weight", weight, (F32, BF16), 1)
     if weight.shape[0] != x.shape[-1]:
         raise ValueError(f"weight must have {x.shape[-1]} entries, got {weight.shape[0]}")
-    if not (isinstance(eps, numbers.Real) and eps >= 0):
-        raise ValueError(f"eps must be a number >= 0, got {eps!r}")
-    x2 = x.reshape(-1, x.shape[-1])
+    eps = _real("eps", eps, minimum=0)
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # not -1: an empty last dimension leaves it ambiguous
     w = np.ascontiguousarray(weight, dtype=np.float32)
     if x.dtype == F32:
-        out = _K.rmsnorm_f32(x2, w, float(eps))
+        out = _K.rmsnorm_f32(x2, w, eps)
     else:
-        out = _K.rmsnorm_bf16(_bits(x2), w, float(eps)).view(BF16)
+        out = _K.rmsnorm_bf16(_bits(x2), w, eps).view(BF16)
     return out.reshape(x.shape)
 
 
 def rope_frequencies(dim=64, base=10000.0, factor=40.0, original_seq_len=4096, max_seq_len=16384, beta_fast=32.0,
                      beta_slow=1.0):
     """DeepSeek-V3's rotary frequencies with YaRN scaling (dim / 2 values, FP32)."""
-    return _K.rope_frequencies(_int("dim", dim, 2), float(base), float(factor), _int("original_seq_len", original_seq_len, 1),
-                               _int("max_seq_len", max_seq_len, 1), float(beta_fast), float(beta_slow))
+    dim = _int("dim", dim, 2)
+    _check_bytes("dim", dim // 2 * 4, "the frequencies")
+    return _K.rope_frequencies(dim, _real("base", base), _real("factor", factor),
+                               _int("original_seq_len", original_seq_len, 1), _int("max_seq_len", max_seq_len, 1),
+                               _real("beta_fast", beta_fast), _real("beta_slow", beta_slow))
 
 
 def rope_mscale(factor=40.0, mscale_all_dim=1.0, original_seq_len=4096, max_seq_len=16384) -> float:
     """YaRN's attention-scale correction: the softmax scale is multiplied by its square."""
+    factor, mscale_all_dim = _real("factor", factor, positive=True), _real("mscale_all_dim", mscale_all_dim)
+    original_seq_len, max_seq_len = _int("original_seq_len", original_seq_len, 1), _int("max_seq_len", max_seq_len, 1)
     if max_seq_len <= original_seq_len or factor <= 1:
         return 1.0
     return 0.1 * mscale_all_dim * float(np.log(factor)) + 1.0
@@ -190,7 +271,7 @@ def apply_rope(x, positions, freqs):
     _arr("freqs", freqs, (F32,), 1)
     x3 = x.reshape(x.shape[0], -1, x.shape[-1]) if x.ndim == 3 else x.reshape(x.shape[0], 1, x.shape[-1])
     if positions.shape[0] != x.shape[0]:
-        raise ValueError(f"positions must have one entry per token ({x.shape[0]}), got {positions.shape[0]}")
+        raise ValueError(f"positions must have one entry per token of x ({x.shape[0]}), got {positions.shape[0]}")
     if x.shape[-1] % 2 or freqs.shape[0] != x.shape[-1] // 2:
         raise ValueError(f"freqs must have rope_dim / 2 = {x.shape[-1] // 2} entries, got {freqs.shape[0]}")
     out = x3.copy()
@@ -237,10 +318,8 @@ def weight_dequant(w, scale):
 def _gate_args(n_group, topk_group, top_k, route_scale, score_func):
     if score_func not in ("sigmoid", "softmax"):
         raise ValueError(f"score_func must be 'sigmoid' or 'softmax', got {score_func!r}")
-    if isinstance(route_scale, bool) or not isinstance(route_scale, numbers.Real):
-        raise TypeError(f"route_scale must be a number, got {route_scale!r}")
     return (_int("n_group", n_group, 1), _int("topk_group", topk_group, 1), _int("top_k", top_k, 1),
-            float(route_scale), score_func)
+            _real("route_scale", route_scale, positive=True), score_func)
 
 
 def moe_gate(x, weight, bias=None, *, n_group, topk_group, top_k, route_scale, score_func="sigmoid"):
@@ -280,7 +359,7 @@ def moe_route(ids, n_experts):
     """Group (token, slot) pairs by expert, stable in token order: (offsets int64 [E + 1],
     position int32 [T, K] = each pair's row in the permuted order, source int32 [T * K] = each
     row's token)."""
-    return _K.moe_route(_ids("ids", ids, 2), _int("n_experts", n_experts, 1))
+    return _K.moe_route(_ids("ids", ids, 2), _int("n_experts", n_experts, 1))  # the binding bounds the offsets
 
 
 def moe_permute(x, source):
@@ -327,7 +406,7 @@ def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None):
     if x.shape[0] != w13.shape[0] or x.shape[2] != w13.shape[2]:
         raise ValueError(f"x must be [experts={w13.shape[0]}, capacity, dim={w13.shape[2]}], got {x.shape}")
     if counts.shape[0] != x.shape[0] or np.any(counts < 0) or np.any(counts > x.shape[1]):
-        raise ValueError(f"counts must have {x.shape[0]} entries in [0, capacity = {x.shape[1]}]")
+        raise ValueError(f"counts must have {x.shape[0]} entries in [0, capacity = x.shape[1] = {x.shape[1]}]")
     return _K.experts_masked(_bits(x), counts, *w)
 
 
@@ -360,19 +439,39 @@ class PagedMlaCache:
             raise ValueError(f"dtype must be 'bf16' or 'fp8', got {dtype!r}")
         nb, bs = _int("num_blocks", num_blocks, 1), _int("block_size", block_size, 1)
         kv_lora, rope = _int("kv_lora", kv_lora, 1), _int("rope", rope, 2)
+        decompressed = _bool("decompressed", decompressed)
+        if decompressed:
+            heads, nope, v = _int("heads", heads, 1), _int("nope", nope, 1), _int("v", v, 1)
+        per_token = kv_lora * 2 + -(-kv_lora // 128) * 4 + rope * 2 + (heads * (nope + rope + v) * 2 if decompressed else 0)
+        _check_bytes("num_blocks", nb * bs * per_token, "the paged cache (num_blocks x block_size tokens of kv_lora + "
+                     "rope values, and heads x (nope + rope + v) when decompressed)")
         self.latent = np.zeros((nb, bs, kv_lora), BF16 if dtype == "bf16" else FP8)
         self.latent_scale = None if dtype == "bf16" else np.zeros((nb, bs, -(-kv_lora // 128)), np.float32)
         self.rope = np.zeros((nb, bs, rope), BF16)
         # The CD variant's per-head decompressed keys and values, paged the same way.
         self.k_full = self.v_full = None
         if decompressed:
-            heads = _int("heads", heads, 1)
-            self.k_full = np.zeros((nb, bs, heads, _int("nope", nope, 1) + rope), BF16)
-            self.v_full = np.zeros((nb, bs, heads, _int("v", v, 1)), BF16)
+            self.k_full = np.zeros((nb, bs, heads, nope + rope), BF16)
+            self.v_full = np.zeros((nb, bs, heads, v), BF16)
 
     @property
     def dtype(self):
         return "bf16" if self.latent_scale is None else "fp8"
+
+    def _check(self):
+        """The arrays the kernels write into (they are attributes a caller may have replaced)."""
+        fp8 = isinstance(self.latent, np.ndarray) and self.latent.dtype == FP8
+        _cache_array("cache.latent", self.latent, (FP8 if fp8 else BF16,), 3)
+        if fp8:
+            _cache_array("cache.latent_scale", self.latent_scale, (F32,), 3)
+        elif self.latent_scale is not None:
+            raise ValueError("cache.latent_scale goes with an FP8 cache.latent only")
+        _cache_array("cache.rope", self.rope, (BF16,), 3)
+        if (self.k_full is None) != (self.v_full is None):
+            raise ValueError("cache.k_full and cache.v_full go together")
+        if self.k_full is not None:
+            _cache_array("cache.k_full", self.k_full, (BF16,), 4)
+            _cache_array("cache.v_full", self.v_full, (BF16,), 4)
 
 
 def paged_cache_write(cache, block_table, requests, positions, latent, k_pe):
@@ -381,6 +480,7 @@ def paged_cache_write(cache, block_table, requests, positions, latent, k_pe):
     per 128 values. Ids outside the table or the cache raise ValueError."""
     if not isinstance(cache, PagedMlaCache):
         raise TypeError(f"cache must be a PagedMlaCache, got {type(cache).__name__}")
+    cache._check()
     _arr("latent", latent, (BF16,), 2)
     _arr("k_pe", k_pe, (BF16,), 2)
     _K.paged_cache_write(_bits(cache.latent), cache.latent_scale, _bits(cache.rope), _ids("block_table", block_table, 2),
@@ -420,10 +520,10 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
         raise ValueError("q_nope / q_rope widths must match latent_cache / rope_cache")
     if block_table.shape[0] != q_nope.shape[0] or seqlens.shape[0] != q_nope.shape[0]:
         raise ValueError(f"block_table and seqlens must have one row per request ({q_nope.shape[0]})")
-    if not (isinstance(softmax_scale, numbers.Real) and softmax_scale > 0):
-        raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
+    softmax_scale = _real("softmax_scale", softmax_scale, positive=True)
+    num_splits = _int("num_splits", num_splits, 1)  # the binding bounds the split buffers by memory
     return _K.mla_decode_absorbed(_bits(q_nope), _bits(q_rope), _bits(latent_cache), latent_scale, _bits(rope_cache),
-                                  block_table, seqlens, float(softmax_scale), _int("num_splits", num_splits, 1))
+                                  block_table, seqlens, softmax_scale, num_splits)
 
 
 MLA_VARIANTS = ("CD", "CC", "A_CC", "A_CC_ME", "AM_CC_ME")
@@ -439,11 +539,17 @@ class MlaCache:
 
     def __init__(self, capacity, kv_lora=512, rope=64, *, decompressed=False, heads=None, nope=128, v=128):
         capacity = _int("capacity", capacity, 1)
-        self.latent = np.zeros((capacity, _int("kv_lora", kv_lora, 1)), BF16)
-        self.k_pe = np.zeros((capacity, _int("rope", rope, 2)), BF16)
+        kv_lora, rope = _int("kv_lora", kv_lora, 1), _int("rope", rope, 2)
+        decompressed = _bool("decompressed", decompressed)
+        if decompressed:
+            heads, nope, v = _int("heads", heads, 1), _int("nope", nope, 1), _int("v", v, 1)
+        per_token = (kv_lora + rope + (heads * (nope + rope + v) if decompressed else 0)) * 2
+        _check_bytes("capacity", capacity * per_token, "the cache (capacity tokens of kv_lora + rope values, and "
+                     "heads x (nope + rope + v) when decompressed)")
+        self.latent = np.zeros((capacity, kv_lora), BF16)
+        self.k_pe = np.zeros((capacity, rope), BF16)
         self.k_full = self.v_full = None
         if decompressed:
-            heads = _int("heads", heads, 1)
             self.k_full = np.zeros((capacity, heads, nope + rope), BF16)
             self.v_full = np.zeros((capacity, heads, v), BF16)
         self.prefix = 0
@@ -452,6 +558,18 @@ class MlaCache:
     def capacity(self):
         return self.latent.shape[0]
 
+    def _check(self):
+        """The arrays the kernels write into and the fill mark (attributes a caller may have
+        replaced): a strided or converted array would take the new rows in a temporary copy."""
+        _cache_array("cache.latent", self.latent, (BF16,), 2)
+        _cache_array("cache.k_pe", self.k_pe, (BF16,), 2)
+        if (self.k_full is None) != (self.v_full is None):
+            raise ValueError("cache.k_full and cache.v_full go together")
+        if self.k_full is not None:
+            _cache_array("cache.k_full", self.k_full, (BF16,), 3)
+            _cache_array("cache.v_full", self.v_full, (BF16,), 3)
+        return _int("cache.prefix", self.prefix, 0, self.capacity)
+
 
 def _check_mla_call(variant, x, cache, weights):
     """The checks mla_forward and decode_layer share: variant, x, the cache's kind and room, and
@@ -459,8 +577,11 @@ def _check_mla_call(variant, x, cache, weights):
     if variant not in MLA_VARIANTS:
         raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
     _arr("x", x, (BF16,), 2)
+    if x.shape[0] == 0:
+        raise ValueError("x must hold at least one token")
     if not isinstance(cache, MlaCache):
         raise TypeError(f"cache must be an MlaCache, got {type(cache).__name__}")
+    cache._check()
     if variant == "CD" and cache.k_full is None:
         raise ValueError("the CD variant needs MlaCache(..., decompressed=True)")
     if variant == "AM_CC_ME" and (not isinstance(weights, dict) or weights.get("q_absorb") is None):
@@ -481,6 +602,8 @@ def _mla_weights(weights):
         if k not in weights:
             raise ValueError(f"weights is missing '{k}'")
         out[k] = np.ascontiguousarray(_arr(f"weights['{k}']", weights[k], (F32, BF16), 1), dtype=np.float32)
+    if (weights.get("q_absorb") is None) != (weights.get("o_absorb") is None):
+        raise ValueError("weights['q_absorb'] and weights['o_absorb'] go together (mla_absorb_weights makes both)")
     for k in ("q_absorb", "o_absorb"):
         if weights.get(k) is not None:
             out[k] = _bits(_arr(f"weights['{k}']", weights[k], (BF16,), 2))
@@ -498,11 +621,12 @@ def mla_prolog(x, weights, positions, *, heads, freqs, nope=128, rope=64, v=128,
     positions = _ids("positions", positions, 1)
     _arr("freqs", freqs, (F32,), 1)
     if positions.shape[0] != x.shape[0]:
-        raise ValueError(f"positions must have one entry per token ({x.shape[0]}), got {positions.shape[0]}")
+        raise ValueError(f"positions must have one entry per token of x ({x.shape[0]}), got {positions.shape[0]}")
     if (cache is None) != (block_table is None) or (cache is None) != (requests is None):
         raise ValueError("cache, block_table and requests go together")
     qa, q, latent, k_pe = _K.mla_prolog(_bits(x), _mla_weights(weights), _int("heads", heads, 1), _int("nope", nope, 1),
-                                        _int("rope", rope, 2), _int("v", v, 1), float(eps), positions, freqs)
+                                        _int("rope", rope, 2), _int("v", v, 1), _real("eps", eps, minimum=0), positions,
+                                        freqs)
     q = q.view(BF16)
     out = dict(qa=qa.view(BF16), q_nope=np.ascontiguousarray(q[..., :nope]), q_pe=np.ascontiguousarray(q[..., nope:]),
                latent=latent.view(BF16), k_pe=k_pe.view(BF16))
@@ -529,11 +653,10 @@ def mla_forward(variant, x, weights, cache, *, heads, freqs, softmax_scale, nope
     Returns FP32 [T, dim]."""
     _check_mla_call(variant, x, cache, weights)
     _arr("freqs", freqs, (F32,), 1)
-    if not (isinstance(softmax_scale, numbers.Real) and softmax_scale > 0):
-        raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
+    softmax_scale = _real("softmax_scale", softmax_scale, positive=True)
     w = _mla_weights(weights)
     y = _K.mla_forward(variant, _bits(x), w, _int("heads", heads, 1), _int("nope", nope, 1), _int("rope", rope, 2),
-                       _int("v", v, 1), float(eps), freqs, float(softmax_scale), _bits(cache.latent),
+                       _int("v", v, 1), _real("eps", eps, minimum=0), freqs, softmax_scale, _bits(cache.latent),
                        _bits(cache.k_pe), None if cache.k_full is None else _bits(cache.k_full),
                        None if cache.v_full is None else _bits(cache.v_full), cache.prefix)
     cache.prefix += x.shape[0]
@@ -559,12 +682,17 @@ def mla_forward_paged(variant, x, weights, cache, block_table, seqlens, new_toke
         raise TypeError(f"cache must be a PagedMlaCache, got {type(cache).__name__}")
     if variant not in MLA_VARIANTS:
         raise ValueError(f"variant must be one of {MLA_VARIANTS}, got {variant!r}")
+    cache._check()
     if variant == "CD" and cache.k_full is None:
         raise ValueError("the CD variant needs PagedMlaCache(..., decompressed=True)")
     _arr("x", x, (BF16,), 2)
     block_table = _ids("block_table", block_table, 2)
-    seqlens, new_tokens = _ids("seqlens", seqlens, 1), _ids("new_tokens", new_tokens, 1)
+    # Token counts in int64: seqlens + new_tokens must not wrap around in int32.
+    seqlens = _ids("seqlens", seqlens, 1).astype(np.int64)
+    new_tokens = _ids("new_tokens", new_tokens, 1).astype(np.int64)
     B, bs = block_table.shape[0], cache.latent.shape[1]
+    if B == 0:
+        raise ValueError("block_table must have a row for at least one request")
     if seqlens.shape[0] != B or new_tokens.shape[0] != B:
         raise ValueError(f"seqlens and new_tokens must have one entry per request ({B})")
     if np.any(seqlens < 0) or np.any(new_tokens < 1):
@@ -573,7 +701,11 @@ def mla_forward_paged(variant, x, weights, cache, block_table, seqlens, new_toke
         raise ValueError(f"x must have sum(new_tokens) = {int(new_tokens.sum())} rows, got {x.shape[0]}")
     need = -(-(seqlens + new_tokens) // bs)
     if np.any(need > block_table.shape[1]):
-        raise ValueError(f"block_table has {block_table.shape[1]} blocks per request; a request needs {need.max()}")
+        raise ValueError(f"seqlens + new_tokens need up to {need.max()} blocks per request; block_table has "
+                         f"{block_table.shape[1]}")
+    # Each request's rows are gathered into a contiguous cache: a table naming one block many
+    # times could ask for more than the paged cache holds.
+    _check_bytes("seqlens", int((seqlens + new_tokens).max()) * cache.latent.shape[2] * 4, "a request's gathered cache")
     used = np.concatenate([block_table[b, :need[b]] for b in range(B)])
     if used.size and (used.min() < 0 or used.max() >= cache.latent.shape[0]):
         raise ValueError(f"block_table points outside the cache's {cache.latent.shape[0]} blocks")
@@ -628,12 +760,22 @@ def decode_layer(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=
     "gate_bias" (optional), "w13", "w2", "w13_scale"/"w2_scale" (FP8), "shared_w13"/"shared_w2"
     (optional), "n_group", "topk_group", "top_k", "route_scale", "score_func"}}. Returns BF16 [T, dim]
     and advances cache.prefix. decode_layer_by_ops is the same layer one kernel call at a time."""
+    out = _K.decode_layer(*_decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps))
+    cache.prefix += x.shape[0]
+    return out.view(BF16)
+
+
+def _decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps):
+    """decode_layer's checks (decode_layer_by_ops makes them too) and its binding's arguments."""
     if not isinstance(layer, dict):
         raise TypeError(f"layer must be a dict, got {type(layer).__name__}")
     _check_mla_call(variant, x, cache, layer.get("mla"))
     moe = _moe_args(layer.get("moe"))
     mla = _mla_weights(layer.get("mla"))
     norms = [np.ascontiguousarray(_arr(f"layer['{k}']", layer.get(k), (F32,), 1)) for k in ("attn_norm", "ffn_norm")]
+    if x.shape[1] != norms[0].shape[0] or norms[1].shape != norms[0].shape:
+        raise ValueError(f"x, layer['attn_norm'] and layer['ffn_norm'] must share dim, got {x.shape[1]}, "
+                         f"{norms[0].shape[0]} and {norms[1].shape[0]}")
     _arr("moe['gate_weight']", moe["gate_weight"], (BF16,), 2)
     w = _expert_weights(moe["w13"], moe["w2"], moe.get("w13_scale"), moe.get("w2_scale"))
     shared = _shared_expert(moe["w13"].dtype, moe.get("shared_w13"), moe.get("shared_w2"), moe.get("shared_w13_scale"),
@@ -643,20 +785,18 @@ def decode_layer(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=
         _arr("moe['gate_bias']", bias, (F32,), 1)
     gate = _gate_args(moe["n_group"], moe["topk_group"], moe["top_k"], moe["route_scale"], moe.get("score_func", "sigmoid"))
     _arr("freqs", freqs, (F32,), 1)
-    out = _K.decode_layer(variant, _bits(x), norms[0], norms[1], mla, _int("heads", heads, 1), _int("nope", nope, 1),
-                          _int("rope", rope, 2), _int("v", v, 1), float(eps), freqs, float(softmax_scale),
-                          _bits(cache.latent), _bits(cache.k_pe),
-                          None if cache.k_full is None else _bits(cache.k_full),
-                          None if cache.v_full is None else _bits(cache.v_full), cache.prefix,
-                          _bits(moe["gate_weight"]), bias, *w, *shared, *gate)
-    cache.prefix += x.shape[0]
-    return out.view(BF16)
+    return (variant, _bits(x), norms[0], norms[1], mla, _int("heads", heads, 1), _int("nope", nope, 1),
+            _int("rope", rope, 2), _int("v", v, 1), _real("eps", eps, minimum=0), freqs,
+            _real("softmax_scale", softmax_scale, positive=True), _bits(cache.latent), _bits(cache.k_pe),
+            None if cache.k_full is None else _bits(cache.k_full), None if cache.v_full is None else _bits(cache.v_full),
+            cache.prefix, _bits(moe["gate_weight"]), bias, *w, *shared, *gate)
 
 
 def decode_layer_by_ops(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=128, rope=64, v=128, eps=1e-6):
     """decode_layer composed from the public kernels, one Python call per op: the baseline that
     shows the per-op overhead the one-call layer removes."""
-    moe = _moe_args(layer.get("moe"))
+    _decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps)
+    moe = layer["moe"]
     h = rmsnorm(x, layer["attn_norm"], eps)
     a = mla_forward(variant, h, layer["mla"], cache, heads=heads, freqs=freqs, softmax_scale=softmax_scale, nope=nope,
                     rope=rope, v=v, eps=eps)

@@ -29,9 +29,17 @@ void online_softmax_row(float* s, int64_t n, int64_t k_start, int64_t visible, f
         s[j] = k_start + j < visible ? s[j] * scale : -INFINITY;
         mx = std::max(mx, s[j]);
     }
+    // std::max skips NaN, so a NaN score leaves mx alone: with a finite mx its exp is NaN and the
+    // NaN reaches l and o. With mx still -inf every score is -inf or NaN (a NaN query, say): none
+    // has weight, but the NaN must not become 0 (a finite output from a NaN input), so this rare
+    // row is scanned for it.
     const float correction = mx == -INFINITY ? 1.0f : exp_nonpositive(m - mx);
-    // exp in its own loop so that it vectorises; the sum and the BF16 rounding after.
-    for (int64_t j = 0; j < n; ++j) s[j] = mx == -INFINITY ? 0.0f : exp_nonpositive(s[j] - mx);
+    if (mx == -INFINITY) {
+        for (int64_t j = 0; j < n; ++j) s[j] = std::isnan(s[j]) ? NAN : 0.0f;
+    } else {
+        // exp in its own loop so that it vectorises; the sum and the BF16 rounding after.
+        for (int64_t j = 0; j < n; ++j) s[j] = exp_nonpositive(s[j] - mx);
+    }
     float sum = 0;
     for (int64_t j = 0; j < n; ++j) {
         sum += s[j];
@@ -81,9 +89,9 @@ void attend(const AttentionArgs& a, const Group& g) {
         gemm_bf16_vnni(p.data(), n, vp.data(), o.data(), dv, R, dv, n, true);
     }
     for (int64_t r = 0; r < R; ++r) {
-        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;
+        const float inv = softmax_inverse_sum(l[size_t(r)]);
         for (int64_t d = 0; d < dv; ++d) g.out[r * g.ldo + d] = o[size_t(r * dv + d)] * inv;
-        if (g.lse) g.lse[r * g.ld_lse] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -INFINITY;
+        if (g.lse) g.lse[r * g.ld_lse] = softmax_lse(m[size_t(r)], l[size_t(r)]);
     }
 }
 

@@ -3,6 +3,7 @@
 // concatenating them); kv_heads is heads (MHA) or 1 (MQA: every head reads the same keys, and
 // the heads fold into the GEMM M dimension).
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/common/dtype.hpp"
@@ -33,6 +34,12 @@ struct AttentionArgs {
 // to p in BF16 for the value GEMM. s is overwritten.
 void online_softmax_row(float* s, int64_t n, int64_t k_start, int64_t visible, float scale, float& m, float& l,
                         bf16_t* p, float* o, int64_t dv);
+
+// The end of an online softmax row with running max m and sum l: 1 / l to normalise the output
+// and the log-sum-exp. A row that saw no key (l = 0) gives 0 and -inf; a NaN sum (a NaN score or
+// key on the way) gives NaN in both, so that the NaN reaches the output.
+inline float softmax_inverse_sum(float l) { return l == 0.0f ? 0.0f : 1.0f / l; }
+inline float softmax_lse(float m, float l) { return l == 0.0f ? -INFINITY : m + std::log(l); }
 
 // out[t, h, :dv] FP32 (normalised); lse[t, h] when lse is not null.
 void attention(const AttentionArgs& a, float* out, float* lse);

@@ -26,7 +26,7 @@ void require(bool ok, const char* what) {
 
 template <typename T>
 void rmsnorm(const T* x, const float* weight, T* out, int64_t tokens, int64_t dim, float eps) {
-    require(tokens >= 0 && dim > 0, "rmsnorm: tokens must be >= 0 and dim > 0");
+    require(tokens >= 0 && dim >= 0, "rmsnorm: tokens and dim must be >= 0");
     require(eps >= 0, "rmsnorm: eps must be >= 0");
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
@@ -75,8 +75,8 @@ std::vector<float> rope_frequencies(const RopeConfig& c) {
 template <typename T>
 void rope_inplace(T* x, int64_t tokens, int64_t heads, int64_t ld_token, int64_t ld_head, const int32_t* positions,
                   const float* freqs, int64_t rope_dim) {
-    require(tokens >= 0 && heads > 0 && rope_dim > 0 && rope_dim % 2 == 0,
-            "rope: tokens >= 0, heads > 0 and an even rope_dim are required");
+    require(tokens >= 0 && heads >= 0 && rope_dim >= 0 && rope_dim % 2 == 0,
+            "rope: tokens and heads >= 0 and an even rope_dim >= 0 are required");
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t i = 0; i < rope_dim / 2; ++i) {
@@ -96,7 +96,7 @@ template void rope_inplace<float>(float*, int64_t, int64_t, int64_t, int64_t, co
 template void rope_inplace<bf16_t>(bf16_t*, int64_t, int64_t, int64_t, int64_t, const int32_t*, const float*, int64_t);
 
 void embedding(const bf16_t* table, int64_t vocab, int64_t dim, const int32_t* ids, int64_t tokens, bf16_t* out) {
-    require(vocab > 0 && dim > 0 && tokens >= 0, "embedding: vocab and dim must be positive");
+    require(vocab >= 0 && dim >= 0 && tokens >= 0, "embedding: vocab, dim and tokens must be >= 0");
     for (int64_t t = 0; t < tokens; ++t)
         if (ids[t] < 0 || ids[t] >= vocab)
             throw std::invalid_argument("embedding: ids[" + std::to_string(t) + "] = " + std::to_string(ids[t]) +
@@ -107,7 +107,7 @@ void embedding(const bf16_t* table, int64_t vocab, int64_t dim, const int32_t* i
 }
 
 void silu_mul(const float* gu, int64_t tokens, int64_t inter, bf16_t* out) {
-    require(tokens >= 0 && inter > 0, "silu_mul: inter must be positive");
+    require(tokens >= 0 && inter >= 0, "silu_mul: tokens and inter must be >= 0");
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
         const float* g = gu + t * 2 * inter;
@@ -119,16 +119,24 @@ void silu_mul(const float* gu, int64_t tokens, int64_t inter, bf16_t* out) {
 
 template <typename T>
 void act_quant(const T* x, int64_t tokens, int64_t dim, fp8_t* q, float* scales) {
-    require(tokens >= 0 && dim > 0, "act_quant: dim must be positive");
+    require(tokens >= 0 && dim >= 0, "act_quant: tokens and dim must be >= 0");
     constexpr int64_t kGroup = 128;
     const int64_t groups = (dim + kGroup - 1) / kGroup;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t g = 0; g < groups; ++g) {
             const int64_t k0 = g * kGroup, k1 = std::min(dim, k0 + kGroup);
+            // std::max skips NaN: a NaN in the block is looked for beside the max, and makes the
+            // scale NaN (as the reference's amax), so that q * scale is NaN for the whole block
+            // rather than a NaN token crossing FP8 as zeros.
             float amax = 0;
-            for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(load(x[t * dim + k])));
-            const float scale = amax / kFp8Max;
+            bool nan = false;
+            for (int64_t k = k0; k < k1; ++k) {
+                const float v = load(x[t * dim + k]);
+                amax = std::max(amax, std::fabs(v));
+                nan |= v != v;
+            }
+            const float scale = nan ? NAN : amax / kFp8Max;
             scales[t * groups + g] = scale;
             for (int64_t k = k0; k < k1; ++k)
                 q[t * dim + k] = scale > 0 ? f32_to_fp8(load(x[t * dim + k]) / scale) : fp8_t(0);
@@ -139,7 +147,7 @@ template void act_quant<float>(const float*, int64_t, int64_t, fp8_t*, float*);
 template void act_quant<bf16_t>(const bf16_t*, int64_t, int64_t, fp8_t*, float*);
 
 void weight_dequant(const fp8_t* w, const float* scale, int64_t rows, int64_t cols, bf16_t* out) {
-    require(rows >= 0 && cols > 0, "weight_dequant: cols must be positive");
+    require(rows >= 0 && cols >= 0, "weight_dequant: rows and cols must be >= 0");
     constexpr int64_t kBlock = 128;
     const int64_t col_blocks = (cols + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)

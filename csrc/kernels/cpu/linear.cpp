@@ -18,6 +18,12 @@ void check_dims(int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64
 
 bool use_avx512() { return cpu_features().isa == "avx512_bf16"; }
 
+// K = 0: every output is an empty sum, 0 (the micro-kernels would leave y unwritten).
+void zero_sum(float* y, int64_t ldy, int64_t M, int64_t N, bool accumulate) {
+    if (accumulate) return;
+    for (int64_t m = 0; m < M; ++m) std::fill(y + m * ldy, y + m * ldy + N, 0.0f);
+}
+
 // From this many rows of x, widening to FP32 pays for itself (the widened w panel is reused by
 // every row); below it (decode) the BF16 dot kernel reads w once as it streams.
 constexpr int64_t kFmaMinRows = 32;
@@ -78,6 +84,7 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
                  int64_t N, int64_t K, bool accumulate) {
     check_dims(M, N, K, ldx, ldw, ldy);
     if (M == 0 || N == 0) return;
+    if (K == 0) return zero_sum(y, ldy, M, N, accumulate);
     if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
     // AMX tiles from one tile row of x up, where the CPU has them (and they passed the self-check).
     if (M >= amx::kMinRows && amx::usable()) return amx::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
@@ -99,6 +106,7 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
                     int64_t K, bool accumulate) {
     if (M < 0 || N < 0 || K < 0 || ldx < K || ldy < N) throw std::invalid_argument("gemm_bf16_vnni: bad sizes");
     if (M == 0 || N == 0) return;
+    if (K == 0) return zero_sum(y, ldy, M, N, accumulate);
     if (use_avx512() && M >= amx::kMinRows && amx::usable())
         return amx::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
     if (use_avx512()) return avx512::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
@@ -117,6 +125,7 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
                 int64_t N, int64_t K, bool accumulate) {
     check_dims(M, N, K, ldx, K, ldy);
     if (M == 0 || N == 0) return;
+    if (K == 0) return zero_sum(y, ldy, M, N, accumulate);
     constexpr int64_t kBlock = 128;
     const int64_t k_blocks = (K + kBlock - 1) / kBlock;
     const bool simd = use_avx512();

@@ -65,9 +65,9 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         start += n;
     }
     for (int64_t r = 0; r < rows; ++r) {
-        const float inv = l[size_t(r)] > 0 ? 1.0f / l[size_t(r)] : 0.0f;
+        const float inv = softmax_inverse_sum(l[size_t(r)]);
         for (int64_t d = 0; d < L; ++d) out[r * L + d] = o[size_t(r * L + d)] * inv;
-        lse[r] = l[size_t(r)] > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -INFINITY;
+        lse[r] = softmax_lse(m[size_t(r)], l[size_t(r)]);
     }
 }
 
@@ -80,17 +80,18 @@ void paged_cache_write(bf16_t* latent, fp8_t* latent_fp8, float* latent_scale, b
     require(num_blocks >= 1 && BS >= 1 && L >= 1 && R >= 1, "paged_cache_write: the cache shape must be positive");
     require(!latent_fp8 || latent_scale, "paged_cache_write: an FP8 latent needs its scales");
     for (int64_t t = 0; t < T; ++t) {
-        const auto at = [t] { return "token " + std::to_string(t) + ": "; };  // built only for a message
+        const auto at = [t](const char* what) { return std::string(what) + "[" + std::to_string(t) + "] = "; };
         if (!(request[t] >= 0 && request[t] < batch))
-            require(false, at() + "request " + std::to_string(request[t]) + " is outside the block table's " +
+            require(false, at("requests") + std::to_string(request[t]) + " is outside the block table's " +
                                std::to_string(batch) + " rows");
         if (!(position[t] >= 0 && position[t] < max_blocks * BS))
-            require(false, at() + "position " + std::to_string(position[t]) + " is outside the request's " +
-                               std::to_string(max_blocks * BS) + " slots");
+            require(false, at("positions") + std::to_string(position[t]) + " is outside the request's " +
+                               std::to_string(max_blocks * BS) + " slots (block_table columns x block_size)");
         const int32_t blk = block_table[request[t] * max_blocks + position[t] / BS];
         if (!(blk >= 0 && blk < num_blocks))
-            require(false, at() + "block " + std::to_string(blk) + " is outside the cache's " +
-                               std::to_string(num_blocks) + " blocks");
+            require(false, "block_table[" + std::to_string(request[t]) + ", " + std::to_string(position[t] / BS) +
+                               "] = " + std::to_string(blk) + " (token " + std::to_string(t) +
+                               ") is outside the cache's " + std::to_string(num_blocks) + " blocks");
     }
     const int64_t groups = (L + 127) / 128;
     for (int64_t t = 0; t < T; ++t) {
@@ -154,6 +155,8 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
 #pragma omp parallel for schedule(static)
     for (int64_t br = 0; br < batch * rows; ++br) {
         const int64_t b = br / rows, r = br % rows;
+        // Splits without keys have lse -inf and are skipped; a NaN lse (a NaN key or query) is not
+        // -inf, so it makes the total, the merged lse and the output NaN.
         float mx = -INFINITY;
         for (int64_t sp = 0; sp < num_splits; ++sp) mx = std::max(mx, part_lse[size_t((b * num_splits + sp) * rows + r)]);
         double total = 0;

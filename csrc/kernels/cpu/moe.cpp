@@ -22,11 +22,17 @@ void require(bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(what);
 }
 
-// Indices of the k largest values, best first, ties to the lower index.
+// Indices of the k largest values, best first, ties to the lower index; NaN ranks below every
+// number (as in numpy's argsort of the negated scores), which also keeps the ordering strict and
+// weak, as partial_sort requires.
 void top_k_indices(const float* v, int64_t n, int64_t k, int32_t* out, std::vector<int32_t>& scratch) {
     scratch.resize(static_cast<size_t>(n));
     std::iota(scratch.begin(), scratch.end(), 0);
-    auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+    auto better = [v](int32_t a, int32_t b) {
+        const bool na = std::isnan(v[a]), nb = std::isnan(v[b]);
+        if (na || nb) return na == nb ? a < b : nb;
+        return v[a] > v[b] || (v[a] == v[b] && a < b);
+    };
     std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(), better);
     std::copy(scratch.begin(), scratch.begin() + k, out);
 }
@@ -70,7 +76,13 @@ void moe_gate(const float* logits, int64_t tokens, int64_t n_experts, const floa
             if (G > 1) {
                 for (int64_t g = 0; g < G; ++g) {
                     const float* s = select.data() + g * per_group;
-                    if (bias) {  // the sum of the group's two best
+                    // A NaN score makes its group's score NaN (as numpy's max and sort do in the
+                    // reference), and top_k_indices ranks NaN last: the group is dropped.
+                    bool nan = false;
+                    for (int64_t i = 0; i < per_group; ++i) nan |= std::isnan(s[i]);
+                    if (nan) {
+                        group_score[size_t(g)] = NAN;
+                    } else if (bias) {  // the sum of the group's two best
                         float b1 = -INFINITY, b2 = -INFINITY;
                         for (int64_t i = 0; i < per_group; ++i) {
                             if (s[i] > b1) b2 = b1, b1 = s[i];

@@ -87,8 +87,10 @@ def test_sweep_bad_values(kwargs, match):
 def test_wrong_types_name_the_argument():
     with raises("seq_len must be a number", TypeError):
         dsperf.prefill(seq_len="4383")
-    with raises("tp must be an integer"):
+    with raises("tp must be an integer", TypeError):
         dsperf.prefill(tp=4.5)
+    with raises("tp must be an integer", TypeError):  # floats are not integers, even whole ones
+        dsperf.prefill(tp=4.0)
     with raises("model must be", TypeError):
         dsperf.load_model(3.14)
 

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
@@ -117,7 +119,10 @@ public:
     static constexpr size_t kCacheLimit = size_t(1) << 30;
 
     ColumnArena(size_t rows, size_t bytes_per_row) : rows_(rows) {
-        const size_t bytes = std::max<size_t>(rows * bytes_per_row, 64);
+        size_t bytes = 0;
+        if (__builtin_mul_overflow(rows, bytes_per_row, &bytes))
+            throw std::invalid_argument("decode_sweep: the result's size overflows");
+        bytes = std::max<size_t>(bytes, 64);
         Block* b;
         if (cached_ && cached_->bytes >= bytes && cached_->bytes <= 2 * bytes) {
             b = cached_;
@@ -169,7 +174,12 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
     g.absorbed = absorbed, g.group_gemm_discount = discount;
     const Fixes md = parse_mode(mode);
     g.validate(m);  // before allocating: a bad axis must not cost a huge allocation
-    const size_t n = g.size();
+    const size_t n = g.size();  // checked for overflow
+    // The same bound as dsperf.costmodel.MAX_SWEEP_ROWS: a grid beyond it would exhaust memory.
+    constexpr size_t kMaxRows = size_t(1) << 24;
+    if (n > kMaxRows)
+        throw std::invalid_argument("decode_sweep grid has " + std::to_string(n) + " rows, more than the " +
+                                    std::to_string(kMaxRows) + " allowed (split the sweep)");
     DecodeSweepColumns c{};
     // 11 double, 5 int32 and 1 bool columns; taken widest first so every column stays aligned.
     ColumnArena arena(n, 11 * sizeof(double) + 5 * sizeof(int32_t) + sizeof(bool));
@@ -242,6 +252,7 @@ PYBIND11_MODULE(_C, mod) {
         .def_property_readonly("n_moe_layers", &ModelConfig::n_moe_layers)
         .def_property_readonly("kv_cache_width", &ModelConfig::kv_cache_width)
         .def("validate", &ModelConfig::validate);
+    mod.attr("MODEL_FIELD_MAX") = kMaxModelField;
 
     py::class_<DeviceSpec>(mod, "DeviceSpec")
         .def(py::init<>())

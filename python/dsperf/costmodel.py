@@ -6,7 +6,6 @@ analysis' arithmetic, "corrected" fixes its quirks (docs/DEVIATIONS.md).
 """
 from __future__ import annotations
 
-import numbers
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 
 from . import _C
 from .hardware import resolve_devices
+from ._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number, number_list, text
 from .model import load_model
 
 # The seed's EP strategies: name -> (EP size, redundant experts).
@@ -25,38 +25,23 @@ EP_STRATEGIES: Mapping[str, tuple[int, int]] = {
 }
 
 
-def _number(name: str, value, integer: bool = False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if integer:
-        if float(value) != int(value):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        return int(value)
-    return float(value)
+# The largest decode_sweep result: 2**24 rows of 113 bytes each (~1.9 GB of columns).
+MAX_SWEEP_ROWS = 2 ** 24
 
 
-def _numbers(name: str, values, integer: bool = False) -> list:
-    """A scalar or a sequence of numbers as a list, checked in one vectorised pass."""
-    if isinstance(values, numbers.Real) and not isinstance(values, bool):
-        values = [values]
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a number or a sequence of numbers, got {values!r}")
-    arr = np.asarray(values)
-    if arr.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        bad = next((v for v in arr.ravel() if isinstance(v, bool) or not isinstance(v, numbers.Real)), arr.ravel()[0])
-        raise TypeError(f"{name} must be numbers, got {bad!r}")
-    arr = arr.ravel().astype(np.float64)
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite, got {arr[~np.isfinite(arr)][0]!r}")
-    if integer:
-        if (arr != np.rint(arr)).any():
-            raise ValueError(f"{name} must be integers, got {arr[arr != np.rint(arr)][0]!r}")
-        return arr.astype(np.int64).tolist()
-    return arr.tolist()
+def _tokens(name, value):
+    """A token count (float): finite, <= MAX_TOKENS; the core checks the lower bound."""
+    return number(name, value, hi=MAX_TOKENS)
+
+
+def _count(name, value, lo=1):
+    """An integer count in [lo, MAX_COUNT] (it is passed to the core as a C++ int)."""
+    return number(name, value, integer=True, lo=lo, hi=MAX_COUNT)
+
+
+def _finite(name, value):
+    """A float whose range the core checks (it names the range): here, type and finiteness."""
+    return number(name, value)
 
 
 def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache_hit=0.563, tp=4, dp=8,
@@ -66,18 +51,21 @@ def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache
     One row per device; ``gpus``, when given, must equal tp * dp.
     """
     m = load_model(model)
-    seq_len = _number("seq_len", seq_len)
-    kv_cache_hit = _number("kv_cache_hit", kv_cache_hit)
-    tp, dp = _number("tp", tp, True), _number("dp", dp, True)
+    mode = text("mode", mode)
+    seq_len = _tokens("seq_len", seq_len)
+    kv_cache_hit = _finite("kv_cache_hit", kv_cache_hit)
+    tp, dp = _count("tp", tp), _count("dp", dp)
+    dispatch_nodes = _count("dispatch_nodes", dispatch_nodes)
     if gpus is not None:
-        gpus = _number("gpus", gpus, True)
+        gpus = _count("gpus", gpus)
         if tp < 1 or gpus % tp:
             raise ValueError(f"tp ({tp}) must divide gpus ({gpus})")
         if tp * dp != gpus:
             raise ValueError(f"dp ({dp}) must equal gpus / tp = {gpus // tp}")
     rows = []
     for label, spec in resolve_devices(devices, mode):
-        r = _C.prefill(m, spec, seq_len, kv_cache_hit, tp, dp, _number("dispatch_nodes", dispatch_nodes, True), mode)
+        r = _C.prefill(m, spec, seq_len, kv_cache_hit, tp, dp, dispatch_nodes, mode)
+        finite_results(f"prefill on {label}", r)
         rows.append({"GPU": label, **r})
     return pd.DataFrame(rows).set_index("GPU")
 
@@ -87,12 +75,15 @@ def prefill_mla(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_c
     """Prefill MLA time per TP (the seed's 2.1 table), with its GEMM and attention parts and the
     all-reduce per TP (``allreduce_ms`` is the first TP above 1's, the seed's single figure)."""
     m = load_model(model)
-    tps = _numbers("tps", tps, integer=True)
+    mode = text("mode", mode)
+    tps = number_list("tps", tps, integer=True, lo=1, hi=MAX_COUNT)
+    seq_len, kv_cache_hit = _tokens("seq_len", seq_len), _finite("kv_cache_hit", kv_cache_hit)
     rows = []
     for label, spec in resolve_devices(devices, mode):
         row = {"GPU": label}
         for tp in tps:
-            r = _C.prefill_mla(m, spec, _number("seq_len", seq_len), _number("kv_cache_hit", kv_cache_hit), tp, mode)
+            r = _C.prefill_mla(m, spec, seq_len, kv_cache_hit, tp, mode)
+            finite_results(f"prefill_mla on {label} at TP{tp}", r)
             row.update(gemm_ms=r["gemm_ms"], attn_ms=r["attn_ms"])  # the same at every TP
             row[f"TP{tp}"] = r["time_ms"]
             if tp > 1:
@@ -110,14 +101,16 @@ def decode(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383,
     tokens/s per GPU, overlap time budget and the memory-limited batch. tp=0 applies the
     best-TP rule of the mode."""
     m = load_model(model)
-    batches = _numbers("batch_sizes", batch_sizes)
+    mode = text("mode", mode)
+    batches = number_list("batch_sizes", batch_sizes, hi=MAX_TOKENS)
+    args = (_tokens("seq_len", seq_len), _tokens("decode_len", decode_len))
+    opts = (_count("tp", tp, 0), _count("ep", ep), _count("redundant_experts", redundant_experts, 0),
+            flag("absorbed", absorbed), flag("kv_fp8", kv_fp8), _finite("group_gemm_discount", group_gemm_discount))
     rows = []
     for label, spec in resolve_devices(devices, mode):
         for bs in batches:
-            r = _C.decode(m, spec, _number("seq_len", seq_len), _number("decode_len", decode_len), bs,
-                          _number("tp", tp, True), _number("ep", ep, True),
-                          _number("redundant_experts", redundant_experts, True), bool(absorbed), bool(kv_fp8),
-                          _number("group_gemm_discount", group_gemm_discount), mode)
+            r = _C.decode(m, spec, *args, bs, *opts, mode)
+            finite_results(f"decode on {label} at batch {bs:g}", r)
             rows.append({"GPU": label, "batch": bs, **r})
     df = pd.DataFrame(rows)
     df["fits_memory"] = df["batch"] <= df["batch_limit"]
@@ -130,8 +123,10 @@ def decode_batch_limits(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), 
     """The memory-limited batch per GPU (the seed's 3.2 table): rows device x KV dtype x
     absorbed, one column per EP strategy."""
     m = load_model(model)
-    strategies = dict(EP_STRATEGIES) if strategies is None else dict(strategies)
+    mode = text("mode", mode)
+    strategies = _strategies(strategies)
     order = sorted(strategies, key=lambda k: -strategies[k][0])  # EP320 first, as the seed
+    seq_len, decode_len, tp = _tokens("seq_len", seq_len), _tokens("decode_len", decode_len), _count("tp", tp)
     rows = []
     for kv_fp16 in (False, True):
         for label, spec in resolve_devices(devices, mode):
@@ -140,22 +135,34 @@ def decode_batch_limits(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), 
                 row = {"GPU": name}
                 for key in order:
                     ep, red = strategies[key]
-                    row[key] = _C.decode_batch_limit(m, spec, _number("seq_len", seq_len),
-                                                     _number("decode_len", decode_len), _number("tp", tp, True),
-                                                     ep, red, absorbed, not kv_fp16, mode)
+                    row[key] = _C.decode_batch_limit(m, spec, seq_len, decode_len, tp, ep, red, absorbed,
+                                                     not kv_fp16, mode)
+                finite_results(f"decode_batch_limits for {name}", row)
                 rows.append(row)
     return pd.DataFrame(rows).set_index("GPU")
+
+
+def _strategies(strategies) -> dict[str, tuple[int, int]]:
+    """EP strategies {name: (ep, redundant experts)}, checked; None gives EP_STRATEGIES."""
+    if strategies is None:
+        return dict(EP_STRATEGIES)
+    if not isinstance(strategies, Mapping):
+        raise TypeError(f"strategies must be a mapping name -> (ep, redundant experts), got {strategies!r}")
+    out = {}
+    for key, value in strategies.items():
+        if not isinstance(key, str):
+            raise TypeError(f"strategies: names must be strings, got {key!r}")
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+            raise TypeError(f"strategies[{key!r}] must be a pair (ep, redundant experts), got {value!r}")
+        out[key] = (_count(f"strategies[{key!r}] ep", value[0]), _count(f"strategies[{key!r}] redundant", value[1], 0))
+    return out
 
 
 def ep_strategies(model="DeepSeek-V3", strategies: Mapping[str, tuple[int, int]] | None = None) -> pd.DataFrame:
     """Redundant experts, routed experts per GPU and the per-request token counts of each strategy."""
     m = load_model(model)
-    strategies = dict(EP_STRATEGIES) if strategies is None else dict(strategies)
     rows = []
-    for key, (ep, red) in strategies.items():
-        ep, red = _number(f"strategies[{key!r}] ep", ep, True), _number(f"strategies[{key!r}] redundant", red, True)
-        if ep < 1 or red < 0:
-            raise ValueError(f"strategies[{key!r}]: ep must be >= 1 and redundant experts >= 0, got ({ep}, {red})")
+    for key, (ep, red) in _strategies(strategies).items():
         per_gpu = (m.n_routed_experts + red) / ep
         rows.append({"EP": key, "ep": ep, "redundant_experts": red, "experts_per_gpu": per_gpu,
                      "comm_tokens_per_request": m.n_activated_experts * (1 - per_gpu / m.n_routed_experts),
@@ -172,18 +179,35 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
     device > tp > ep > kv_fp8 > seq_len > decode_len > batch (innermost).
     """
     m = load_model(model)
+    mode = text("mode", mode)
     pairs = resolve_devices(devices, mode)
-    eps = _numbers("ep", ep, integer=True)
-    reds = [32] * len(eps) if redundant_experts is None else _numbers("redundant_experts", redundant_experts, True)
+    axes = dict(
+        tp=number_list("tp", tp, integer=True, lo=0, hi=MAX_COUNT),
+        ep=number_list("ep", ep, integer=True, lo=1, hi=MAX_COUNT),
+        kv_fp8=[flag("kv_fp8", v) for v in np.atleast_1d(np.asarray(kv_fp8, dtype=object))],
+        seq_len=number_list("seq_len", seq_len, hi=MAX_TOKENS),
+        decode_len=number_list("decode_len", decode_len, hi=MAX_TOKENS),
+        batch=number_list("batch", batch, hi=MAX_TOKENS))
+    if not axes["kv_fp8"]:
+        raise ValueError("kv_fp8 must not be empty")
+    eps = axes["ep"]
+    reds = ([32] * len(eps) if redundant_experts is None else
+            number_list("redundant_experts", redundant_experts, integer=True, lo=0, hi=MAX_COUNT))
     if len(reds) != len(eps):
         raise ValueError("redundant_experts must have one entry per ep value")
-    kv = [int(bool(x)) for x in np.atleast_1d(kv_fp8)]
-    if not kv:
-        raise ValueError("kv_fp8 must not be empty")
+    # Python ints do not overflow: the row count is exact here, and bounded before anything is allocated.
+    rows = len(pairs)
+    for values in axes.values():
+        rows *= len(values)
+    if rows > MAX_SWEEP_ROWS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in [("devices", pairs), *axes.items()])
+        raise ValueError(f"decode_sweep grid has {sizes} = {rows} rows, more than the {MAX_SWEEP_ROWS} allowed "
+                         "(split the sweep)")
     cols = _C.decode_sweep(
-        m, [s for _, s in pairs], _numbers("tp", tp, True), eps, reds, kv,
-        _numbers("seq_len", seq_len), _numbers("decode_len", decode_len), _numbers("batch", batch),
-        bool(absorbed), _number("group_gemm_discount", group_gemm_discount), mode)
+        m, [s for _, s in pairs], axes["tp"], eps, reds, [int(v) for v in axes["kv_fp8"]], axes["seq_len"],
+        axes["decode_len"], axes["batch"], flag("absorbed", absorbed),
+        _finite("group_gemm_discount", group_gemm_discount), mode)
+    finite_results("decode_sweep", {k: v for k, v in cols.items() if v.dtype.kind == "f"})
     # Codes come from the C++ loop over `pairs`, so they need no range check.
     labels = pd.Categorical.from_codes(cols.pop("device_index"), categories=[label for label, _ in pairs],
                                        validate=False)
@@ -195,7 +219,7 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
 def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
     """The seed's 1.1 figures: single-token MLA FLOPs (standard, absorbed) and their ratios."""
     m = load_model(model)
-    kv_len_avg = _number("kv_len_avg", kv_len_avg)
+    kv_len_avg = _tokens("kv_len_avg", kv_len_avg)
     if kv_len_avg <= 0:
         raise ValueError(f"kv_len_avg must be positive, got {kv_len_avg}")
     std1, abs1 = _C.mla_flops(1, 1, m, 0), _C.mla_absorbed_flops(1, 1, m, 0)
@@ -213,6 +237,7 @@ def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
          "value": _C.mla_absorbed_flops(1, kv_len_avg, m, 1)[0] / _C.mla_flops(1, kv_len_avg, m, 1)[0]},
         {"quantity": "absorbed MLA parameters (M)", "value": _C.param_counts(m, False)["mla_absorbed"] / 1e6},
     ]
+    finite_results("flops_summary", {r["quantity"]: r["value"] for r in rows})
     return pd.DataFrame(rows).set_index("quantity")
 
 
@@ -239,7 +264,7 @@ def parameter_table(model="DeepSeek-V3", mode="as_published") -> pd.DataFrame:
     bias-free linears of DeepSeek-V3 are counted exactly.
     """
     m = load_model(model)
-    seed = not _C.parse_mode(mode)["exact_parameter_counts"]
+    seed = not _C.parse_mode(text("mode", mode))["exact_parameter_counts"]
     p = _C.param_counts(m, seed)
     per = {k: (_seed_quoted(k, v) if seed else v) for k, v in p.items()}
     experts = m.n_routed_experts + m.n_shared_experts

@@ -100,6 +100,10 @@ def _run_deepseek() -> str:
     return deepseek_comparison().to_markdown(index=False, floatfmt=".2f") + "\n"
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line naming the argument, exit status 2."""
 
@@ -134,8 +138,8 @@ def main(argv=None) -> int:
         elif args.command == "report":
             from .report import run_report
 
-            if args.repeats is not None and args.repeats < 1:
-                raise ValueError("--repeats must be >= 1")
+            if args.repeats is not None and not 1 <= args.repeats <= 1000:
+                raise ValueError(f"--repeats must lie in [1, 1000], got {args.repeats}")
             run_report(args.out, quick=args.quick, cold=not args.hot, force_calibration=args.recalibrate,
                        calibration=args.calibration, repeats=args.repeats, progress=sys.stderr.isatty(),
                        print_tables=not args.no_tables, ep=not args.no_ep)
@@ -155,8 +159,11 @@ def main(argv=None) -> int:
         else:
             text = _run_deepseek()
     except (ValueError, TypeError, OSError) as e:
-        print(f"dsperf {args.command}: error: {e}", file=sys.stderr)
+        print(f"dsperf {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a command-line tool answers in one line, never a traceback
+        print(f"dsperf {args.command}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+        return 1
     sys.stdout.write(text)
     return 0
 

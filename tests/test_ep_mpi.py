@@ -34,10 +34,12 @@ if _REASON and os.environ.get("DSPERF_REQUIRE_MPI") == "1":
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"EP tests need MPI: {_REASON}")
 
 
-def run(np_, *args, timeout=120):
+def run(np_, *args, timeout=120, plain=False):
+    """mpirun the worker; plain=True runs it as `python worker.py` (no `-m mpi4py` safety net)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", sys.executable, "-m", "mpi4py", str(WORKER), *map(str, args)]
+    launcher = [] if plain else ["-m", "mpi4py"]
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", sys.executable, *launcher, str(WORKER), *map(str, args)]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return p, time.monotonic() - t0
@@ -134,3 +136,29 @@ def test_a_stuck_rank_trips_the_watchdog():
     p, elapsed = run(4, "stuck", "--timeout", 3, "--sleep", 40)
     assert p.returncode != 0 and elapsed < 30
     assert "no progress for 3 s" in p.stderr
+
+
+def test_an_exception_on_one_rank_ends_a_plain_python_job():
+    # No `-m mpi4py`: the excepthook EpComm installs aborts the job long before the 50 s watchdog.
+    p, elapsed = run(2, "raise", "--timeout", 50, plain=True)
+    assert p.returncode != 0 and elapsed < 20, (p.returncode, elapsed, p.stderr[-2000:])
+    assert "rank 1 raises on purpose" in p.stderr and "aborting the MPI job" in p.stderr
+    assert "finished" not in p.stdout
+
+
+@pytest.mark.parametrize("np_, mode, needle", [
+    (2, "normal", "calls out of order at call 1 on this communicator: rank 0 called dispatch(normal), "
+                  "rank 1 called dispatch(low_latency)"),
+    (4, "normal", "rank 0 called dispatch(normal), ranks 1, 2, 3 called dispatch(low_latency)"),
+    (2, "per_token", "calls out of order at call 2 on this communicator: rank 0 called combine(normal), "
+                     "rank 1 called dispatch(normal)"),
+])
+def test_ranks_in_different_calls_are_named_on_every_rank(np_, mode, needle):
+    p, elapsed = run(np_, "out_of_order", "--mode", mode, "--timeout", 50, plain=True)
+    raised = sorted(line for line in p.stdout.splitlines() if line.startswith("RANK "))
+    assert len(raised) == np_, (p.stdout[-2000:], p.stderr[-2000:])
+    for r, line in enumerate(raised):
+        assert line.startswith(f"RANK {r} RAISED dsperf.ep: ") and needle in line, line
+    # Found at once, not by the 50 s watchdog; the re-raised error then aborts the job.
+    assert p.returncode != 0 and elapsed < 20
+    assert "no progress" not in p.stderr

@@ -49,7 +49,7 @@ def test_prefill_bad_values(kwargs, match):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(batch_sizes=[32, 0]), "batch must be positive"),
+    (dict(batch_sizes=[32, 0]), "batch_sizes must be > 0"),
     (dict(batch_sizes=[]), "batch_sizes must not be empty"),
     (dict(seq_len=0), "seq_len must be positive"),
     (dict(decode_len=-1), "decode_len must be >= 0"),

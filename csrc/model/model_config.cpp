@@ -54,8 +54,8 @@ void ModelConfig::validate() const {
     if (n_activated_experts > n_limited_groups * (n_routed_experts / n_expert_groups))
         throw std::invalid_argument(
             "model field 'n_activated_experts' exceeds the experts in the 'n_limited_groups' kept groups");
-    if (!(route_scale > 0) || !std::isfinite(route_scale))
-        throw std::invalid_argument("model field 'route_scale' must be positive and finite");
+    if (!(route_scale > 0 && route_scale <= 1e6))
+        throw std::invalid_argument("model field 'route_scale' must lie in (0, 1e6]");
 }
 
 }  // namespace dsperf

@@ -36,10 +36,17 @@ def number(name: str, value, *, integer: bool = False, lo=None, hi=None, lo_open
         if not np.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value!r}")
     if lo is not None and (value <= lo if lo_open else value < lo):
-        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {value!r}")
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {_bound(lo)}, got {value!r}")
     if hi is not None and value > hi:
-        raise ValueError(f"{name} must be <= {hi:g}, got {value!r}")
+        raise ValueError(f"{name} must be <= {_bound(hi)}, got {value!r}")
     return value
+
+
+def _bound(x) -> str:
+    """A bound as written in the docs: 2**30 rather than 1.07374e+09."""
+    if isinstance(x, int) and x > 1024 and x & (x - 1) == 0:
+        return f"2**{x.bit_length() - 1}"
+    return f"{x:g}"
 
 
 def number_list(name: str, values, *, integer: bool = False, lo=None, hi=None, lo_open: bool = False,

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from . import __version__
+from ._checks import MAX_COUNT, MAX_TOKENS, number, number_list
 
 
 def _csv(text: str) -> list[str]:
@@ -82,6 +83,14 @@ def _run_tables(args) -> str:
     unknown = set(args.sections) - {"model", "devices", "prefill", "decode"}
     if unknown:
         raise ValueError(f"--sections: unknown section '{sorted(unknown)[0]}'")
+    # The API checks these too, but under its own names (tp, not --alt-tp): name the flags here.
+    for flag in ("--seq-len", "--decode-len"):
+        number(flag, getattr(args, flag[2:].replace("-", "_")), hi=MAX_TOKENS)
+    number("--kv-cache-hit", args.kv_cache_hit)
+    number_list("--batch-sizes", args.batch_sizes, lo=0, lo_open=True, hi=MAX_TOKENS)
+    for flag, lo in (("--tp", 1), ("--dp", 1), ("--alt-tp", 1), ("--alt-dp", 1), ("--dispatch-nodes", 1), ("--ep", 1),
+                     ("--redundant-experts", 0)):
+        number(flag, getattr(args, flag[2:].replace("-", "_")), integer=True, lo=lo, hi=MAX_COUNT)
     opts = TableOptions(
         model=args.model, mode=args.mode,
         prefill_devices=args.devices or args.prefill_devices, decode_devices=args.devices or args.decode_devices,

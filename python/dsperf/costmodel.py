@@ -102,7 +102,7 @@ def decode(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383,
     best-TP rule of the mode."""
     m = load_model(model)
     mode = text("mode", mode)
-    batches = number_list("batch_sizes", batch_sizes, hi=MAX_TOKENS)
+    batches = number_list("batch_sizes", batch_sizes, lo=0, lo_open=True, hi=MAX_TOKENS)
     args = (_tokens("seq_len", seq_len), _tokens("decode_len", decode_len))
     opts = (_count("tp", tp, 0), _count("ep", ep), _count("redundant_experts", redundant_experts, 0),
             flag("absorbed", absorbed), flag("kv_fp8", kv_fp8), _finite("group_gemm_discount", group_gemm_discount))

@@ -208,9 +208,14 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
         axes["decode_len"], axes["batch"], flag("absorbed", absorbed),
         _finite("group_gemm_discount", group_gemm_discount), mode)
     finite_results("decode_sweep", {k: v for k, v in cols.items() if v.dtype.kind == "f"})
-    # Codes come from the C++ loop over `pairs`, so they need no range check.
-    labels = pd.Categorical.from_codes(cols.pop("device_index"), categories=[label for label, _ in pairs],
-                                       validate=False)
+    # Codes come from the C++ loop over `pairs`, so they need no range check. A device given twice
+    # gives two rows per point under one label (categories must be unique).
+    names = [label for label, _ in pairs]
+    categories = list(dict.fromkeys(names))
+    codes = cols.pop("device_index")
+    if len(categories) < len(names):
+        codes = np.array([categories.index(n) for n in names], np.int32)[codes]
+    labels = pd.Categorical.from_codes(codes, categories=categories, validate=False)
     df = pd.DataFrame(cols, copy=False)
     df.insert(0, "GPU", labels)
     return df

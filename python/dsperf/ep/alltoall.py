@@ -388,12 +388,14 @@ class EpComm:
         self._watchdog = _Watchdog(self.comm, self.timeout_s)
 
         def check():
-            for name, v in (("num_experts", num_experts), ("hidden", hidden)):
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                    raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            # Upper bounds keep the exchange buffers (max_tokens x experts x hidden) allocatable and
+            # the header words exact.
+            for name, v, hi in (("num_experts", num_experts, 1 << 20), ("hidden", hidden, 1 << 24)):
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
+                    raise ValueError(f"{name} must be an integer in [1, {hi}], got {v!r}")
             if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
-                                           or max_tokens < 1):
-                raise ValueError(f"max_tokens must be None or an integer >= 1, got {max_tokens!r}")
+                                           or not 1 <= max_tokens <= 1 << 24):
+                raise ValueError(f"max_tokens must be None or an integer in [1, {1 << 24}], got {max_tokens!r}")
             if num_experts % self.size:
                 raise ValueError(f"num_experts ({num_experts}) must be a multiple of the ranks ({self.size})")
             if isinstance(timeout_s, bool) or not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 1e6):

@@ -61,6 +61,15 @@ def number_list(name: str, values, *, integer: bool = False, lo=None, hi=None, l
     if max_len is not None and len(values) > max_len:
         raise ValueError(f"{name} has {len(values)} values, more than the {max_len} allowed")
     arr = values if isinstance(values, np.ndarray) else None
+    if isinstance(values, range):
+        arr = np.arange(values.start, values.stop, values.step, dtype=np.int64) if values else None
+    elif isinstance(values, (list, tuple)) and set(map(type, values)) <= ({int} if integer else {int, float}):
+        # Plain Python numbers (no bools, whose type is bool): safe to convert in one go. Ints beyond
+        # int64 make numpy raise OverflowError or give an object array; those go element by element.
+        try:
+            arr = np.asarray(values)
+        except OverflowError:
+            arr = None
     if arr is not None and arr.ndim == 1 and (np.issubdtype(arr.dtype, np.integer) or
                                               (not integer and np.issubdtype(arr.dtype, np.floating))):
         # A numeric array: checked in one vectorised pass (sweeps pass thousands of values).

@@ -25,7 +25,7 @@ EP_STRATEGIES: Mapping[str, tuple[int, int]] = {
 }
 
 
-# The largest decode_sweep result: 2**24 rows of 113 bytes each (~1.9 GB of columns).
+# The largest decode_sweep result: 2**24 rows of 109 bytes each (~1.8 GB of columns).
 MAX_SWEEP_ROWS = 2 ** 24
 
 

@@ -264,7 +264,7 @@ def scenario_raise(a):
 def scenario_out_of_order(a):
     """Rank 0 makes a normal dispatch, the others a low-latency one (a.mode == "normal"), or rank 0 a
     combine after its dispatch while the others dispatch again (a.mode == "per_token"). Every rank
-    prints what it raised, then re-raises: the excepthook ends the job."""
+    writes what it raised to a.out/rank<r>.txt, then re-raises: the excepthook ends the job."""
     ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
@@ -276,9 +276,10 @@ def scenario_out_of_order(a):
             d = ep.dispatch(x, ids, w, fp8=False)
             ep.combine(d.x.astype(np.float32), d.handle) if rank == 0 else ep.dispatch(x, ids, w, fp8=False)
     except RuntimeError as exc:
-        print(f"RANK {rank} RAISED {exc}", flush=True)
-        ep._calls.Barrier()   # the private communicator is still in step: every rank has printed
-        time.sleep(1.0)       # and mpirun has forwarded the lines before the abort kills the job
+        # A file, not stdout: mpirun may drop output still in flight when the abort kills the job.
+        with open(os.path.join(a.out, f"rank{rank}.txt"), "w") as f:
+            f.write(str(exc))
+        ep._calls.Barrier()   # the private communicator is still in step: every rank has written
         raise
     print(f"rank {rank} finished", flush=True)
 
@@ -295,6 +296,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--sleep", type=float, default=40)
+    p.add_argument("--out", default=".", help="folder for per-rank files (out_of_order)")
     a = p.parse_args()
     if a.scenario == "layer":
         scenario_layer(a)

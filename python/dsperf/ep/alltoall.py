@@ -117,7 +117,8 @@ def install_abort_on_error(comm=None):
     """Make an uncaught exception on this rank end the whole MPI job: a sys.excepthook that prints
     the traceback as usual, then calls comm.Abort(1). Without it the other ranks wait in their next
     exchange (for the watchdog's timeout_s) and this one in MPI_Finalize. EpComm installs it (unless
-    abort_on_error=False); idempotent. `python -m mpi4py` does the same for a whole script."""
+    abort_on_error=False); idempotent. It does nothing on a one-rank communicator or in an
+    interactive session. `python -m mpi4py` does the same for a whole script."""
     if comm is None:
         comm = _mpi().COMM_WORLD
     if _hook_comms:
@@ -126,12 +127,14 @@ def install_abort_on_error(comm=None):
     previous = sys.excepthook
 
     def hook(kind, value, tb):
-        try:
-            previous(kind, value, tb)
-            sys.stderr.write(f"dsperf.ep: rank {comm.Get_rank()}: uncaught {kind.__name__}; aborting the MPI job\n")
-            sys.stderr.flush()
-        finally:
-            comm.Abort(1)  # ends every rank of the job (sys.excepthook never sees SystemExit)
+        previous(kind, value, tb)
+        # A single rank has nobody waiting on it, and an interactive session (where the REPL hands
+        # every failed statement to sys.excepthook) must survive a typo.
+        if comm.Get_size() < 2 or hasattr(sys, "ps1"):
+            return
+        sys.stderr.write(f"dsperf.ep: rank {comm.Get_rank()}: uncaught {kind.__name__}; aborting the MPI job\n")
+        sys.stderr.flush()
+        comm.Abort(1)  # ends every rank of the job (sys.excepthook never sees SystemExit)
 
     sys.excepthook = hook
 

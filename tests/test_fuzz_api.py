@@ -339,6 +339,18 @@ def test_ep_exchange_ms(arg, value):
         assert_clean_error(out, arg, "experts must be", "hidden, top_k and ranks")
 
 
+@FUZZ
+@given(table=st.dictionaries(st.sampled_from(["linear", "gate", "mla_decode/bf16"]),
+                             st.one_of(st.dictionaries(st.sampled_from(["compute", "memory", "overhead_us", "overlap"]),
+                                                       anything, max_size=4), anything), max_size=3))
+def test_efficiency_tables(table):
+    out = isolated(lambda: kc.predict_ms("linear", dict(m=4, n=8, k=8), "H800", kc.efficiencies_from_dict(table)))
+    if out[0] == "ok":
+        assert math.isfinite(out[1]) and out[1] > 0, out
+    else:
+        assert_clean_error(out, "efficiency")
+
+
 # ---- EPLB -------------------------------------------------------------------------------------------
 count = st.one_of(st.integers(-3, 300), st.sampled_from([2 ** 20 + 1, 2 ** 31, 2 ** 63, 2 ** 64]), st.booleans(),
                   st.floats(allow_nan=True), st.none())
@@ -364,6 +376,30 @@ def test_eplb_rebalance(layers, experts, num_physical, num_gpus, num_nodes, num_
         assert all(is_int(v) and v >= 1 for v in (num_physical, num_gpus, num_nodes, num_groups))
     else:
         assert_clean_error(out, "num_physical", "num_gpus", "num_nodes", "num_groups", "policy")
+
+
+@FUZZ
+@given(api=st.sampled_from(["ep_strategies", "decode_batch_limits"]), ep=anything, redundant=anything,
+       key=st.one_of(st.text(max_size=3), st.integers(0, 3)))
+def test_ep_strategy_tables(api, ep, redundant, key):
+    kw = dict(strategies={key: (ep, redundant)})
+    if api == "decode_batch_limits":
+        kw["devices"] = ["H800"]
+    out = isolated(lambda: finite_frame(getattr(dsperf, api)(**kw)))
+    if out[0] == "ok":
+        assert out[1] is True and isinstance(key, str) and is_int(ep) and is_int(redundant), out
+    else:
+        assert_clean_error(out, "strategies", "ep (")
+
+
+@FUZZ
+@given(num_experts=count, tokens=st.one_of(count, st.integers(0, 2 ** 70)), alpha=anything)
+def test_zipf_load(num_experts, tokens, alpha):
+    out = isolated(lambda: float(dep.zipf_load(num_experts, tokens, alpha=alpha).sum()))
+    if out[0] == "ok":
+        assert out[1] == tokens, out
+    else:
+        assert_clean_error(out, "num_experts", "tokens", "alpha")
 
 
 # ---- the CLI --------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Rank 0 prints one line `RESULT <json>` with what it measured; tests/test_ep_mpi.py asserts on it.
 Scenarios: layer (the EP layer against the single-process one), layout (dispatch layouts checked
 row by row), bad_hidden, bad_experts, bad_ids, bad_combine (errors on every rank), die (a rank
-exits), stuck (a rank stops answering; the watchdog ends the job).
+exits), stuck (a rank stops answering; the watchdog ends the job), raise (a rank raises, run without
+`-m mpi4py`: EpComm's excepthook ends the job), out_of_order (ranks in different calls).
 """
 import argparse
 import json
@@ -247,6 +248,42 @@ def scenario_die(a):
     print(f"rank {rank} finished", flush=True)
 
 
+def scenario_raise(a):
+    """Rank 1 raises between two exchanges; the others wait in the second. Run as a plain script."""
+    ep = alltoall.EpComm(E, DIM, timeout_s=a.timeout)
+    x = np.zeros((4, DIM), BF16)
+    ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
+    w = np.ones((4, TOPK), np.float32)
+    ep.dispatch(x, ids, w)
+    if rank == 1:
+        raise ValueError("rank 1 raises on purpose")
+    ep.dispatch(x, ids, w)
+    print(f"rank {rank} finished", flush=True)
+
+
+def scenario_out_of_order(a):
+    """Rank 0 makes a normal dispatch, the others a low-latency one (a.mode == "normal"), or rank 0 a
+    combine after its dispatch while the others dispatch again (a.mode == "per_token"). Every rank
+    writes what it raised to a.out/rank<r>.txt, then re-raises: the excepthook ends the job."""
+    ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=a.timeout)
+    x = np.zeros((4, DIM), BF16)
+    ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
+    w = np.ones((4, TOPK), np.float32)
+    try:
+        if a.mode == "normal":
+            ep.dispatch(x, ids, w) if rank == 0 else ep.low_latency_dispatch(x, ids)
+        else:
+            d = ep.dispatch(x, ids, w, fp8=False)
+            ep.combine(d.x.astype(np.float32), d.handle) if rank == 0 else ep.dispatch(x, ids, w, fp8=False)
+    except RuntimeError as exc:
+        # A file, not stdout: mpirun may drop output still in flight when the abort kills the job.
+        with open(os.path.join(a.out, f"rank{rank}.txt"), "w") as f:
+            f.write(str(exc))
+        ep._calls.Barrier()   # the private communicator is still in step: every rank has written
+        raise
+    print(f"rank {rank} finished", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario")
@@ -259,6 +296,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--sleep", type=float, default=40)
+    p.add_argument("--out", default=".", help="folder for per-rank files (out_of_order)")
     a = p.parse_args()
     if a.scenario == "layer":
         scenario_layer(a)
@@ -268,6 +306,10 @@ def main():
         scenario_bad(a)
     elif a.scenario in ("die", "stuck"):
         scenario_die(a)
+    elif a.scenario == "raise":
+        scenario_raise(a)
+    elif a.scenario == "out_of_order":
+        scenario_out_of_order(a)
     else:
         raise SystemExit(f"unknown scenario {a.scenario}")
 

@@ -49,7 +49,7 @@ def test_prefill_bad_values(kwargs, match):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(batch_sizes=[32, 0]), "batch must be positive"),
+    (dict(batch_sizes=[32, 0]), "batch_sizes must be > 0"),
     (dict(batch_sizes=[]), "batch_sizes must not be empty"),
     (dict(seq_len=0), "seq_len must be positive"),
     (dict(decode_len=-1), "decode_len must be >= 0"),
@@ -87,8 +87,10 @@ def test_sweep_bad_values(kwargs, match):
 def test_wrong_types_name_the_argument():
     with raises("seq_len must be a number", TypeError):
         dsperf.prefill(seq_len="4383")
-    with raises("tp must be an integer"):
+    with raises("tp must be an integer", TypeError):
         dsperf.prefill(tp=4.5)
+    with raises("tp must be an integer", TypeError):  # floats are not integers, even whole ones
+        dsperf.prefill(tp=4.0)
     with raises("model must be", TypeError):
         dsperf.load_model(3.14)
 

@@ -1,5 +1,6 @@
 """Expert parallelism over MPI: each test launches `mpirun -np N python -m mpi4py tests/ep_worker.py`
-and asserts on the RESULT line rank 0 prints (or on how the job ended).
+(or, for the abort-on-error and call-order tests, a plain `python tests/ep_worker.py`) and asserts on
+the RESULT line rank 0 prints (or on how the job ended).
 
 Skipped with the reason when mpirun or mpi4py is missing, unless DSPERF_REQUIRE_MPI=1 (CI sets it),
 which turns a missing MPI into a failure.
@@ -34,10 +35,12 @@ if _REASON and os.environ.get("DSPERF_REQUIRE_MPI") == "1":
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"EP tests need MPI: {_REASON}")
 
 
-def run(np_, *args, timeout=120):
+def run(np_, *args, timeout=120, plain=False):
+    """mpirun the worker; plain=True runs it as `python worker.py` (no `-m mpi4py` safety net)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", sys.executable, "-m", "mpi4py", str(WORKER), *map(str, args)]
+    launcher = [] if plain else ["-m", "mpi4py"]
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", sys.executable, *launcher, str(WORKER), *map(str, args)]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return p, time.monotonic() - t0
@@ -134,3 +137,30 @@ def test_a_stuck_rank_trips_the_watchdog():
     p, elapsed = run(4, "stuck", "--timeout", 3, "--sleep", 40)
     assert p.returncode != 0 and elapsed < 30
     assert "no progress for 3 s" in p.stderr
+
+
+def test_an_exception_on_one_rank_ends_a_plain_python_job():
+    # No `-m mpi4py`: the excepthook EpComm installs aborts the job long before the 50 s watchdog.
+    p, elapsed = run(2, "raise", "--timeout", 50, plain=True)
+    assert p.returncode != 0 and elapsed < 20, (p.returncode, elapsed, p.stderr[-2000:])
+    assert "rank 1 raises on purpose" in p.stderr and "aborting the MPI job" in p.stderr
+    assert "finished" not in p.stdout
+
+
+@pytest.mark.parametrize("np_, mode, needle", [
+    (2, "normal", "calls out of order at call 1 on this communicator: rank 0 called dispatch(normal), "
+                  "rank 1 called dispatch(low_latency)"),
+    (4, "normal", "rank 0 called dispatch(normal), ranks 1, 2, 3 called dispatch(low_latency)"),
+    (2, "per_token", "calls out of order at call 2 on this communicator: rank 0 called combine(normal), "
+                     "rank 1 called dispatch(normal)"),
+])
+def test_ranks_in_different_calls_are_named_on_every_rank(tmp_path, np_, mode, needle):
+    p, elapsed = run(np_, "out_of_order", "--mode", mode, "--timeout", 50, "--out", tmp_path, plain=True)
+    for r in range(np_):
+        f = tmp_path / f"rank{r}.txt"
+        assert f.exists(), (r, p.stdout[-2000:], p.stderr[-2000:])
+        text = f.read_text()
+        assert text.startswith("dsperf.ep: ") and needle in text, (r, text)
+    # Found at once, not by the 50 s watchdog; the re-raised error then aborts the job.
+    assert p.returncode != 0 and elapsed < 20
+    assert "no progress" not in p.stderr

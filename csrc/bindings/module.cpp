@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <cstdlib>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
@@ -117,7 +121,10 @@ public:
     static constexpr size_t kCacheLimit = size_t(1) << 30;
 
     ColumnArena(size_t rows, size_t bytes_per_row) : rows_(rows) {
-        const size_t bytes = std::max<size_t>(rows * bytes_per_row, 64);
+        size_t bytes = 0;
+        if (__builtin_mul_overflow(rows, bytes_per_row, &bytes))
+            throw std::invalid_argument("decode_sweep: the result's size overflows");
+        bytes = std::max<size_t>(bytes, 64);
         Block* b;
         if (cached_ && cached_->bytes >= bytes && cached_->bytes <= 2 * bytes) {
             b = cached_;
@@ -169,7 +176,12 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
     g.absorbed = absorbed, g.group_gemm_discount = discount;
     const Fixes md = parse_mode(mode);
     g.validate(m);  // before allocating: a bad axis must not cost a huge allocation
-    const size_t n = g.size();
+    const size_t n = g.size();  // checked for overflow
+    // The same bound as dsperf.costmodel.MAX_SWEEP_ROWS: a grid beyond it would exhaust memory.
+    constexpr size_t kMaxRows = size_t(1) << 24;
+    if (n > kMaxRows)
+        throw std::invalid_argument("decode_sweep grid has " + std::to_string(n) + " rows, more than the " +
+                                    std::to_string(kMaxRows) + " allowed (split the sweep)");
     DecodeSweepColumns c{};
     // 11 double, 5 int32 and 1 bool columns; taken widest first so every column stays aligned.
     ColumnArena arena(n, 11 * sizeof(double) + 5 * sizeof(int32_t) + sizeof(bool));
@@ -198,6 +210,45 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
     return out;
 }
 
+// Fields of ModelConfig and DeviceSpec, set from Python with strict types: an integer field takes a
+// Python or numpy integer (not a bool, not a float) that fits its C++ type, a float field any real
+// number but a bool, a string field a str. pybind11's own setters would take True as 1, and answer an
+// integer >= 2**31 with "incompatible function arguments", naming no field.
+template <typename T>
+T field_value(py::handle v, const std::string& where) {
+    if constexpr (std::is_same_v<T, std::string>) {
+        if (!PyUnicode_Check(v.ptr())) throw py::type_error(where + " must be a str, got " + py::repr(v).cast<std::string>());
+        return v.cast<std::string>();
+    } else if constexpr (std::is_integral_v<T>) {
+        if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+            throw py::type_error(where + " must be an integer, got " + py::repr(v).cast<std::string>());
+        const py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+        int overflow = 0;
+        const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+        if (overflow || x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
+            throw py::value_error(where + " must lie in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+                                  std::to_string(std::numeric_limits<T>::max()) + "], got " +
+                                  py::repr(v).cast<std::string>());
+        return T(x);
+    } else {
+        if (PyBool_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()))
+            throw py::type_error(where + " must be a number, got " + py::repr(v).cast<std::string>());
+        const double x = PyFloat_AsDouble(v.ptr());
+        if (x == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            throw py::type_error(where + " must be a number, got " + py::repr(v).cast<std::string>());
+        }
+        return x;
+    }
+}
+
+template <typename C, typename T>
+void strict_field(py::class_<C>& cls, const char* cls_name, const char* name, T C::*member) {
+    const std::string where = std::string(cls_name) + "." + name;
+    cls.def_property(name, [member](const C& c) { return c.*member; },
+                     [member, where](C& c, py::handle v) { c.*member = field_value<T>(v, where); });
+}
+
 }  // namespace
 
 void bind_kernels(py::module_& root);  // kernels.cpp
@@ -220,55 +271,57 @@ PYBIND11_MODULE(_C, mod) {
     bind_step_model(mod);
     bind_cuda(mod);
 
-    py::class_<ModelConfig>(mod, "ModelConfig")
-        .def(py::init<>())
-        .def_readwrite("name", &ModelConfig::name)
-        .def_readwrite("vocab_size", &ModelConfig::vocab_size)
-        .def_readwrite("dim", &ModelConfig::dim)
-        .def_readwrite("inter_dim", &ModelConfig::inter_dim)
-        .def_readwrite("moe_inter_dim", &ModelConfig::moe_inter_dim)
-        .def_readwrite("n_layers", &ModelConfig::n_layers)
-        .def_readwrite("n_dense_layers", &ModelConfig::n_dense_layers)
-        .def_readwrite("n_heads", &ModelConfig::n_heads)
-        .def_readwrite("n_routed_experts", &ModelConfig::n_routed_experts)
-        .def_readwrite("n_shared_experts", &ModelConfig::n_shared_experts)
-        .def_readwrite("n_activated_experts", &ModelConfig::n_activated_experts)
-        .def_readwrite("n_expert_groups", &ModelConfig::n_expert_groups)
-        .def_readwrite("n_limited_groups", &ModelConfig::n_limited_groups)
-        .def_readwrite("route_scale", &ModelConfig::route_scale)
-        .def_readwrite("q_lora_rank", &ModelConfig::q_lora_rank)
-        .def_readwrite("kv_lora_rank", &ModelConfig::kv_lora_rank)
-        .def_readwrite("qk_nope_head_dim", &ModelConfig::qk_nope_head_dim)
-        .def_readwrite("qk_rope_head_dim", &ModelConfig::qk_rope_head_dim)
-        .def_readwrite("v_head_dim", &ModelConfig::v_head_dim)
+    py::class_<ModelConfig> model_cls(mod, "ModelConfig");
+    model_cls.def(py::init<>())
         .def_property_readonly("n_moe_layers", &ModelConfig::n_moe_layers)
         .def_property_readonly("kv_cache_width", &ModelConfig::kv_cache_width)
         .def("validate", &ModelConfig::validate);
+    strict_field(model_cls, "ModelConfig", "name", &ModelConfig::name);
+    strict_field(model_cls, "ModelConfig", "vocab_size", &ModelConfig::vocab_size);
+    strict_field(model_cls, "ModelConfig", "dim", &ModelConfig::dim);
+    strict_field(model_cls, "ModelConfig", "inter_dim", &ModelConfig::inter_dim);
+    strict_field(model_cls, "ModelConfig", "moe_inter_dim", &ModelConfig::moe_inter_dim);
+    strict_field(model_cls, "ModelConfig", "n_layers", &ModelConfig::n_layers);
+    strict_field(model_cls, "ModelConfig", "n_dense_layers", &ModelConfig::n_dense_layers);
+    strict_field(model_cls, "ModelConfig", "n_heads", &ModelConfig::n_heads);
+    strict_field(model_cls, "ModelConfig", "n_routed_experts", &ModelConfig::n_routed_experts);
+    strict_field(model_cls, "ModelConfig", "n_shared_experts", &ModelConfig::n_shared_experts);
+    strict_field(model_cls, "ModelConfig", "n_activated_experts", &ModelConfig::n_activated_experts);
+    strict_field(model_cls, "ModelConfig", "n_expert_groups", &ModelConfig::n_expert_groups);
+    strict_field(model_cls, "ModelConfig", "n_limited_groups", &ModelConfig::n_limited_groups);
+    strict_field(model_cls, "ModelConfig", "route_scale", &ModelConfig::route_scale);
+    strict_field(model_cls, "ModelConfig", "q_lora_rank", &ModelConfig::q_lora_rank);
+    strict_field(model_cls, "ModelConfig", "kv_lora_rank", &ModelConfig::kv_lora_rank);
+    strict_field(model_cls, "ModelConfig", "qk_nope_head_dim", &ModelConfig::qk_nope_head_dim);
+    strict_field(model_cls, "ModelConfig", "qk_rope_head_dim", &ModelConfig::qk_rope_head_dim);
+    strict_field(model_cls, "ModelConfig", "v_head_dim", &ModelConfig::v_head_dim);
+    mod.attr("MODEL_FIELD_MAX") = kMaxModelField;
 
-    py::class_<DeviceSpec>(mod, "DeviceSpec")
-        .def(py::init<>())
-        .def_readwrite("name", &DeviceSpec::name)
-        .def_readwrite("sm_count", &DeviceSpec::sm_count)
-        .def_readwrite("comm_sms_prefill", &DeviceSpec::comm_sms_prefill)
-        .def_readwrite("comm_sms_decode", &DeviceSpec::comm_sms_decode)
-        .def_readwrite("fp16_tflops", &DeviceSpec::fp16_tflops)
-        .def_readwrite("fp8_tflops", &DeviceSpec::fp8_tflops)
-        .def_readwrite("compute_derate", &DeviceSpec::compute_derate)
-        .def_readwrite("mem_gb", &DeviceSpec::mem_gb)
-        .def_readwrite("mem_bw_gbps", &DeviceSpec::mem_bw_gbps)
-        .def_readwrite("nvlink_gbps", &DeviceSpec::nvlink_gbps)
-        .def_readwrite("scaleout_gbps", &DeviceSpec::scaleout_gbps)
-        .def_readwrite("discount", &DeviceSpec::discount)
-        .def_readwrite("gpus_per_node", &DeviceSpec::gpus_per_node)
-        .def_readwrite("seed_decode_tp", &DeviceSpec::seed_decode_tp)
-        .def_readwrite("cache_bw_gbps", &DeviceSpec::cache_bw_gbps)
-        .def_readwrite("call_overhead_us", &DeviceSpec::call_overhead_us)
+    py::class_<DeviceSpec> device_cls(mod, "DeviceSpec");
+    device_cls.def(py::init<>())
         .def("validate", &DeviceSpec::validate)
         .def("fp16_tflops_eff", &DeviceSpec::fp16_tflops_eff, py::arg("comm_sms"))
         .def("fp8_tflops_eff", &DeviceSpec::fp8_tflops_eff, py::arg("comm_sms"))
         .def("mem_bw_eff", &DeviceSpec::mem_bw_eff)
         .def("nvlink_eff", &DeviceSpec::nvlink_eff)
         .def("scaleout_eff", &DeviceSpec::scaleout_eff);
+
+    strict_field(device_cls, "DeviceSpec", "name", &DeviceSpec::name);
+    strict_field(device_cls, "DeviceSpec", "sm_count", &DeviceSpec::sm_count);
+    strict_field(device_cls, "DeviceSpec", "comm_sms_prefill", &DeviceSpec::comm_sms_prefill);
+    strict_field(device_cls, "DeviceSpec", "comm_sms_decode", &DeviceSpec::comm_sms_decode);
+    strict_field(device_cls, "DeviceSpec", "fp16_tflops", &DeviceSpec::fp16_tflops);
+    strict_field(device_cls, "DeviceSpec", "fp8_tflops", &DeviceSpec::fp8_tflops);
+    strict_field(device_cls, "DeviceSpec", "compute_derate", &DeviceSpec::compute_derate);
+    strict_field(device_cls, "DeviceSpec", "mem_gb", &DeviceSpec::mem_gb);
+    strict_field(device_cls, "DeviceSpec", "mem_bw_gbps", &DeviceSpec::mem_bw_gbps);
+    strict_field(device_cls, "DeviceSpec", "nvlink_gbps", &DeviceSpec::nvlink_gbps);
+    strict_field(device_cls, "DeviceSpec", "scaleout_gbps", &DeviceSpec::scaleout_gbps);
+    strict_field(device_cls, "DeviceSpec", "discount", &DeviceSpec::discount);
+    strict_field(device_cls, "DeviceSpec", "gpus_per_node", &DeviceSpec::gpus_per_node);
+    strict_field(device_cls, "DeviceSpec", "seed_decode_tp", &DeviceSpec::seed_decode_tp);
+    strict_field(device_cls, "DeviceSpec", "cache_bw_gbps", &DeviceSpec::cache_bw_gbps);
+    strict_field(device_cls, "DeviceSpec", "call_overhead_us", &DeviceSpec::call_overhead_us);
 
     mod.def("fix_names", &fix_names, "Names of the seed quirks a mode string can fix (+name) or keep (-name)");
     mod.def("fix_descriptions", &fix_descriptions, "One line per fix, in fix_names order: what it changes");

@@ -8,8 +8,14 @@
 namespace dsperf {
 
 size_t DecodeGrid::size() const {
-    return devices.size() * tp.size() * ep.size() * kv_fp8.size() * seq_len.size() * decode_len.size() *
-           batch.size();
+    // Checked: seven axes of a few thousand values each overflow size_t, and a wrapped count would
+    // size the caller's columns too small.
+    size_t n = 1;
+    for (size_t axis : {devices.size(), tp.size(), ep.size(), kv_fp8.size(), seq_len.size(), decode_len.size(),
+                        batch.size()})
+        if (__builtin_mul_overflow(n, axis, &n))
+            throw std::invalid_argument("decode_sweep grid: the product of the axis sizes overflows");
+    return n;
 }
 
 void DecodeGrid::validate(const ModelConfig& m) const {

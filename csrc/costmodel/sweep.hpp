@@ -21,7 +21,8 @@ struct DecodeGrid {
     bool absorbed = true;
     double group_gemm_discount = 0.7;
 
-    // Rows, in the order devices > tp > ep > kv_fp8 > seq_len > decode_len > batch.
+    // Rows, in the order devices > tp > ep > kv_fp8 > seq_len > decode_len > batch; throws
+    // std::invalid_argument when the product overflows size_t.
     size_t size() const;
     void validate(const ModelConfig& m) const;  // every axis non-empty, every point valid
 };

@@ -1,6 +1,8 @@
 #include "hardware/device_spec.hpp"
 
+#include <cmath>
 #include <stdexcept>
+#include <utility>
 
 namespace dsperf {
 
@@ -15,9 +17,18 @@ double compute_sm_fraction(const DeviceSpec& d, int comm_sms) {
 }
 }  // namespace
 
+// Upper bound on the rate and size fields (TFLOPS, GB, GB/s, us): far above any device, low enough
+// that the cost model's products stay finite.
+constexpr double kMaxRate = 1e9;
+
 void DeviceSpec::validate() const {
     require(!name.empty(), "<unnamed>", "name", "must be non-empty");
-    require(sm_count > 0, name, "sm_count", "must be positive");
+    require(sm_count > 0 && sm_count <= (1 << 20), name, "sm_count", "must lie in [1, 2**20]");
+    for (auto [value, field] : {std::pair<double, const char*>{fp16_tflops, "fp16_tflops"}, {fp8_tflops, "fp8_tflops"},
+                                {compute_derate, "compute_derate"}, {mem_gb, "mem_gb"}, {mem_bw_gbps, "mem_bw_gbps"},
+                                {nvlink_gbps, "nvlink_gbps"}, {scaleout_gbps, "scaleout_gbps"}, {discount, "discount"},
+                                {cache_bw_gbps, "cache_bw_gbps"}, {call_overhead_us, "call_overhead_us"}})
+        require(std::isfinite(value) && value <= kMaxRate, name, field, "must be finite and <= 1e9");
     require(comm_sms_prefill >= 0 && comm_sms_prefill < sm_count, name, "comm_sms_prefill",
             "must lie in [0, sm_count)");
     require(comm_sms_decode >= 0 && comm_sms_decode < sm_count, name, "comm_sms_decode",
@@ -30,8 +41,10 @@ void DeviceSpec::validate() const {
     require(nvlink_gbps > 0, name, "nvlink_gbps", "must be positive");
     require(scaleout_gbps > 0, name, "scaleout_gbps", "must be positive");
     require(discount > 0 && discount <= 1, name, "discount", "must lie in (0, 1]");
-    require(gpus_per_node > 0, name, "gpus_per_node", "must be positive");
-    require(seed_decode_tp > 0, name, "seed_decode_tp", "must be positive");
+    require(gpus_per_node > 0 && gpus_per_node <= 1024, name, "gpus_per_node", "must lie in [1, 1024]");
+    // The decode plan holds TPs 1, 2, ..., 64 (costmodel/decode_plan.hpp).
+    require(seed_decode_tp > 0 && seed_decode_tp <= 64 && (seed_decode_tp & (seed_decode_tp - 1)) == 0, name,
+            "seed_decode_tp", "must be a power of two in [1, 64]");
     require(cache_bw_gbps >= 0, name, "cache_bw_gbps", "must be >= 0");
     require(call_overhead_us >= 0, name, "call_overhead_us", "must be >= 0");
 }

@@ -1,14 +1,21 @@
 #include "model/model_config.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace dsperf {
 
 namespace {
+void require_at_most(int64_t value, const char* field) {
+    if (value > kMaxModelField)
+        throw std::invalid_argument(std::string("model field '") + field + "' must be <= " +
+                                    std::to_string(kMaxModelField) + ", got " + std::to_string(value));
+}
 void require_positive(int64_t value, const char* field) {
     if (value <= 0)
         throw std::invalid_argument(std::string("model field '") + field +
                                     "' must be positive, got " + std::to_string(value));
+    require_at_most(value, field);
 }
 }  // namespace
 
@@ -27,6 +34,8 @@ void ModelConfig::validate() const {
     require_positive(qk_nope_head_dim, "qk_nope_head_dim");
     require_positive(qk_rope_head_dim, "qk_rope_head_dim");
     require_positive(v_head_dim, "v_head_dim");
+    require_at_most(q_lora_rank, "q_lora_rank");
+    require_at_most(n_shared_experts, "n_shared_experts");
     if (q_lora_rank < 0)
         throw std::invalid_argument("model field 'q_lora_rank' must be >= 0 (0 = no query compression)");
     if (n_shared_experts < 0)
@@ -45,8 +54,8 @@ void ModelConfig::validate() const {
     if (n_activated_experts > n_limited_groups * (n_routed_experts / n_expert_groups))
         throw std::invalid_argument(
             "model field 'n_activated_experts' exceeds the experts in the 'n_limited_groups' kept groups");
-    if (!(route_scale > 0))
-        throw std::invalid_argument("model field 'route_scale' must be positive");
+    if (!(route_scale > 0 && route_scale <= 1e6))
+        throw std::invalid_argument("model field 'route_scale' must lie in (0, 1e6]");
 }
 
 }  // namespace dsperf

@@ -7,6 +7,11 @@
 
 namespace dsperf {
 
+// Upper bound on every integer field: far above any real model (DeepSeek-V3's largest is the
+// 129280-entry vocabulary), and low enough that the cost model's int conversions and products of
+// a few fields stay exact and finite.
+constexpr int64_t kMaxModelField = int64_t(1) << 24;
+
 struct ModelConfig {
     std::string name = "DeepSeek-V3";
     int64_t vocab_size = 129280;

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from . import __version__, cli_grounded
+from ._checks import MAX_COUNT, MAX_TOKENS, number, number_list
 
 
 def _csv(text: str) -> list[str]:
@@ -82,6 +83,14 @@ def _run_tables(args) -> str:
     unknown = set(args.sections) - {"model", "devices", "prefill", "decode"}
     if unknown:
         raise ValueError(f"--sections: unknown section '{sorted(unknown)[0]}'")
+    # The API checks these too, but under its own names (tp, not --alt-tp): name the flags here.
+    for flag in ("--seq-len", "--decode-len"):
+        number(flag, getattr(args, flag[2:].replace("-", "_")), hi=MAX_TOKENS)
+    number("--kv-cache-hit", args.kv_cache_hit)
+    number_list("--batch-sizes", args.batch_sizes, lo=0, lo_open=True, hi=MAX_TOKENS)
+    for flag, lo in (("--tp", 1), ("--dp", 1), ("--alt-tp", 1), ("--alt-dp", 1), ("--dispatch-nodes", 1), ("--ep", 1),
+                     ("--redundant-experts", 0)):
+        number(flag, getattr(args, flag[2:].replace("-", "_")), integer=True, lo=lo, hi=MAX_COUNT)
     opts = TableOptions(
         model=args.model, mode=args.mode,
         prefill_devices=args.devices or args.prefill_devices, decode_devices=args.devices or args.decode_devices,
@@ -98,6 +107,10 @@ def _run_deepseek() -> str:
     from .compare import deepseek_comparison
 
     return deepseek_comparison().to_markdown(index=False, floatfmt=".2f") + "\n"
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,8 +149,8 @@ def main(argv=None) -> int:
         elif args.command == "report":
             from .report import run_report
 
-            if args.repeats is not None and args.repeats < 1:
-                raise ValueError("--repeats must be >= 1")
+            if args.repeats is not None and not 1 <= args.repeats <= 1000:
+                raise ValueError(f"--repeats must lie in [1, 1000], got {args.repeats}")
             run_report(args.out, quick=args.quick, cold=not args.hot, force_calibration=args.recalibrate,
                        calibration=args.calibration, repeats=args.repeats, progress=sys.stderr.isatty(),
                        print_tables=not args.no_tables, ep=not args.no_ep)
@@ -164,8 +177,11 @@ def main(argv=None) -> int:
         else:
             text = _run_deepseek()
     except (ValueError, TypeError, OSError) as e:
-        print(f"dsperf {args.command}: error: {e}", file=sys.stderr)
+        print(f"dsperf {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a command-line tool answers in one line, never a traceback
+        print(f"dsperf {args.command}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+        return 1
     sys.stdout.write(text)
     return 0
 

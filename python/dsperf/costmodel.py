@@ -12,7 +12,6 @@ Every function takes a model (name, config.json path, dict or ModelConfig), one 
 """
 from __future__ import annotations
 
-import numbers
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -20,6 +19,7 @@ import pandas as pd
 
 from . import _C
 from .hardware import resolve_devices
+from ._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number, number_list, text
 from .model import load_model
 
 # The seed's EP strategies: name -> (EP size, redundant experts).
@@ -34,38 +34,23 @@ EP_STRATEGIES: Mapping[str, tuple[int, int]] = {
 }
 
 
-def _number(name: str, value, integer: bool = False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if integer:
-        if float(value) != int(value):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        return int(value)
-    return float(value)
+# The largest decode_sweep result: 2**24 rows of 109 bytes each (~1.8 GB of columns).
+MAX_SWEEP_ROWS = 2 ** 24
 
 
-def _numbers(name: str, values, integer: bool = False) -> list:
-    """A scalar or a sequence of numbers as a list, checked in one vectorised pass."""
-    if isinstance(values, numbers.Real) and not isinstance(values, bool):
-        values = [values]
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a number or a sequence of numbers, got {values!r}")
-    arr = np.asarray(values)
-    if arr.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        bad = next((v for v in arr.ravel() if isinstance(v, bool) or not isinstance(v, numbers.Real)), arr.ravel()[0])
-        raise TypeError(f"{name} must be numbers, got {bad!r}")
-    arr = arr.ravel().astype(np.float64)
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite, got {arr[~np.isfinite(arr)][0]!r}")
-    if integer:
-        if (arr != np.rint(arr)).any():
-            raise ValueError(f"{name} must be integers, got {arr[arr != np.rint(arr)][0]!r}")
-        return arr.astype(np.int64).tolist()
-    return arr.tolist()
+def _tokens(name, value):
+    """A token count (float): finite, <= MAX_TOKENS; the core checks the lower bound."""
+    return number(name, value, hi=MAX_TOKENS)
+
+
+def _count(name, value, lo=1):
+    """An integer count in [lo, MAX_COUNT] (it is passed to the core as a C++ int)."""
+    return number(name, value, integer=True, lo=lo, hi=MAX_COUNT)
+
+
+def _finite(name, value):
+    """A float whose range the core checks (it names the range): here, type and finiteness."""
+    return number(name, value)
 
 
 def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache_hit=0.563, tp=4, dp=8,
@@ -75,11 +60,13 @@ def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache
     One row per device; ``gpus``, when given, must equal tp * dp.
     """
     m = load_model(model)
-    seq_len = _number("seq_len", seq_len)
-    kv_cache_hit = _number("kv_cache_hit", kv_cache_hit)
-    tp, dp = _number("tp", tp, True), _number("dp", dp, True)
+    mode = text("mode", mode)
+    seq_len = _tokens("seq_len", seq_len)
+    kv_cache_hit = _finite("kv_cache_hit", kv_cache_hit)
+    tp, dp = _count("tp", tp), _count("dp", dp)
+    dispatch_nodes = _count("dispatch_nodes", dispatch_nodes)
     if gpus is not None:
-        gpus = _number("gpus", gpus, True)
+        gpus = _count("gpus", gpus)
         if tp < 1 or gpus % tp:
             raise ValueError(f"tp ({tp}) must divide gpus ({gpus})")
         if tp * dp != gpus:
@@ -88,7 +75,8 @@ def prefill(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_cache
         return _grounded_prefill(m, devices, seq_len, kv_cache_hit, tp, dp, dispatch_nodes)
     rows = []
     for label, spec in resolve_devices(devices, mode):
-        r = _C.prefill(m, spec, seq_len, kv_cache_hit, tp, dp, _number("dispatch_nodes", dispatch_nodes, True), mode)
+        r = _C.prefill(m, spec, seq_len, kv_cache_hit, tp, dp, dispatch_nodes, mode)
+        finite_results(f"prefill on {label}", r)
         rows.append({"GPU": label, **r})
     return pd.DataFrame(rows).set_index("GPU")
 
@@ -98,12 +86,15 @@ def prefill_mla(model="DeepSeek-V3", devices=("H800", "H20"), seq_len=4383, kv_c
     """Prefill MLA time per TP (the seed's 2.1 table), with its GEMM and attention parts and the
     all-reduce per TP (``allreduce_ms`` is the first TP above 1's, the seed's single figure)."""
     m = load_model(model)
-    tps = _numbers("tps", tps, integer=True)
+    mode = text("mode", mode)
+    tps = number_list("tps", tps, integer=True, lo=1, hi=MAX_COUNT)
+    seq_len, kv_cache_hit = _tokens("seq_len", seq_len), _finite("kv_cache_hit", kv_cache_hit)
     rows = []
     for label, spec in resolve_devices(devices, mode):
         row = {"GPU": label}
         for tp in tps:
-            r = _C.prefill_mla(m, spec, _number("seq_len", seq_len), _number("kv_cache_hit", kv_cache_hit), tp, mode)
+            r = _C.prefill_mla(m, spec, seq_len, kv_cache_hit, tp, mode)
+            finite_results(f"prefill_mla on {label} at TP{tp}", r)
             row.update(gemm_ms=r["gemm_ms"], attn_ms=r["attn_ms"])  # the same at every TP
             row[f"TP{tp}"] = r["time_ms"]
             if tp > 1:
@@ -121,17 +112,19 @@ def decode(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383,
     tokens/s per GPU, overlap time budget and the memory-limited batch. tp=0 applies the
     best-TP rule of the mode."""
     m = load_model(model)
-    batches = _numbers("batch_sizes", batch_sizes)
+    mode = text("mode", mode)
+    batches = number_list("batch_sizes", batch_sizes, lo=0, lo_open=True, hi=MAX_TOKENS)
     if _grounded(mode):
         return _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant_experts, absorbed, kv_fp8,
                                 group_gemm_discount)
+    args = (_tokens("seq_len", seq_len), _tokens("decode_len", decode_len))
+    opts = (_count("tp", tp, 0), _count("ep", ep), _count("redundant_experts", redundant_experts, 0),
+            flag("absorbed", absorbed), flag("kv_fp8", kv_fp8), _finite("group_gemm_discount", group_gemm_discount))
     rows = []
     for label, spec in resolve_devices(devices, mode):
         for bs in batches:
-            r = _C.decode(m, spec, _number("seq_len", seq_len), _number("decode_len", decode_len), bs,
-                          _number("tp", tp, True), _number("ep", ep, True),
-                          _number("redundant_experts", redundant_experts, True), bool(absorbed), bool(kv_fp8),
-                          _number("group_gemm_discount", group_gemm_discount), mode)
+            r = _C.decode(m, spec, *args, bs, *opts, mode)
+            finite_results(f"decode on {label} at batch {bs:g}", r)
             rows.append({"GPU": label, "batch": bs, **r})
     df = pd.DataFrame(rows)
     df["fits_memory"] = df["batch"] <= df["batch_limit"]
@@ -144,8 +137,10 @@ def decode_batch_limits(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), 
     """The memory-limited batch per GPU (the seed's 3.2 table): rows device x KV dtype x
     absorbed, one column per EP strategy."""
     m = load_model(model)
-    strategies = dict(EP_STRATEGIES) if strategies is None else dict(strategies)
+    mode = text("mode", mode)
+    strategies = _strategies(strategies)
     order = sorted(strategies, key=lambda k: -strategies[k][0])  # EP320 first, as the seed
+    seq_len, decode_len, tp = _tokens("seq_len", seq_len), _tokens("decode_len", decode_len), _count("tp", tp)
     rows = []
     for kv_fp16 in (False, True):
         for label, spec in resolve_devices(devices, mode):
@@ -154,22 +149,34 @@ def decode_batch_limits(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), 
                 row = {"GPU": name}
                 for key in order:
                     ep, red = strategies[key]
-                    row[key] = _C.decode_batch_limit(m, spec, _number("seq_len", seq_len),
-                                                     _number("decode_len", decode_len), _number("tp", tp, True),
-                                                     ep, red, absorbed, not kv_fp16, mode)
+                    row[key] = _C.decode_batch_limit(m, spec, seq_len, decode_len, tp, ep, red, absorbed,
+                                                     not kv_fp16, mode)
+                finite_results(f"decode_batch_limits for {name}", row)
                 rows.append(row)
     return pd.DataFrame(rows).set_index("GPU")
+
+
+def _strategies(strategies) -> dict[str, tuple[int, int]]:
+    """EP strategies {name: (ep, redundant experts)}, checked; None gives EP_STRATEGIES."""
+    if strategies is None:
+        return dict(EP_STRATEGIES)
+    if not isinstance(strategies, Mapping):
+        raise TypeError(f"strategies must be a mapping name -> (ep, redundant experts), got {strategies!r}")
+    out = {}
+    for key, value in strategies.items():
+        if not isinstance(key, str):
+            raise TypeError(f"strategies: names must be strings, got {key!r}")
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+            raise TypeError(f"strategies[{key!r}] must be a pair (ep, redundant experts), got {value!r}")
+        out[key] = (_count(f"strategies[{key!r}] ep", value[0]), _count(f"strategies[{key!r}] redundant", value[1], 0))
+    return out
 
 
 def ep_strategies(model="DeepSeek-V3", strategies: Mapping[str, tuple[int, int]] | None = None) -> pd.DataFrame:
     """Redundant experts, routed experts per GPU and the per-request token counts of each strategy."""
     m = load_model(model)
-    strategies = dict(EP_STRATEGIES) if strategies is None else dict(strategies)
     rows = []
-    for key, (ep, red) in strategies.items():
-        ep, red = _number(f"strategies[{key!r}] ep", ep, True), _number(f"strategies[{key!r}] redundant", red, True)
-        if ep < 1 or red < 0:
-            raise ValueError(f"strategies[{key!r}]: ep must be >= 1 and redundant experts >= 0, got ({ep}, {red})")
+    for key, (ep, red) in _strategies(strategies).items():
         per_gpu = (m.n_routed_experts + red) / ep
         rows.append({"EP": key, "ep": ep, "redundant_experts": red, "experts_per_gpu": per_gpu,
                      "comm_tokens_per_request": m.n_activated_experts * (1 - per_gpu / m.n_routed_experts),
@@ -186,24 +193,46 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
     device > tp > ep > kv_fp8 > seq_len > decode_len > batch (innermost).
     """
     m = load_model(model)
+    mode = text("mode", mode)
     if _grounded(mode):
         return _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_experts, kv_fp8, absorbed,
                                group_gemm_discount)
     pairs = resolve_devices(devices, mode)
-    eps = _numbers("ep", ep, integer=True)
-    reds = [32] * len(eps) if redundant_experts is None else _numbers("redundant_experts", redundant_experts, True)
+    axes = dict(
+        tp=number_list("tp", tp, integer=True, lo=0, hi=MAX_COUNT),
+        ep=number_list("ep", ep, integer=True, lo=1, hi=MAX_COUNT),
+        kv_fp8=[flag("kv_fp8", v) for v in np.atleast_1d(np.asarray(kv_fp8, dtype=object))],
+        seq_len=number_list("seq_len", seq_len, hi=MAX_TOKENS),
+        decode_len=number_list("decode_len", decode_len, hi=MAX_TOKENS),
+        batch=number_list("batch", batch, hi=MAX_TOKENS))
+    if not axes["kv_fp8"]:
+        raise ValueError("kv_fp8 must not be empty")
+    eps = axes["ep"]
+    reds = ([32] * len(eps) if redundant_experts is None else
+            number_list("redundant_experts", redundant_experts, integer=True, lo=0, hi=MAX_COUNT))
     if len(reds) != len(eps):
         raise ValueError("redundant_experts must have one entry per ep value")
-    kv = [int(bool(x)) for x in np.atleast_1d(kv_fp8)]
-    if not kv:
-        raise ValueError("kv_fp8 must not be empty")
+    # Python ints do not overflow: the row count is exact here, and bounded before anything is allocated.
+    rows = len(pairs)
+    for values in axes.values():
+        rows *= len(values)
+    if rows > MAX_SWEEP_ROWS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in [("devices", pairs), *axes.items()])
+        raise ValueError(f"decode_sweep grid has {sizes} = {rows} rows, more than the {MAX_SWEEP_ROWS} allowed "
+                         "(split the sweep)")
     cols = _C.decode_sweep(
-        m, [s for _, s in pairs], _numbers("tp", tp, True), eps, reds, kv,
-        _numbers("seq_len", seq_len), _numbers("decode_len", decode_len), _numbers("batch", batch),
-        bool(absorbed), _number("group_gemm_discount", group_gemm_discount), mode)
-    # Codes come from the C++ loop over `pairs`, so they need no range check.
-    labels = pd.Categorical.from_codes(cols.pop("device_index"), categories=[label for label, _ in pairs],
-                                       validate=False)
+        m, [s for _, s in pairs], axes["tp"], eps, reds, [int(v) for v in axes["kv_fp8"]], axes["seq_len"],
+        axes["decode_len"], axes["batch"], flag("absorbed", absorbed),
+        _finite("group_gemm_discount", group_gemm_discount), mode)
+    finite_results("decode_sweep", {k: v for k, v in cols.items() if v.dtype.kind == "f"})
+    # Codes come from the C++ loop over `pairs`, so they need no range check. A device given twice
+    # gives two rows per point under one label (categories must be unique).
+    names = [label for label, _ in pairs]
+    categories = list(dict.fromkeys(names))
+    codes = cols.pop("device_index")
+    if len(categories) < len(names):
+        codes = np.array([categories.index(n) for n in names], np.int32)[codes]
+    labels = pd.Categorical.from_codes(codes, categories=categories, validate=False)
     df = pd.DataFrame(cols, copy=False)
     df.insert(0, "GPU", labels)
     return df
@@ -212,7 +241,7 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
 def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
     """The seed's 1.1 figures: single-token MLA FLOPs (standard, absorbed) and their ratios."""
     m = load_model(model)
-    kv_len_avg = _number("kv_len_avg", kv_len_avg)
+    kv_len_avg = _tokens("kv_len_avg", kv_len_avg)
     if kv_len_avg <= 0:
         raise ValueError(f"kv_len_avg must be positive, got {kv_len_avg}")
     std1, abs1 = _C.mla_flops(1, 1, m, 0), _C.mla_absorbed_flops(1, 1, m, 0)
@@ -230,6 +259,7 @@ def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
          "value": _C.mla_absorbed_flops(1, kv_len_avg, m, 1)[0] / _C.mla_flops(1, kv_len_avg, m, 1)[0]},
         {"quantity": "absorbed MLA parameters (M)", "value": _C.param_counts(m, False)["mla_absorbed"] / 1e6},
     ]
+    finite_results("flops_summary", {r["quantity"]: r["value"] for r in rows})
     return pd.DataFrame(rows).set_index("quantity")
 
 
@@ -256,7 +286,7 @@ def parameter_table(model="DeepSeek-V3", mode=SEED_TABLE_MODE) -> pd.DataFrame:
     bias-free linears of DeepSeek-V3 are counted exactly.
     """
     m = load_model(model)
-    seed = not _C.parse_mode(mode)["exact_parameter_counts"]
+    seed = not _C.parse_mode(text("mode", mode))["exact_parameter_counts"]
     p = _C.param_counts(m, seed)
     per = {k: (_seed_quoted(k, v) if seed else v) for k, v in p.items()}
     experts = m.n_routed_experts + m.n_shared_experts
@@ -351,16 +381,16 @@ def _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant
     if absorbed is not True:
         raise ValueError("absorbed: the grounded model prices absorbed MLA decode (FlashMLA); use a seed mode "
                          f"for the standard form (got {absorbed!r})")
-    seq_len, decode_len = _number("seq_len", seq_len), _number("decode_len", decode_len)
+    seq_len, decode_len = _tokens("seq_len", seq_len), _tokens("decode_len", decode_len)
     if not (seq_len > 0 and decode_len >= 0):
         raise ValueError(f"seq_len must be positive and decode_len >= 0, got {seq_len}, {decode_len}")
     kv_len = seq_len + decode_len / 2
-    attn_tp = max(1, _number("tp", tp, True))
+    attn_tp = max(1, _count("tp", tp, 0))
     rows = []
     for label, spec in resolve_devices(devices, "corrected"):
         for bs in batches:
-            r = grounded.decode(m, spec, batch=bs, kv_len=kv_len, ep=_number("ep", ep, True), attn_tp=attn_tp,
-                                redundant_experts=_number("redundant_experts", redundant_experts, True),
+            r = grounded.decode(m, spec, batch=bs, kv_len=kv_len, ep=_count("ep", ep), attn_tp=attn_tp,
+                                redundant_experts=_count("redundant_experts", redundant_experts, 0),
                                 kv_fp8=kv_fp8)
             rows.append({"GPU": label, "batch": bs, "kv_len": kv_len, "mla_tp": attn_tp,
                          **{k: r[k] for k in ("tpot_ms", "tps_user", "tokens_per_gpu_s", "step_ms", "moe_layer_ms",
@@ -379,11 +409,12 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
     if absorbed is not True:
         raise ValueError("absorbed: the grounded model prices absorbed MLA decode only")
     pairs = resolve_devices(devices, "corrected")
-    eps = _numbers("ep", ep, integer=True)
-    reds = [32] * len(eps) if redundant_experts is None else _numbers("redundant_experts", redundant_experts, True)
+    eps = number_list("ep", ep, integer=True, lo=1, hi=MAX_COUNT)
+    reds = ([32] * len(eps) if redundant_experts is None else
+            number_list("redundant_experts", redundant_experts, integer=True, lo=0, hi=MAX_COUNT))
     if len(reds) != len(eps):
         raise ValueError("redundant_experts must have one entry per ep value")
-    tps = [max(1, t) for t in _numbers("tp", tp, True)]
+    tps = [max(1, t) for t in number_list("tp", tp, integer=True, lo=0, hi=MAX_COUNT)]
     for t in tps:
         for label, spec in pairs:
             if spec.gpus_per_node % t or m.n_heads % t:
@@ -391,13 +422,14 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
     for e, r in zip(eps, reds):
         if not 1 <= e <= m.n_routed_experts + r:
             raise ValueError(f"ep ({e}) must lie in [1, routed + redundant experts = {m.n_routed_experts + r}]")
-    kv = [bool(x) for x in np.atleast_1d(kv_fp8)]
+    kv = [flag("kv_fp8", v) for v in np.atleast_1d(np.asarray(kv_fp8, dtype=object))]
     if not kv:
         raise ValueError("kv_fp8 must not be empty")
-    batches = _numbers("batch", batch)
+    batches = number_list("batch", batch, lo=0, lo_open=True, hi=MAX_TOKENS)
     labels = [label for label, _ in pairs]
     frames = []
-    seqs, decs = _numbers("seq_len", seq_len), _numbers("decode_len", decode_len)
+    seqs = number_list("seq_len", seq_len, hi=MAX_TOKENS)
+    decs = number_list("decode_len", decode_len, hi=MAX_TOKENS)
     if min(seqs) <= 0 or min(decs) < 0:
         raise ValueError("seq_len values must be positive and decode_len values >= 0")
     for s in seqs:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from importlib import resources
@@ -47,12 +48,27 @@ def _devices_dir():
     return resources.files("dsperf") / "data" / "devices"
 
 
+_MAX_TOML_BYTES = 16 << 20  # a device file is a few KB; refuse to parse anything huge
+
+
 def _read_toml(path) -> dict:
-    with (open(path, "rb") if isinstance(path, (str, os.PathLike)) else path.open("rb")) as f:
-        try:
-            return tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"device file '{path}' is not valid TOML: {e}") from None
+    """A TOML file as a dict; every failure (unreadable, not UTF-8, not TOML, nested beyond
+    Python's recursion limit) is a ValueError naming the file."""
+    try:
+        with (open(path, "rb") if isinstance(path, (str, os.PathLike)) else path.open("rb")) as f:
+            raw = f.read(_MAX_TOML_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"device file '{path}' cannot be read: {e.strerror or e}") from None
+    if len(raw) > _MAX_TOML_BYTES:
+        raise ValueError(f"device file '{path}' is larger than {_MAX_TOML_BYTES} bytes; not a device file")
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"device file '{path}' is not UTF-8 text: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"device file '{path}' is not valid TOML: {e}") from None
+    except RecursionError:
+        raise ValueError(f"device file '{path}' is not a device file: nested too deeply") from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,29 +95,50 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
     if not isinstance(mode, str):
         raise TypeError(f"mode must be a string, got {type(mode).__name__}")
     seed_values = not _C.parse_mode(mode)["datasheet_devices"]
+    if not isinstance(data, dict):
+        raise ValueError(f"device file {source} must hold a table of fields, got {type(data).__name__}")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ValueError(f"device file {source} is missing the field '{missing[0]}'")
     values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
     if seed_values:
-        values.update({k: v for k, v in data.get("as_published", {}).items() if k in SPEC_FIELDS})
+        seed = data.get("as_published", {})
+        if not isinstance(seed, dict):
+            raise ValueError(f"device file {source} field 'as_published' must be a table, got {seed!r}")
+        values.update({k: v for k, v in seed.items() if k in SPEC_FIELDS})
     unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency")
                and k not in METADATA_FIELDS]
     if unknown:
         raise ValueError(f"device file {source} has an unknown field '{unknown[0]}'")
     spec = DeviceSpec()
     for key, value in values.items():
-        kind = SPEC_FIELDS[key]
-        if kind is str:
-            ok = isinstance(value, str)
-        else:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = ok and (kind is float or float(value) == int(value))
-        if not ok:
-            raise ValueError(f"device file {source} field '{key}' must be {kind.__name__}, got {value!r}")
-        setattr(spec, key, kind(value))
-    spec.validate()
+        setattr(spec, key, _field_value(key, value, f"device file {source} field"))
+    try:
+        spec.validate()
+    except ValueError as e:
+        raise ValueError(f"device file {source}: {e}") from None
     return spec
+
+
+# Integer fields are C++ ints: bounded here, before the conversion (DeviceSpec::validate has the
+# tighter ranges and names them).
+_INT_MAX = 2 ** 31 - 1
+
+
+def _field_value(key, value, where):
+    """A device field's value, strictly typed: str for the name; an int (not a bool, not a float) for
+    int fields; a finite int or float for float fields."""
+    kind = SPEC_FIELDS[key]
+    if kind is str:
+        ok = isinstance(value, str) and value != "" and "\0" not in value
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and -_INT_MAX <= value <= _INT_MAX
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok:
+        want = {str: "str (non-empty)", int: "int", float: "float (finite)"}[kind]
+        raise ValueError(f"{where} '{key}' must be {want}, got {value!r}")
+    return kind(value)
 
 
 def load_device(device: DeviceLike, mode: str = "corrected", **overrides) -> DeviceSpec:
@@ -130,7 +167,7 @@ def load_device(device: DeviceLike, mode: str = "corrected", **overrides) -> Dev
     for key, value in overrides.items():
         if key not in SPEC_FIELDS:
             raise ValueError(f"unknown device field '{key}'")
-        setattr(spec, key, SPEC_FIELDS[key](value))
+        setattr(spec, key, _field_value(key, value, "device override"))
     spec.validate()
     return spec
 
@@ -146,6 +183,8 @@ def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str)
     """(label, spec) pairs; the label is what the caller wrote, so tables keep their names."""
     if isinstance(devices, (str, os.PathLike, DeviceSpec)):
         devices = [devices]
+    if isinstance(devices, (bytes, dict)) or not hasattr(devices, "__iter__"):
+        raise TypeError(f"devices must be a device or a sequence of devices, got {devices!r}")
     out = []
     for d in devices:
         if isinstance(d, DeviceSpec):

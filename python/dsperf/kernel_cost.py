@@ -13,10 +13,10 @@ factors).
 """
 from __future__ import annotations
 
-import numbers
 from typing import Mapping
 
 from . import _C
+from ._checks import MAX_TOKENS, finite_results, flag, number
 from .hardware import DeviceLike, load_device
 
 KC = _C.kernel_cost
@@ -41,6 +41,11 @@ COMPOSITE_FAMILIES = {
                      "shared_inter", "dtype"),
 }
 FAMILIES = {**BASE_FAMILIES, **COMPOSITE_FAMILIES}
+# Bounds on the integer parameters: token-like counts up to MAX_TOKENS, every other size (widths,
+# heads, experts, top_k, ...) up to MAX_KERNEL_DIM, so the C++ int64 shape products cannot overflow
+# and the work stays finite.
+MAX_KERNEL_DIM = 2 ** 24
+_TOKEN_PARAMS = ("m", "tokens", "rows", "keys", "prefix")
 # Families whose efficiency depends on the weight/cache dtype: fitted per dtype ("linear/fp8").
 DTYPE_FAMILIES = ("linear", "experts_contiguous", "experts_masked", "mla_decode")
 
@@ -131,10 +136,18 @@ def parts(family: str, params: Mapping) -> list[tuple[str, dict, KernelWork]]:
     missing = [k for k in FAMILIES.get(family, ()) if k not in params and k != "dtype"]
     if family in FAMILIES and missing:
         raise ValueError(f"{family} needs the parameter '{missing[0]}'")
-    for k, v in params.items():  # sizes are integers; ranges are checked where the work is counted
-        if k not in ("dtype", "variant") and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
-            raise TypeError(f"{family}: parameter '{k}' must be an integer, got {v!r}")
-    p = dict(params)
+    if not isinstance(family, str):
+        raise TypeError(f"family must be a string, got {family!r}")
+    p = {}
+    for k, v in params.items():  # sizes are integers; lower bounds are checked where the work is counted
+        if k in ("dtype", "variant"):
+            p[k] = v
+        else:
+            v = number(f"{family}: parameter '{k}'", v, integer=True)
+            # A negative size reaches the core, which names its exact lower bound ("k must be > 0");
+            # only one beyond int64 is refused here.
+            p[k] = number(f"{family}: {k}", v, integer=True, lo=-2 ** 62,
+                          hi=MAX_TOKENS if k in _TOKEN_PARAMS else MAX_KERNEL_DIM)
     if family == "moe_layer":
         rows = p["tokens"] * p["top_k"]
         out = [("gate", dict(tokens=p["tokens"], dim=p["dim"], experts=p["experts"], top_k=p["top_k"])),
@@ -170,24 +183,36 @@ def predict_ms(family: str, params: Mapping, device: DeviceLike = "H800",
                efficiencies: Mapping[str, KernelEfficiency] | None = None, cache_resident: bool = False) -> float:
     """Predicted milliseconds of one call: each part's roofline time at its family's efficiency
     (ideal where `efficiencies` has none), plus the device's call overhead once."""
-    spec = device if isinstance(device, _C.DeviceSpec) else load_device(device, "corrected")
-    efficiencies = efficiencies or {}
+    spec = load_device(device, "corrected")  # a DeviceSpec is copied and validated
+    if efficiencies is None:
+        efficiencies = {}
+    if not isinstance(efficiencies, Mapping) or not all(isinstance(e, KernelEfficiency) for e in efficiencies.values()):
+        raise TypeError("efficiencies must map keys to KernelEfficiency (efficiencies_from_dict builds them)")
+    cache_resident = flag("cache_resident", cache_resident)
     total = spec.call_overhead_us * 1e-6
     for fam, p, w in parts(family, params):
         eff = lookup_efficiency(efficiencies, fam, p)
         total += KC.kernel_seconds(w, spec, eff, cache_resident) - spec.call_overhead_us * 1e-6
+    finite_results(f"predict_ms({family})", {"ms": total * 1e3})
     return total * 1e3
 
 
 def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
     """The [efficiency] table of a device file ({key: {compute, memory, overhead_us}}) as objects."""
+    if not isinstance(table, Mapping):
+        raise ValueError(f"the efficiency table must be a table of efficiencies, got {table!r}")
     out = {}
     for key, v in table.items():
         try:
-            out[key] = KernelEfficiency(float(v["compute"]), float(v["memory"]), float(v.get("overhead_us", 0.0)),
-                                        bool(v.get("overlap", True)))
-            out[key].validate()
-        except (KeyError, TypeError, ValueError) as e:
+            if not isinstance(v, Mapping):
+                raise TypeError(f"got {v!r}")
+            out[key] = KernelEfficiency(number("compute", v["compute"], lo=0, hi=1e6, lo_open=True),
+                                        number("memory", v["memory"], lo=0, hi=1e6, lo_open=True),
+                                        number("overhead_us", v.get("overhead_us", 0.0), lo=0, hi=1e9),
+                                        flag("overlap", v.get("overlap", True)))
+        except KeyError as e:
+            raise ValueError(f"efficiency '{key}' is missing {e}") from None
+        except (TypeError, ValueError) as e:
             raise ValueError(f"efficiency '{key}' must have compute > 0, memory > 0, overhead_us >= 0: {e}") from None
     return out
 
@@ -214,14 +239,17 @@ def ep_exchange_ms(tokens: int, *, hidden: int = 7168, top_k: int = 8, experts: 
     local_bytes, exchanges, link_ms, local_ms and ms (their sum with the latencies and the overhead)."""
     if layout not in EP_LAYOUTS:
         raise ValueError(f"layout must be one of {EP_LAYOUTS}, got {layout!r}")
-    for name, v, lo in (("link_gbps", link_gbps, 0.0), ("latency_us", latency_us, None), ("local_gbps", local_gbps, None),
-                        ("overhead_us", overhead_us, None)):
-        if not isinstance(v, numbers.Real) or not (v > lo if lo is not None else v >= 0):
-            raise ValueError(f"{name} must be a number {'> 0' if lo is not None else '>= 0'}, got {v!r}")
-    ex = KC.ep_exchange(int(tokens), int(hidden), int(top_k), int(experts), int(ranks), getattr(KC.EpLayout, layout),
-                        bool(fp8))
+    link_gbps = number("link_gbps", link_gbps, lo=0, hi=1e9, lo_open=True)
+    latency_us, local_gbps, overhead_us = (number(name, v, lo=0, hi=1e9) for name, v in (
+        ("latency_us", latency_us), ("local_gbps", local_gbps), ("overhead_us", overhead_us)))
+    tokens = number("tokens", tokens, integer=True, lo=0, hi=MAX_TOKENS)
+    hidden, top_k, experts, ranks = (number(name, v, integer=True, lo=1, hi=MAX_KERNEL_DIM) for name, v in (
+        ("hidden", hidden), ("top_k", top_k), ("experts", experts), ("ranks", ranks)))
+    ex = KC.ep_exchange(tokens, hidden, top_k, experts, ranks, getattr(KC.EpLayout, layout), flag("fp8", fp8))
     total = KC.ep_exchange_seconds(ex, float(link_gbps), float(latency_us), float(local_gbps)) * 1e3 + overhead_us / 1e3
     local = ex.local_bytes / (local_gbps * 1e6) if local_gbps > 0 else 0.0
-    return dict(dispatch_bytes=ex.dispatch_bytes, combine_bytes=ex.combine_bytes, local_bytes=ex.local_bytes,
-                exchanges=ex.exchanges, link_ms=(ex.dispatch_bytes + ex.combine_bytes) / (link_gbps * 1e6),
-                local_ms=local, ms=total)
+    out = dict(dispatch_bytes=ex.dispatch_bytes, combine_bytes=ex.combine_bytes, local_bytes=ex.local_bytes,
+               exchanges=ex.exchanges, link_ms=(ex.dispatch_bytes + ex.combine_bytes) / (link_gbps * 1e6),
+               local_ms=local, ms=total)
+    finite_results("ep_exchange_ms", out)
+    return out

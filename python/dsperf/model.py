@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from importlib import resources
 from typing import Any, Mapping, Union
@@ -10,6 +11,8 @@ from typing import Any, Mapping, Union
 from . import _C
 
 ModelConfig = _C.ModelConfig
+MODEL_FIELD_MAX = _C.MODEL_FIELD_MAX  # upper bound on every integer field (2**24)
+_MAX_CONFIG_BYTES = 16 << 20           # a config.json is a few KB; refuse to parse anything huge
 
 # config.json key -> ModelConfig field. Every key is required except q_lora_rank, which is
 # null for models that project queries straight from the hidden state (DeepSeek-V2-Lite).
@@ -58,37 +61,77 @@ def _shipped_config(name: str) -> dict:
         return json.load(f)
 
 
-def from_hf_config(config: Mapping[str, Any], name: str = "custom") -> ModelConfig:
+def from_hf_config(config: Mapping[str, Any], name: str = "custom", source: str | None = None) -> ModelConfig:
     """Build a ModelConfig from a Hugging Face config.json dictionary.
 
-    Raises ValueError naming the missing, mistyped or inconsistent field.
+    Raises ValueError naming the missing, mistyped, out-of-range or inconsistent field (and the
+    file, when `source` names one). Integer fields must lie in [0, MODEL_FIELD_MAX].
     """
+    where = f"config.json '{source}'" if source else "config.json"
     if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a mapping (a parsed config.json), got {type(config).__name__}")
+        raise TypeError(f"{where} must hold a mapping (a parsed config.json), got {type(config).__name__}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, got {name!r}")
     m = ModelConfig()
     m.name = name
     for key, field in HF_FIELDS.items():
         if key not in config:
-            raise ValueError(f"config.json is missing the field '{key}'")
+            raise ValueError(f"{where} is missing the field '{key}'")
         value = config[key]
         if value is None and key in _NULLABLE:
             value = 0
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"config.json field '{key}' must be a number, got {value!r}")
+            raise ValueError(f"{where} field '{key}' must be a number, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where} field '{key}' must be finite, got {value!r}")
         if field == "route_scale":
             setattr(m, field, float(value))
         else:
             if float(value) != int(value):
-                raise ValueError(f"config.json field '{key}' must be an integer, got {value!r}")
+                raise ValueError(f"{where} field '{key}' must be an integer, got {value!r}")
+            # Checked before the C++ int64 field takes it: no narrowing, no overflow downstream.
+            if not 0 <= int(value) <= MODEL_FIELD_MAX:
+                raise ValueError(f"{where} field '{key}' must lie in [0, {MODEL_FIELD_MAX}], got {value!r}")
             setattr(m, field, int(value))
     try:
         m.validate()
     except ValueError as e:  # name the config.json key, not only the C++ field
         field = str(e).split("'")[1] if "'" in str(e) else ""
         keys = [k for k, f in HF_FIELDS.items() if f == field]
-        hint = f" (config.json '{keys[0]}')" if keys else ""
+        hint = f" ({where} '{keys[0]}')" if keys else (f" ({where})" if source else "")
         raise ValueError(f"{e}{hint}") from None
     return m
+
+
+def _reject_constant(token):
+    raise ValueError(f"{token} is not a number JSON allows")
+
+
+def read_config_json(path: str) -> dict:
+    """A config.json as a dict; every failure (unreadable, not UTF-8, not JSON, NaN or Infinity,
+    nested beyond Python's recursion limit) is a ValueError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"model file '{path}' cannot be read: {e.strerror or e}") from None
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise ValueError(f"model file '{path}' is larger than {_MAX_CONFIG_BYTES} bytes; not a config.json")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"model file '{path}' is not UTF-8 text: {e}") from None
+    try:
+        cfg = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"model file '{path}' is not valid JSON: {e}") from None
+    except ValueError as e:  # NaN, Infinity
+        raise ValueError(f"model file '{path}' is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ValueError(f"model file '{path}' is not a config.json: nested too deeply") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"model file '{path}' must hold a JSON object, got {type(cfg).__name__}")
+    return cfg
 
 
 def load_model(model: ModelLike = "DeepSeek-V3") -> ModelConfig:
@@ -102,6 +145,10 @@ def load_model(model: ModelLike = "DeepSeek-V3") -> ModelConfig:
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model must be a name, a path, a dict or a ModelConfig, got {type(model).__name__}")
     text = os.fspath(model)
+    if not isinstance(text, str):
+        raise TypeError(f"model must be a name, a path, a dict or a ModelConfig, got {model!r}")
+    if "\0" in text:
+        raise ValueError(f"model {text!r} is not a name or a path (it holds a NUL character)")
     if text in ("DeepSeek-R1", "deepseek-r1"):
         text = "DeepSeek-V3"
     by_lower = {n.lower(): n for n in list_models()}
@@ -111,12 +158,8 @@ def load_model(model: ModelLike = "DeepSeek-V3") -> ModelConfig:
     path = os.path.join(text, "config.json") if os.path.isdir(text) else text
     if not os.path.isfile(path):
         raise ValueError(f"model '{text}' is neither a shipped model ({', '.join(list_models())}) nor a config.json file")
-    with open(path) as f:
-        try:
-            cfg = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"model file '{path}' is not valid JSON: {e}") from None
-    return from_hf_config(cfg, name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "custom")
+    cfg = read_config_json(path)
+    return from_hf_config(cfg, name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "custom", source=path)
 
 
 def model_summary(model: ModelLike = "DeepSeek-V3") -> dict:

@@ -41,6 +41,26 @@ def points_of(df: pd.DataFrame) -> list[tuple[str, dict]]:
     return [(r["kernel"], _params(r, r["kernel"])) for r in df.to_dict("records")]
 
 
+def _check_sweep(df) -> None:
+    """A measured sweep: a DataFrame with 'kernel' and 'measured_ms', every time finite and > 0 (the
+    fit takes logs and the errors divide by it: a zero or NaN would turn into a silent inf)."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"df must be a pandas DataFrame (a harness sweep), got {type(df).__name__}")
+    missing = [c for c in ("kernel", "measured_ms") if c not in df.columns]
+    if missing:
+        raise ValueError(f"df must have the columns 'kernel' and 'measured_ms' (a harness sweep); '{missing[0]}' is missing")
+    try:
+        ms = df["measured_ms"].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("df column 'measured_ms' must hold numbers") from None
+    bad = ~(np.isfinite(ms) & (ms > 0))
+    if bad.any():
+        raise ValueError(f"df column 'measured_ms' must be finite and > 0; row {int(np.argmax(bad))} has {ms[bad][0]!r}")
+    unknown = set(df["kernel"]) - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"df column 'kernel' names an unknown kernel family {sorted(map(str, unknown))[0]!r}")
+
+
 def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, KernelEfficiency]:
     """Fits one KernelEfficiency per efficiency key from a measured sweep of base families.
 
@@ -48,9 +68,7 @@ def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, 
     fitted on what is left of its time once those parts are priced with their own fitted
     efficiencies, so those families are fitted first."""
     kc = _C.kernel_cost
-    missing = [c for c in ("kernel", "measured_ms") if c not in df.columns]
-    if missing:
-        raise ValueError(f"df must have the columns 'kernel' and 'measured_ms' (a harness sweep); '{missing[0]}' is missing")
+    _check_sweep(df)
     rows = [(f, parts(f, p), m * 1e-3) for (f, p), m in zip(points_of(df), df["measured_ms"]) if f in BASE_FAMILIES]
     out: dict[str, KernelEfficiency] = {}
     # Families that are whole kernels first, then those with parts priced by the others.
@@ -102,6 +120,7 @@ def predict_frame(df: pd.DataFrame, spec, efficiencies: Mapping[str, KernelEffic
     relative error (predicted - measured) / measured."""
     from .kernel_cost import predict_ms, work
 
+    _check_sweep(df)
     out = df.copy()
     pred, gflop, mb, bound, eff_keys = [], [], [], [], []
     for family, p in points_of(df):

@@ -14,6 +14,7 @@ import pandas as pd
 
 from . import _C
 from . import costmodel as cm
+from ._checks import number
 from .hardware import device_table
 from .model import load_model
 
@@ -201,7 +202,13 @@ def _human(n: float) -> str:
 
 
 def all_tables(o: TableOptions | None = None, sections: Sequence[str] = ("model", "devices", "prefill", "decode")):
-    o = o or TableOptions()
+    o = TableOptions() if o is None else o
+    if not isinstance(o, TableOptions):
+        raise TypeError(f"options must be a TableOptions, got {type(o).__name__}")
+    # The other options are checked by the cost-model calls they feed; this one only filters.
+    o.tps_filter = number("tps_filter", o.tps_filter)
+    if isinstance(sections, str):
+        sections = [sections]
     out = []
     if "model" in sections:
         out += model_tables(o)

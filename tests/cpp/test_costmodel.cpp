@@ -3,11 +3,13 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <vector>
 
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
 #include "costmodel/explore.hpp"
 #include "costmodel/step_model.hpp"
+#include "costmodel/sweep.hpp"
 #include "model/block_costs.hpp"
 
 using namespace dsperf;
@@ -161,6 +163,40 @@ int main() {
         same.batch = 64, same.ep = 128, same.kv_len = 4096;
         check_close(c.step_ms[0], step(m, d, t, same).step_ms, 1e-9, "explore row equals step()");
         check_throws([&] { ExploreGrid bad = g; bad.batch = {}; bad.validate(m); }, "empty batch axis");
+    // Input bounds: counts that would be narrowed or overflow downstream are refused.
+    check_throws([&] { ModelConfig bad; bad.n_layers = int64_t(1) << 31; bad.validate(); }, "n_layers = 2**31");
+    check_throws([&] { ModelConfig bad; bad.route_scale = NAN; bad.validate(); }, "route_scale = NaN");
+    check_throws([&] { DeviceSpec d = h800(24); d.seed_decode_tp = 128; d.validate(); }, "seed_decode_tp = 128");
+    check_throws([&] { DeviceSpec d = h800(24); d.mem_gb = INFINITY; d.validate(); }, "mem_gb = inf");
+
+    // The sweep's row count is checked: 1000**7 rows overflow size_t, and 3 x 59 x 379 x 653 x 937 x
+    // 1723 x 2393 rows fit but their 109-byte rows wrap (the Python binding bounds rows at 2**24).
+    auto grid = [&](std::vector<size_t> n) {
+        DecodeGrid g;
+        g.devices.assign(n[0], h800(24));
+        g.tp.assign(n[1], 0), g.ep.assign(n[2], 144), g.redundant_experts.assign(n[2], 32);
+        g.kv_fp8.assign(n[3], 1), g.seq_len.assign(n[4], 4383), g.decode_len.assign(n[5], 1210);
+        g.batch.assign(n[6], 32);
+        return g;
+    };
+    check_throws([&] { grid({1000, 1000, 1000, 1000, 1000, 1000, 1000}).size(); }, "sweep rows overflow");
+    ++checks;
+    if (grid({3, 59, 379, 653, 937, 1723, 2393}).size() != size_t(169236184162482357ULL)) {
+        std::printf("FAIL sweep row count\n");
+        ++failures;
+    }
+    {   // A small sweep into caller-owned columns, under the sanitizers.
+        DecodeGrid g = grid({2, 2, 1, 2, 2, 1, 3});
+        const size_t n = g.size();
+        std::vector<int32_t> i0(n), i1(n), i2(n), i3(n), i4(n);
+        std::vector<double> d[11];
+        for (auto& v : d) v.assign(n, -1);
+        std::vector<char> kv(n);
+        DecodeSweepColumns c{i0.data(), i1.data(), i2.data(), i3.data(), reinterpret_cast<bool*>(kv.data()),
+                             d[0].data(), d[1].data(), d[2].data(), i4.data(), d[3].data(), d[4].data(), d[5].data(),
+                             d[6].data(), d[7].data(), d[8].data(), d[9].data(), d[10].data()};
+        decode_sweep(m, g, Fixes::none(), c);
+        check_close(d[3][n - 1], decode(m, h800(24), dp, Fixes::none()).tpot_ms, 1e-9, "sweep's last TPOT");
     }
 
     std::printf("%d passed, %d failed\n", checks - failures, failures);

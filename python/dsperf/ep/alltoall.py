@@ -22,6 +22,17 @@ message it exchanges (normal-mode combine: a small exchange of status blocks bes
 (naming the rank and the argument) instead of leaving the others waiting. Every wait runs under a
 watchdog: past ``timeout_s`` (default 60 s) without progress, as when a peer died, the rank prints
 why and calls MPI_Abort, which ends the whole job with an error.
+
+Calls out of order: every call (dispatch, combine, low-latency dispatch and combine, barrier) also
+gathers a small call descriptor on a private duplicate of the communicator, posted beside its first
+exchange, and checks it before waiting for the data: ranks in different calls raise RuntimeError on
+every rank naming them ("calls out of order: rank 0 called dispatch(normal), rank 1 called
+dispatch(low_latency)") within milliseconds instead of waiting for the watchdog. The communicator is
+unusable after that error (the mismatched exchanges stay posted).
+
+Uncaught exceptions: creating an EpComm installs a sys.excepthook (install_abort_on_error) that
+prints the traceback and calls MPI_Abort, so an exception on one rank ends the whole job in seconds
+in a plain `python script.py` under mpirun, as `python -m mpi4py script.py` would.
 """
 from __future__ import annotations
 
@@ -96,6 +107,56 @@ class _Watchdog:
         finally:
             with self._lock:
                 self._deadline = None
+
+
+# ---- abort on an uncaught exception --------------------------------------------------------------
+_hook_comms = []   # communicators the installed hook aborts (the first one created wins)
+
+
+def install_abort_on_error(comm=None):
+    """Make an uncaught exception on this rank end the whole MPI job: a sys.excepthook that prints
+    the traceback as usual, then calls comm.Abort(1). Without it the other ranks wait in their next
+    exchange (for the watchdog's timeout_s) and this one in MPI_Finalize. EpComm installs it (unless
+    abort_on_error=False); idempotent. It does nothing on a one-rank communicator or in an
+    interactive session. `python -m mpi4py` does the same for a whole script."""
+    if comm is None:
+        comm = _mpi().COMM_WORLD
+    if _hook_comms:
+        return
+    _hook_comms.append(comm)
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        # A single rank has nobody waiting on it, and an interactive session (where the REPL hands
+        # every failed statement to sys.excepthook) must survive a typo.
+        if comm.Get_size() < 2 or hasattr(sys, "ps1"):
+            return
+        sys.stderr.write(f"dsperf.ep: rank {comm.Get_rank()}: uncaught {kind.__name__}; aborting the MPI job\n")
+        sys.stderr.flush()
+        comm.Abort(1)  # ends every rank of the job (sys.excepthook never sees SystemExit)
+
+    sys.excepthook = hook
+
+
+# ---- call descriptors: every rank must be in the same call -------------------------------------
+_CALL_MAGIC = 0x64736361   # "dsca"
+CALLS = ("dispatch(normal)", "combine(normal)", "dispatch(low_latency)", "combine(low_latency)", "barrier")
+
+
+def _calls_out_of_order(codes, seq):
+    """The error for ranks whose call codes differ: ranks grouped by the call they made."""
+    groups = {}
+    for r, c in enumerate(codes):
+        groups.setdefault(int(c), []).append(r)
+    parts = []
+    for c, ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+        name = CALLS[c] if 0 <= c < len(CALLS) else f"an unknown call ({c})"
+        parts.append(f"{who} called {name}")
+    return RuntimeError(f"dsperf.ep: calls out of order at call {seq} on this communicator: " + ", ".join(parts) +
+                        " (every rank must make the same dsperf.ep calls in the same order; the communicator "
+                        "is unusable now)")
 
 
 # ---- headers: local verdicts and the values every rank must agree on ----------------------------
@@ -243,16 +304,23 @@ class Pending:
     """An exchange in flight: wait() completes it (under the watchdog) and returns its result.
     test() drives MPI progress without blocking and says whether the requests are done."""
 
-    def __init__(self, ep, requests, finish, what):
+    def __init__(self, ep, requests, finish, what, call=None):
         self._ep, self._reqs, self._finish, self._what = ep, requests, finish, what
+        self._call = call           # the call descriptor exchange to check first (None: checked already)
         self._done = False
         self._result = None
 
     def test(self):
         return self._done or self._ep._mpi.Request.Testall(self._reqs)
 
+    def _check_call(self):
+        call, self._call = self._call, None
+        if call is not None:
+            self._ep._check_call(call)
+
     def wait(self):
         if not self._done:
+            self._check_call()
             self._ep._waitall(self._reqs, self._what)
             self._result = self._finish()
             self._done = True
@@ -303,30 +371,38 @@ class EpComm:
     Collective: every rank constructs it with the same num_experts, hidden and max_tokens; a
     difference raises ValueError on every rank naming the argument. max_tokens (tokens per rank
     per call) is needed by the low-latency mode only. timeout_s bounds every wait (watchdog).
+    abort_on_error (default True) installs install_abort_on_error(comm): an uncaught exception on a
+    rank ends the whole job. Every rank must make the same calls in the same order; a rank in another
+    call raises RuntimeError naming the calls on every rank ("calls out of order: ...").
     """
 
     _NAMES = ("num_experts", "hidden", "max_tokens", "ranks")
 
-    def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0):
+    def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0, abort_on_error=True):
         MPI = _mpi()
         self._mpi = MPI
         self.comm = MPI.COMM_WORLD if comm is None else comm
+        if abort_on_error:
+            install_abort_on_error(self.comm)
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.timeout_s = float(timeout_s) if isinstance(timeout_s, (int, float)) and timeout_s > 0 else 60.0
+        self.timeout_s = (float(timeout_s) if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+                          and 0 < timeout_s <= 1e6 else 60.0)
         self._watchdog = _Watchdog(self.comm, self.timeout_s)
 
         def check():
-            for name, v in (("num_experts", num_experts), ("hidden", hidden)):
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                    raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            # Upper bounds keep the exchange buffers (max_tokens x experts x hidden) allocatable and
+            # the header words exact.
+            for name, v, hi in (("num_experts", num_experts, 1 << 20), ("hidden", hidden, 1 << 24)):
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
+                    raise ValueError(f"{name} must be an integer in [1, {hi}], got {v!r}")
             if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
-                                           or max_tokens < 1):
-                raise ValueError(f"max_tokens must be None or an integer >= 1, got {max_tokens!r}")
+                                           or not 1 <= max_tokens <= 1 << 24):
+                raise ValueError(f"max_tokens must be None or an integer in [1, {1 << 24}], got {max_tokens!r}")
             if num_experts % self.size:
                 raise ValueError(f"num_experts ({num_experts}) must be a multiple of the ranks ({self.size})")
-            if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-                raise ValueError(f"timeout_s must be a number > 0, got {timeout_s!r}")
+            if isinstance(timeout_s, bool) or not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 1e6):
+                raise ValueError(f"timeout_s must be a number in (0, 1e6], got {timeout_s!r}")
             return int(num_experts), int(hidden), -1 if max_tokens is None else int(max_tokens)
 
         vals, err = _local_check(check)
@@ -344,6 +420,23 @@ class EpComm:
         self._buffers = {}
         self._turn = {}
         self._ll_dirty = {}
+        # Call descriptors travel on a private duplicate, so they never match the exchanges' messages.
+        self._calls = self.comm.Dup()
+        self._call_seq = 0
+
+    def _announce(self, call):
+        """Post this rank's descriptor of its next call (an Iallgather on the private communicator);
+        _check_call waits for every rank's and compares them."""
+        self._call_seq += 1
+        mine = np.array([_CALL_MAGIC, self._call_seq, CALLS.index(call)], np.int64)
+        got = np.empty((self.size, 3), np.int64)
+        return self._calls.Iallgather(mine, got), got, mine
+
+    def _check_call(self, call):
+        req, got, mine = call
+        self._waitall([req], f"the other ranks to reach {CALLS[int(mine[2])]} (call {int(mine[1])})")
+        if np.any(got[:, 0] != _CALL_MAGIC) or np.any(got[:, 2] != mine[2]):
+            raise _calls_out_of_order(got[:, 2], int(mine[1]))
 
     def _next_turn(self, kind):
         t = self._turn.get(kind, 1) ^ 1
@@ -366,7 +459,10 @@ class EpComm:
             self._mpi.Request.Waitall(reqs)
 
     def barrier(self):
-        self._waitall([self.comm.Ibarrier()], "a barrier")
+        call = self._announce("barrier")
+        req = self.comm.Ibarrier()
+        self._check_call(call)
+        self._waitall([req], "a barrier")
 
     # -- argument checks shared by both modes ----------------------------------------------------
     def _check_tokens(self, x, topk_ids, topk_weights, fp8, need_weights):
@@ -429,7 +525,10 @@ class EpComm:
         block = np.concatenate([np.broadcast_to(head, (W, head.size)), send_counts[:, None], per_expert], axis=1)
         block = np.ascontiguousarray(block, np.int64)
         got = np.empty_like(block)
-        self._waitall([self.comm.Ialltoall(block, got)], "the dispatch count exchange")
+        call = self._announce("dispatch(normal)")
+        req = self.comm.Ialltoall(block, got)
+        self._check_call(call)
+        self._waitall([req], "the dispatch count exchange")
         values = _parse_headers(got[:, :head.size], names)
         _agree(values, names, set(names))
         recv_counts = got[:, head.size].copy()
@@ -543,6 +642,7 @@ class EpComm:
         recv = self._buffer(("combine_recv", turn), (n_back, h), np.uint16)
         row = 2 * h
         sc, rc = handle.recv_counts * row, handle.send_counts * row
+        call = self._announce("combine(normal)")
         reqs = [self.comm.Ialltoall(status, status_got),
                 self.comm.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])]
 
@@ -552,7 +652,7 @@ class EpComm:
             _C_EP.combine_reduce(recv, handle.token_rows, out)   # partials summed in rank order
             return out
 
-        pending = Pending(self, reqs, finish, "the combine exchange")
+        pending = Pending(self, reqs, finish, "the combine exchange", call)
         return pending if async_op else pending.wait()
 
     # -- low-latency mode ------------------------------------------------------------------------
@@ -611,6 +711,7 @@ class EpComm:
         recv_bytes = hslots * row_b + (cap_rows + 1) * big_b
         recv = self._buffer(("ll_recv", turn), (W, recv_bytes), np.uint8)
         tag = 0x4c4c
+        call = self._announce("dispatch(low_latency)")
         reqs = [self.comm.Irecv([recv[s], MPI.BYTE], source=s, tag=tag) for s in range(W)]
         for r in range(W):
             reqs.append(self.comm.Isend([send[msg_start[r]:msg_start[r] + msg_rows[r]], MPI.BYTE], dest=r, tag=tag))
@@ -663,7 +764,7 @@ class EpComm:
                                       recv_slot.astype(np.int64), h, wire)
             return LowLatencyOut(xv, xs, counts, handle)
 
-        pending = _StatusPending(self, reqs, statuses, finish, "the low-latency dispatch exchange")
+        pending = _StatusPending(self, reqs, statuses, finish, "the low-latency dispatch exchange", call)
         return pending if async_op else pending.wait()
 
     def low_latency_combine(self, y, topk_weights, handle: LowLatencyHandle, *, async_op=False):
@@ -700,6 +801,7 @@ class EpComm:
                 dst[:] = 0
         recv = self._buffer(("ll_combine_recv", turn), (handle.pair_order.size + W, h), np.uint16)
         tag = 0x4c43
+        call = self._announce("combine(low_latency)")
         rstart = _displs(handle.send_rows + 1)
         reqs = [self.comm.Irecv([recv[rstart[s]:rstart[s] + handle.send_rows[s] + 1], MPI.BYTE],
                                 source=s, tag=tag) for s in range(W)]
@@ -721,7 +823,7 @@ class EpComm:
             _C_EP.weighted_sum_bf16_rows(recv, position, checked[1], out)
             return out
 
-        pending = Pending(self, reqs, finish, "the low-latency combine exchange")
+        pending = Pending(self, reqs, finish, "the low-latency combine exchange", call)
         return pending if async_op else pending.wait()
 
 
@@ -766,12 +868,13 @@ def _raise_status_blocks(rows):
 
 
 class _StatusPending(Pending):
-    def __init__(self, ep, requests, statuses, finish, what):
-        super().__init__(ep, requests, finish, what)
+    def __init__(self, ep, requests, statuses, finish, what, call=None):
+        super().__init__(ep, requests, finish, what, call)
         self._statuses = statuses
 
     def wait(self):
         if not self._done:
+            self._check_call()
             with self._ep._watchdog.guard(self._what):
                 self._ep._mpi.Request.Waitall(self._reqs, self._statuses)
             self._result = self._finish()

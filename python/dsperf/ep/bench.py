@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import kernels
 from ..kernel_cost import ep_exchange_ms
-from .alltoall import BF16, F32, EpComm, _displs, raw_alltoallv
+from .alltoall import BF16, F32, EpComm, _displs, install_abort_on_error, raw_alltoallv
 
 # DeepSeek-V3's MoE shape for the communication table.
 HIDDEN, EXPERTS, TOP_K = 7168, 256, 8
@@ -359,14 +359,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    comm = _comm()
-    try:
-        code = main()
-    except BaseException as exc:  # one rank failing must end the job, not leave the others waiting
-        if not isinstance(exc, SystemExit):
-            import traceback
-            traceback.print_exc()
-            sys.stderr.flush()
-            comm.Abort(1)
-        raise
-    sys.exit(code)
+    # One rank failing must end the job, not leave the others waiting.
+    install_abort_on_error(_comm())
+    sys.exit(main())

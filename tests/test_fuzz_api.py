@@ -111,7 +111,8 @@ SCALAR_ARGS = [
     ("prefill_mla", "seq_len", lambda v: is_real(v) and 0 < v <= MAX_TOKENS),
     ("decode", "seq_len", lambda v: is_real(v) and 0 < v <= MAX_TOKENS),
     ("decode", "decode_len", lambda v: is_real(v) and 0 <= v <= MAX_TOKENS),
-    ("decode", "batch_sizes", lambda v: is_real(v) and 0 < v <= MAX_TOKENS),
+    ("decode", "batch_sizes", lambda v: (is_real(v) and 0 < v <= MAX_TOKENS) or (
+        isinstance(v, list) and len(v) > 0 and all(is_real(x) and 0 < x <= MAX_TOKENS for x in v))),
     ("decode", "tp", lambda v: is_int(v) and 0 <= v <= MAX_COUNT),
     ("decode", "ep", lambda v: is_int(v) and 1 <= v <= MAX_COUNT),
     ("decode", "redundant_experts", lambda v: is_int(v) and 0 <= v <= MAX_COUNT),

@@ -66,8 +66,11 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
     bool need_single = false, need_two = false;
     for (int o : g.overlap) (o == int(Overlap::kTwoBatch) ? need_two : need_single) = true;
 
-    // One block per (device, ep, tp, mtp, kv): its overlap x batch rows.
-#pragma omp parallel for schedule(dynamic)
+    // One block per (device, ep, tp, mtp, kv): its overlap x batch rows. Small grids stay on the
+    // calling thread: a thread pool costs more than it saves there, and a process forked after
+    // OpenMP ran (a test harness's isolated case) must not start one.
+    const bool parallel = blocks * nb * no >= 4096;
+#pragma omp parallel for schedule(dynamic) if (parallel)
     for (long long blk = 0; blk < (long long)blocks; ++blk) {
         size_t rest = size_t(blk);
         const size_t ki = rest % nk;

@@ -368,7 +368,9 @@ def _grounded_prefill(m, devices, seq_len, kv_cache_hit, tp, dp, dispatch_nodes)
                      "computed_tokens_per_s_node": r["tokens_per_gpu_s"] * spec.gpus_per_node,
                      "fits_memory": r["fits_memory"], "error_band": r["error_band"],
                      "calls_default": r["calls_default"]})
-    return pd.DataFrame(rows).set_index("GPU")
+    df = pd.DataFrame(rows).set_index("GPU")
+    finite_results("prefill", {k: df[k].to_numpy() for k in ("step_ms", "tokens_per_s_node")})
+    return df
 
 
 def _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant_experts, absorbed, kv_fp8,
@@ -396,7 +398,9 @@ def _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant
                          **{k: r[k] for k in ("tpot_ms", "tps_user", "tokens_per_gpu_s", "step_ms", "moe_layer_ms",
                                               "dense_layer_ms", "batch_limit", "fits_memory", "weights_gib",
                                               "kv_gib", "error_band", "calls_default")}})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    finite_results("decode", {k: df[k].to_numpy() for k in ("tpot_ms", "tokens_per_gpu_s", "batch_limit")})
+    return df
 
 
 def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_experts, kv_fp8, absorbed,
@@ -427,6 +431,11 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
         raise ValueError("kv_fp8 must not be empty")
     batches = number_list("batch", batch, lo=0, lo_open=True, hi=MAX_TOKENS)
     labels = [label for label, _ in pairs]
+    categories = list(dict.fromkeys(labels))
+    rows = len(pairs) * len(tps) * len(eps) * len(kv) * len(batches)
+    rows *= len(number_list("seq_len", seq_len, hi=MAX_TOKENS)) * len(number_list("decode_len", decode_len, hi=MAX_TOKENS))
+    if rows > MAX_SWEEP_ROWS:
+        raise ValueError(f"decode_sweep grid has {rows} rows, more than the {MAX_SWEEP_ROWS} allowed (split the sweep)")
     frames = []
     seqs = number_list("seq_len", seq_len, hi=MAX_TOKENS)
     decs = number_list("decode_len", decode_len, hi=MAX_TOKENS)
@@ -439,12 +448,15 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
                                              [explore.OVERLAP_CODES["two_batch"]], batches, kv_len=s + d / 2,
                                              imbalance=1.0, step_overhead_ms=explore.SM.decode_step_overhead_ms)
             code = cols.pop("device_index")
+            if len(categories) < len(labels):  # a device given twice: one label (categories are unique)
+                code = np.array([categories.index(n) for n in labels], np.int32)[code]
             frames.append(pd.DataFrame({
-                "GPU": pd.Categorical.from_codes(code, categories=labels, validate=False), "tp": cols["attn_tp"],
+                "GPU": pd.Categorical.from_codes(code, categories=categories, validate=False), "tp": cols["attn_tp"],
                 "ep": cols["ep"], "redundant_experts": cols["redundant_experts"], "kv_fp8": cols["kv_fp8"],
                 "seq_len": s, "decode_len": d, "batch": cols["batch"], "mla_tp": cols["attn_tp"],
                 "tpot_ms": cols["tpot_ms"], "tps_user": cols["tps_user"], "tokens_per_gpu_s": cols["tokens_per_gpu_s"],
                 "batch_limit": cols["batch_limit"], "fits_memory": cols["fits_memory"]}, copy=False))
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    finite_results("decode_sweep", {k: out[k].to_numpy() for k in ("tpot_ms", "tokens_per_gpu_s")})
     out["error_band"] = grounded.error_band("decode")
     return out

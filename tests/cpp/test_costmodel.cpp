@@ -163,6 +163,8 @@ int main() {
         same.batch = 64, same.ep = 128, same.kv_len = 4096;
         check_close(c.step_ms[0], step(m, d, t, same).step_ms, 1e-9, "explore row equals step()");
         check_throws([&] { ExploreGrid bad = g; bad.batch = {}; bad.validate(m); }, "empty batch axis");
+    }
+
     // Input bounds: counts that would be narrowed or overflow downstream are refused.
     check_throws([&] { ModelConfig bad; bad.n_layers = int64_t(1) << 31; bad.validate(); }, "n_layers = 2**31");
     check_throws([&] { ModelConfig bad; bad.route_scale = NAN; bad.validate(); }, "route_scale = NaN");

@@ -145,6 +145,8 @@ def test_device_file_errors(tmp_path):
 
 
 def test_strict_types_and_bounds_name_the_argument():
+    from dsperf import compare, tables
+
     with raises("absorbed must be True or False", TypeError):
         dsperf.decode(devices=["H800"], absorbed="no")
     with raises("kv_fp8 must be True or False", TypeError):
@@ -158,9 +160,9 @@ def test_strict_types_and_bounds_name_the_argument():
     with raises("strategies must name at least one strategy"):
         dsperf.ep_strategies(strategies={})
     with raises("sections must be a non-empty list"):
-        dsperf.tables.all_tables(sections="x")
+        tables.all_tables(sections="x")
     with raises("min_tps_user must be a number", TypeError):
-        dsperf.compare.best_decode_point("as_published", min_tps_user=True)
+        compare.best_decode_point("as_published", min_tps_user=True)
 
 
 def test_a_device_listed_twice_in_a_sweep():

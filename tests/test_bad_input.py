@@ -142,3 +142,43 @@ def test_device_file_errors(tmp_path):
     f.write_text(good + "\nwarp_size = 32\n")
     with raises("unknown field 'warp_size'"):
         dsperf.load_device(str(f))
+
+
+def test_strict_types_and_bounds_name_the_argument():
+    from dsperf import compare, tables
+
+    with raises("absorbed must be True or False", TypeError):
+        dsperf.decode(devices=["H800"], absorbed="no")
+    with raises("kv_fp8 must be True or False", TypeError):
+        dsperf.decode_sweep(devices=["H800"], kv_fp8=["false"])
+    with raises("seq_len must be <= 2\\*\\*30"):
+        dsperf.prefill(devices=["H800"], seq_len=1e300)
+    with raises("tp must be <= 2\\*\\*20"):
+        dsperf.prefill(devices=["H800"], tp=2 ** 31)
+    with raises("device override 'sm_count' must be int, got 132.7"):  # was truncated to 132
+        dsperf.load_device("H800", sm_count=132.7)
+    with raises("strategies must name at least one strategy"):
+        dsperf.ep_strategies(strategies={})
+    with raises("sections must be a non-empty list"):
+        tables.all_tables(sections="x")
+    with raises("min_tps_user must be a number", TypeError):
+        compare.best_decode_point("as_published", min_tps_user=True)
+
+
+def test_a_device_listed_twice_in_a_sweep():
+    df = dsperf.decode_sweep(devices=["H800", "H20", "H800"], batch=[1, 2])
+    assert list(df["GPU"]) == ["H800", "H800", "H20", "H20", "H800", "H800"]
+    assert (df["tpot_ms"].to_numpy()[:2] == df["tpot_ms"].to_numpy()[4:]).all()
+
+
+def test_model_config_layer_count_beyond_int32(tmp_path):
+    m = dsperf.load_model("DeepSeek-V3")
+    m.n_layers = 2 ** 31  # fits the int64 field; the bound refuses it before any int narrowing
+    with raises("model field 'n_layers' must be <= 16777216"):
+        dsperf.decode(m, devices=["H800"])
+    cfg = json.loads((dsperf.model.resources.files("dsperf") / "data" / "models" / "DeepSeek-V3.json").read_text())
+    cfg["num_hidden_layers"] = 2 ** 31
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with raises(f"config.json '{path}' field 'num_hidden_layers' must lie in \\[0, 16777216\\]"):
+        dsperf.load_model(str(path))

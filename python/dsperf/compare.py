@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from . import costmodel as cm
+from ._checks import flag, number
 
 DEEPSEEK_PREFILL_TOKENS_PER_NODE = 73_700
 DEEPSEEK_DECODE_TOKENS_PER_NODE = 14_800
@@ -22,6 +23,8 @@ def best_decode_point(mode: str, device: str = "H800", ep: int = 144, redundant:
                       min_tps_user: float = DEEPSEEK_TPS_PER_USER, overlap: bool = True) -> pd.Series:
     """The largest batch per GPU that keeps TPS per user >= min_tps_user and fits in memory
     (the seed's rule for choosing a decode operating point)."""
+    min_tps_user = number("min_tps_user", min_tps_user)
+    overlap = flag("overlap", overlap)
     df = cm.decode_sweep("DeepSeek-V3", [device], batch=np.arange(1, 513), ep=[ep], redundant_experts=[redundant],
                          mode=mode, seq_len=[4383], decode_len=[1210])
     suffix = "_overlap" if overlap else ""

@@ -162,6 +162,8 @@ def _strategies(strategies) -> dict[str, tuple[int, int]]:
         return dict(EP_STRATEGIES)
     if not isinstance(strategies, Mapping):
         raise TypeError(f"strategies must be a mapping name -> (ep, redundant experts), got {strategies!r}")
+    if not strategies:
+        raise ValueError("strategies must name at least one strategy")
     out = {}
     for key, value in strategies.items():
         if not isinstance(key, str):

@@ -209,6 +209,9 @@ def all_tables(o: TableOptions | None = None, sections: Sequence[str] = ("model"
     o.tps_filter = number("tps_filter", o.tps_filter)
     if isinstance(sections, str):
         sections = [sections]
+    known = ("model", "devices", "prefill", "decode")
+    if not isinstance(sections, (list, tuple)) or not sections or any(x not in known for x in sections):
+        raise ValueError(f"sections must be a non-empty list of {', '.join(known)}, got {sections!r}")
     out = []
     if "model" in sections:
         out += model_tables(o)

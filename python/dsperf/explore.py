@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import _C, grounded
+from ._checks import number, number_list
 from .hardware import DeviceLike, kernel_table_name, resolve_devices
 from .model import load_model
 
@@ -55,23 +56,11 @@ DEFAULT_GPU_HOUR_USD = {"H800": 2.0, "H100": 2.5, "H200": 3.5, "H20": 1.2, "H20-
 
 
 def _ints(name, values, lo, hi) -> list[int]:
-    values = [values] if isinstance(values, numbers.Integral) else list(values)
-    if not values:
-        raise ValueError(f"{name} must not be empty")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise TypeError(f"{name} must hold integers, got {v!r}")
-        if not lo <= v <= hi:
-            raise ValueError(f"{name} values must lie in [{lo}, {hi}], got {v}")
-    return [int(v) for v in values]
+    return number_list(name, values, integer=True, lo=lo, hi=hi)
 
 
 def _positive(name, v, hi=1e8) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-        raise TypeError(f"{name} must be a finite number, got {v!r}")
-    if not 0 < v <= hi:
-        raise ValueError(f"{name} must lie in (0, {hi:g}], got {v!r}")
-    return float(v)
+    return number(name, v, lo=0, lo_open=True, hi=hi)
 
 
 def _prices(devices: Sequence[str], gpu_hour_usd) -> dict[str, float]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import functools
 import math
-import numbers
 import os
 from importlib import resources
 from typing import Mapping
@@ -25,6 +24,7 @@ from typing import Mapping
 import pandas as pd
 
 from . import _C
+from ._checks import flag, number
 from .hardware import DeviceLike, DeviceSpec, kernel_table_name, load_device
 from .model import load_model
 
@@ -143,26 +143,17 @@ def kernel_tables(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICI
     return _tables_for(kernel_table_name(device), float(default_efficiency))
 
 
-def _check_real(name, v, lo, hi, low_open=False):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-        raise TypeError(f"{name} must be a finite number, got {v!r}")
-    if v < lo or v > hi or (low_open and v == lo):
-        raise ValueError(f"{name} must lie in {'(' if low_open else '['}{lo}, {hi}], got {v!r}")
-    return float(v)
+# Argument checks: the rules live in dsperf._checks (bool is not a number, floats are not integers,
+# every value finite and bounded, errors name the argument).
+def _check_real(name, v, lo, hi, low_open=False) -> float:
+    return number(name, v, lo=lo, hi=hi, lo_open=low_open)
 
 
-def _check_int(name, v, lo, hi):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {v!r}")
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} must lie in [{lo}, {hi}], got {v!r}")
-    return int(v)
+def _check_int(name, v, lo, hi) -> int:
+    return number(name, v, integer=True, lo=lo, hi=hi)
 
 
-def _check_bool(name, v):
-    if not isinstance(v, bool):
-        raise TypeError(f"{name} must be True or False, got {v!r}")
-    return v
+_check_bool = flag
 
 
 def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128, tokens=16384, prompt_len=4096,

@@ -344,7 +344,7 @@ def _grounded(mode) -> bool:
 
 
 def _seed_only(name, value, default):
-    if value != default:
+    if isinstance(value, bool) or value != default:
         raise ValueError(f"{name} is a parameter of the seed's modes (as_published, corrected); the grounded "
                          f"model does not take it (got {value!r})")
 
@@ -382,7 +382,7 @@ def _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant
     from . import grounded
 
     _seed_only("group_gemm_discount", group_gemm_discount, 0.7)
-    if absorbed is not True:
+    if not flag("absorbed", absorbed):
         raise ValueError("absorbed: the grounded model prices absorbed MLA decode (FlashMLA); use a seed mode "
                          f"for the standard form (got {absorbed!r})")
     seq_len, decode_len = _tokens("seq_len", seq_len), _tokens("decode_len", decode_len)
@@ -412,7 +412,7 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
     from . import explore, grounded
 
     _seed_only("group_gemm_discount", group_gemm_discount, 0.7)
-    if absorbed is not True:
+    if not flag("absorbed", absorbed):
         raise ValueError("absorbed: the grounded model prices absorbed MLA decode only")
     pairs = resolve_devices(devices, "corrected")
     eps = number_list("ep", ep, integer=True, lo=1, hi=MAX_COUNT)

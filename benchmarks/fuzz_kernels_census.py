@@ -1,6 +1,7 @@
 """Bad input against every public call of dsperf.kernels, each case in its own process.
 
-    PYTHONPATH=python python benchmarks/fuzz_kernels_census.py [--list] [--show CLASS] [--only NAME]
+    PYTHONPATH=python python benchmarks/fuzz_kernels_census.py [--family kernels] [--per-function]
+        [--show CLASS] [--only NAME] [--list]
 
 A case is one valid small call with one argument spoiled: a wrong type or dtype, a wrong shape, a
 strided or read-only array, an empty dimension, an out-of-range or huge integer (int64 indices

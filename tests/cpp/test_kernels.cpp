@@ -5,7 +5,9 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/fast_math.hpp"
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/mla.hpp"
 #include "kernels/cpu/moe.hpp"
@@ -161,6 +163,47 @@ static void test_mla(std::mt19937& g) {
     check(worst < 1.0, "mla_decode_absorbed against a naive loop (split-KV, two query tokens)");
 }
 
+// Empty sums and non-finite values (run under UBSan too: NaN reaches exp_approx's integer part).
+static void test_nonfinite(std::mt19937& g) {
+    std::vector<float> y(3 * 5, 7.0f);
+    linear_bf16(nullptr, 0, nullptr, 0, y.data(), 5, 3, 5, 0);
+    bool zeros = true;
+    for (float v : y) zeros &= v == 0.0f;
+    check(zeros, "linear_bf16 with K = 0 writes zeros");
+    check(std::isnan(exp_approx(NAN)) && std::isnan(exp_nonpositive(NAN)) && exp_nonpositive(-INFINITY) == 0.0f,
+          "exp_approx keeps NaN");
+
+    std::vector<float> x(2 * 256, 1.0f);
+    x[5] = NAN;  // block 0 of token 0
+    std::vector<fp8_t> q(2 * 256);
+    std::vector<float> s(2 * 2);
+    act_quant(x.data(), 2, 256, q.data(), s.data());
+    check(std::isnan(s[0]) && std::isfinite(s[1]) && std::isfinite(s[2]) && std::isfinite(s[3]),
+          "act_quant: a NaN makes its block's scale NaN, and only its block's");
+
+    const int64_t B = 2, H = 2, L = 24, R = 8, BS = 8, blocks = 4;
+    auto latent = random_bf16(g, blocks * BS * L), rope = random_bf16(g, blocks * BS * R);
+    auto qn = random_bf16(g, B * H * L, 0.1f), qr = random_bf16(g, B * H * R, 0.1f);
+    std::vector<int32_t> table = {0, 1, 2, 3}, lens = {13, 9};
+    PagedLatentCache c;
+    c.latent = latent.data(), c.rope = rope.data(), c.num_blocks = blocks, c.block_size = BS, c.kv_lora = L;
+    c.rope_dim = R;
+    latent[(1 * BS + 2) * L + 3] = f32_to_bf16(NAN);  // token 10 of request 0
+    qn[(1 * H + 1) * L] = f32_to_bf16(NAN);            // request 1, head 1: a NaN query
+    std::vector<float> out(B * H * L), lse(B * H);
+    for (int64_t splits : {1, 3}) {
+        mla_decode_absorbed(qn.data(), qr.data(), B, 1, H, c, table.data(), 2, lens.data(), 0.2f, splits, out.data(),
+                            lse.data());
+        bool ok = true;
+        for (int64_t row = 0; row < B * H; ++row) {
+            const bool want_nan = row < H || row == 3;  // all of request 0; request 1's head 1
+            ok &= std::isnan(lse[row]) == want_nan;
+            for (int64_t d = 0; d < L; ++d) ok &= std::isnan(out[row * L + d]) == want_nan;
+        }
+        check(ok, "mla_decode_absorbed: NaN keys and queries reach exactly their outputs");
+    }
+}
+
 int main() {
     std::mt19937 g(42);
     std::printf("isa %s\n", cpu_features().isa.c_str());
@@ -169,6 +212,7 @@ int main() {
     test_vnni(g);
     test_moe(g);
     test_mla(g);
+    test_nonfinite(g);
     std::printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
 }

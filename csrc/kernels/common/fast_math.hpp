@@ -11,7 +11,9 @@ namespace dsperf::kernels {
 // the nearest integer to x / ln 2 (the 1.5 * 2^23 trick) and a degree-6 Taylor polynomial for e^r.
 inline float exp_approx(float x) {
     const float c = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    const float t = c * 1.44269504f;
+    // NaN stays NaN through r and p below; the exponent is taken from 0 instead, since converting
+    // NaN to an integer is undefined (and a NaN score must come out NaN, not as some number).
+    const float t = (c == c ? c : 0.0f) * 1.44269504f;
     const float n = (t + 12582912.0f) - 12582912.0f;  // nearest integer (|t| < 2^22)
     const float r = c - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.0f / 720;

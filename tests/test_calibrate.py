@@ -63,12 +63,16 @@ def test_second_call_reuses_the_file(quick_run):
 
 
 def test_cli_calibrate_reports_the_file(quick_run, capsys):
-    path, _ = quick_run
+    path, m = quick_run
     from dsperf.cli import main
 
     assert main(["calibrate", "--out", str(path)]) == 0
     out = capsys.readouterr().out
     assert str(path) in out and "reused" in out and "fp32_fma_peak_gflops" in out
+    # What the fit could not pin down and the probes that did not settle are said, not only tabled.
+    stuck = [k for k, e in m["efficiency"].items() if e.at_bound]
+    assert ("at a bound of the search" in out) == bool(stuck) and all(k in out for k in stuck)
+    assert ("unsteady probes" in out) == bool(m["unsteady_probes"])
 
 
 def test_out_must_be_a_file(tmp_path):

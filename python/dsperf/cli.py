@@ -137,7 +137,7 @@ def main(argv=None) -> int:
             rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in m.items())
             text = f"| measurement | value |\n|---|---|\n{rows}\n\n"
             if m.get("unsteady_probes"):
-                text += (f"unsteady probes (spread above {m.get('probe_spread_bound', 0.1):.0%} over their last rounds; "
+                text += (f"unsteady probes (spread above {m.get('probe_spread_bound', 0.1):.0%} over their best rounds; "
                          f"their figures carry that spread as their band): {m['unsteady_probes']}\n\n")
             if effs:
                 text += "fitted kernel efficiencies:\n\n" + efficiencies_table(effs).to_markdown(index=False, floatfmt=".3g")

@@ -127,7 +127,6 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     figures = plots.save_all(pred, summary, spec, out)
     m = dict(m, efficiency=effs)
 
-    overall = summary[summary["kernel"] == "overall"].iloc[0]
     stream.write(summary.to_markdown(index=False, floatfmt=".3f") + "\n")
     stream.write(f"\npredicted vs measured over {len(pred)} points: {targets_line(targets)}\n")
     stuck = [k for k, e in effs.items() if e.at_bound]
@@ -161,7 +160,7 @@ def _summary_lines(m, eff_table, pred, targets) -> list[str]:
     bands = probe_bands(m)
     if "probe_band" in pred:
         within = int((pred["rel_error"].abs() <= pred["probe_band"]).sum())
-        lines += [f"Prediction band (the spread of the probes behind each roof over their last rounds): compute "
+        lines += [f"Prediction band (the spread of the best rounds of the probe behind each roof): compute "
                   f"+/-{_fmt_pct(bands['compute'])}, memory +/-{_fmt_pct(bands['memory'])}, cache "
                   f"+/-{_fmt_pct(bands['cache'])}; {within} of {len(pred)} points err within the band of their roof "
                   "(column probe_band).", ""]

@@ -1,8 +1,9 @@
 """Is `dsperf calibrate` stable? Runs the probes several times and prints, per figure, the spread
-between runs beside the noise each run reports (its own best-to-worst spread over passes), and
-checks the figures against first principles (FLOP per cycle x threads x clock; bandwidth below the
-cache-resident read). The reported noise is the spread of back-to-back passes; drift between runs
-minutes apart (a shared VM's host load) can exceed it, and this table shows by how much.
+between runs beside the noise each run reports (the spread of its best rounds, max / min - 1: each
+probe repeats until they agree within calibrate.SPREAD_BOUND or its rounds run out), and checks the
+figures against first principles (FLOP per cycle x threads x clock; bandwidth below the
+cache-resident read). Drift between runs minutes apart (a shared VM's host load) can exceed the
+reported noise, and this table shows by how much.
 
     python benchmarks/bench_calibration.py [--runs 3] [--quick]
 """

@@ -132,7 +132,9 @@ def test_report_writes_the_folder(tmp_path, capsys):
     for name in ("report.md", "errors_by_family.csv", "efficiencies.csv", "fit_sweep.csv", "seed_tables.md",
                  "roofline.png"):
         assert (out / name).exists(), name
-    assert "median" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "median" in md and "## Summary" in md and ("all targets met" in md or "targets not met" in md)
+    assert "probe_band" in csv.columns and "at_bound" in pd.read_csv(out / "efficiencies.csv").columns
     assert "report written to" in capsys.readouterr().out
     # The calibration is reused by the next run, efficiencies included.
     path, m = dsperf.calibrate.calibrate(path=tmp_path / "cal.toml")
@@ -171,3 +173,95 @@ def test_report_ep_section(tmp_path):
     assert (comm["ours_ms"] > 0).all() and (comm["model_ms"] > 0).all()
     assert "Model within 25% at" in md and (tmp_path / "ep_predicted_vs_measured.png").stat().st_size > 10_000
     assert "matched the one-process layer in 8 of 8 checks" in md
+
+
+# Efficiencies are physical: synthetic sweeps made at impossible efficiencies must not fit back
+# above 1; the cache roof takes over where the data fit in the cache; clipped values are named.
+SPEC_CPU = dict(call_overhead_us=3, cache_bw_gbps=4 * 3350.0)  # cache roof 4x the memory roof
+
+
+def test_fit_caps_compute_at_one_and_names_the_bound():
+    spec = dsperf.load_device("H800", "corrected", **SPEC_CPU)
+    # Compute-bound GEMMs "measured" 2.5x faster than the peak allows: the peak is wrong, not the kernel.
+    pts = [("linear", dict(m=m, n=4096, k=7168, dtype="bf16")) for m in (1024, 2048, 4096, 8192)]
+    df = _synthetic(spec, {"linear": KC.KernelEfficiency(2.5, 1.0, 0, True)}, pts)
+    e = kc.lookup_efficiency(predict.fit_efficiencies(df, spec, llc_bytes=1 << 20), *pts[0])
+    assert e.compute == pytest.approx(predict.EFFICIENCY_CAP) and e.memory <= predict.EFFICIENCY_CAP
+    assert f"compute>={predict.EFFICIENCY_CAP:g}" in e.at_bound
+
+
+def test_fit_moves_cache_resident_data_to_the_cache_roof():
+    spec = dsperf.load_device("H800", "corrected", **SPEC_CPU)
+    # Memory-bound calls whose data (a few MB) ran at 80% of the cache roof: 3.2x the memory roof.
+    pts = [("dispatch_combine", dict(tokens=t, top_k=8, dim=7168)) for t in (4, 16, 32, 64)]
+    rows = [dict(kernel=f, **p, measured_ms=kc.predict_ms(f, p, spec, {"dispatch_combine": KC.KernelEfficiency(
+        1.0, 0.8, 0, True)}, cache_resident=True)) for f, p in pts]
+    df = pd.DataFrame(rows)
+    biggest = max(kc.work(f, p).bytes for f, p in pts)
+    fitted = predict.fit_efficiencies(df, spec, llc_bytes=biggest)["dispatch_combine"]
+    step = predict.MEMORY_GRID[1] / predict.MEMORY_GRID[0]
+    assert fitted.roof == "cache" and 0.8 / step <= fitted.memory <= 0.8 * step and not fitted.at_bound
+    # Predictions use the roof the fit chose.
+    assert predict.predict_frame(df, spec, {"dispatch_combine": fitted})["rel_error"].abs().max() < 0.05
+    # Data larger than the cache stay on the memory roof, clipped at 1 and named.
+    fitted = predict.fit_efficiencies(df, spec, llc_bytes=biggest - 1)["dispatch_combine"]
+    assert fitted.roof == "memory" and fitted.memory == pytest.approx(1.0) and "memory>=1" in fitted.at_bound
+
+
+def test_fit_names_an_overhead_at_the_top_of_its_grid_and_not_a_quiet_edge():
+    spec = dsperf.load_device("H800", "corrected", **SPEC_CPU)
+    pts = [("gate", dict(tokens=t, dim=7168, experts=256, top_k=8)) for t in (1, 4, 16)]
+    truth = {"gate": KC.KernelEfficiency(0.5, 0.5, 0, True)}
+    df = _synthetic(spec, truth, pts)
+    df["measured_ms"] += 1.0  # 1 ms of fixed cost per call: beyond the 300 us the search allows
+    e = predict.fit_efficiencies(df, spec, llc_bytes=0)["gate"]
+    assert e.overhead_us == predict.OVERHEAD_GRID_US[-1] and "overhead_us>=300" in e.at_bound
+    # A memory-bound family's compute efficiency rests at 1 without the data pushing it: not named.
+    pts = [("dispatch_combine", dict(tokens=t, top_k=8, dim=7168)) for t in (64, 256, 1024)]
+    df = _synthetic(spec, {"dispatch_combine": KC.KernelEfficiency(1.0, 0.5, 0, True)}, pts)
+    e = predict.fit_efficiencies(df, spec, llc_bytes=0)["dispatch_combine"]
+    assert not any(b.startswith("compute") for b in e.at_bound)
+
+
+def test_predict_frame_carries_the_probe_band_of_each_bound():
+    spec = dsperf.load_device("H800", "corrected", **SPEC_CPU)
+    pts = [("linear", dict(m=4096, n=4096, k=7168, dtype="bf16")), ("dispatch_combine", dict(tokens=64, top_k=8, dim=7168))]
+    df = _synthetic(spec, {}, pts)
+    bands = {"compute": 0.03, "memory": 0.25, "cache": 0.07}
+    pred = predict.predict_frame(df, spec, {}, bands=bands)
+    assert list(pred["bound"]) == ["compute", "memory"] and list(pred["probe_band"]) == [0.03, 0.25]
+    cached = {"dispatch_combine": kc.FittedEfficiency(1.0, 0.5, 0, True, roof="cache")}
+    assert predict.predict_frame(df, spec, cached, bands=bands)["probe_band"].iloc[1] == 0.07
+    assert "probe_band" not in predict.predict_frame(df, spec, {})
+
+
+def test_targets_met_or_not_by_hand():
+    from dsperf.report import evaluate_targets, targets_line
+
+    summary = pd.DataFrame({"kernel": ["linear", "overall"], "median_abs_error": [0.5, 0.125],
+                            "p90_abs_error": [0.9, 0.429]})
+    t = evaluate_targets(summary)
+    assert [(x["name"], x["met"]) for x in t] == [("median |error|", True), ("90th percentile |error|", False)]
+    line = targets_line(t)
+    assert line.startswith("targets not met") and "42.9% (target <= 35.0%): NOT MET" in line
+    assert "12.5% (target <= 15.0%): met" in line
+    summary["p90_abs_error"] = 0.2
+    assert targets_line(evaluate_targets(summary)).startswith("all targets met")
+    summary["p90_abs_error"] = np.nan  # no errors to judge: not met
+    assert not evaluate_targets(summary)[1]["met"]
+
+
+@pytest.mark.parametrize("p90, check, status", [(0.429, False, 0), (0.429, True, 1), (0.2, True, 0)])
+def test_report_check_exits_nonzero_when_a_target_is_missed(tmp_path, monkeypatch, p90, check, status):
+    import dsperf.report
+    from dsperf.cli import main
+
+    def fake_run_report(out, **kw):  # the report's own run is covered above; here only the exit status
+        out = tmp_path / "rep"
+        out.mkdir(exist_ok=True)
+        pd.DataFrame({"kernel": ["overall"], "median_abs_error": [0.1], "p90_abs_error": [p90]}).to_csv(
+            out / "errors_by_family.csv", index=False)
+        return out
+
+    monkeypatch.setattr(dsperf.report, "run_report", fake_run_report)
+    assert main(["report", "--no-ep"] + (["--check"] if check else [])) == status

@@ -3,10 +3,13 @@
 Two steps. The probes: the VDPBF16PS (BF16 dot) and FP32 FMA peaks of all threads, the streaming-
 read and STREAM-triad bandwidths by thread count, the read bandwidth of cache-resident data, the
 cost of one call from Python into a C++ kernel, and (where MPI is installed) the latency and
-bandwidth between two processes; each figure is the best of several passes, taken in
-rounds over the whole calibration, with the spread between passes reported as its noise. Then the fit: the kernels of the calibration
-sweep (dsperf.sweeps.fit_points) are timed and the per-family efficiencies of the kernel cost model
-fitted to them (dsperf.predict.fit_efficiencies). The result is a device TOML (the GPU specs'
+bandwidth between two processes. Each probe is repeated, in rounds with the others of its group,
+until its SPREAD_WINDOW best rounds agree within SPREAD_BOUND (or a cap on rounds and time is hit);
+its figure is its best round and the spread of its best rounds is recorded, named when above the bound
+(unsteady_probes) and carried into predictions as their band (probe_bands). Then the fit: the
+kernels of the calibration sweep (dsperf.sweeps.fit_points) are timed and the per-family
+efficiencies of the kernel cost model fitted to them (dsperf.predict.fit_efficiencies; at most 1,
+values at a bound of the search named). The result is a device TOML (the GPU specs'
 fields, a [calibration] table of the raw measurements and an [efficiency] table per kernel family)
 under ~/.cache/dsperf (or --out), with the fit sweep's CSV beside it, reused until asked to
 re-measure.
@@ -18,6 +21,7 @@ import os
 import platform
 import socket
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -49,19 +53,43 @@ def default_path() -> Path:
     return CACHE_DIR / f"cpu-{socket.gethostname()}.toml"
 
 
-def _rounds(probes: dict, passes: int) -> dict:
-    """{name: (best, spread)} of every probe, run in rounds (each probe once per round) so that a
-    probe's passes spread over the whole calibration: its spread then shows the machine's drift
-    over that time, not only the noise of back-to-back runs."""
+# A probe's figure is its best round: another process taking a core only ever slows a probe (here
+# the cache-resident read gave 116, 0.7, 1.1, 116 GB/s in consecutive rounds on 2 loaded cores).
+# It is steady when that best is reproduced: its SPREAD_WINDOW best rounds agree within
+# SPREAD_BOUND (max / min - 1). This shared machine gave 37 and 47 GB/s in consecutive runs, so
+# one lucky or unlucky pass is not a measurement.
+SPREAD_BOUND = 0.10
+SPREAD_WINDOW = 3
+
+
+def _spread(values) -> float:
+    """max / min - 1 of the SPREAD_WINDOW best values."""
+    top = sorted(values)[-SPREAD_WINDOW:]
+    return top[-1] / top[0] - 1 if top[0] > 0 else float("inf")
+
+
+def _rounds(probes: dict, max_rounds: int, budget_s: float, clock=time.perf_counter) -> dict:
+    """{name: (best, spread, rounds)} of a group of probes, run in rounds (each unsteady probe once
+    per round, so that a probe's passes spread over the group's time rather than back to back). A
+    probe is repeated until it is steady (see SPREAD_BOUND), or the group has run max_rounds rounds
+    or budget_s seconds (never fewer than SPREAD_WINDOW rounds). spread, above SPREAD_BOUND for a
+    probe that did not settle, is reported and becomes the band of predictions priced on that probe."""
     values = {name: [] for name in probes}
-    for _ in range(passes):
-        for name, fn in probes.items():
-            values[name].append(fn())
-    out = {}
-    for name, v in values.items():
-        best = max(v)
-        out[name] = (best, (best - min(v)) / best if best > 0 else 0.0)
-    return out
+    t0 = clock()
+    for r in range(max_rounds):
+        pending = [n for n, v in values.items() if len(v) < SPREAD_WINDOW or _spread(v) > SPREAD_BOUND]
+        if not pending or (r >= SPREAD_WINDOW and clock() - t0 > budget_s):
+            break
+        for name in pending:
+            values[name].append(probes[name]())
+    return {name: (max(v), _spread(v), len(v)) for name, v in values.items()}
+
+
+def _say(progress, text):
+    """One progress line on stderr (calibration is silent for a minute otherwise)."""
+    if progress:
+        sys.stderr.write(f"calibrate: {text}\n")
+        sys.stderr.flush()
 
 
 def _call_overhead_us(calls=2000):
@@ -107,33 +135,61 @@ def _mpi_loopback(timeout=120) -> dict:
     return {}
 
 
-def measure(quick=False) -> dict:
-    """Run every probe; quick uses smaller buffers and shorter loops (seconds instead of tens)."""
+def measure(quick=False, progress=False) -> dict:
+    """Run every probe; quick uses smaller buffers, shorter loops and fewer rounds (seconds instead
+    of tens). progress: one line per probe group on stderr."""
     k = _C.kernels
-    seconds, passes = (0.2, 2) if quick else (0.6, 5)
+    seconds, max_rounds, budget_s = (0.2, 5, 8.0) if quick else (0.6, 8, 30.0)
     buf = (512 << 20) if quick else (1 << 30)  # beyond the L3 either way
     threads = k.max_threads()
     m = {"cpu_model": _cpu_model(), "isa": K.isa(), "threads": threads, "amx_usable": K.cpu_features()["amx_bf16"]}
     llc = min(64 << 20, max(4 << 20, l3_bytes() // 4))  # inside the last-level cache, beyond L2
-    probes = {"bf16_dot_peak": lambda: k.probe_bf16_peak_gflops(seconds),
-              "fp32_fma_peak": lambda: k.probe_fp32_fma_peak_gflops(seconds)}
+    groups = {
+        "compute peaks": {"bf16_dot_peak": lambda: k.probe_bf16_peak_gflops(seconds),
+                          "fp32_fma_peak": lambda: k.probe_fp32_fma_peak_gflops(seconds)},
+        "memory bandwidth": {},
+        "cache-resident read": {"cache_read": lambda: k.probe_read_bandwidth_gbps(llc, 20, threads)},
+    }
     for t in range(1, threads + 1):
-        probes[f"read_{t}t"] = lambda t=t: k.probe_read_bandwidth_gbps(buf, 2, t)
-        probes[f"triad_{t}t"] = lambda t=t: k.probe_triad_bandwidth_gbps(buf, 2, t)
-    probes["cache_read"] = lambda: k.probe_read_bandwidth_gbps(llc, 20, threads)
+        groups["memory bandwidth"][f"read_{t}t"] = lambda t=t: k.probe_read_bandwidth_gbps(buf, 2, t)
+        groups["memory bandwidth"][f"triad_{t}t"] = lambda t=t: k.probe_triad_bandwidth_gbps(buf, 2, t)
+    _say(progress, f"probing {threads} threads ({m['isa']}); each probe repeated until its {SPREAD_WINDOW} best "
+                   f"rounds agree within {SPREAD_BOUND:.0%}")
     k.probe_fp32_fma_peak_gflops(0.1)  # start the thread pool and wake the cores first, untimed
-    r = _rounds(probes, passes)
-    m["bf16_dot_peak_gflops"], m["bf16_dot_peak_spread"] = r["bf16_dot_peak"]
-    m["fp32_fma_peak_gflops"], m["fp32_fma_peak_spread"] = r["fp32_fma_peak"]
+    r = {}
+    for group, probes in groups.items():
+        got = _rounds(probes, max_rounds, budget_s)
+        r.update(got)
+        _say(progress, f"{group}: " + ", ".join(f"{n} {b:.1f} ({s:.0%} over {n_r} rounds)"
+                                                 for n, (b, s, n_r) in got.items()))
+    m["probe_spread_bound"] = SPREAD_BOUND
+    m["bf16_dot_peak_gflops"], m["bf16_dot_peak_spread"], _ = r["bf16_dot_peak"]
+    m["fp32_fma_peak_gflops"], m["fp32_fma_peak_spread"], _ = r["fp32_fma_peak"]
     for t in range(1, threads + 1):
-        m[f"read_gbps_{t}t"], m[f"read_spread_{t}t"] = r[f"read_{t}t"]
-        m[f"triad_gbps_{t}t"], m[f"triad_spread_{t}t"] = r[f"triad_{t}t"]
-    m["cache_read_gbps"], m["cache_read_spread"] = r["cache_read"]
+        m[f"read_gbps_{t}t"], m[f"read_spread_{t}t"], _ = r[f"read_{t}t"]
+        m[f"triad_gbps_{t}t"], m[f"triad_spread_{t}t"], _ = r[f"triad_{t}t"]
+    m["cache_read_gbps"], m["cache_read_spread"], _ = r["cache_read"]
+    # Named in the file and the output: their figures carry their spread, not the bound.
+    m["unsteady_probes"] = ", ".join(n for n, (_, s, _) in r.items() if s > SPREAD_BOUND)
     m["call_overhead_us"] = _call_overhead_us(500 if quick else 5000)
+    _say(progress, f"call overhead: {m['call_overhead_us']:.2f} us")
     m.update(_mpi_loopback())
+    if "mpi_latency_us" in m:
+        _say(progress, f"MPI loopback: {m['mpi_latency_us']:.1f} us, {m['mpi_bandwidth_gbps']:.1f} GB/s")
     m["mem_gb"] = _mem_gb()
     m["measured_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return m
+
+
+def probe_bands(m: dict) -> dict:
+    """The relative band of the roofs a prediction is priced on: the spread of the probe behind
+    each (compute: the faster peak, which the spec uses; memory: the streaming read of all threads;
+    cache: the cache-resident read). NaN for a calibration file written before spreads existed."""
+    nan = float("nan")
+    threads = m.get("threads", 1)
+    peak = "bf16_dot_peak" if m.get("bf16_dot_peak_gflops", 0) >= m.get("fp32_fma_peak_gflops", 0) else "fp32_fma_peak"
+    return {"compute": float(m.get(f"{peak}_spread", nan)), "memory": float(m.get(f"read_spread_{threads}t", nan)),
+            "cache": float(m.get("cache_read_spread", nan))}
 
 
 def to_toml(m: dict, name: str) -> str:
@@ -189,7 +245,9 @@ def save_efficiencies(path, efficiencies) -> None:
     text = (text if cut < 0 else text[:cut + 1]).rstrip("\n") + "\n"
     for key, e in sorted(efficiencies.items()):
         text += (f'\n[efficiency."{key}"]\ncompute = {e.compute:.6g}\nmemory = {e.memory:.6g}\n'
-                 f"overhead_us = {e.overhead_us:.6g}\noverlap = {str(e.overlap).lower()}\n")
+                 f"overhead_us = {e.overhead_us:.6g}\noverlap = {str(e.overlap).lower()}\n"
+                 f'roof = "{getattr(e, "roof", "memory")}"\n'
+                 f"at_bound = [{', '.join(repr(b) for b in getattr(e, 'at_bound', ()))}]\n")
     path.write_text(text)
 
 
@@ -211,7 +269,7 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
         data = _read_toml(path)
         return path, dict(data.get("calibration", {}), efficiency=efficiencies_from_dict(data.get("efficiency", {})),
                           reused=True)
-    m = measure(quick=quick)
+    m = measure(quick=quick, progress=progress)
     name = f"CPU-{socket.gethostname()}"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(to_toml(m, name))  # the probes alone, so the fit can price against them
@@ -219,8 +277,11 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
         return path, dict(m, efficiency={}, reused=False)
     spec = load_device(str(path), "corrected")
     pts = fit_points(quick) if points is None else list(points)
+    _say(progress, f"fit sweep: {len(pts)} kernel calls")
     sweep = run_sweep(pts, repeats=repeats or (3 if quick else 5), progress=progress)
     effs = fit_efficiencies(sweep, spec)
+    stuck = [k for k, e in effs.items() if e.at_bound]
+    _say(progress, f"fitted {len(effs)} efficiencies" + (f"; at a bound of the search: {', '.join(stuck)}" if stuck else ""))
     sweep.to_csv(fit_csv_path(path), index=False)
     save_efficiencies(path, effs)
     return path, dict(m, efficiency=effs, reused=False)

@@ -57,7 +57,9 @@ def _add_devices(sub):
     c.add_argument("--force", action="store_true", help="measure again even if a calibration is cached")
     c.add_argument("--quick", action="store_true", help="short probes (seconds): noisier figures")
     c.add_argument("--out", help="device file to write (default ~/.cache/dsperf/cpu-<host>.toml)")
-    c.add_argument("--progress", action="store_true", help="a progress bar on stderr during the fit sweep")
+    c.add_argument("--progress", action="store_true",
+                   help="progress on stderr (one line per probe group, a bar during the fit sweep); "
+                        "on by default when stderr is a terminal")
 
 
 def _add_report(sub):
@@ -71,6 +73,9 @@ def _add_report(sub):
     r.add_argument("--repeats", type=int, help="timed calls per point (default 5, quick 3)")
     r.add_argument("--no-tables", action="store_true", help="do not print the seed's tables (still written)")
     r.add_argument("--no-ep", action="store_true", help="skip the expert-parallel all-to-all section (mpirun -np 2)")
+    r.add_argument("--check", action="store_true",
+                   help="exit with status 1 when an accuracy target of the report is not met "
+                        "(the summary in report.md says met / not met either way)")
 
 
 def _add_deepseek(sub):
@@ -139,22 +144,32 @@ def main(argv=None) -> int:
 
             from .predict import efficiencies_table
 
-            path, m = calibrate(force=args.force, quick=args.quick, path=args.out, progress=args.progress)
+            path, m = calibrate(force=args.force, quick=args.quick, path=args.out,
+                                progress=args.progress or sys.stderr.isatty())
             effs = m.pop("efficiency")
             rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in m.items())
             text = f"| measurement | value |\n|---|---|\n{rows}\n\n"
+            if m.get("unsteady_probes"):
+                text += (f"unsteady probes (spread above {m.get('probe_spread_bound', 0.1):.0%} over their best rounds; "
+                         f"their figures carry that spread as their band): {m['unsteady_probes']}\n\n")
             if effs:
                 text += "fitted kernel efficiencies:\n\n" + efficiencies_table(effs).to_markdown(index=False, floatfmt=".3g")
+                stuck = [k for k, e in effs.items() if getattr(e, "at_bound", ())]
+                if stuck:
+                    text += ("\n\nat a bound of the search (the data wanted a value beyond it, so the fit is a clipped "
+                             f"guess): {', '.join(stuck)}")
             text += f"\n\ndevice file: {path}" + (" (reused; --force to measure again)" if m.get("reused") else "") + "\n"
         elif args.command == "report":
-            from .report import run_report
+            from .report import report_targets, run_report
 
             if args.repeats is not None and not 1 <= args.repeats <= 1000:
                 raise ValueError(f"--repeats must lie in [1, 1000], got {args.repeats}")
-            run_report(args.out, quick=args.quick, cold=not args.hot, force_calibration=args.recalibrate,
-                       calibration=args.calibration, repeats=args.repeats, progress=sys.stderr.isatty(),
-                       print_tables=not args.no_tables, ep=not args.no_ep)
+            out = run_report(args.out, quick=args.quick, cold=not args.hot, force_calibration=args.recalibrate,
+                             calibration=args.calibration, repeats=args.repeats, progress=sys.stderr.isatty(),
+                             print_tables=not args.no_tables, ep=not args.no_ep)
             text = ""
+            if args.check and not all(t["met"] for t in report_targets(out)):
+                return 1  # the report and its summary are written; the status says a target was missed
         elif args.command == "validate":
             text = cli_grounded.run_validate(args)
         elif args.command == "predict":

@@ -79,6 +79,32 @@ def efficiency_key(family: str, params: Mapping, split_rows: int | None = None) 
     return key
 
 
+class FittedEfficiency(KernelEfficiency):
+    """A KernelEfficiency from the fit (dsperf.predict), with how to read it. roof: "memory" (the
+    memory term is priced at mem_bw_gbps) or "cache" (at cache_bw_gbps: the family's data fit in
+    the last-level cache and its calls ran faster than the memory roof allows). at_bound: the
+    values the data pushed against an edge of the search, e.g. ("compute>=1", "overhead_us>=300"):
+    the fit is then a clipped guess, and the calibration output and the report say so."""
+
+    def __init__(self, compute=1.0, memory=1.0, overhead_us=0.0, overlap=True, roof="memory", at_bound=()):
+        super().__init__(float(compute), float(memory), float(overhead_us), bool(overlap))
+        if roof not in ("memory", "cache"):
+            raise ValueError(f"roof must be 'memory' or 'cache', got {roof!r}")
+        self.roof = roof
+        self.at_bound = tuple(at_bound)
+
+    def __repr__(self):
+        return (f"FittedEfficiency(compute={self.compute:.4g}, memory={self.memory:.4g}, "
+                f"overhead_us={self.overhead_us:.4g}, overlap={self.overlap}, roof={self.roof!r}, "
+                f"at_bound={self.at_bound})")
+
+
+def part_seconds(w: KernelWork, spec, eff: KernelEfficiency, cache_resident: bool = False) -> float:
+    """kernel_seconds on the roof the efficiency was fitted on (the cache roof for a family fitted
+    as cache-resident, whatever the sweep's setting)."""
+    return KC.kernel_seconds(w, spec, eff, bool(cache_resident) or getattr(eff, "roof", "memory") == "cache")
+
+
 def lookup_efficiency(efficiencies: Mapping[str, KernelEfficiency], family: str, params: Mapping) -> KernelEfficiency:
     """The fitted efficiency of a point: its full key, else its key without the rows regime, else
     the family's, else the ideal roofline (a GPU spec without calibration)."""
@@ -192,13 +218,14 @@ def predict_ms(family: str, params: Mapping, device: DeviceLike = "H800",
     total = spec.call_overhead_us * 1e-6
     for fam, p, w in parts(family, params):
         eff = lookup_efficiency(efficiencies, fam, p)
-        total += KC.kernel_seconds(w, spec, eff, cache_resident) - spec.call_overhead_us * 1e-6
+        total += part_seconds(w, spec, eff, cache_resident) - spec.call_overhead_us * 1e-6
     finite_results(f"predict_ms({family})", {"ms": total * 1e3})
     return total * 1e3
 
 
 def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
-    """The [efficiency] table of a device file ({key: {compute, memory, overhead_us}}) as objects."""
+    """The [efficiency] table of a device file ({key: {compute, memory, overhead_us, overlap, roof,
+    at_bound}}) as objects."""
     if not isinstance(table, Mapping):
         raise ValueError(f"the efficiency table must be a table of efficiencies, got {table!r}")
     out = {}
@@ -206,14 +233,17 @@ def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
         try:
             if not isinstance(v, Mapping):
                 raise TypeError(f"got {v!r}")
-            out[key] = KernelEfficiency(number("compute", v["compute"], lo=0, hi=1e6, lo_open=True),
+            out[key] = FittedEfficiency(number("compute", v["compute"], lo=0, hi=1e6, lo_open=True),
                                         number("memory", v["memory"], lo=0, hi=1e6, lo_open=True),
                                         number("overhead_us", v.get("overhead_us", 0.0), lo=0, hi=1e9),
-                                        flag("overlap", v.get("overlap", True)))
+                                        flag("overlap", v.get("overlap", True)), v.get("roof", "memory"),
+                                        v.get("at_bound", ()))
+            out[key].validate()
         except KeyError as e:
             raise ValueError(f"efficiency '{key}' is missing {e}") from None
         except (TypeError, ValueError) as e:
-            raise ValueError(f"efficiency '{key}' must have compute > 0, memory > 0, overhead_us >= 0: {e}") from None
+            raise ValueError(f"efficiency '{key}' must have compute > 0, memory > 0, overhead_us >= 0 "
+                             f"and roof 'memory' or 'cache': {e}") from None
     return out
 
 

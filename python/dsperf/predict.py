@@ -4,7 +4,9 @@ sweep with them, and summarise the errors.
 The fit is a grid search per efficiency key (family, or family/dtype) over the compute and memory
 efficiencies and a fixed per-call overhead, minimising the absolute log error of
 kernel_cost.predict_ms; it sees only the calibration sweep, so errors on the report's sweep are
-out of sample. Composite families are never fitted.
+out of sample. Composite families are never fitted. Efficiencies are kept physical (at most 1 of
+the roof they are priced on, the cache roof where data fit in the cache), and values the data push
+against an edge of the search are named, not silently used.
 """
 from __future__ import annotations
 
@@ -14,12 +16,16 @@ import numpy as np
 import pandas as pd
 
 from . import _C
-from .kernel_cost import BASE_FAMILIES, FAMILIES, KernelEfficiency, efficiency_key, lookup_efficiency, parts
+from .kernel_cost import (BASE_FAMILIES, FAMILIES, FittedEfficiency, KernelEfficiency, efficiency_key,
+                          lookup_efficiency, part_seconds, parts)
 
-# Search grid: efficiencies from 1% to 300% (above 1 where the probes under-read what a kernel's
-# access pattern gets, e.g. partly cache-resident data), overheads from 0 to 2 ms.
-COMPUTE_GRID = np.geomspace(0.01, 3.0, 90)
-MEMORY_GRID = np.geomspace(0.01, 3.0, 90)
+# Search grid: efficiencies from 1% up to EFFICIENCY_CAP, overheads from 0 to 300 us. An
+# efficiency is a fraction of a measured roof: above 1 the roof is wrong, not the kernel fast, so
+# the grid stops at 1. A memory-bound family whose data fit in the last-level cache and that would
+# need more than the memory roof is fitted on the cache roof instead (the probe `cache_read`).
+EFFICIENCY_CAP = 1.0
+COMPUTE_GRID = np.geomspace(0.01, EFFICIENCY_CAP, 80)
+MEMORY_GRID = np.geomspace(0.01, EFFICIENCY_CAP, 80)
 OVERHEAD_GRID_US = np.concatenate([[0.0], np.geomspace(1.0, 300.0, 25)])
 
 
@@ -61,16 +67,24 @@ def _check_sweep(df) -> None:
         raise ValueError(f"df column 'kernel' names an unknown kernel family {sorted(map(str, unknown))[0]!r}")
 
 
-def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, KernelEfficiency]:
-    """Fits one KernelEfficiency per efficiency key from a measured sweep of base families.
+def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False, llc_bytes=None) -> dict[str, FittedEfficiency]:
+    """Fits one efficiency per efficiency key from a measured sweep of base families.
 
     A point whose parts belong to other families (an MLA layer's GEMMs are `linear` parts) is
     fitted on what is left of its time once those parts are priced with their own fitted
-    efficiencies, so those families are fitted first."""
-    kc = _C.kernel_cost
+    efficiencies, so those families are fitted first.
+
+    Efficiencies stay within (0, EFFICIENCY_CAP]. A family that would need a memory efficiency
+    above the cap, and whose every point's data fit in llc_bytes (default: this machine's
+    last-level cache), is fitted on the cache roof instead (roof="cache"). Values the data push
+    against an edge of the search are named in each result's at_bound."""
     _check_sweep(df)
+    if llc_bytes is None:
+        from .harness import l3_bytes
+
+        llc_bytes = l3_bytes()
     rows = [(f, parts(f, p), m * 1e-3) for (f, p), m in zip(points_of(df), df["measured_ms"]) if f in BASE_FAMILIES]
-    out: dict[str, KernelEfficiency] = {}
+    out: dict[str, FittedEfficiency] = {}
     # Families that are whole kernels first, then those with parts priced by the others.
     for stage in (False, True):
         groups: dict[str, list[tuple[float, float, bool, float]]] = {}
@@ -78,7 +92,7 @@ def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, 
             if (len(ps) > 1) != stage:
                 continue
             own = [(q, w) for f, q, w in ps if f == family]
-            others = sum(kc.kernel_seconds(w, spec, lookup_efficiency(out, f, q), cache_resident)
+            others = sum(part_seconds(w, spec, lookup_efficiency(out, f, q), cache_resident)
                          - spec.call_overhead_us * 1e-6 for f, q, w in ps if f != family)
             target = max(measured - others, 0.05 * measured)  # never below 5% of the measurement
             flops = sum(w.flops for _, w in own)
@@ -86,15 +100,19 @@ def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False) -> dict[str, 
             groups.setdefault(efficiency_key(family, own[0][0]), []).append(
                 (flops, nbytes, any(w.fp8 for _, w in own), target))
         for key, pts in groups.items():
-            out[key] = _fit_one(pts, spec, cache_resident)
+            out[key] = _fit_one(pts, spec, cache_resident, llc_bytes)
     return out
 
 
-def _fit_one(pts, spec, cache_resident) -> KernelEfficiency:
-    """Grid search of one efficiency over (flops, bytes, fp8, seconds) points."""
-    kc = _C.kernel_cost
-    ideal = np.array([kc.roofline_times(kc.KernelWork(f, b, fp8), spec, cache_resident) for f, b, fp8, _ in pts])
-    meas = np.array([p[3] for p in pts])
+def _data_loss(ideal, meas, spec, c, m, o, overlap) -> float:
+    """Sum of |log(predicted / measured)| of one efficiency's points."""
+    tc, tm = ideal[:, 0] / c, ideal[:, 1] / m
+    t = (spec.call_overhead_us + o) * 1e-6 + (np.maximum(tc, tm) if overlap else tc + tm)
+    return float(np.abs(np.log(t / meas)).sum())
+
+
+def _search(ideal, meas, spec) -> tuple[float, tuple]:
+    """(loss, (compute, memory, overhead_us, overlap)) of the best point of the grid."""
     tc = ideal[:, 0][None, None, None, :] / COMPUTE_GRID[:, None, None, None]
     tm = ideal[:, 1][None, None, None, :] / MEMORY_GRID[None, :, None, None]
     oh = ((spec.call_overhead_us + OVERHEAD_GRID_US) * 1e-6)[None, None, :, None]
@@ -109,20 +127,65 @@ def _fit_one(pts, spec, cache_resident) -> KernelEfficiency:
         loss = loss + 1e-3 * np.log1p(OVERHEAD_GRID_US)[None, None, :]
         i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
         if best is None or loss[i, j, k] < best[0]:
-            best = (loss[i, j, k], kc.KernelEfficiency(float(COMPUTE_GRID[i]), float(MEMORY_GRID[j]),
-                                                       float(OVERHEAD_GRID_US[k]), overlap))
-    return best[1]
+            best = (float(loss[i, j, k]), (float(COMPUTE_GRID[i]), float(MEMORY_GRID[j]), float(OVERHEAD_GRID_US[k]),
+                                           overlap))
+    return best
+
+
+def _at_bound(ideal, meas, spec, fit) -> list[str]:
+    """The values of a fit that the data push past an edge of the search: its error falls when
+    the value steps 10% beyond the edge. A value resting at an edge the data do not care about
+    (the compute efficiency of a memory-bound family, held at 1 by the pull towards 1) is not
+    named, nor an overhead of 0, which is a real value."""
+    c, m, o, overlap = fit
+    base = _data_loss(ideal, meas, spec, c, m, o, overlap)
+    out = []
+    for i, (name, grid) in enumerate((("compute", COMPUTE_GRID), ("memory", MEMORY_GRID),
+                                      ("overhead_us", OVERHEAD_GRID_US))):
+        edges = [(grid[-1], 1.1, ">=")] + ([(grid[0], 1 / 1.1, "<=")] if name != "overhead_us" else [])
+        for edge, step, sign in edges:
+            if fit[i] == edge:
+                trial = list(fit)
+                trial[i] = edge * step
+                # More than 0.1% of error per point: a pull the data really exert.
+                if _data_loss(ideal, meas, spec, *trial) < base - 1e-3 * len(meas):
+                    out.append(f"{name}{sign}{edge:g}")
+    return out
+
+
+def _fit_one(pts, spec, cache_resident, llc_bytes) -> FittedEfficiency:
+    """Grid search of one efficiency over (flops, bytes, fp8, seconds) points: on the memory roof
+    first, then on the cache roof where that one binds (see fit_efficiencies)."""
+    kc = _C.kernel_cost
+    meas = np.array([p[3] for p in pts])
+
+    def fit_on(cache_roof):
+        ideal = np.array([kc.roofline_times(kc.KernelWork(f, b, fp8), spec, cache_roof) for f, b, fp8, _ in pts])
+        loss, fit = _search(ideal, meas, spec)
+        return loss, fit, _at_bound(ideal, meas, spec, fit)
+
+    loss, fit, bound = fit_on(cache_resident)
+    roof = "cache" if cache_resident else "memory"
+    wants_more = f"memory>={MEMORY_GRID[-1]:g}" in bound
+    if (wants_more and not cache_resident and spec.cache_bw_gbps > spec.mem_bw_gbps
+            and all(b <= llc_bytes for _, b, _, _ in pts)):
+        c_loss, c_fit, c_bound = fit_on(True)
+        if c_loss <= loss:
+            fit, bound, roof = c_fit, c_bound, "cache"
+    return FittedEfficiency(*fit, roof=roof, at_bound=bound)
 
 
 def predict_frame(df: pd.DataFrame, spec, efficiencies: Mapping[str, KernelEfficiency],
-                  cache_resident=False) -> pd.DataFrame:
+                  cache_resident=False, bands: Mapping[str, float] | None = None) -> pd.DataFrame:
     """The sweep with predicted_ms, the work (GFLOP, MB), the bound the roofline picks, and the
-    relative error (predicted - measured) / measured."""
+    relative error (predicted - measured) / measured. bands ({"compute", "memory", "cache"}:
+    calibrate.probe_bands) adds probe_band, the relative spread of the probe behind the roof that
+    bounds each point: the part of its error the machine's own noise accounts for."""
     from .kernel_cost import predict_ms, work
 
     _check_sweep(df)
     out = df.copy()
-    pred, gflop, mb, bound, eff_keys = [], [], [], [], []
+    pred, gflop, mb, bound, eff_keys, band = [], [], [], [], [], []
     for family, p in points_of(df):
         pred.append(predict_ms(family, p, spec, efficiencies, cache_resident))
         w = work(family, p)
@@ -131,11 +194,17 @@ def predict_frame(df: pd.DataFrame, spec, efficiencies: Mapping[str, KernelEffic
         compute_s, memory_s = _C.kernel_cost.roofline_times(w, spec, cache_resident)
         bound.append("compute" if compute_s > memory_s else "memory")
         eff_keys.append(efficiency_key(family, p) if family in BASE_FAMILIES else "(parts)")
+        if bands is not None:
+            cached = cache_resident or (family in BASE_FAMILIES and
+                                        getattr(lookup_efficiency(efficiencies, family, p), "roof", "") == "cache")
+            band.append(bands["compute"] if bound[-1] == "compute" else bands["cache" if cached else "memory"])
     out["predicted_ms"] = pred
     out["gflop"] = gflop
     out["mbytes"] = mb
     out["bound"] = bound
     out["efficiency_key"] = eff_keys
+    if bands is not None:
+        out["probe_band"] = band
     out["rel_error"] = (out["predicted_ms"] - out["measured_ms"]) / out["measured_ms"]
     return out
 
@@ -152,5 +221,6 @@ def error_summary(pred: pd.DataFrame) -> pd.DataFrame:
 
 def efficiencies_table(effs: Mapping[str, KernelEfficiency]) -> pd.DataFrame:
     return pd.DataFrame([{"key": k, "compute": e.compute, "memory": e.memory, "overhead_us": e.overhead_us,
-                          "overlap": e.overlap}
+                          "overlap": e.overlap, "roof": getattr(e, "roof", "memory"),
+                          "at_bound": ", ".join(getattr(e, "at_bound", ()))}
                          for k, e in sorted(effs.items())])

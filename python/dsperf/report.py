@@ -2,7 +2,8 @@
 seed's tables, run the kernel sweep, predict every point with the calibrated cost model, and write
 a report folder:
 
-    report.md                  the summary: machine, efficiencies, errors, worst points, seed tables
+    report.md                  the summary (each accuracy target met or not), machine, efficiencies,
+                               errors, worst points, seed tables
     predicted_vs_measured.csv  one row per measured point: kernel, predicted_ms, measured_ms, ...
     errors_by_family.csv       median / 90th-percentile |relative error| per family and overall
     efficiencies.csv           the fitted per-family efficiencies
@@ -25,6 +26,32 @@ import numpy as np
 
 DEFAULT_OUT = Path("report")
 
+# The report's accuracy targets, on |relative error| over every point of its sweep (out of sample):
+# (column of errors_by_family.csv, what it is, the most it may be).
+TARGETS = (("median_abs_error", "median |error|", 0.15), ("p90_abs_error", "90th percentile |error|", 0.35))
+
+
+def evaluate_targets(summary) -> list[dict]:
+    """Each target with its value and whether it is met (a NaN value is not met)."""
+    overall = summary[summary["kernel"] == "overall"].iloc[0]
+    return [{"name": name, "value": float(overall[col]), "limit": limit, "met": bool(overall[col] <= limit)}
+            for col, name, limit in TARGETS]
+
+
+def report_targets(out) -> list[dict]:
+    """evaluate_targets of a written report folder (`dsperf report --check` exits 1 when one is missed)."""
+    import pandas as pd
+
+    return evaluate_targets(pd.read_csv(Path(out) / "errors_by_family.csv"))
+
+
+def targets_line(targets) -> str:
+    """'median |error| 12.5% (target <= 15%): met; ...: NOT MET' and the verdict."""
+    parts = [f"{t['name']} {_fmt_pct(t['value'])} (target <= {_fmt_pct(t['limit'])}): {'met' if t['met'] else 'NOT MET'}"
+             for t in targets]
+    verdict = "all targets met" if all(t["met"] for t in targets) else "targets not met"
+    return f"{verdict}: " + "; ".join(parts)
+
 
 def _seed_tables() -> str:
     from .tables import TableOptions, all_tables, render
@@ -42,7 +69,7 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     (tests use tiny ones); calibration is the device file to use or write; ep adds the
     expert-parallel section (dsperf.ep under mpirun -np 2, where MPI is installed)."""
     from . import plots, sweeps
-    from .calibrate import calibrate, fit_csv_path, save_efficiencies
+    from .calibrate import calibrate, fit_csv_path, probe_bands, save_efficiencies
     from .harness import run_sweep
     from .hardware import load_device
     from .predict import efficiencies_table, error_summary, fit_efficiencies, predict_frame
@@ -54,7 +81,7 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
 
-    cal_path, m = calibrate(force=force_calibration, quick=quick, path=calibration, fit=False)
+    cal_path, m = calibrate(force=force_calibration, quick=quick, path=calibration, fit=False, progress=progress)
     spec = load_device(str(cal_path), "corrected")
     stream.write(f"calibration: {cal_path} ({'reused' if m['reused'] else 'measured now'}); "
                  f"{spec.fp16_tflops * 1e3:.0f} GFLOPS, {spec.mem_bw_gbps:.1f} GB/s, "
@@ -88,8 +115,9 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
         fit_df.dropna(axis=1, how="all").to_csv(fit_csv_path(cal_path), index=False)
     measured = measured.dropna(axis=1, how="all").reset_index(drop=True)
 
-    pred = predict_frame(measured, spec, effs, cache_resident=not cold)
+    pred = predict_frame(measured, spec, effs, cache_resident=not cold, bands=probe_bands(m))
     summary = error_summary(pred)
+    targets = evaluate_targets(summary)
     lead = ["kernel", "predicted_ms", "measured_ms", "rel_error"]
     pred = pred[lead + [c for c in pred.columns if c not in lead]]
     pred.to_csv(out / "predicted_vs_measured.csv", index=False)
@@ -99,10 +127,14 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     figures = plots.save_all(pred, summary, spec, out)
     m = dict(m, efficiency=effs)
 
-    overall = summary[summary["kernel"] == "overall"].iloc[0]
     stream.write(summary.to_markdown(index=False, floatfmt=".3f") + "\n")
-    stream.write(f"\npredicted vs measured over {len(pred)} points: median |error| {_fmt_pct(overall.median_abs_error)}, "
-                 f"90th percentile {_fmt_pct(overall.p90_abs_error)} (targets 15% / 35%)\n")
+    stream.write(f"\npredicted vs measured over {len(pred)} points: {targets_line(targets)}\n")
+    stuck = [k for k, e in effs.items() if e.at_bound]
+    if stuck:
+        stream.write(f"warning: fitted efficiencies at a bound of the search (clipped guesses): {', '.join(stuck)}\n")
+    if m.get("unsteady_probes"):
+        stream.write(f"warning: probes whose spread stayed above {m.get('probe_spread_bound', 0.1):.0%}: "
+                     f"{m['unsteady_probes']}\n")
     busy = int((pred.get("foreign_cores", 0) > 0.3).sum())
     if busy:
         stream.write(f"warning: {busy} of {len(pred)} points were measured while other processes kept more than "
@@ -113,13 +145,36 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
         ep_lines = report_ep.run(out, quick, stream)
 
     elapsed = time.perf_counter() - t_start
-    md = _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed)
+    md = _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed, targets)
     (out / "report.md").write_text(md + "\n" + "\n".join(ep_lines))
     stream.write(f"report written to {out.resolve()} ({elapsed:.0f} s)\n")
     return out
 
 
-def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed) -> str:
+def _summary_lines(m, eff_table, pred, targets) -> list[str]:
+    """The report's verdict first: each target met or not, then what makes the figures less
+    trustworthy than they look (unsteady probes, efficiencies at a bound of the search)."""
+    from .calibrate import probe_bands
+
+    lines = ["## Summary", "", f"Predicted vs measured over {len(pred)} points: {targets_line(targets)}.", ""]
+    bands = probe_bands(m)
+    if "probe_band" in pred:
+        within = int((pred["rel_error"].abs() <= pred["probe_band"]).sum())
+        lines += [f"Prediction band (the spread of the best rounds of the probe behind each roof): compute "
+                  f"+/-{_fmt_pct(bands['compute'])}, memory +/-{_fmt_pct(bands['memory'])}, cache "
+                  f"+/-{_fmt_pct(bands['cache'])}; {within} of {len(pred)} points err within the band of their roof "
+                  "(column probe_band).", ""]
+    if m.get("unsteady_probes"):
+        lines += [f"Not steady: {m['unsteady_probes']} (spread above {_fmt_pct(m.get('probe_spread_bound', 0.1))} "
+                  "when the rounds ran out; their figures carry that spread).", ""]
+    stuck = eff_table[eff_table["at_bound"] != ""] if "at_bound" in eff_table else eff_table.iloc[:0]
+    if len(stuck):
+        lines += ["Fitted efficiencies at a bound of the search (the data wanted a value beyond it, so the fit "
+                  "is a clipped guess): " + "; ".join(f"{r.key} ({r.at_bound})" for r in stuck.itertuples()) + ".", ""]
+    return lines
+
+
+def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed, targets) -> str:
     cols = ["kernel", "variant", "dtype", "tokens", "rows", "active", "keys", "batch", "m", "n", "k",
             "measured_ms", "predicted_ms", "rel_error", "bound"]
     worst = pred.reindex(pred["rel_error"].abs().sort_values(ascending=False).index).head(8)
@@ -130,6 +185,7 @@ def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapse
         "",
         f"Written {datetime.datetime.now().isoformat(timespec='seconds')} in {elapsed:.0f} s.",
         "",
+        *_summary_lines(m, eff_table, pred, targets),
         "## This machine",
         "",
         f"Device file: `{cal_path}` ({'reused' if m.get('reused') else 'measured in this run'}).",

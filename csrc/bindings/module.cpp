@@ -201,8 +201,8 @@ py::dict decode_sweep_py(const ModelConfig& m, const std::vector<DeviceSpec>& de
     out["tp"] = arena.take(&c.tp);
     out["ep"] = arena.take(&c.ep);
     out["redundant_experts"] = arena.take(&c.redundant_experts);
-    out["kv_fp8"] = arena.take(&c.kv_fp8);
     out["mla_tp"] = arena.take(&c.mla_tp);
+    out["kv_fp8"] = arena.take(&c.kv_fp8);  // the 1-byte column last: the int32 columns stay 4-byte aligned
     {
         py::gil_scoped_release release;
         decode_sweep(m, g, md, c);

@@ -91,3 +91,17 @@ def test_dsperf_fixes_describes_each_fix():
     assert len(lines) == len(_C.fix_names())
     for name, line in zip(_C.fix_names(), lines):
         assert line.startswith(name) and len(line.split(None, 1)[1]) > 20
+
+
+def test_readable_output():
+    spec = dsperf.load_device("H800")
+    assert repr(spec).startswith("DeviceSpec(name='H800'") and "mem_bw_gbps=3350" in repr(spec)
+    assert repr(dsperf.load_model()).startswith("ModelConfig(name='DeepSeek-V3'")
+    # Two variants of one device print under different names.
+    variant = dsperf.load_device("H20", scaleout_gbps=25)
+    df = dsperf.decode("DeepSeek-V3", [variant, "H20"], batch_sizes=[32], mode="corrected")
+    assert list(df["GPU"]) == ["H20 (scaleout_gbps=25)", "H20"]
+    # The seed's sweep: a fits_memory column and whole-number axes as integers.
+    s = dsperf.decode_sweep("DeepSeek-V3", ["H800"], batch=[32, 512], mode="corrected")
+    assert s["batch"].dtype.kind == "i" and s["seq_len"].dtype.kind == "i"
+    assert list(s["fits_memory"]) == [True, False]

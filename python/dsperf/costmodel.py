@@ -237,7 +237,17 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
     labels = pd.Categorical.from_codes(codes, categories=categories, validate=False)
     df = pd.DataFrame(cols, copy=False)
     df.insert(0, "GPU", labels)
+    df["fits_memory"] = df["batch"] <= df["batch_limit"]
+    _integer_columns(df, ("batch", "seq_len", "decode_len"))
     return df
+
+
+def _integer_columns(df: pd.DataFrame, names) -> None:
+    """Axes given as whole numbers come back as integers (a batch of 32, not 32.0)."""
+    for name in names:
+        v = df[name].to_numpy()
+        if v.dtype.kind == "f" and np.all(v == np.round(v)):
+            df[name] = v.astype(np.int64)
 
 
 def flops_summary(model="DeepSeek-V3", kv_len_avg=4989) -> pd.DataFrame:
@@ -460,5 +470,6 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
                 "batch_limit": cols["batch_limit"], "fits_memory": cols["fits_memory"]}, copy=False))
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     finite_results("decode_sweep", {k: out[k].to_numpy() for k in ("tpot_ms", "tokens_per_gpu_s")})
+    _integer_columns(out, ("batch", "seq_len", "decode_len"))
     out["error_band"] = grounded.error_band("decode")
     return out

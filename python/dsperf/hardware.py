@@ -179,8 +179,33 @@ def _copy(spec: DeviceSpec) -> DeviceSpec:
     return out
 
 
+def _spec_repr(spec: DeviceSpec) -> str:
+    return (f"DeviceSpec(name={spec.name!r}, fp16_tflops={spec.fp16_tflops:g}, fp8_tflops={spec.fp8_tflops:g}, "
+            f"mem_gb={spec.mem_gb:g}, mem_bw_gbps={spec.mem_bw_gbps:g}, nvlink_gbps={spec.nvlink_gbps:g}, "
+            f"scaleout_gbps={spec.scaleout_gbps:g}, gpus_per_node={spec.gpus_per_node})")
+
+
+DeviceSpec.__repr__ = _spec_repr
+
+
+def _variant_label(spec: DeviceSpec, mode: str) -> str:
+    """A DeviceSpec's name, plus the fields where it differs from the shipped device of that name
+    (under either kind of values), so that two variants never print under one name."""
+    data = _catalogue().get(spec.name.lower())
+    if data is None:
+        return spec.name
+    diffs = None
+    for m in ("corrected", "as_published"):
+        ref = spec_from_dict(data, m)
+        d = [k for k in SPEC_FIELDS if k != "name" and getattr(spec, k) != getattr(ref, k)]
+        if diffs is None or len(d) < len(diffs):
+            diffs = d
+    return spec.name if not diffs else spec.name + " (" + ", ".join(f"{k}={getattr(spec, k):g}" for k in diffs) + ")"
+
+
 def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str) -> list[tuple[str, DeviceSpec]]:
-    """(label, spec) pairs; the label is what the caller wrote, so tables keep their names."""
+    """(label, spec) pairs; the label is what the caller wrote, so tables keep their names; a
+    DeviceSpec that differs from the shipped device of its name is labelled with its differences."""
     if isinstance(devices, (str, os.PathLike, DeviceSpec)):
         devices = [devices]
     if isinstance(devices, (bytes, dict)) or not hasattr(devices, "__iter__"):
@@ -190,7 +215,10 @@ def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str)
         if isinstance(d, DeviceSpec):
             _warn_if_other_mode(d, mode)
         spec = load_device(d, mode)
-        label = spec.name if isinstance(d, DeviceSpec) or str(d).endswith(".toml") else str(d)
+        if isinstance(d, DeviceSpec):
+            label = _variant_label(spec, mode)
+        else:
+            label = spec.name if str(d).endswith(".toml") else str(d)
         out.append((label, spec))
     if not out:
         raise ValueError("devices must name at least one device")

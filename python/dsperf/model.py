@@ -41,6 +41,15 @@ _NULLABLE = {"q_lora_rank"}
 ModelLike = Union[str, os.PathLike, Mapping[str, Any], ModelConfig]
 
 
+def _model_repr(m: ModelConfig) -> str:
+    return (f"ModelConfig(name={m.name!r}, dim={m.dim}, n_layers={m.n_layers}, n_heads={m.n_heads}, "
+            f"n_routed_experts={m.n_routed_experts}, n_activated_experts={m.n_activated_experts}, "
+            f"kv_lora_rank={m.kv_lora_rank})")
+
+
+ModelConfig.__repr__ = _model_repr
+
+
 def _models_dir():
     return resources.files("dsperf") / "data" / "models"
 

@@ -128,6 +128,7 @@ def decode(model="DeepSeek-V3", devices=("H800", "H20", "H20_3e"), seq_len=4383,
             rows.append({"GPU": label, "batch": bs, **r})
     df = pd.DataFrame(rows)
     df["fits_memory"] = df["batch"] <= df["batch_limit"]
+    _integer_columns(df, ("batch",))
     return df
 
 
@@ -412,6 +413,7 @@ def _grounded_decode(m, devices, seq_len, decode_len, batches, tp, ep, redundant
                                               "kv_gib", "error_band", "calls_default")}})
     df = pd.DataFrame(rows)
     finite_results("decode", {k: df[k].to_numpy() for k in ("tpot_ms", "tokens_per_gpu_s", "batch_limit")})
+    _integer_columns(df, ("batch",))
     return df
 
 

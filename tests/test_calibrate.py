@@ -2,7 +2,6 @@
 against first principles; a second call reuses the file."""
 import contextlib
 import io
-import os
 import time
 
 import pytest

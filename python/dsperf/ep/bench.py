@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import kernels
 from ..kernel_cost import ep_exchange_ms
-from .alltoall import BF16, F32, EpComm, _displs, install_abort_on_error, raw_alltoallv
+from .alltoall import BF16, F32, EpComm, install_abort_on_error, raw_alltoallv
 
 # DeepSeek-V3's MoE shape for the communication table.
 HIDDEN, EXPERTS, TOP_K = 7168, 256, 8

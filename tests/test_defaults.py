@@ -105,3 +105,12 @@ def test_readable_output():
     s = dsperf.decode_sweep("DeepSeek-V3", ["H800"], batch=[32, 512], mode="corrected")
     assert s["batch"].dtype.kind == "i" and s["seq_len"].dtype.kind == "i"
     assert list(s["fits_memory"]) == [True, False]
+
+
+def test_seed_headers_in_english_outside_as_published():
+    from dsperf.tables import SEED_HEADERS, TableOptions, model_tables
+
+    seed = {c for t in model_tables(TableOptions(mode="as_published")) for c in t.frame.columns}
+    corrected = {c for t in model_tables(TableOptions(mode="corrected")) for c in t.frame.columns}
+    assert set(SEED_HEADERS) <= seed
+    assert not set(SEED_HEADERS) & corrected and set(SEED_HEADERS.values()) <= corrected

@@ -164,6 +164,16 @@ def decode_tables(o: TableOptions) -> list[Table]:
     return out
 
 
+# The seed's column headers and their English: as_published prints the seed's own, every other mode
+# the English ones.
+SEED_HEADERS = {"单层参数量": "params per layer", "层数": "layers", "累计参数": "params total",
+                "参数量": "params", "运算复杂度(FLops)": "FLOPs per token", "KVCache用量": "KV-cache elements per token"}
+
+
+def _headers(df: pd.DataFrame, mode: str) -> pd.DataFrame:
+    return df if mode == "as_published" else df.rename(columns=SEED_HEADERS)
+
+
 def model_tables(o: TableOptions) -> list[Table]:
     m = load_model(o.model)
     out = [Table(f"1.1 MLA complexity, {m.name} (GFLOP; ratios; M parameters)", cm.flops_summary(m), ".10g")]
@@ -184,13 +194,14 @@ def model_tables(o: TableOptions) -> list[Table]:
     }, index=params.index)
     exact = _C.parse_mode(o.mode)["exact_parameter_counts"]
     note = "exact, bias-free" if exact else "every linear with a bias, counts as the seed quotes them"
-    out.append(Table(f"1.4 Parameters per block ({note})", shown))
+    out.append(Table(f"1.4 Parameters per block ({note})", _headers(shown, o.mode)))
     cx = cm.block_complexity(m).loc[["MLA", "MLA_absorb", "DenseMLP", "Expert"]]
     shown = pd.DataFrame({"参数量": [f"{v / 1e6:.2f}M" for v in cx["params"]],
                           "运算复杂度(FLops)": [f"{v / 1e6:.2f}M" for v in cx["flops_per_token"]],
                           "KVCache用量": [str(int(v)) if v else "-" for v in cx["kv_cache_elements_per_token"]]},
                          index=cx.index)
-    out.append(Table("1.4 Per-block parameters, FLOPs of one token, KV-cache elements per token", shown))
+    out.append(Table("1.4 Per-block parameters, FLOPs of one token, KV-cache elements per token",
+                     _headers(shown, o.mode)))
     kv = cm.kv_cache_per_token(m)
     kv["bytes_per_token"] = kv["bytes_per_token"].astype(int).astype(str)
     out.append(Table("1.4 KV cache per token over all layers (KB = 1024 bytes)", kv, ".2f"))

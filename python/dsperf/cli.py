@@ -179,7 +179,10 @@ def main(argv=None) -> int:
         elif args.command == "deviations":
             from .deviations import deviation_effects
 
-            text = deviation_effects().to_markdown(floatfmt=".5g") + "\n"
+            df = deviation_effects()
+            # One format per column, never scientific: token rates as whole numbers, the rest to 4 digits.
+            fmts = [".0f" if "tok/s" in c else ".4g" for c in df.reset_index().columns]
+            text = df.reset_index().to_markdown(index=False, floatfmt=fmts) + "\n"
         elif args.command == "fixes":
             from ._C import fix_descriptions, fix_names
 

@@ -114,3 +114,16 @@ def test_seed_headers_in_english_outside_as_published():
     corrected = {c for t in model_tables(TableOptions(mode="corrected")) for c in t.frame.columns}
     assert set(SEED_HEADERS) <= seed
     assert not set(SEED_HEADERS) & corrected and set(SEED_HEADERS.values()) <= corrected
+
+
+def test_tables_print_a_layout_once():
+    import contextlib
+    import io
+
+    from dsperf.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["tables", "--tp", "8", "--dp", "4", "--sections", "prefill"]) == 0
+    titles = [line for line in out.getvalue().splitlines() if "TP=8 DP=4" in line]
+    assert titles and len(titles) == len(set(titles))

@@ -73,14 +73,16 @@ def prefill_tables(o: TableOptions) -> list[Table]:
     alt = cm.prefill(o.model, o.prefill_devices, o.seq_len, o.kv_cache_hit, o.alt_tp, o.alt_dp, o.dispatch_nodes,
                      o.mode)
     out.append(Table("2.2 Prefill DenseMLP (ms)", main[["dense_mlp_ms"]].rename(columns={"dense_mlp_ms": "DenseMLP"})))
-    for tp, dp, df in ((o.tp, o.dp, main), (o.alt_tp, o.alt_dp, alt)):
+    # The second layout only when it differs from the first (the same one twice printed every table twice).
+    layouts = [(o.tp, o.dp, main)] + ([(o.alt_tp, o.alt_dp, alt)] if (o.alt_tp, o.alt_dp) != (o.tp, o.dp) else [])
+    for tp, dp, df in layouts:
         out.append(Table(f"2.3 Prefill MoE, TP={tp} DP={dp} (ms)", df[["shared_expert_ms", "routed_expert_ms"]]
                          .rename(columns={"shared_expert_ms": "Shared Expert", "routed_expert_ms": "Routed Expert"})))
-    for tp, df in ((o.tp, main), (o.alt_tp, alt)):
+    for tp, _, df in layouts:
         out.append(Table(f"2.4 Prefill all-to-all, TP={tp}, dispatch to {o.dispatch_nodes} nodes (ms)",
                          df[["dispatch_ms", "combine_ms"]].rename(columns={"dispatch_ms": "Dispatch",
                                                                            "combine_ms": "Combine"})))
-    for tp, dp, df in ((o.tp, o.dp, main), (o.alt_tp, o.alt_dp, alt)):
+    for tp, dp, df in layouts:
         detail, sums, tps = _prefill_detail(o, df)
         out.append(Table(f"2.5 Prefill per-layer times, TP={tp} DP={dp} (ms)", detail))
         out.append(Table(f"2.5 Prefill sum over layers, TP={tp} DP={dp} (ms)", sums))

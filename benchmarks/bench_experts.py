@@ -87,7 +87,7 @@ def main():
     s2 = np.full((experts, D // 128, I // 128), 1e-3, np.float32)
     t_fp8 = best(lambda: K.experts_contiguous(x, offsets, w13q, w2q, s13, s2), a.repeats)
     print(f"  dsperf experts_contiguous FP8 128x128 (dequantised per block): {t_fp8 * 1e3:.1f} ms, "
-          f"{flops / t_fp8 / 1e12:.3f} TFLOPS, {t_ours / t_fp8:.2f} x the BF16 throughput")
+          f"{flops / t_fp8 / 1e12:.3f} TFLOPS, {t_ours / t_fp8:.2f} x the speed of the BF16 weights")
 
     # ---- decode, masked layout ------------------------------------------------------------------
     cap = 8

@@ -14,6 +14,7 @@ import numpy as np
 
 from dsperf import _C
 from dsperf import kernels as K
+from dsperf.harness import l3_bytes
 
 
 def main():
@@ -48,7 +49,7 @@ def main():
     cache_mb = (latent.nbytes + rope.nbytes + (0 if scale is None else scale.nbytes)) / 1e6
     print(f"isa {K.isa()}; batch {B}, heads {H}, kv_len {N}, splits {a.splits}; cache {cache_mb:.0f} MB "
           f"{'FP8 latent' if a.fp8 else 'BF16'} "
-          f"(L3-resident: {'yes' if cache_mb < 200 else 'no'})")
+          f"(L3-resident: {'yes' if cache_mb * 1e6 < l3_bytes() else 'no'}, L3 {l3_bytes() >> 20} MiB)")
     print(f"mla_decode: {t * 1e3:.1f} ms, {flops / t / 1e9:.1f} GFLOPS = {flops / t / 1e9 / peak:.1%} of the probed "
           f"VDPBF16PS peak {peak:.1f} GFLOPS (target >= 50%; no AMX here), {flops / t / 1e9 / fma_peak:.1%} of the "
           f"FP32 FMA peak {fma_peak:.1f}; {cache_mb / 1e3 / t:.1f} GB/s of cache")

@@ -265,3 +265,17 @@ def test_report_check_exits_nonzero_when_a_target_is_missed(tmp_path, monkeypatc
 
     monkeypatch.setattr(dsperf.report, "run_report", fake_run_report)
     assert main(["report", "--no-ep"] + (["--check"] if check else [])) == status
+
+
+def test_report_worst_points_name_each_shape_without_empty_columns():
+    import pandas as pd
+
+    from dsperf.report import _worst_points
+
+    pred = pd.DataFrame({"kernel": ["linear", "gate"], "m": [32.0, float("nan")], "n": [7168.0, float("nan")],
+                         "tokens": [float("nan"), 16.0], "dtype": ["bf16", float("nan")],
+                         "measured_ms": [1.0, 2.0], "predicted_ms": [2.0, 2.1], "rel_error": [1.0, 0.05]})
+    w = _worst_points(pred)
+    assert list(w["kernel"]) == ["linear", "gate"]
+    assert list(w["shape"]) == ["dtype=bf16, m=32, n=7168", "tokens=16"]
+    assert not w.isna().any().any()

@@ -174,11 +174,33 @@ def _summary_lines(m, eff_table, pred, targets) -> list[str]:
     return lines
 
 
+def _worst_points(pred, n: int = 8):
+    """The n points with the largest |error|, each point's shape as one 'shape' column of the
+    parameters it has (families have different ones: a column per parameter is mostly empty)."""
+    import pandas as pd
+
+    params = ["variant", "dtype", "tokens", "prefix", "rows", "active", "keys", "batch", "q_len", "heads", "m", "n",
+              "k"]
+    worst = pred.reindex(pred["rel_error"].abs().sort_values(ascending=False).index).head(n)
+
+    def shape(row) -> str:
+        parts = []
+        for k in params:
+            v = row.get(k)
+            if v is None or (isinstance(v, float) and np.isnan(v)):
+                continue
+            parts.append(f"{k}={int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v}")
+        return ", ".join(parts)
+
+    out = pd.DataFrame({"kernel": worst["kernel"], "shape": [shape(r) for r in worst.to_dict("records")]})
+    for c in ("measured_ms", "predicted_ms", "rel_error", "bound"):
+        if c in worst.columns:
+            out[c] = worst[c].to_numpy()
+    return out
+
+
 def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed, targets) -> str:
-    cols = ["kernel", "variant", "dtype", "tokens", "rows", "active", "keys", "batch", "m", "n", "k",
-            "measured_ms", "predicted_ms", "rel_error", "bound"]
-    worst = pred.reindex(pred["rel_error"].abs().sort_values(ascending=False).index).head(8)
-    worst = worst[[c for c in cols if c in worst.columns]]
+    worst = _worst_points(pred)
     cal_rows = [(k, v) for k, v in m.items() if k not in ("efficiency",)]
     lines = [
         "# dsperf report",

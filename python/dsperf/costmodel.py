@@ -192,8 +192,12 @@ def decode_sweep(model="DeepSeek-V3", devices=("H800",), batch=(32,), seq_len=(4
                  group_gemm_discount=0.7, mode=DEFAULT_MODE) -> pd.DataFrame:
     """Evaluate the Cartesian product of the axes in one C++ call; one row per point.
 
-    ``redundant_experts`` pairs element-wise with ``ep`` (default: 32 each). Row order:
-    device > tp > ep > kv_fp8 > seq_len > decode_len > batch (innermost).
+    ``redundant_experts`` pairs element-wise with ``ep`` (default: 32 each). ``tp`` is the attention
+    TP; 0 asks the mode for its choice: the grounded model takes DP attention (TP1), the seed's
+    modes their best-TP rule, whose rows then equal those of the TP it picked (``mla_tp`` says
+    which). Row order (seed modes): device > tp > ep > kv_fp8 > seq_len > decode_len > batch
+    (innermost); grounded: seq_len > decode_len > device > ep > tp > kv_fp8 > batch. Columns include
+    ``fits_memory`` (the batch fits beside the weights).
     """
     m = load_model(model)
     mode = text("mode", mode)

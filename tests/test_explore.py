@@ -173,3 +173,31 @@ def test_ttft_includes_the_kv_handoff(frame):
     # FP8 caches hand over fewer bytes than BF16 ones.
     assert f.loc[f["kv_fp8"], "kv_transfer_ms"].max() < f.loc[~f["kv_fp8"], "kv_transfer_ms"].min()
     assert ((f["ttft_ms"] - f["kv_transfer_ms"]).groupby(f["device"], observed=True).nunique() == 1).all()
+
+
+def test_weight_dtype_dense_tp_redundancy_and_eplb_axes():
+    from dsperf.ep.eplb import zipf_load
+
+    base = dict(devices=["H800"], ep=(32,), attn_tp=(1,), mtp=((0, 0.0),), kv_fp8=(False,), overlap=("two_batch",),
+                batch=(64.0,))
+    df = explore.search(**base, weight_dtype=("fp8", "bf16"), dense_tp=(1, 8), redundant_experts={32: (0, 32)})
+    assert len(df) == 2 * 2 * 2
+    fp8, bf16 = df[df["weights_fp8"]], df[~df["weights_fp8"]]
+    assert (bf16["weights_gib"].to_numpy() > 1.8 * fp8["weights_gib"].to_numpy()).all()
+    assert (bf16["tokens_per_gpu_s"].to_numpy() < fp8["tokens_per_gpu_s"].to_numpy()).all()
+    assert set(df["dense_tp"]) == {1, 8} and set(df["redundant_experts"]) == {0, 32}
+    # A skewed routing load: EPLB with redundant experts leaves a smaller imbalance, and more tokens/s.
+    skew = explore.search(**base, redundant_experts={32: (0, 32)}, routing_load=zipf_load(256, 500_000, alpha=1.0))
+    by_r = skew.set_index("redundant_experts")
+    assert by_r.loc[32, "imbalance"] < by_r.loc[0, "imbalance"]
+    assert by_r.loc[32, "tokens_per_gpu_s"] > by_r.loc[0, "tokens_per_gpu_s"]
+    with pytest.raises(ValueError, match="weight_dtype"):
+        explore.search(**base, weight_dtype=("fp4",))
+    with pytest.raises(ValueError, match="routing_load"):
+        explore.search(**base, routing_load=zipf_load(256, 1000), imbalance=1.5)
+    # The search's rows are the grounded model's, for these axes too.
+    same = grounded.decode("DeepSeek-V3", "H800", batch=64, ep=32, kv_len=4096 + 512, weight_dtype="bf16", dense_tp=8)
+    row = df[~df["weights_fp8"] & (df["dense_tp"] == 8) & (df["redundant_experts"] == 0)].iloc[0]
+    assert same["tokens_per_gpu_s"] == pytest.approx(row["tokens_per_gpu_s"], rel=1e-12)
+    with pytest.raises(ValueError, match="dense_tp"):
+        grounded.decode("DeepSeek-V3", "H800", batch=64, ep=32, dense_tp=3)

@@ -54,6 +54,8 @@ void ExploreGrid::validate(const ModelConfig& m) const {
     require(kv_len >= 1 && kv_len <= 1e8, "kv_len must lie in [1, 1e8]");
     require(imbalance >= 1 && imbalance <= 64, "imbalance must lie in [1, 64]");
     require(step_overhead_ms >= 0 && step_overhead_ms <= 1e4, "step_overhead_ms must lie in [0, 1e4]");
+    require(dense_tp >= 1 && dense_tp <= 64 && m.inter_dim % dense_tp == 0,
+            "dense_tp must lie in [1, 64] and divide the dense MLP");
     size();
 }
 
@@ -89,8 +91,10 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
         dep.ep = g.ep[ei], dep.redundant_experts = g.redundant_experts[ei], dep.attn_tp = g.attn_tp[ti];
         dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
         dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
+        dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp;
         Infeasible why = Infeasible::kNone;
-        if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0) why = Infeasible::kTpDoesNotDivideNode;
+        if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0 || d.gpus_per_node % dep.dense_tp != 0)
+            why = Infeasible::kTpDoesNotDivideNode;
         else if (m.n_routed_experts + dep.redundant_experts < dep.ep) why = Infeasible::kEpExceedsExperts;
         else if (dep.ep % dep.attn_tp != 0) why = Infeasible::kEpNotMultipleOfTp;
 

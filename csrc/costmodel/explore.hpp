@@ -32,6 +32,8 @@ struct ExploreGrid {
     double kv_len = 4096;                     // average context of a request
     double imbalance = 1.0;
     double step_overhead_ms = kDecodeStepOverheadMs;
+    bool weights_fp8 = true;                  // one value per call: the explorer loops over the rest
+    int dense_tp = 1;
 
     // Rows in the order device > ep > attn_tp > mtp > kv_fp8 > overlap > batch.
     size_t size() const;

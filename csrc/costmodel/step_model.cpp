@@ -77,6 +77,10 @@ private:
     bool keep_;
 };
 
+// The GEMM family of the weights: DeepGEMM's FP8 block-scaled GEMMs, or BF16 GEMMs (priced at the
+// default efficiency where the tables have no BF16 rows).
+TableFamily weight_gemm(const Deployment& dep) { return dep.weights_fp8 ? TableFamily::kGemmFp8 : TableFamily::kGemmBf16; }
+
 // The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
 // (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU).
 constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
@@ -106,10 +110,10 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         b.compute(name, TableFamily::kElementwise, A, s);
     };
     elementwise("attn_norm", T * D * 4);
-    if (QL > 0) gemm("wq_a", TableFamily::kGemmFp8, T, QL, D);
-    gemm("wkv_a", TableFamily::kGemmFp8, T, L + R, D);
+    if (QL > 0) gemm("wq_a", weight_gemm(dep), T, QL, D);
+    gemm("wkv_a", weight_gemm(dep), T, L + R, D);
     elementwise("q_kv_norm_rope", T * ((QL > 0 ? QL : 0) + L + R) * 4 + T * H * R * 4);
-    gemm("wq_b", TableFamily::kGemmFp8, T, H * (N + R), QL > 0 ? QL : D);
+    gemm("wq_b", weight_gemm(dep), T, H * (N + R), QL > 0 ? QL : D);
     if (dep.phase == Phase::kDecode) {
         // Absorbed MLA over the latent cache (FlashMLA): W_UK on the queries, W_UV on the output.
         gemm("q_absorb_w_uk", TableFamily::kGemmBf16, T, L, N, H);
@@ -121,7 +125,7 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         // Standard MLA: decompress every key of the prompts (cached prefix included), causal core.
         const double new_per_prompt = dep.prompt_len - dep.cached_prefix;
         const double prompts = T / new_per_prompt;
-        gemm("wkv_b", TableFamily::kGemmFp8, prompts * dep.prompt_len, H * (N + V), L);
+        gemm("wkv_b", weight_gemm(dep), prompts * dep.prompt_len, H * (N + V), L);
         KernelShape s;
         s.m = new_per_prompt, s.kv_len = dep.prompt_len, s.heads = H;
         CallBuilder one = b;  // price one prompt, count it `prompts` times
@@ -134,7 +138,7 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     }
     // The attention output is BF16; the FP8 wo GEMM quantises it first (per-token 1x128 scales).
     elementwise("wo_act_quant", T * H * V * 3);
-    gemm("wo", TableFamily::kGemmFp8, T, D, H * V);
+    gemm("wo", weight_gemm(dep), T, D, H * V);
     if (tp > 1) {
         KernelShape s;
         s.tp = tp;
@@ -203,11 +207,12 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     if (shared_inter > 0) {
         KernelShape up, down;
         up.m = down.m = t, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
-        b.compute("shared_up", TableFamily::kGemmFp8, Stage::kMoeShared, up);
+        up.fp8 = down.fp8 = dep.weights_fp8;
+        b.compute("shared_up", weight_gemm(dep), Stage::kMoeShared, up);
         KernelShape act;
         act.bytes = t * (2 * shared_inter * 2 + shared_inter);  // SiLU-mul + FP8 requantisation
         b.compute("shared_act_quant", TableFamily::kElementwise, Stage::kMoeShared, act);
-        b.compute("shared_down", TableFamily::kGemmFp8, Stage::kMoeShared, down);
+        b.compute("shared_down", weight_gemm(dep), Stage::kMoeShared, down);
     }
     // The masked and contiguous kernels skip experts that received no rows, so a small batch
     // reads the weights of the experts its rows reach: each row lands on one of the `local`
@@ -229,6 +234,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     }
     KernelShape up, down;
     up.m = down.m = rows_per_expert, up.groups = down.groups = active;
+    up.fp8 = down.fp8 = dep.weights_fp8;
     up.n = 2 * I, up.k = D, down.n = D, down.k = I;
     b.compute("experts_up", g, M, up);
     KernelShape act;
@@ -237,14 +243,24 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     b.compute("experts_down", g, M, down);
 }
 
-void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, double t) {
+// The dense MLP, data-parallel (each GPU its own tokens) or split over dense_tp GPUs of a node
+// (each GPU a 1/dense_tp slice of the intermediate for the group's tokens, then an all-reduce).
+void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t) {
+    const double tp = dep.dense_tp, T = t * tp, I = double(m.inter_dim) / tp;
     KernelShape up, down;
-    up.m = down.m = t, up.n = 2.0 * m.inter_dim, up.k = double(m.dim), down.n = double(m.dim), down.k = double(m.inter_dim);
-    b.compute("dense_up", TableFamily::kGemmFp8, Stage::kDenseMlp, up);
+    up.m = down.m = T, up.n = 2.0 * I, up.k = double(m.dim), down.n = double(m.dim), down.k = I;
+    up.fp8 = down.fp8 = dep.weights_fp8;
+    b.compute("dense_up", weight_gemm(dep), Stage::kDenseMlp, up);
     KernelShape act;
-    act.bytes = t * (2.0 * m.inter_dim * 2 + m.inter_dim);  // SiLU-mul + FP8 requantisation
+    act.bytes = T * (2.0 * I * 2 + I);  // SiLU-mul + FP8 requantisation
     b.compute("dense_act_quant", TableFamily::kElementwise, Stage::kDenseMlp, act);
-    b.compute("dense_down", TableFamily::kGemmFp8, Stage::kDenseMlp, down);
+    b.compute("dense_down", weight_gemm(dep), Stage::kDenseMlp, down);
+    if (tp > 1) {
+        KernelShape s;
+        s.tp = tp;
+        b.comm("dense_allreduce", TableFamily::kAllReduce, Stage::kDenseMlp, s, T * m.dim * 2 * 2 * (tp - 1) / tp,
+               d.nvlink_gbps, kTableNvlinkGbps);
+    }
 }
 
 // Two streams, two micro-batches, `layers` MoE layers after the dense ones: each stage starts
@@ -300,6 +316,8 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     require(mtp >= 0 && mtp <= 8, "mtp must lie in [0, 8] draft tokens");
     require(mtp_accepted >= 0 && mtp_accepted <= mtp, "mtp_accepted must lie in [0, mtp]");
     require(imbalance >= 1 && imbalance <= 64, "imbalance (max/mean load) must lie in [1, 64]");
+    require(dense_tp >= 1 && d.gpus_per_node % dense_tp == 0 && m.inter_dim % dense_tp == 0,
+            "dense_tp (" + std::to_string(dense_tp) + ") must divide the GPUs of a node and the dense MLP");
     require(comm_sms >= -1 && comm_sms < d.sm_count, "comm_sms must lie in [0, sm_count) (-1: the device's)");
     require(step_overhead_ms == -1 || (step_overhead_ms >= 0 && step_overhead_ms <= 1e4),
             "step_overhead_ms must lie in [0, 1e4] (-1: the phase's default)");
@@ -364,7 +382,7 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
     moe_calls(moe, m, dep, d, t_mb);
     // A dense layer runs the same attention calls as a MoE layer, then the dense MLP.
     CallBuilder dense(d, t, slowdown, keep);
-    dense_mlp_calls(dense, m, t_mb);
+    dense_mlp_calls(dense, m, dep, d, t_mb);
     auto us = [](const CallBuilder& b, Stage s) { return b.stage_us[int(s)]; };
     st.attn = us(moe, Stage::kAttention);
     st.dispatch = us(moe, Stage::kDispatch);
@@ -453,9 +471,10 @@ void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, St
     // and LM head, the latent cache of the batch at its average context.
     const ParamCounts pc = param_counts(m, false);
     const double local = double(m.n_routed_experts + dep.redundant_experts) / dep.ep;
-    const double weights = pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers +
-                           (local + m.n_shared_experts) * pc.expert * m.n_moe_layers() + pc.gate * m.n_moe_layers() +
-                           2.0 * (pc.embedding + pc.lm_head);
+    const double per_param = dep.weights_fp8 ? 1.0 : 2.0;
+    const double weights = per_param * (pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers / dep.dense_tp +
+                                        (local + m.n_shared_experts) * pc.expert * m.n_moe_layers()) +
+                           pc.gate * m.n_moe_layers() + 2.0 * (pc.embedding + pc.lm_head);
     r.weights_gib = weights / double(1 << 30);
     r.kv_bytes_per_token = kv_entry_bytes(m, dep.kv_fp8) * m.n_layers;
     const double free_bytes = d.mem_gb * double(1 << 30) * kMemoryReserve - weights;

@@ -34,6 +34,8 @@ struct Deployment {
     double mtp_accepted = 0;      // decode: draft tokens accepted per step on average (<= mtp)
     bool kv_fp8 = false;          // FP8 latent cache (FlashMLA's FP8 layout), else BF16
     bool dispatch_fp8 = true;     // FP8 dispatch payload (+ 1x128 FP32 scales), else BF16
+    bool weights_fp8 = true;      // FP8 block-scaled weights (DeepSeek's), else BF16
+    int dense_tp = 1;             // the dense MLP split over this many GPUs of a node (1: data-parallel)
     double imbalance = 1.0;       // max / mean routed rows per GPU (1: perfectly balanced)
     int comm_sms = -1;            // SMs the communication kernels hold while they overlap (-1: device's)
     double step_overhead_ms = -1; // scheduler, sampling, launch gaps per step (-1: phase default)

@@ -121,7 +121,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
            kv_fp8: Sequence[bool] = (False, True), overlap: Sequence[str] = ("two_batch", "single_batch", "none"),
            batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens: Sequence[float] = DEFAULT_PREFILL_TOKENS,
            prefill_ep: Sequence[int] = DEFAULT_PREFILL_EP, ttft_ms=None, imbalance=1.0,
-           gpu_hour_usd=None, step_overhead_ms=None, request_rate=None, afd=False,
+           gpu_hour_usd=None, step_overhead_ms=None, request_rate=None, weight_dtype=("fp8",), dense_tp=(1,),
+           routing_load=None, afd=False,
            afd_attn_gpus: Sequence[int] = DEFAULT_AFD_ATTN, afd_micro_batches: Sequence[int] = (2, 3)) -> pd.DataFrame:
     """Every decode configuration of the grid, with its serving figures (see the module doc).
 
@@ -130,7 +131,11 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     layouts searched per device (tokens per GPU per step, EP size): each device's prefill instances
     take the one with the most tokens/s per GPU whose TTFT meets `ttft_ms` (columns prefill_ep,
     prefill_tokens); gpu_hour_usd: a price for all devices, a dict per device, or None
-    for DEFAULT_GPU_HOUR_USD; imbalance: max/mean routed load per GPU; request_rate: requests per
+    for DEFAULT_GPU_HOUR_USD; imbalance: one max/mean routed load per GPU, or several to search;
+    redundant_experts: {ep: a count, or counts to search}; routing_load: tokens per expert of one
+    layer (a trace's counts, or dsperf.ep.eplb.zipf_load): each EP layout then carries the imbalance
+    dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: "fp8" and/or "bf16" weights;
+    dense_tp: the dense MLP data-parallel (1) or split over that many GPUs; request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
     `prefill_ep` GPUs, `total_gpus`) for disaggregated serving; afd: add attention-FFN disaggregated
     deployments (`kind` "afd": `afd_attn_gpus` attention GPUs x the `ep` sizes as expert GPUs,
@@ -141,12 +146,15 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     labels = [label for label, _ in pairs]
     eps = _ints("ep", ep, 1, 4096)
     red_map = DEFAULT_REDUNDANT if redundant_experts is None else dict(redundant_experts)
-    reds = []
+    # Each EP size with each of its redundant-expert counts (an int, or a sequence to search).
+    ep_pairs = []
     for e in eps:
-        r = red_map.get(e, 0)
-        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
-            raise ValueError(f"redundant_experts[{e}] must be an integer >= 0, got {r!r}")
-        reds.append(int(r))
+        rs = red_map.get(e, 0)
+        for r in (rs if isinstance(rs, (list, tuple)) else [rs]):
+            if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
+                raise ValueError(f"redundant_experts[{e}] must be integers >= 0, got {r!r}")
+            ep_pairs.append((e, int(r)))
+    eps, reds = [e for e, _ in ep_pairs], [r for _, r in ep_pairs]
     tps = _ints("attn_tp", attn_tp, 1, 64)
     mtp = list(mtp)
     if not mtp:
@@ -169,21 +177,50 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     batches = [_positive("batch", b, 1e6) for b in batch]  # fractional: requests per GPU of a TP group
     if not batches:
         raise ValueError("batch must not be empty")
-    imbalance = grounded._check_real("imbalance", imbalance, 1, 64)
+    imbalances = number_list("imbalance", imbalance, lo=1, hi=64)
+    weights = [weight_dtype] if isinstance(weight_dtype, str) else list(weight_dtype)
+    if not weights or any(w not in grounded.WEIGHT_DTYPES for w in weights):
+        raise ValueError(f"weight_dtype values must be among {', '.join(grounded.WEIGHT_DTYPES)}, got {weight_dtype!r}")
+    dense_tps = _ints("dense_tp", dense_tp, 1, 64)
     prices = _prices(labels, gpu_hour_usd)
+    overhead = (SM.decode_step_overhead_ms if step_overhead_ms is None
+                else grounded._check_real("step_overhead_ms", step_overhead_ms, 0, 1e4))
 
-    cols = SM.explore_decode(m, [s for _, s in pairs], [grounded.kernel_tables(s) for _, s in pairs], eps, reds, tps,
-                             mtp_n, mtp_a, [int(v) for v in kvs], [OVERLAP_CODES[o] for o in ovs], batches,
-                             kv_len=isl + osl / 2, imbalance=imbalance,
-                             step_overhead_ms=SM.decode_step_overhead_ms if step_overhead_ms is None
-                             else grounded._check_real("step_overhead_ms", step_overhead_ms, 0, 1e4))
+    # The C++ grid takes one weight dtype, dense TP and imbalance per call; the few values of those
+    # axes are looped here.
+    # With a routing distribution, each (EP, redundant experts) pair gets the imbalance dsperf.ep's
+    # EPLB leaves for it; otherwise every pair takes each of the given imbalances.
+    if routing_load is not None:
+        if imbalance != 1.0:
+            raise ValueError("give imbalance or routing_load, not both (routing_load derives the imbalance)")
+        groups = [([e], [r], [grounded.eplb_imbalance(routing_load, ep=e, redundant_experts=r)])
+                  for e, r in zip(eps, reds)]
+    else:
+        groups = [(eps, reds, imbalances)]
+    parts = []
+    for w in weights:
+        for dtp in dense_tps:
+            for g_eps, g_reds, g_imbs in groups:
+                for imb in g_imbs:
+                    c = SM.explore_decode(m, [sp for _, sp in pairs], [grounded.kernel_tables(sp) for _, sp in pairs],
+                                          g_eps, g_reds, tps, mtp_n, mtp_a, [int(v) for v in kvs],
+                                          [OVERLAP_CODES[o] for o in ovs], batches, kv_len=isl + osl / 2,
+                                          imbalance=imb, step_overhead_ms=overhead, weights_fp8=w == "fp8",
+                                          dense_tp=dtp)
+                    n = len(c["ep"])
+                    c["weights_fp8"], c["dense_tp"] = np.full(n, w == "fp8"), np.full(n, dtp, np.int32)
+                    c["imbalance"] = np.full(n, imb)
+                    parts.append(c)
+    cols = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     cols["kind"] = np.zeros(len(cols["ep"]), np.int8)
     cols["attn_gpus"] = cols["ep"].astype(float)
     if afd:
         a_gpus = _ints("afd_attn_gpus", afd_attn_gpus, 1, 4096)
         micro = _ints("afd_micro_batches", afd_micro_batches, 1, 8)
-        extra = afd_columns(m, pairs, eps, reds, a_gpus, micro, kvs, batches, isl + osl / 2,
-                            SM.decode_step_overhead_ms if step_overhead_ms is None else float(step_overhead_ms))
+        extra = afd_columns(m, pairs, eps, reds, a_gpus, micro, kvs, batches, isl + osl / 2, overhead)
+        n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
+        extra["weights_fp8"], extra["dense_tp"] = np.ones(n, bool), np.ones(n, np.int32)
+        extra["imbalance"] = np.full(n, imbalances[0])
         cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
     # Derived columns in numpy over the device codes (a million rows: no per-row Python).
     code = cols.pop("device_index")
@@ -451,7 +488,8 @@ def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against lat
     return fig
 
 
-SHOWN = ["device", "gpus", "prefill_gpus", "ep", "attn_tp", "mtp", "kv_fp8", "overlap", "batch", "tpot_ms",
+SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp", "mtp", "kv_fp8", "weights_fp8",
+         "dense_tp", "overlap", "batch", "tpot_ms",
          "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "prefill_ep", "prefill_tokens",
          "cost_per_m_output_usd",
          "energy_j_per_output_token", "memory_headroom"]
@@ -460,7 +498,7 @@ SHOWN = ["device", "gpus", "prefill_gpus", "ep", "attn_tp", "mtp", "kv_fp8", "ov
 def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
     """The n configurations with the highest `by`, one per (device, ep, attn_tp, mtp, overlap) layout."""
     top = df.sort_values(by, ascending=False)
-    top = top.drop_duplicates(["device", "ep", "attn_tp", "mtp", "overlap"])
+    top = top.drop_duplicates(["device", "ep", "attn_tp", "mtp", "overlap", "weights_fp8", "dense_tp"])
     return top.head(n)
 
 

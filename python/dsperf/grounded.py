@@ -31,6 +31,9 @@ from .model import load_model
 SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
 OVERLAPS = ("two_batch", "single_batch", "none")
+# Weights as stored: DeepSeek's FP8 with 128x128 block scales, or BF16 (no BF16 GEMM table rows:
+# those GEMMs run at the default efficiency).
+WEIGHT_DTYPES = ("fp8", "bf16")
 # Columns of a table file that carry a shape (blank where a family does not use them).
 SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "ep")
 DEFAULT_EFFICIENCY = 0.6
@@ -158,7 +161,8 @@ _check_bool = flag
 
 def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128, tokens=16384, prompt_len=4096,
                 cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
-                dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None) -> "SM.Deployment":
+                dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
+                dense_tp=1) -> "SM.Deployment":
     d = SM.Deployment()
     d.phase = phase
     if overlap not in OVERLAPS:
@@ -176,6 +180,10 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
     d.mtp_accepted = _check_real("mtp_accepted", mtp_accepted, 0, 8)
     d.kv_fp8 = _check_bool("kv_fp8", kv_fp8)
     d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
+    d.weights_fp8 = weight_dtype == "fp8"
+    d.dense_tp = _check_int("dense_tp", dense_tp, 1, 64)
     d.imbalance = _check_real("imbalance", imbalance, 1, 64)
     d.comm_sms = -1 if comm_sms is None else _check_int("comm_sms", comm_sms, 0, 4096)
     d.step_overhead_ms = -1.0 if step_overhead_ms is None else _check_real("step_overhead_ms", step_overhead_ms, 0, 1e4)
@@ -218,30 +226,33 @@ _VALIDATING = False
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,
            redundant_experts=0, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, dispatch_fp8=True,
-           imbalance=1.0, comm_sms=None, step_overhead_ms=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+           imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1,
+           default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One decode step per GPU: step_ms, tpot_ms, tps_user, tokens_per_gpu_s, the memory-limited
     batch (batch_limit, fits_memory), the per-layer times and the priced calls (``calls``).
 
     batch: requests per GPU; kv_len: their average context; ep: GPUs sharing the routed experts;
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
-    are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced)."""
+    are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
+    weight_dtype: "fp8" or "bf16"; dense_tp: the dense MLP split over this many GPUs (1: DP)."""
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,
                       kv_fp8=kv_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
-                      step_overhead_ms=step_overhead_ms)
+                      step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp)
     return _run(model, device, dep, default_efficiency)
 
 
 def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, prompt_len=4096, cached_prefix=0,
             ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, imbalance=1.0,
-            comm_sms=None, step_overhead_ms=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+            comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1,
+            default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One prefill step per GPU: `tokens` new prompt tokens per GPU (prompts of `prompt_len`, of
     which `cached_prefix` come from the prefix cache). Returns step_ms, tokens_per_gpu_s, the
     per-layer times and the priced calls (``calls``)."""
     dep = _deployment("prefill", tokens=tokens, prompt_len=prompt_len, cached_prefix=cached_prefix, ep=ep,
                       attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
                       dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
-                      step_overhead_ms=step_overhead_ms)
+                      step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp)
     if dep.cached_prefix >= dep.prompt_len:
         raise ValueError(f"cached_prefix ({cached_prefix}) must be < prompt_len ({prompt_len})")
     return _run(model, device, dep, default_efficiency)

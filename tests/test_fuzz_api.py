@@ -27,8 +27,11 @@ import dsperf
 from dsperf import ep as dep
 from dsperf import kernel_cost as kc
 
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                        HealthCheck.too_slow])
+# Derandomized so that CI runs the same cases every time (a new random find must not fail an
+# unrelated change); DSPERF_FUZZ_RANDOM=1 explores fresh cases.
+RANDOM = os.environ.get("DSPERF_FUZZ_RANDOM") == "1"
+FUZZ = settings(max_examples=40, deadline=None, derandomize=not RANDOM, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 MAX_TOKENS, MAX_COUNT = 2 ** 30, 2 ** 20
 
 
@@ -168,7 +171,7 @@ def test_decode_sweep_axis_values(axis, values):
 
 # The row count of a grid of these axis lengths is either small (it runs) or beyond the 2**24 rows
 # allowed (a ValueError before any allocation); the product may overflow 64 bits.
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=not RANDOM, database=None)
 @given(lengths=st.lists(st.integers(1, 2500), min_size=7, max_size=7), direct=st.booleans())
 @example(lengths=[3, 59, 379, 653, 937, 1723, 2393], direct=True)     # rows x 109 bytes wraps to ~1 MB
 @example(lengths=[3, 59, 379, 653, 937, 1723, 2393], direct=False)
@@ -429,7 +432,7 @@ cli_value = st.one_of(st.sampled_from(["1e308", "inf", "-inf", "nan", "214748364
                       st.integers(-(2 ** 70), 2 ** 70).map(str))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=not RANDOM, database=None)
 @given(flag=st.sampled_from(sorted(CLI_FLAGS)), value=cli_value)
 def test_cli_numeric_flags(flag, value):
     out = isolated(lambda: _cli(["tables", "--sections", CLI_FLAGS[flag], f"{flag}={value}"]), timeout=60)

@@ -31,21 +31,21 @@ constexpr FixInfo kFixes[kFixCount] = {
 };
 }  // namespace
 
+namespace {
+std::vector<std::string> column(const char* FixInfo::*field) {
+    std::vector<std::string> v;
+    for (const auto& f : kFixes) v.emplace_back(f.*field);
+    return v;
+}
+}  // namespace
+
 const std::vector<std::string>& fix_names() {
-    static const std::vector<std::string> names = [] {
-        std::vector<std::string> v;
-        for (const auto& f : kFixes) v.emplace_back(f.name);
-        return v;
-    }();
+    static const std::vector<std::string> names = column(&FixInfo::name);
     return names;
 }
 
 const std::vector<std::string>& fix_descriptions() {
-    static const std::vector<std::string> text = [] {
-        std::vector<std::string> v;
-        for (const auto& f : kFixes) v.emplace_back(f.description);
-        return v;
-    }();
+    static const std::vector<std::string> text = column(&FixInfo::description);
     return text;
 }
 

@@ -109,3 +109,21 @@ def finite_results(what: str, columns) -> None:
             bad = a.ravel()[~np.isfinite(a.ravel())][0]
             raise ValueError(f"{what}: the result '{key}' is {bad} for these inputs (they lie beyond the "
                              "range the model's arithmetic represents)")
+
+
+def read_small_file(path, max_bytes: int, what: str) -> str:
+    """A small text file's contents; unreadable, larger than max_bytes or not UTF-8 is a ValueError
+    naming the file as `what` ("device file", "model file")."""
+    import os
+
+    try:
+        with (open(path, "rb") if isinstance(path, (str, os.PathLike)) else path.open("rb")) as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        raise ValueError(f"{what} '{path}' cannot be read: {e.strerror or e}") from None
+    if len(raw) > max_bytes:
+        raise ValueError(f"{what} '{path}' is larger than {max_bytes} bytes; not a {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} '{path}' is not UTF-8 text: {e}") from None

@@ -450,13 +450,12 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
     batches = number_list("batch", batch, lo=0, lo_open=True, hi=MAX_TOKENS)
     labels = [label for label, _ in pairs]
     categories = list(dict.fromkeys(labels))
-    rows = len(pairs) * len(tps) * len(eps) * len(kv) * len(batches)
-    rows *= len(number_list("seq_len", seq_len, hi=MAX_TOKENS)) * len(number_list("decode_len", decode_len, hi=MAX_TOKENS))
+    seqs = number_list("seq_len", seq_len, hi=MAX_TOKENS)
+    decs = number_list("decode_len", decode_len, hi=MAX_TOKENS)
+    rows = len(pairs) * len(tps) * len(eps) * len(kv) * len(batches) * len(seqs) * len(decs)
     if rows > MAX_SWEEP_ROWS:
         raise ValueError(f"decode_sweep grid has {rows} rows, more than the {MAX_SWEEP_ROWS} allowed (split the sweep)")
     frames = []
-    seqs = number_list("seq_len", seq_len, hi=MAX_TOKENS)
-    decs = number_list("decode_len", decode_len, hi=MAX_TOKENS)
     if min(seqs) <= 0 or min(decs) < 0:
         raise ValueError("seq_len values must be positive and decode_len values >= 0")
     for s in seqs:

@@ -193,8 +193,7 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
 def _run(model, device, dep, default_efficiency):
     m = load_model(model)
     spec = load_device(device, "corrected") if not isinstance(device, DeviceSpec) else device
-    dep.validate(m, spec)  # names the field; the C++ checks the rest once more cheaply
-    out = SM.step(m, spec, kernel_tables(device, default_efficiency), dep)
+    out = SM.step(m, spec, kernel_tables(device, default_efficiency), dep)  # validates the deployment (names the field)
     out["device"] = spec.name
     out["error_band"] = math.nan if _VALIDATING else error_band(dep.phase)
     return out
@@ -253,8 +252,6 @@ def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, p
                       attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
                       dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
                       step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp)
-    if dep.cached_prefix >= dep.prompt_len:
-        raise ValueError(f"cached_prefix ({cached_prefix}) must be < prompt_len ({prompt_len})")
     return _run(model, device, dep, default_efficiency)
 
 

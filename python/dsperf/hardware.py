@@ -14,6 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from . import _C
+from ._checks import read_small_file
 
 DeviceSpec = _C.DeviceSpec
 
@@ -54,17 +55,9 @@ _MAX_TOML_BYTES = 16 << 20  # a device file is a few KB; refuse to parse anythin
 def _read_toml(path) -> dict:
     """A TOML file as a dict; every failure (unreadable, not UTF-8, not TOML, nested beyond
     Python's recursion limit) is a ValueError naming the file."""
+    text = read_small_file(path, _MAX_TOML_BYTES, "device file")
     try:
-        with (open(path, "rb") if isinstance(path, (str, os.PathLike)) else path.open("rb")) as f:
-            raw = f.read(_MAX_TOML_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"device file '{path}' cannot be read: {e.strerror or e}") from None
-    if len(raw) > _MAX_TOML_BYTES:
-        raise ValueError(f"device file '{path}' is larger than {_MAX_TOML_BYTES} bytes; not a device file")
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"device file '{path}' is not UTF-8 text: {e}") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"device file '{path}' is not valid TOML: {e}") from None
     except RecursionError:

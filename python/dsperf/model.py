@@ -9,6 +9,7 @@ from importlib import resources
 from typing import Any, Mapping, Union
 
 from . import _C
+from ._checks import read_small_file
 
 ModelConfig = _C.ModelConfig
 MODEL_FIELD_MAX = _C.MODEL_FIELD_MAX  # upper bound on every integer field (2**24)
@@ -119,17 +120,7 @@ def _reject_constant(token):
 def read_config_json(path: str) -> dict:
     """A config.json as a dict; every failure (unreadable, not UTF-8, not JSON, NaN or Infinity,
     nested beyond Python's recursion limit) is a ValueError naming the file."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"model file '{path}' cannot be read: {e.strerror or e}") from None
-    if len(raw) > _MAX_CONFIG_BYTES:
-        raise ValueError(f"model file '{path}' is larger than {_MAX_CONFIG_BYTES} bytes; not a config.json")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"model file '{path}' is not UTF-8 text: {e}") from None
+    text = read_small_file(path, _MAX_CONFIG_BYTES, "model file")
     try:
         cfg = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:

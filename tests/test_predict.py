@@ -4,25 +4,14 @@ import pandas as pd
 import pytest
 
 import dsperf
-from dsperf import harness, kernel_cost as kc, plots, predict
+from dsperf import harness, kernel_cost as kc, ops, plots, predict
 
 KC = dsperf._C.kernel_cost
 
-# Tiny points of every family (seconds in all), DeepSeek-V3's MLA ranks with one head.
-TINY = [
-    ("linear", dict(m=4, n=256, k=512, dtype="bf16")),
-    ("linear", dict(m=4, n=256, k=512, dtype="fp8")),
-    ("gate", dict(tokens=8, dim=256, experts=16, top_k=4)),
-    ("dispatch_combine", dict(tokens=8, top_k=4, dim=256)),
-    ("experts_contiguous", dict(rows=12, active=3, dim=256, inter=128, dtype="bf16")),
-    ("experts_masked", dict(rows=5, active=2, dim=256, inter=128, dtype="fp8")),
-    ("mla_decode", dict(keys=300, batch=2, q_len=1, heads=2, dtype="fp8")),
-    ("mla_prefill", dict(variant="CD", tokens=4, prefix=0, heads=1, dim=256)),
-    ("mla_step", dict(variant="AM_CC_ME", tokens=1, prefix=70, heads=1, dim=256)),
-    ("moe_layer", dict(tokens=3, dim=256, inter=128, experts=16, top_k=4, shared_inter=128, dtype="bf16")),
-    ("decode_layer", dict(variant="A_CC_ME", tokens=1, prefix=10, heads=1, dim=256, inter=128, experts=16, top_k=4,
-                          shared_inter=128, dtype="bf16")),
-]
+# Tiny points of every family (seconds in all): each family's own example (dsperf.ops), and FP8
+# linear beside BF16.
+TINY = [(name, dict(f.example)) for name, f in ops.FAMILIES.items()]
+TINY.insert(1, ("linear", dict(m=4, n=256, k=512, dtype="fp8")))
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,9 @@
 csrc/costmodel/kernel_cost.cpp) priced on a device's roofline with per-family efficiencies.
 
 A kernel point is a family name and its parameters, e.g.
-``("experts_masked", dict(rows=64, active=8, dim=7168, inter=2048, dtype="bf16"))``. Base families
-are priced directly; composite ones (``moe_layer``, ``decode_layer``) are the sum of their parts,
+``("experts_masked", dict(rows=64, active=8, dim=7168, inter=2048, dtype="bf16"))``; each family
+declares its parameters and work in dsperf.ops. Base families are priced directly; composite ones
+(``moe_layer``, ``decode_layer``) are the sum of their parts,
 each part at its own family's efficiency, with the call overhead paid once: they are predicted,
 never fitted, so they test whether the model composes.
 
@@ -15,44 +16,29 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from . import _C
+from . import _C, ops
 from ._checks import MAX_TOKENS, finite_results, flag, number
 from .hardware import DeviceLike, load_device
+from .kernels import MLA_VARIANTS
 
 KC = _C.kernel_cost
 KernelWork = KC.KernelWork
 KernelEfficiency = KC.KernelEfficiency
-VARIANTS = ("CD", "CC", "A_CC", "A_CC_ME", "AM_CC_ME")
+VARIANTS = MLA_VARIANTS
 
-# The families calibration fits (name -> the parameters a point gives).
-BASE_FAMILIES = {
-    "linear": ("m", "n", "k", "dtype"),
-    "gate": ("tokens", "dim", "experts", "top_k"),
-    "dispatch_combine": ("tokens", "top_k", "dim"),
-    "experts_contiguous": ("rows", "active", "dim", "inter", "dtype"),
-    "experts_masked": ("rows", "active", "dim", "inter", "dtype"),
-    "mla_decode": ("keys", "batch", "q_len", "heads", "dtype"),
-    "mla_prefill": ("variant", "tokens", "prefix", "heads"),
-    "mla_step": ("variant", "tokens", "prefix", "heads"),
-}
-COMPOSITE_FAMILIES = {
-    "moe_layer": ("tokens", "dim", "inter", "experts", "top_k", "active", "shared_inter", "dtype"),
-    "decode_layer": ("variant", "tokens", "prefix", "heads", "dim", "inter", "experts", "top_k", "active",
-                     "shared_inter", "dtype"),
-}
-FAMILIES = {**BASE_FAMILIES, **COMPOSITE_FAMILIES}
+# Views of the registry (dsperf.ops): family name -> the parameters a point gives.
+BASE_FAMILIES = {n: f.params for n, f in ops.base().items()}
+COMPOSITE_FAMILIES = {n: f.params for n, f in ops.composite().items()}
+FAMILIES = {n: f.params for n, f in ops.FAMILIES.items()}
+# Families whose efficiency depends on the weight/cache dtype ("linear/fp8"), and those whose GEMMs
+# change micro-kernel with the rows that share each weight (on this CPU: BF16 dot products below
+# linear_fma_min_rows rows, widened FP32 FMAs from there): fitted per regime.
+DTYPE_FAMILIES = tuple(n for n, f in ops.FAMILIES.items() if f.key_by_dtype)
+ROWS_FAMILIES = tuple(n for n, f in ops.FAMILIES.items() if f.rows_per_weight is not None)
 # Bounds on the integer parameters: token-like counts up to MAX_TOKENS, every other size (widths,
 # heads, experts, top_k, ...) up to MAX_KERNEL_DIM, so the C++ int64 shape products cannot overflow
 # and the work stays finite.
 MAX_KERNEL_DIM = 2 ** 24
-_TOKEN_PARAMS = ("m", "tokens", "rows", "keys", "prefix")
-# Families whose efficiency depends on the weight/cache dtype: fitted per dtype ("linear/fp8").
-DTYPE_FAMILIES = ("linear", "experts_contiguous", "experts_masked", "mla_decode")
-
-
-# Families whose GEMMs change micro-kernel with the rows that share each weight (on this CPU: BF16
-# dot products below linear_fma_min_rows rows, widened FP32 FMAs from there): fitted per regime.
-ROWS_FAMILIES = ("linear", "experts_contiguous", "experts_masked")
 
 
 def gemm_split_rows() -> int:
@@ -60,22 +46,17 @@ def gemm_split_rows() -> int:
     return int(_C.kernels.linear_fma_min_rows())
 
 
-def _rows_per_weight(family, p) -> float:
-    if family == "linear":
-        return p["m"]
-    return p["rows"] / max(p["active"], 1)
-
-
 def efficiency_key(family: str, params: Mapping, split_rows: int | None = None) -> str:
     """The key of the efficiency a point is priced with: the family, plus /dtype where it matters,
     /variant for the MLA layers, and /rows<S or /rows>=S for GEMM families when the kernels change
     at S rows."""
-    key = f"{family}/{params.get('dtype', 'bf16')}" if family in DTYPE_FAMILIES else family
-    if family in ("mla_prefill", "mla_step"):
+    fam = ops.get(family)
+    key = f"{family}/{params.get('dtype', 'bf16')}" if fam.key_by_dtype else family
+    if fam.key_by_variant:
         key += f"/{params['variant']}"  # each variant's attention core is a different kernel
     split = gemm_split_rows() if split_rows is None else split_rows
-    if split and family in ROWS_FAMILIES:
-        key += f"/rows<{split}" if _rows_per_weight(family, params) < split else f"/rows>={split}"
+    if split and fam.rows_per_weight is not None:
+        key += f"/rows<{split}" if fam.rows_per_weight(params) < split else f"/rows>={split}"
     return key
 
 
@@ -115,86 +96,34 @@ def lookup_efficiency(efficiencies: Mapping[str, KernelEfficiency], family: str,
     return KernelEfficiency()
 
 
-def _dtype(params) -> bool:
-    dt = params.get("dtype", "bf16")
-    if dt not in ("bf16", "fp8"):
-        raise ValueError(f"dtype must be 'bf16' or 'fp8', got {dt!r}")
-    return dt == "fp8"
-
-
-def _mla_shape(p) -> "KC.MlaShape":
-    return KC.MlaShape(dim=p.get("dim", 7168), heads=p["heads"], q_lora=p.get("q_lora", 1536),
-                       kv_lora=p.get("kv_lora", 512), nope=p.get("nope", 128), rope=p.get("rope", 64),
-                       v=p.get("v", 128))
-
-
-def _variant(p) -> int:
-    v = p.get("variant")
-    if v not in VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {v!r}")
-    return VARIANTS.index(v)
-
-
-def _base_work(family: str, p: Mapping) -> KernelWork:
-    if family == "linear":
-        w = KC.linear_work(p["m"], p["n"], p["k"], _dtype(p))
-        count = p.get("count", 1)  # the same GEMM once per head
-        return KernelWork(w.flops * count, w.bytes * count, w.fp8) if count != 1 else w
-    if family == "gate":
-        return KC.gate_work(p["tokens"], p["dim"], p["experts"], p["top_k"])
-    if family == "dispatch_combine":
-        return KC.dispatch_combine_work(p["tokens"], p["top_k"], p["dim"])
-    if family in ("experts_contiguous", "experts_masked"):
-        return KC.experts_work(p["rows"], p["active"], p["dim"], p["inter"], _dtype(p))
-    if family == "mla_decode":
-        return KC.mla_decode_work(p["keys"], p["batch"], p["q_len"], p["heads"], p.get("kv_lora", 512),
-                                  p.get("rope", 64), _dtype(p))
-    if family in ("mla_prefill", "mla_step"):
-        return KC.mla_attention_work(_variant(p), p["tokens"], p["prefix"], _mla_shape(p))
-    raise ValueError(f"unknown kernel family {family!r}; known: {', '.join(FAMILIES)}")
-
-
-def parts(family: str, params: Mapping) -> list[tuple[str, dict, KernelWork]]:
-    """The (family, params, work) parts a point is priced as: itself for a base family, its
-    component kernels for a composite one."""
+def _checked_params(fam, params: Mapping) -> dict:
+    """A point's parameters, every size an integer within its bound; the C++ core names the exact
+    lower bound of each ("k must be > 0"), so only values beyond int64 are refused here."""
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict, got {type(params).__name__}")
-    missing = [k for k in FAMILIES.get(family, ()) if k not in params and k != "dtype"]
-    if family in FAMILIES and missing:
-        raise ValueError(f"{family} needs the parameter '{missing[0]}'")
-    if not isinstance(family, str):
-        raise TypeError(f"family must be a string, got {family!r}")
+    missing = [k for k in fam.params if k not in params and k != "dtype"]
+    if missing:
+        raise ValueError(f"{fam.name} needs the parameter '{missing[0]}'")
     p = {}
-    for k, v in params.items():  # sizes are integers; lower bounds are checked where the work is counted
+    for k, v in params.items():
         if k in ("dtype", "variant"):
             p[k] = v
         else:
-            v = number(f"{family}: parameter '{k}'", v, integer=True)
-            # A negative size reaches the core, which names its exact lower bound ("k must be > 0");
-            # only one beyond int64 is refused here.
-            p[k] = number(f"{family}: {k}", v, integer=True, lo=-2 ** 62,
-                          hi=MAX_TOKENS if k in _TOKEN_PARAMS else MAX_KERNEL_DIM)
-    if family == "moe_layer":
-        rows = p["tokens"] * p["top_k"]
-        out = [("gate", dict(tokens=p["tokens"], dim=p["dim"], experts=p["experts"], top_k=p["top_k"])),
-               ("dispatch_combine", dict(tokens=p["tokens"], top_k=p["top_k"], dim=p["dim"])),
-               ("experts_contiguous", dict(rows=rows, active=p["active"], dim=p["dim"], inter=p["inter"],
-                                           dtype=p.get("dtype", "bf16")))]
-        if p["shared_inter"]:
-            out.append(("experts_contiguous", dict(rows=p["tokens"], active=1 if p["tokens"] else 0, dim=p["dim"],
-                                                   inter=p["shared_inter"], dtype=p.get("dtype", "bf16"))))
-        return [(f, q, _base_work(f, q)) for f, q in out]
-    if family == "decode_layer":
-        mla = dict(variant=p["variant"], tokens=p["tokens"], prefix=p["prefix"], heads=p["heads"], dim=p["dim"])
-        moe = {k: p[k] for k in COMPOSITE_FAMILIES["moe_layer"] if k in p}
-        return parts("mla_step" if p["tokens"] == 1 else "mla_prefill", mla) + parts("moe_layer", moe)
-    if family in ("mla_prefill", "mla_step"):
-        # The layer's GEMMs are priced as GEMMs (the linear family's efficiencies); the family's own
-        # efficiency covers the attention core, the norms and the cache traffic.
-        gemms = [("linear", dict(m=g.m, n=g.n, k=g.k, dtype="bf16", count=g.count))
-                 for g in KC.mla_gemms(_variant(p), p["tokens"], p["prefix"], _mla_shape(p))]
-        return [(f, q, _base_work(f, q)) for f, q in gemms] + [(family, p, _base_work(family, p))]
-    return [(family, p, _base_work(family, p))]
+            v = number(f"{fam.name}: parameter '{k}'", v, integer=True)
+            p[k] = number(f"{fam.name}: {k}", v, integer=True, lo=-2 ** 62,
+                          hi=MAX_TOKENS if k in fam.token_params else MAX_KERNEL_DIM)
+    return p
+
+
+def parts(family: str, params: Mapping) -> list[tuple[str, dict, KernelWork]]:
+    """The (family, params, work) parts a point is priced as: itself for a base family (after the
+    GEMM parts of an MLA layer), its component kernels for a composite one."""
+    fam = ops.get(family)
+    p = _checked_params(fam, params)
+    if fam.composite:
+        return [part for f, q in fam.parts(p) for part in parts(f, q)]
+    extra = [(f, q, ops.get(f).work(q)) for f, q in fam.parts(p)] if fam.parts else []
+    return extra + [(family, p, fam.work(p))]
 
 
 def work(family: str, params: Mapping) -> KernelWork:

@@ -553,6 +553,12 @@ void bind_kernels(py::module_& root) {
        py::arg("shared_w13_scale"), py::arg("shared_w2_scale"), py::arg("n_group"), py::arg("topk_group"),
        py::arg("top_k"), py::arg("route_scale"), py::arg("score_func"));
 
+    m.def("check_gate_config", [](int64_t n_experts, bool has_bias, int64_t n_group, int64_t topk_group,
+                                  int64_t top_k, float route_scale, const std::string& score_func) {
+        gate_config(n_group, topk_group, top_k, route_scale, score_func).validate(n_experts, has_bias);
+    }, py::arg("n_experts"), py::arg("has_bias"), py::arg("n_group"), py::arg("topk_group"), py::arg("top_k"),
+       py::arg("route_scale"), py::arg("score_func"),
+       "The gate's configuration checked against the expert count (the GPU gate's check, with no CPU call)");
     m.def("moe_gate", [](Arr<float> logits, py::object bias, int64_t n_group, int64_t topk_group, int64_t top_k,
                          float route_scale, const std::string& score_func) {
         expect(logits.ndim() == 2, "logits must be 2-D [tokens, experts]");

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _C
 from . import cuda_array as _CA
-from . import kernels as K
+from . import _arrays as A
 from .cuda_array import (BF16, FP8, DeviceArray, as_device_array, from_cuda_array_interface, from_dlpack,
                          is_device_array_like)
 
@@ -52,11 +52,11 @@ def device_count() -> int:
 
 
 def device_name(device: int = 0) -> str:
-    return _G.device_name(K._int("device", device, 0))
+    return _G.device_name(A.integer("device", device, 0))
 
 
 def synchronize(device: int = 0) -> None:
-    _G.synchronize(K._int("device", device, 0))
+    _G.synchronize(A.integer("device", device, 0))
 
 
 @contextlib.contextmanager
@@ -90,7 +90,7 @@ class CudaGraph:
     the NCCL exchanges cannot be captured."""
 
     def __init__(self, device: int = 0):
-        self.device = K._int("device", device, 0)
+        self.device = A.integer("device", device, 0)
         self._exec = self._stream = 0
         self._keep = []
 
@@ -174,7 +174,7 @@ class _Call:
             raise RuntimeError(f"{host[0]} is a numpy array: a CUDA graph capture takes GPU arrays only (copies "
                                f"from the host cannot be captured)")
         self.on_device = bool(gpu)
-        self.device = devices[0] if gpu else (0 if device is None else K._int("device", device, 0))
+        self.device = devices[0] if gpu else (0 if device is None else A.integer("device", device, 0))
         self._staged = {}
 
     def __getitem__(self, name):
@@ -226,9 +226,9 @@ def _out(c, out, shape, dtype, name):
 
 
 def _check(name, a, dtypes, ndim=None):
-    """K._arr's checks for numpy and GPU arrays alike (GPU arrays are always C-contiguous)."""
+    """A.arr's checks for numpy and GPU arrays alike (GPU arrays are always C-contiguous)."""
     if isinstance(a, np.ndarray):
-        return K._arr(name, a, dtypes, ndim)
+        return A.arr(name, a, dtypes, ndim)
     if a.dtype not in dtypes:
         allowed = " or ".join(str(d) for d in dtypes)
         raise TypeError(f"{name} must have dtype {allowed}, got {a.dtype}")
@@ -238,10 +238,10 @@ def _check(name, a, dtypes, ndim=None):
 
 
 def _ids(call, name, ndim):
-    """int32 ids: numpy int64 converted (as K._ids does), GPU ids must already be int32."""
+    """int32 ids: numpy int64 converted (as A.ids does), GPU ids must already be int32."""
     a = call[name]
     if isinstance(a, np.ndarray):
-        call.args[name] = K._ids(name, a, ndim)
+        call.args[name] = A.ids(name, a, ndim)
     else:
         _check(name, a, (I32,), ndim)
     return call[name]
@@ -329,10 +329,9 @@ def moe_gate(logits, bias=None, *, n_group, topk_group, top_k, route_scale, scor
         _check("bias", c["bias"], (F32,), 1)
         if c["bias"].shape[0] != E:
             raise ValueError(f"bias must have {E} entries (one per expert), got {c['bias'].shape[0]}")
-    args = K._gate_args(n_group, topk_group, top_k, route_scale, score_func)
-    # The CPU's checks of the configuration against the expert count, before any GPU work.
-    K._K.moe_gate(np.zeros((0, E), np.float32), None if bias is None else np.zeros(E, np.float32), *args)
-    n_group, topk_group, top_k, route_scale, _ = args
+    # The configuration against the expert count, before any GPU work.
+    n_group, topk_group, top_k, route_scale, _ = A.check_gate(E, bias is not None, n_group, topk_group, top_k,
+                                                              route_scale, score_func)
     if n_group > 64:
         raise ValueError(f"n_group: the CUDA gate handles at most 64 groups, got {n_group}")
     c.require_gpu()
@@ -381,7 +380,7 @@ def moe_unpermute(y_perm, position, weights):
 def _check_offsets(c, E, M):
     offs = c["offsets"]
     if isinstance(offs, np.ndarray):
-        offs = K._arr("offsets", offs, (I64, I32), 1)
+        offs = A.arr("offsets", offs, (I64, I32), 1)
         if offs.dtype != I64:
             c.args["offsets"] = offs = offs.astype(np.int64)
     else:
@@ -577,18 +576,18 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     heads). num_splits: a fixed number of KV splits per request (at most its block count); None
     sizes them so that about two work items per SM exist (sm_count: the GPU's, asked when None)."""
     if isinstance(seqlens, np.ndarray):
-        s = K._ids("seqlens", seqlens, 1)
+        s = A.ids("seqlens", seqlens, 1)
     else:
         d = as_device_array(seqlens, "seqlens")
         _check("seqlens", d, (I32,), 1)
         s = d.numpy()  # planning is host work (FlashMLA's plan is a GPU kernel; here it is cheap)
-    q_len, heads = K._int("q_len", q_len, 1), K._int("heads", heads, 1)
-    block_size = K._int("block_size", block_size, 1)
+    q_len, heads = A.integer("q_len", q_len, 1), A.integer("heads", heads, 1)
+    block_size = A.integer("block_size", block_size, 1)
     if num_splits is not None:
-        num_splits = K._int("num_splits", num_splits, 1)
+        num_splits = A.integer("num_splits", num_splits, 1)
     if sm_count is None:
-        sm_count = 1 if num_splits is not None else int(_G.sm_count(K._int("device", device, 0)))
-    sm_count = K._int("sm_count", sm_count, 1)
+        sm_count = 1 if num_splits is not None else int(_G.sm_count(A.integer("device", device, 0)))
+    sm_count = A.integer("sm_count", sm_count, 1)
     if s.size and s.min() < 0:
         raise ValueError(f"seqlens must be >= 0, got {s.min()}")
     # The 64-row decode kernel (DSPERF_MLA_MMA=1) needs more splits to fill the GPU than the 16-row one.

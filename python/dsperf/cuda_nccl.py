@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _C
+from . import _arrays as A
 from . import kernels as K
 from .cuda_array import DeviceArray
 
@@ -59,7 +60,7 @@ class Communicator:
         """Every rank in this process, one per GPU (ncclCommInitAll)."""
         if devices is None:
             devices = list(range(_G.device_count()))
-        devices = [K._int("device", d, 0) for d in devices]
+        devices = [A.integer("device", d, 0) for d in devices]
         if len(set(devices)) != len(devices) or not devices:
             raise ValueError(f"devices must be distinct and non-empty, got {devices}")
         return cls(_G.nccl_init_all(devices), range(len(devices)), devices, len(devices))
@@ -69,7 +70,7 @@ class Communicator:
         """This process's rank of an nranks-wide communicator (ncclCommInitRank)."""
         if not isinstance(uid, bytes):
             raise TypeError(f"uid must be bytes from unique_id(), got {type(uid).__name__}")
-        nranks, rank, device = K._int("nranks", nranks, 1), K._int("rank", rank, 0), K._int("device", device, 0)
+        nranks, rank, device = A.integer("nranks", nranks, 1), A.integer("rank", rank, 0), A.integer("device", device, 0)
         if rank >= nranks:
             raise ValueError(f"rank must lie in [0, nranks = {nranks}), got {rank}")
         return cls([_G.nccl_init_rank(uid, nranks, rank, device)], [rank], [device], nranks)
@@ -180,7 +181,7 @@ class DispatchHandle:
 
 def _check_dispatch(transport, xs, ids, weights, n_experts):
     n = transport.nranks
-    n_experts = K._int("n_experts", n_experts, 1)
+    n_experts = A.integer("n_experts", n_experts, 1)
     if n_experts % n:
         raise ValueError(f"n_experts ({n_experts}) must split evenly over the {n} ranks")
     for name, d in (("xs", xs), ("ids", ids), ("weights", weights)):
@@ -188,7 +189,7 @@ def _check_dispatch(transport, xs, ids, weights, n_experts):
             raise ValueError(f"{name} must map each local rank {transport.ranks} to its array")
     hids = {}
     for r in transport.ranks:
-        h = K._ids(f"ids[{r}]", np.ascontiguousarray(transport.host(ids[r])), 2)
+        h = A.ids(f"ids[{r}]", np.ascontiguousarray(transport.host(ids[r])), 2)
         if h.size and (h.min() < 0 or h.max() >= n_experts):
             raise ValueError(f"ids[{r}] must lie in [0, {n_experts}), got [{h.min()}, {h.max()}]")
         if xs[r].shape[0] != h.shape[0] or tuple(weights[r].shape) != h.shape:
@@ -257,7 +258,7 @@ def dispatch_low_latency(transport, xs, ids, weights, n_experts, max_tokens):
     dim]}, {rank: counts int32 [epr]}, {rank: handle})."""
     hids, epr = _check_dispatch(transport, xs, ids, weights, n_experts)
     n = transport.nranks
-    cap = K._int("max_tokens", max_tokens, 1)
+    cap = A.integer("max_tokens", max_tokens, 1)
     per_expert, plans, sends = {}, {}, {}
     for r in transport.ranks:
         T = hids[r].shape[0]

@@ -11,7 +11,6 @@ DataFrame (CSV-ready).
 """
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import sys
@@ -23,8 +22,7 @@ import numpy as np
 
 from . import ops
 from .kernel_cost import work
-# DeepSeek-V3's shapes and the input pool live with the families; kept here under their old names.
-from .ops.family import DIM, KV_LORA, MOE_INTER, NOPE, Q_LORA, ROPE, V  # noqa: F401
+# The input pool lives with the families (dsperf.ops.inputs); its generators are public here too.
 from .ops.inputs import Pool, random_bf16, random_fp8  # noqa: F401
 
 

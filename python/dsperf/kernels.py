@@ -14,17 +14,14 @@ call raise TypeError naming the argument.
 from __future__ import annotations
 
 import math
-import numbers
-import os
 
-import ml_dtypes
 import numpy as np
 
 from . import _C
 
+from ._arrays import BF16, FP8
+
 _K = _C.kernels
-BF16 = np.dtype(ml_dtypes.bfloat16)
-FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 F32 = np.dtype(np.float32)
 
 
@@ -62,115 +59,10 @@ def _cuda():
     return cuda
 
 
-# ---- argument checks ---------------------------------------------------------------------------
-def _arr(name, a, dtypes, ndim=None):
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
-    if a.dtype not in dtypes:
-        allowed = " or ".join(str(d) for d in dtypes)
-        raise TypeError(f"{name} must have dtype {allowed}, got {a.dtype}")
-    if ndim is not None and a.ndim not in ((ndim,) if isinstance(ndim, int) else ndim):
-        raise ValueError(f"{name} must be {ndim}-D, got shape {a.shape}")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (np.ascontiguousarray makes a copy)")
-    return a
-
-
-def _bits(a):
-    """The raw bit pattern the C++ side reads: uint16 for BF16, uint8 for FP8."""
-    if a.dtype == BF16:
-        return a.view(np.uint16)
-    if a.dtype == FP8:
-        return a.view(np.uint8)
-    return a
-
-
-_I32 = np.iinfo(np.int32)
-_I64_MAX = 2 ** 63 - 1
-_F32_MAX = float(np.finfo(np.float32).max)
-
-
-def _ids(name, a, ndim):
-    """int32 indices: an int64 array is range-checked in 64 bits before it is narrowed, so that
-    2**32 + 3 cannot alias index 3 (every valid index, position or count fits int32)."""
-    a = _arr(name, a, (np.dtype(np.int32), np.dtype(np.int64)), ndim)
-    if a.dtype == np.int32:
-        return a
-    bad = np.flatnonzero((a < _I32.min) | (a > _I32.max))
-    if bad.size:
-        where = np.unravel_index(bad[0], a.shape)
-        raise ValueError(f"{name}[{', '.join(map(str, where))}] = {a[where]} does not fit int32 (no index that large "
-                         f"is valid)")
-    return a.astype(np.int32)
-
-
-def _int(name, v, minimum=None, maximum=_I64_MAX):
-    """A Python or numpy integer (not a bool, not a float with an integral value) in
-    [minimum, maximum]; the default maximum is what the kernels' int64 arguments hold."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {v!r}")
-    if minimum is not None and v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    if maximum is not None and v > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {v}")
-    return int(v)
-
-
-def _real(name, v, *, minimum=None, positive=False):
-    """A finite real number (not a bool, not a string) that FP32 holds, as the kernels take it:
-    1e300 would become inf and a positive 1e-50 would become 0 on the way in."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {v!r}")
-    f = float(v)
-    if not math.isfinite(f) or abs(f) > _F32_MAX:
-        raise ValueError(f"{name} must be a finite FP32 number, got {v!r}")
-    if positive and not np.float32(f) > 0:
-        raise ValueError(f"{name} must be positive (a positive number), got {v!r}")
-    if minimum is not None and f < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
-    return f
-
-
-def _bool(name, v):
-    """True or False only: 'no' and 'false' are strings, not flags."""
-    if not isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {v!r}")
-    return bool(v)
-
-
-def _memory_bytes():
-    """The memory this process may have (physical memory, or less under an address-space limit):
-    an array larger than it cannot be allocated and filled, and with overcommit the allocation
-    succeeds and the process dies filling it."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        total = 2 ** 46
-    try:
-        import resource
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if soft != resource.RLIM_INFINITY:
-            with open("/proc/self/statm") as f:
-                mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            total = min(total, soft - mapped)
-    except (ImportError, OSError, ValueError):
-        pass
-    return total
-
-
-def _check_bytes(name, nbytes, what):
-    if nbytes > _memory_bytes():
-        raise ValueError(f"{name}: {what} would need {nbytes / 2**30:.3g} GiB, more than this machine's "
-                         f"{_memory_bytes() / 2**30:.3g} GiB of memory")
-
-
-def _cache_array(name, a, dtypes, ndim):
-    """An array a kernel writes into: exactly the dtype, C-contiguous and writeable, because any
-    conversion would write into a temporary copy and leave the cache without the new rows."""
-    _arr(name, a, dtypes, ndim)
-    if not a.flags.writeable:
-        raise ValueError(f"{name} must be writeable")
-    return a
+# ---- argument checks (shared with dsperf.cuda: dsperf._arrays) -------------------------------------
+from ._arrays import (arr as _arr, bits as _bits, boolean as _bool, cache_array as _cache_array,  # noqa: E402
+                      check_bytes as _check_bytes, gate_args as _gate_args, ids as _ids, integer as _int,
+                      real as _real)
 
 
 def _expert_weights(w13, w2, w13_scale, w2_scale):
@@ -315,13 +207,6 @@ def weight_dequant(w, scale):
 
 
 # ---- mixture of experts ------------------------------------------------------------------------
-def _gate_args(n_group, topk_group, top_k, route_scale, score_func):
-    if score_func not in ("sigmoid", "softmax"):
-        raise ValueError(f"score_func must be 'sigmoid' or 'softmax', got {score_func!r}")
-    return (_int("n_group", n_group, 1), _int("topk_group", topk_group, 1), _int("top_k", top_k, 1),
-            _real("route_scale", route_scale, positive=True), score_func)
-
-
 def moe_gate(x, weight, bias=None, *, n_group, topk_group, top_k, route_scale, score_func="sigmoid"):
     """DeepSeek-V3 routing: (weights FP32 [T, top_k], ids int32 [T, top_k]), best first.
 

@@ -95,3 +95,20 @@ def test_from_hf_config_roundtrip():
     cfg = json.loads((dsperf.model.resources.files("dsperf") / "data" / "models" / "DeepSeek-V2.json").read_text())
     m = dsperf.from_hf_config(cfg, name="v2")
     assert m.route_scale == 16.0 and m.n_expert_groups == 8 and m.n_limited_groups == 3
+
+
+def test_device_fields_are_declared_once():
+    """DeviceSpec's fields come from one C++ list: the binding's attributes, the device-file keys
+    and the calibration file writer all follow it."""
+    from dsperf import calibrate, hardware
+
+    fields = dsperf.DeviceSpec.FIELDS
+    assert [f for f, _, _ in fields] == list(hardware.SPEC_FIELDS)
+    spec = dsperf.DeviceSpec()
+    for name, kind, required in fields:
+        assert isinstance(getattr(spec, name), {"int": int, "float": float, "str": str}[kind]), name
+    assert set(hardware.OPTIONAL) == {f for f, _, r in fields if not r}
+    lines = calibrate._spec_lines({f: ("x" if k == "str" else 3) for f, k, _ in fields})
+    assert [line.split(" = ")[0] for line in lines] == [f for f, _, _ in fields]
+    with pytest.raises(ValueError, match="no value for the device field 'sm_count'"):
+        calibrate._spec_lines({"name": "x"})

@@ -242,6 +242,13 @@ T field_value(py::handle v, const std::string& where) {
     }
 }
 
+template <typename T>
+const char* field_type_name() {
+    if constexpr (std::is_same_v<T, std::string>) return "str";
+    else if constexpr (std::is_integral_v<T>) return "int";
+    else return "float";
+}
+
 template <typename C, typename T>
 void strict_field(py::class_<C>& cls, const char* cls_name, const char* name, T C::*member) {
     const std::string where = std::string(cls_name) + "." + name;
@@ -306,22 +313,15 @@ PYBIND11_MODULE(_C, mod) {
         .def("nvlink_eff", &DeviceSpec::nvlink_eff)
         .def("scaleout_eff", &DeviceSpec::scaleout_eff);
 
-    strict_field(device_cls, "DeviceSpec", "name", &DeviceSpec::name);
-    strict_field(device_cls, "DeviceSpec", "sm_count", &DeviceSpec::sm_count);
-    strict_field(device_cls, "DeviceSpec", "comm_sms_prefill", &DeviceSpec::comm_sms_prefill);
-    strict_field(device_cls, "DeviceSpec", "comm_sms_decode", &DeviceSpec::comm_sms_decode);
-    strict_field(device_cls, "DeviceSpec", "fp16_tflops", &DeviceSpec::fp16_tflops);
-    strict_field(device_cls, "DeviceSpec", "fp8_tflops", &DeviceSpec::fp8_tflops);
-    strict_field(device_cls, "DeviceSpec", "compute_derate", &DeviceSpec::compute_derate);
-    strict_field(device_cls, "DeviceSpec", "mem_gb", &DeviceSpec::mem_gb);
-    strict_field(device_cls, "DeviceSpec", "mem_bw_gbps", &DeviceSpec::mem_bw_gbps);
-    strict_field(device_cls, "DeviceSpec", "nvlink_gbps", &DeviceSpec::nvlink_gbps);
-    strict_field(device_cls, "DeviceSpec", "scaleout_gbps", &DeviceSpec::scaleout_gbps);
-    strict_field(device_cls, "DeviceSpec", "discount", &DeviceSpec::discount);
-    strict_field(device_cls, "DeviceSpec", "gpus_per_node", &DeviceSpec::gpus_per_node);
-    strict_field(device_cls, "DeviceSpec", "seed_decode_tp", &DeviceSpec::seed_decode_tp);
-    strict_field(device_cls, "DeviceSpec", "cache_bw_gbps", &DeviceSpec::cache_bw_gbps);
-    strict_field(device_cls, "DeviceSpec", "call_overhead_us", &DeviceSpec::call_overhead_us);
+    // Every field from the one list (hardware/device_spec.hpp), and the list itself for Python:
+    // (name, "int" / "float" / "str", required in a device file).
+    py::list device_fields;
+#define DSPERF_BIND_FIELD(type, field, init, required)                                   \
+    strict_field(device_cls, "DeviceSpec", #field, &DeviceSpec::field);                 \
+    device_fields.append(py::make_tuple(#field, field_type_name<type>(), required));
+    DSPERF_DEVICE_SPEC_FIELDS(DSPERF_BIND_FIELD)
+#undef DSPERF_BIND_FIELD
+    device_cls.attr("FIELDS") = py::tuple(device_fields);
 
     mod.def("fix_names", &fix_names, "Names of the seed quirks a mode string can fix (+name) or keep (-name)");
     mod.def("fix_descriptions", &fix_descriptions, "One line per fix, in fix_names order: what it changes");

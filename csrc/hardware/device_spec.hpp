@@ -5,24 +5,41 @@
 
 namespace dsperf {
 
+// The fields of a spec, declared once: (C++ type, name, default, required in a device file).
+// The struct, the Python binding's fields and DeviceSpec.FIELDS (which python/dsperf/hardware.py
+// reads device files by and calibrate writes them by) are all generated from this list.
+#define DSPERF_DEVICE_SPEC_FIELDS(X)                                                                    \
+    X(std::string, name, "", true)                                                                    \
+    X(int, sm_count, 0, true)                                                                         \
+    /* SMs reserved for all-to-all kernels during prefill, and during decode (0: low-latency kernels, \
+       no reserved SMs) */                                                                            \
+    X(int, comm_sms_prefill, 0, true)                                                                 \
+    X(int, comm_sms_decode, 0, true)                                                                  \
+    /* dense BF16/FP16 and FP8 tensor peaks, datasheet (fp8 0: no FP8) */                             \
+    X(double, fp16_tflops, 0, true)                                                                   \
+    X(double, fp8_tflops, 0, true)                                                                    \
+    /* sustained / datasheet peak (the seed uses 0.8) */                                              \
+    X(double, compute_derate, 1.0, true)                                                              \
+    /* device memory, GB as printed on the datasheet; its bandwidth, GB/s */                          \
+    X(double, mem_gb, 0, true)                                                                        \
+    X(double, mem_bw_gbps, 0, true)                                                                   \
+    /* scale-up bandwidth per GPU, one direction, and scale-out (RDMA NIC) per GPU, GB/s */           \
+    X(double, nvlink_gbps, 0, true)                                                                   \
+    X(double, scaleout_gbps, 0, true)                                                                 \
+    /* fraction of peak reached overall (compute, memory, links) */                                   \
+    X(double, discount, 0.85, true)                                                                   \
+    X(int, gpus_per_node, 8, true)                                                                    \
+    /* TP the seed's best-TP rule picks when TP beats TP1 */                                          \
+    X(int, seed_decode_tp, 4, false)                                                                  \
+    /* kernel cost model only (costmodel/kernel_cost.hpp): bandwidth of data resident in the          \
+       last-level cache (0: unknown), and the fixed cost of one kernel call (launch, or Python -> C++) */ \
+    X(double, cache_bw_gbps, 0, false)                                                                \
+    X(double, call_overhead_us, 0, false)
+
 struct DeviceSpec {
-    std::string name;
-    int sm_count = 0;
-    int comm_sms_prefill = 0;        // SMs reserved for all-to-all kernels during prefill
-    int comm_sms_decode = 0;         // ... during decode (0: low-latency kernels, no reserved SMs)
-    double fp16_tflops = 0;          // dense BF16/FP16 tensor peak, datasheet
-    double fp8_tflops = 0;           // dense FP8 tensor peak, datasheet (0: no FP8)
-    double compute_derate = 1.0;     // sustained / datasheet peak (the seed uses 0.8)
-    double mem_gb = 0;               // device memory, GB as printed on the datasheet
-    double mem_bw_gbps = 0;          // device memory bandwidth, GB/s
-    double nvlink_gbps = 0;          // scale-up bandwidth per GPU, one direction, GB/s
-    double scaleout_gbps = 0;        // scale-out (RDMA NIC) bandwidth per GPU, GB/s
-    double discount = 0.85;          // fraction of peak reached overall (compute, memory, links)
-    int gpus_per_node = 8;
-    int seed_decode_tp = 4;          // TP the seed's best-TP rule picks when TP beats TP1
-    // Kernel cost model only (costmodel/kernel_cost.hpp); the seed's model does not use them.
-    double cache_bw_gbps = 0;        // bandwidth of data resident in the last-level cache (0: unknown)
-    double call_overhead_us = 0;     // fixed cost of one kernel call (launch, or Python -> C++)
+#define DSPERF_DECLARE_FIELD(type, field, init, required) type field = init;
+    DSPERF_DEVICE_SPEC_FIELDS(DSPERF_DECLARE_FIELD)
+#undef DSPERF_DECLARE_FIELD
 
     void validate() const;           // throws std::invalid_argument naming the field
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from . import _C
+from .hardware import DeviceSpec
 from . import kernels as K
 from .harness import l3_bytes
 
@@ -192,6 +193,24 @@ def probe_bands(m: dict) -> dict:
             "cache": float(m.get("cache_read_spread", nan))}
 
 
+def _spec_lines(values: dict) -> list[str]:
+    """The spec's fields as TOML lines, in DeviceSpec.FIELDS order (the one list of fields): a
+    field the list requires and the measurements do not give is an error, not a silent default."""
+    lines = []
+    for field, kind, required in DeviceSpec.FIELDS:
+        if field not in values:
+            if required:
+                raise ValueError(f"calibration gives no value for the device field {field!r}")
+            continue
+        v = values[field]
+        lines.append(f'{field} = "{v}"' if kind == "str" else f"{field} = {int(v)}" if kind == "int"
+                     else f"{field} = {float(v):.6f}")
+    unknown = set(values) - {f for f, _, _ in DeviceSpec.FIELDS}
+    if unknown:
+        raise ValueError(f"not a device field: {sorted(unknown)[0]!r}")
+    return lines
+
+
 def to_toml(m: dict, name: str) -> str:
     """The measurements as a device file: rates are achieved rates, so derate and discount are 1.
     save_efficiencies adds the fitted [efficiency] tables."""
@@ -203,21 +222,12 @@ def to_toml(m: dict, name: str) -> str:
         "# Compute: the better of the VDPBF16PS and FP32 FMA peaks of all threads (BF16 work can run on",
         "# either); memory: the streaming read of all threads; links: MPI loopback between two",
         "# processes where MPI is installed, else the triad bandwidth.",
-        f'name = "{name}"',
-        f"sm_count = {threads}",
-        "comm_sms_prefill = 0",
-        "comm_sms_decode = 0",
-        f"fp16_tflops = {max(m['bf16_dot_peak_gflops'], m['fp32_fma_peak_gflops']) / 1000:.6f}",
-        "fp8_tflops = 0.0",
-        "compute_derate = 1.0",
-        f"mem_gb = {m['mem_gb']:.2f}",
-        f"mem_bw_gbps = {m[f'read_gbps_{threads}t']:.3f}",
-        f"nvlink_gbps = {link:.3f}",
-        f"scaleout_gbps = {link:.3f}",
-        "discount = 1.0",
-        "gpus_per_node = 1",
-        f"cache_bw_gbps = {m['cache_read_gbps']:.3f}",
-        f"call_overhead_us = {m['call_overhead_us']:.3f}",
+        *_spec_lines(dict(
+            name=name, sm_count=threads, comm_sms_prefill=0, comm_sms_decode=0,
+            fp16_tflops=max(m["bf16_dot_peak_gflops"], m["fp32_fma_peak_gflops"]) / 1000, fp8_tflops=0.0,
+            compute_derate=1.0, mem_gb=m["mem_gb"], mem_bw_gbps=m[f"read_gbps_{threads}t"], nvlink_gbps=link,
+            scaleout_gbps=link, discount=1.0, gpus_per_node=1, cache_bw_gbps=m["cache_read_gbps"],
+            call_overhead_us=m["call_overhead_us"])),
         "",
         "[calibration]",
     ]

@@ -18,26 +18,10 @@ from ._checks import read_small_file
 
 DeviceSpec = _C.DeviceSpec
 
-# TOML keys that map onto DeviceSpec fields, with their types.
-SPEC_FIELDS = {
-    "name": str,
-    "sm_count": int,
-    "comm_sms_prefill": int,
-    "comm_sms_decode": int,
-    "fp16_tflops": float,
-    "fp8_tflops": float,
-    "compute_derate": float,
-    "mem_gb": float,
-    "mem_bw_gbps": float,
-    "nvlink_gbps": float,
-    "scaleout_gbps": float,
-    "discount": float,
-    "gpus_per_node": int,
-    "seed_decode_tp": int,
-    "cache_bw_gbps": float,
-    "call_overhead_us": float,
-}
-OPTIONAL = ("seed_decode_tp", "cache_bw_gbps", "call_overhead_us")
+# TOML keys that map onto DeviceSpec fields, with their types: the C++ list of fields
+# (csrc/hardware/device_spec.hpp), as the binding exposes it.
+SPEC_FIELDS = {name: {"int": int, "float": float, "str": str}[kind] for name, kind, _ in DeviceSpec.FIELDS}
+OPTIONAL = tuple(name for name, _, required in DeviceSpec.FIELDS if not required)
 # Keys of a device file the spec does not hold (dsperf.hardware.device_metadata).
 METADATA_FIELDS = ("kernel_table", "board_power_w")
 REQUIRED = [k for k in SPEC_FIELDS if k not in OPTIONAL]

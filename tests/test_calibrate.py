@@ -154,11 +154,22 @@ def test_efficiency_roof_and_bounds_survive_the_file(tmp_path):
     from dsperf.kernel_cost import FittedEfficiency, load_efficiencies
 
     path = tmp_path / "cpu.toml"
-    path.write_text('name = "x"\n')
-    cal.save_efficiencies(path, {"gate": FittedEfficiency(0.5, 0.25, 300, False, "cache", ("overhead_us>=300",)),
-                                 "linear/bf16": FittedEfficiency(1.0, 0.7, 0, True)})
+    effs = {"gate": FittedEfficiency(0.5, 0.25, 300, False, "cache", ("overhead_us>=300",)),
+            "linear/bf16": FittedEfficiency(1.0, 0.7, 0, True)}
+    path.write_text('name = "x"\n' + "\n".join(cal._efficiency_lines(effs)) + "\n")
     e = load_efficiencies(path)
     assert (e["gate"].roof, e["gate"].at_bound, e["gate"].overlap) == ("cache", ("overhead_us>=300",), False)
     assert (e["linear/bf16"].roof, e["linear/bf16"].at_bound) == ("memory", ())
     with pytest.raises(ValueError, match="roof"):
         FittedEfficiency(roof="l2")
+
+
+def test_the_spec_in_memory_is_the_one_the_file_holds(quick_run):
+    """calibrate keeps the spec in memory and writes it once: reading the file back gives the same
+    spec field by field, and the file holds every field the one list of fields requires."""
+    path, m = quick_run
+    from_file = dsperf.load_device(str(path), "corrected")
+    for name, _, _ in dsperf.DeviceSpec.FIELDS:
+        assert getattr(m["spec"], name) == getattr(from_file, name), name
+    text = path.read_text()
+    assert text.count("[calibration]") == 1 and "spec = " not in text and "reused = " not in text

@@ -211,34 +211,66 @@ def _spec_lines(values: dict) -> list[str]:
     return lines
 
 
-def to_toml(m: dict, name: str) -> str:
-    """The measurements as a device file: rates are achieved rates, so derate and discount are 1.
-    save_efficiencies adds the fitted [efficiency] tables."""
+def _spec_values(m: dict, name: str) -> dict:
+    """The spec of this CPU from its measurements: rates are achieved rates, so derate and
+    discount are 1. Between processes: the MPI loopback where it was measured, else the triad
+    bandwidth."""
     threads = m["threads"]
-    # Between processes: the MPI loopback where it was measured, else the triad bandwidth.
     link = m.get("mpi_bandwidth_gbps") or m[f"triad_gbps_{threads}t"]
+    return dict(name=name, sm_count=threads, comm_sms_prefill=0, comm_sms_decode=0,
+                fp16_tflops=max(m["bf16_dot_peak_gflops"], m["fp32_fma_peak_gflops"]) / 1000, fp8_tflops=0.0,
+                compute_derate=1.0, mem_gb=m["mem_gb"], mem_bw_gbps=m[f"read_gbps_{threads}t"], nvlink_gbps=link,
+                scaleout_gbps=link, discount=1.0, gpus_per_node=1, cache_bw_gbps=m["cache_read_gbps"],
+                call_overhead_us=m["call_overhead_us"])
+
+
+def spec_of(m: dict, name: str) -> DeviceSpec:
+    """The DeviceSpec of the measurements, in memory (the values the file records, rounded alike)."""
+    spec = DeviceSpec()
+    for line in _spec_lines(_spec_values(m, name)):
+        field, text = line.split(" = ", 1)
+        kind = next(k for f, k, _ in DeviceSpec.FIELDS if f == field)
+        setattr(spec, field, text.strip('"') if kind == "str" else int(text) if kind == "int" else float(text))
+    spec.validate()
+    return spec
+
+
+def _efficiency_lines(efficiencies) -> list[str]:
+    lines = []
+    for key, e in sorted(efficiencies.items()):
+        lines += ["", f'[efficiency."{key}"]', f"compute = {e.compute:.6g}", f"memory = {e.memory:.6g}",
+                  f"overhead_us = {e.overhead_us:.6g}", f"overlap = {str(e.overlap).lower()}",
+                  f'roof = "{getattr(e, "roof", "memory")}"',
+                  f"at_bound = [{', '.join(repr(b) for b in getattr(e, 'at_bound', ()))}]"]
+    return lines
+
+
+def to_toml(m: dict, name: str, efficiencies=None) -> str:
+    """The calibration file: the spec, the measurements ([calibration]) and the fitted
+    efficiencies ([efficiency."key"] tables), written whole."""
     lines = [
         f"# {name}: measured by `dsperf calibrate` on {m['measured_at']} ({m['cpu_model']}, isa {m['isa']}).",
         "# Compute: the better of the VDPBF16PS and FP32 FMA peaks of all threads (BF16 work can run on",
         "# either); memory: the streaming read of all threads; links: MPI loopback between two",
         "# processes where MPI is installed, else the triad bandwidth.",
-        *_spec_lines(dict(
-            name=name, sm_count=threads, comm_sms_prefill=0, comm_sms_decode=0,
-            fp16_tflops=max(m["bf16_dot_peak_gflops"], m["fp32_fma_peak_gflops"]) / 1000, fp8_tflops=0.0,
-            compute_derate=1.0, mem_gb=m["mem_gb"], mem_bw_gbps=m[f"read_gbps_{threads}t"], nvlink_gbps=link,
-            scaleout_gbps=link, discount=1.0, gpus_per_node=1, cache_bw_gbps=m["cache_read_gbps"],
-            call_overhead_us=m["call_overhead_us"])),
+        *_spec_lines(_spec_values(m, name)),
         "",
         "[calibration]",
     ]
     for key, value in m.items():
+        if key in IN_MEMORY_KEYS:
+            continue
         if isinstance(value, bool):
             lines.append(f"{key} = {str(value).lower()}")
         elif isinstance(value, str):
             lines.append(f'{key} = "{value}"')
         else:
             lines.append(f"{key} = {value!r}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _efficiency_lines(efficiencies or {})) + "\n"
+
+
+# Keys of the measurements dict that are not measurements (calibrate adds them for its callers).
+IN_MEMORY_KEYS = ("efficiency", "reused", "spec", "name")
 
 
 def fit_csv_path(path) -> Path:
@@ -247,25 +279,22 @@ def fit_csv_path(path) -> Path:
     return path.with_name(path.stem + ".fit.csv")
 
 
-def save_efficiencies(path, efficiencies) -> None:
-    """Replaces the [efficiency] tables of a calibration file (the probes stay as they are)."""
+def save(path, m: dict, efficiencies, fit_sweep=None) -> None:
+    """Writes a calibration whole: the file (spec, measurements, efficiencies) and, when given,
+    the fit sweep it was fitted on beside it (fit_csv_path)."""
     path = Path(path)
-    text = path.read_text()
-    cut = text.find('\n[efficiency."')
-    text = (text if cut < 0 else text[:cut + 1]).rstrip("\n") + "\n"
-    for key, e in sorted(efficiencies.items()):
-        text += (f'\n[efficiency."{key}"]\ncompute = {e.compute:.6g}\nmemory = {e.memory:.6g}\n'
-                 f"overhead_us = {e.overhead_us:.6g}\noverlap = {str(e.overlap).lower()}\n"
-                 f'roof = "{getattr(e, "roof", "memory")}"\n'
-                 f"at_bound = [{', '.join(repr(b) for b in getattr(e, 'at_bound', ()))}]\n")
-    path.write_text(text)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_toml(m, m["name"], efficiencies))
+    if fit_sweep is not None:
+        fit_sweep.dropna(axis=1, how="all").to_csv(fit_csv_path(path), index=False)
 
 
 def calibrate(force=False, quick=False, path=None, points=None, repeats=None, progress=False, fit=True):
     """(path, measurements): reuses the file at path unless force; else probes, times the fit
-    sweep (`points`, default sweeps.fit_points(quick)) and writes the file. fit=False writes the
-    probes alone (the caller fits, as `dsperf report` does). The measurements include
-    'efficiency', {key: KernelEfficiency}."""
+    sweep (`points`, default sweeps.fit_points(quick)), fits and writes the file once (save).
+    fit=False leaves the fit and the writing to the caller (`dsperf report` times the fit sweep
+    with its own and saves through the same save). The measurements include 'spec' (the
+    DeviceSpec, in memory), 'name', 'efficiency' ({key: KernelEfficiency}) and 'reused'."""
     from .hardware import _read_toml, load_device
     from .kernel_cost import efficiencies_from_dict
     from .harness import run_sweep
@@ -278,20 +307,17 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
     if path.exists() and not force:
         data = _read_toml(path)
         return path, dict(data.get("calibration", {}), efficiency=efficiencies_from_dict(data.get("efficiency", {})),
-                          reused=True)
+                          spec=load_device(str(path), "corrected"), name=data.get("name"), reused=True)
     m = measure(quick=quick, progress=progress)
     name = f"CPU-{socket.gethostname()}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_toml(m, name))  # the probes alone, so the fit can price against them
+    m = dict(m, spec=spec_of(m, name), name=name, efficiency={}, reused=False)
     if not fit:
-        return path, dict(m, efficiency={}, reused=False)
-    spec = load_device(str(path), "corrected")
+        return path, m
     pts = fit_points(quick) if points is None else list(points)
     _say(progress, f"fit sweep: {len(pts)} kernel calls")
     sweep = run_sweep(pts, repeats=repeats or (3 if quick else 5), progress=progress)
-    effs = fit_efficiencies(sweep, spec)
+    effs = fit_efficiencies(sweep, m["spec"])
     stuck = [k for k, e in effs.items() if e.at_bound]
     _say(progress, f"fitted {len(effs)} efficiencies" + (f"; at a bound of the search: {', '.join(stuck)}" if stuck else ""))
-    sweep.to_csv(fit_csv_path(path), index=False)
-    save_efficiencies(path, effs)
-    return path, dict(m, efficiency=effs, reused=False)
+    save(path, m, effs, sweep)
+    return path, dict(m, efficiency=effs)

@@ -140,14 +140,15 @@ def main(argv=None) -> int:
         if args.command == "tables":
             text = _run_tables(args)
         elif args.command == "calibrate":
-            from .calibrate import calibrate
+            from .calibrate import IN_MEMORY_KEYS, calibrate
 
             from .predict import efficiencies_table
 
             path, m = calibrate(force=args.force, quick=args.quick, path=args.out,
                                 progress=args.progress or sys.stderr.isatty())
-            effs = m.pop("efficiency")
-            rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in m.items())
+            effs = m["efficiency"]
+            rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in m.items()
+                             if k not in IN_MEMORY_KEYS)
             text = f"| measurement | value |\n|---|---|\n{rows}\n\n"
             if m.get("unsteady_probes"):
                 text += (f"unsteady probes (spread above {m.get('probe_spread_bound', 0.1):.0%} over their best rounds; "

@@ -69,9 +69,8 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     (tests use tiny ones); calibration is the device file to use or write; ep adds the
     expert-parallel section (dsperf.ep under mpirun -np 2, where MPI is installed)."""
     from . import plots, sweeps
-    from .calibrate import calibrate, fit_csv_path, probe_bands, save_efficiencies
+    from .calibrate import calibrate, probe_bands, save
     from .harness import run_sweep
-    from .hardware import load_device
     from .predict import efficiencies_table, error_summary, fit_efficiencies, predict_frame
 
     stream = stream or sys.stdout
@@ -81,8 +80,9 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
 
+    # The calibration stays in memory; it is written once, after the fit (calibrate.save).
     cal_path, m = calibrate(force=force_calibration, quick=quick, path=calibration, fit=False, progress=progress)
-    spec = load_device(str(cal_path), "corrected")
+    spec = m["spec"]
     stream.write(f"calibration: {cal_path} ({'reused' if m['reused'] else 'measured now'}); "
                  f"{spec.fp16_tflops * 1e3:.0f} GFLOPS, {spec.mem_bw_gbps:.1f} GB/s, "
                  f"{spec.call_overhead_us:.1f} us per call\n")
@@ -111,8 +111,9 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     effs = fit_efficiencies(fit_df, spec, cache_resident=not cold)
     fit_df.dropna(axis=1, how="all").to_csv(out / "fit_sweep.csv", index=False)
     if cold:  # the calibration file keeps the cold-data fit
-        save_efficiencies(cal_path, effs)
-        fit_df.dropna(axis=1, how="all").to_csv(fit_csv_path(cal_path), index=False)
+        save(cal_path, m, effs, fit_df)
+    elif not m["reused"]:  # cache-resident efficiencies are not this machine's calibration
+        save(cal_path, m, {})
     measured = measured.dropna(axis=1, how="all").reset_index(drop=True)
 
     pred = predict_frame(measured, spec, effs, cache_resident=not cold, bands=probe_bands(m))
@@ -201,7 +202,9 @@ def _worst_points(pred, n: int = 8):
 
 def _markdown(spec, m, cal_path, eff_table, summary, pred, figures, cold, elapsed, targets) -> str:
     worst = _worst_points(pred)
-    cal_rows = [(k, v) for k, v in m.items() if k not in ("efficiency",)]
+    from .calibrate import IN_MEMORY_KEYS
+
+    cal_rows = [(k, v) for k, v in m.items() if k not in IN_MEMORY_KEYS]
     lines = [
         "# dsperf report",
         "",

@@ -173,8 +173,14 @@ def test_decode_layer_refuses_a_cache_it_would_write_through_a_copy(fn, attr, sp
 def test_decode_layer_binding_does_not_convert_the_cache():
     """The binding itself takes the cache arrays without conversion: a float32 latent reaching it
     is refused rather than copied, written and dropped."""
-    with pytest.raises(TypeError, match="incompatible function arguments"):
-        K._K.decode_layer(*([None] * 12), np.zeros((4, KVL), np.float32), *([None] * 20))
+    rng = np.random.default_rng(0)
+    args = K._decode_layer_args("A_CC_ME", rand_bf16(rng, 1, D), make_layer(rng), K.MlaCache(4, KVL, DIMS["rope"]),
+                                DIMS["heads"], K.rope_frequencies(dim=DIMS["rope"]), 0.1, DIMS["nope"], DIMS["rope"],
+                                DIMS["v"], 1e-6)
+    K._K.decode_layer(**args)  # the arguments as the front door builds them are accepted
+    args["cache"] = dict(args["cache"], latent=np.zeros((4, KVL), np.float32))
+    with pytest.raises(ValueError, match="cache latent must be a C-contiguous array of the expected dtype"):
+        K._K.decode_layer(**args)
 
 
 # ---- empty reductions --------------------------------------------------------------------------------

@@ -308,7 +308,16 @@ def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scal
     w = _expert_weights(w13, w2, w13_scale, w2_scale)
     shared = _shared_expert(w13.dtype, shared_w13, shared_w2, shared_w13_scale, shared_w2_scale)
     args = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
-    return _K.moe_layer(_bits(x), _bits(gate_weight), gate_bias, w[0], w[1], w[2], w[3], w[4], *shared, *args)
+    return _K.moe_layer(_bits(x), _moe_binding_args(gate_weight, gate_bias, w, shared, args))
+
+
+def _moe_binding_args(gate_weight, gate_bias, routed, shared, gate) -> dict:
+    """The one dict the MoE bindings take: checked arrays (as bits) and the gate's settings."""
+    out = dict(zip(("w13", "w2", "w13_scale", "w2_scale", "fp8"), routed))
+    out.update(zip(("shared_w13", "shared_w2", "shared_w13_scale", "shared_w2_scale"), shared))
+    out.update(zip(("n_group", "topk_group", "top_k", "route_scale", "score_func"), gate))
+    out.update(gate_weight=_bits(gate_weight), gate_bias=gate_bias)
+    return out
 
 
 # ---- MLA ---------------------------------------------------------------------------------------
@@ -645,7 +654,7 @@ def decode_layer(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=
     "gate_bias" (optional), "w13", "w2", "w13_scale"/"w2_scale" (FP8), "shared_w13"/"shared_w2"
     (optional), "n_group", "topk_group", "top_k", "route_scale", "score_func"}}. Returns BF16 [T, dim]
     and advances cache.prefix. decode_layer_by_ops is the same layer one kernel call at a time."""
-    out = _K.decode_layer(*_decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps))
+    out = _K.decode_layer(**_decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, nope, rope, v, eps))
     cache.prefix += x.shape[0]
     return out.view(BF16)
 
@@ -670,11 +679,13 @@ def _decode_layer_args(variant, x, layer, cache, heads, freqs, softmax_scale, no
         _arr("moe['gate_bias']", bias, (F32,), 1)
     gate = _gate_args(moe["n_group"], moe["topk_group"], moe["top_k"], moe["route_scale"], moe.get("score_func", "sigmoid"))
     _arr("freqs", freqs, (F32,), 1)
-    return (variant, _bits(x), norms[0], norms[1], mla, _int("heads", heads, 1), _int("nope", nope, 1),
-            _int("rope", rope, 2), _int("v", v, 1), _real("eps", eps, minimum=0), freqs,
-            _real("softmax_scale", softmax_scale, positive=True), _bits(cache.latent), _bits(cache.k_pe),
-            None if cache.k_full is None else _bits(cache.k_full), None if cache.v_full is None else _bits(cache.v_full),
-            cache.prefix, _bits(moe["gate_weight"]), bias, *w, *shared, *gate)
+    cache_args = dict(latent=_bits(cache.latent), k_pe=_bits(cache.k_pe), prefix=cache.prefix,
+                      k_full=None if cache.k_full is None else _bits(cache.k_full),
+                      v_full=None if cache.v_full is None else _bits(cache.v_full))
+    return dict(variant=variant, x=_bits(x), attn_norm=norms[0], ffn_norm=norms[1], mla=mla,
+                heads=_int("heads", heads, 1), nope=_int("nope", nope, 1), rope=_int("rope", rope, 2), v=_int("v", v, 1),
+                eps=_real("eps", eps, minimum=0), freqs=freqs, softmax_scale=_real("softmax_scale", softmax_scale, positive=True),
+                cache=cache_args, moe=_moe_binding_args(moe["gate_weight"], bias, w, shared, gate))
 
 
 def decode_layer_by_ops(variant, x, layer, cache, *, heads, freqs, softmax_scale, nope=128, rope=64, v=128, eps=1e-6):

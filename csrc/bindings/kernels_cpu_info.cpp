@@ -1,0 +1,66 @@
+// ISA, CPU features, the roofline probes and the AMX self-checks.
+#include "bindings/kernel_args.hpp"
+
+namespace dsperf::bindings {
+
+void bind_cpu_info(py::module_& m) {
+    m.def("isa", [] { return cpu_features().isa; }, "The micro-kernel family in use");
+    m.def("cpu_features", [] {
+        const CpuFeatures& f = cpu_features();
+        py::dict d;
+        d["avx512"] = f.avx512, d["avx512_bf16"] = f.avx512_bf16, d["amx_bf16"] = f.amx_bf16, d["isa"] = f.isa;
+        return d;
+    });
+
+    m.def("probe_bf16_peak_gflops", [](double seconds) {
+        py::gil_scoped_release nogil;
+        return probe_bf16_peak_gflops(seconds);
+    }, py::arg("seconds") = 0.5, "VDPBF16PS peak of all OpenMP threads, GFLOPS (0 without AVX-512 BF16)");
+    m.def("probe_read_bandwidth_gbps", [](int64_t bytes, int repeats, int threads) {
+        py::gil_scoped_release nogil;
+        return probe_read_bandwidth_gbps(bytes, repeats, threads);
+    }, py::arg("bytes") = int64_t(1) << 30, py::arg("repeats") = 3, py::arg("threads") = 0,
+       "Streaming-read bandwidth, GB/s (threads 0: all)");
+    m.def("probe_triad_bandwidth_gbps", [](int64_t bytes, int repeats, int threads) {
+        py::gil_scoped_release nogil;
+        return probe_triad_bandwidth_gbps(bytes, repeats, threads);
+    }, py::arg("bytes") = int64_t(768) << 20, py::arg("repeats") = 3, py::arg("threads") = 0,
+       "STREAM triad bandwidth, GB/s (threads 0: all)");
+    m.def("probe_fp32_fma_peak_gflops", [](double seconds) {
+        py::gil_scoped_release nogil;
+        return probe_fp32_fma_peak_gflops(seconds);
+    }, py::arg("seconds") = 0.5, "FP32 FMA peak of all OpenMP threads, GFLOPS");
+    m.def("max_threads", [] {
+#ifdef _OPENMP
+        return omp_get_max_threads();
+#else
+        return 1;
+#endif
+    }, "OpenMP threads the kernels use");
+    m.def("linear_fma_min_rows", &linear_fma_min_rows,
+          "Rows from which GEMMs use the widened FP32-FMA kernel instead of BF16 dot products (0: one kernel)");
+
+    m.def("amx_status", &amx::status, "'usable' where the GEMMs run on AMX tiles, else why not");
+    // The AMX driver on the scalar emulation of the tile instructions: its packing and tiling are
+    // tested on CPUs without AMX.
+    m.def("linear_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> w) {
+        expect(x.ndim() == 2 && w.ndim() == 2 && w.shape(1) == x.shape(1), "x [M, K] and w [N, K] expected");
+        const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
+        auto y = empty<float>({M, N}, "y [rows of x, rows of w]");
+        py::gil_scoped_release nogil;
+        amx::linear_bf16_emulated(x.data(), K, w.data(), K, y.mutable_data(), N, M, N, K, false);
+        return y;
+    }, py::arg("x").noconvert(), py::arg("w").noconvert());
+    m.def("gemm_vnni_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> bp, int64_t N) {
+        expect(x.ndim() == 2 && N >= 0, "x [M, K] and N >= 0 expected");
+        const int64_t M = x.shape(0), K = x.shape(1);
+        expect(bp.size() == checked_mul({(K + 1) / 2, N, 2}, "n"), "bp must hold ceil(K / 2) x N x 2 values");
+        auto y = empty<float>({M, N}, "y [rows of x, n]");
+        py::gil_scoped_release nogil;
+        amx::gemm_bf16_vnni_emulated(x.data(), K, bp.data(), y.mutable_data(), N, M, N, K, false);
+        return y;
+    }, py::arg("x").noconvert(), py::arg("bp").noconvert(), py::arg("n"));
+
+}
+
+}  // namespace dsperf::bindings

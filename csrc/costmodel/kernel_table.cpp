@@ -99,6 +99,30 @@ TableKeys table_keys(TableFamily f, const KernelShape& s) {
     return k;
 }
 
+const std::vector<std::string>& table_row_fields(TableFamily f) {
+    static const std::vector<std::string> gemm = {"m", "n", "k"}, grouped = {"m", "n", "k", "groups"},
+                                          decode = {"batch", "kv_len"}, prefill = {"m"}, bytes = {"bytes"},
+                                          tp = {"tp"}, ep = {"ep"};
+    switch (f) {
+        case TableFamily::kGemmFp8:
+        case TableFamily::kGemmBf16:
+            return gemm;
+        case TableFamily::kGroupedContiguous:
+        case TableFamily::kGroupedMasked:
+            return grouped;
+        case TableFamily::kMlaDecode:
+            return decode;
+        case TableFamily::kMlaPrefill:
+            return prefill;
+        case TableFamily::kElementwise:
+            return bytes;
+        case TableFamily::kAllReduce:
+            return tp;
+        default:
+            return ep;
+    }
+}
+
 double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d) {
     const double peak = (w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) * 1e12;
     return std::max(w.flops / peak, w.bytes / (d.mem_bw_gbps * 1e9));

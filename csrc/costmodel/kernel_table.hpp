@@ -71,6 +71,9 @@ struct TableKeys {
 };
 double table_primary(TableFamily f, const KernelShape& s);
 TableKeys table_keys(TableFamily f, const KernelShape& s);
+// The KernelShape fields a table row of the family must give: those table_primary and table_keys
+// read (the rest keep their defaults).
+const std::vector<std::string>& table_row_fields(TableFamily f);
 
 // Datasheet roofline of one call, seconds: no derating, no discount (the tables carry those).
 double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d);

@@ -35,7 +35,7 @@ OVERLAPS = ("two_batch", "single_batch", "none")
 # those GEMMs run at the default efficiency).
 WEIGHT_DTYPES = ("fp8", "bf16")
 # Columns of a table file that carry a shape (blank where a family does not use them).
-SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "ep")
+SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "ep", "tp")
 DEFAULT_EFFICIENCY = 0.6
 
 
@@ -85,23 +85,11 @@ def read_table_rows(path) -> list[dict]:
             raise ValueError(f"{path}, row {i}: field 'gbps': a {fam} row needs gbps, or latency_us and tokens")
         if not comm and "latency_us" not in row:
             raise ValueError(f"{path}, row {i}: field 'latency_us' is required for {fam}")
-        for col in _required_shape(fam):
+        for col in SM.table_row_fields(fam):
             if col not in row:
                 raise ValueError(f"{path}, row {i}: field '{col}' is required for {fam}")
         rows.append(row)
     return rows
-
-
-def _required_shape(family: str) -> tuple[str, ...]:
-    if family.startswith("gemm"):
-        return ("m", "n", "k")
-    if family.startswith("grouped"):
-        return ("m", "n", "k", "groups")
-    if family == "mla_decode":
-        return ("batch", "kv_len")
-    if family == "mla_prefill":
-        return ("m",)
-    return ("ep",) if family != "allreduce" else ()
 
 
 def _shape(row: Mapping) -> "SM.KernelShape":

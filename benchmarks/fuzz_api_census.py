@@ -115,11 +115,11 @@ def _cases(rng: random.Random):
 
     # -- model fields, through every door ---------------------------------------------------------
     fields = list(dsperf.model.HF_FIELDS)
-    cfg0 = dict(dsperf.model._shipped_config("DeepSeek-V3"))
+    cfg0 = dict(dsperf.model.configs._shipped_config("DeepSeek-V3"))
     model_bad = [2 ** 31, 2 ** 32 + 61, 2 ** 63, -(2 ** 31), float("nan"), float("inf"), 1e300, True, "61", None, [61]]
     for key in fields:
         for v in rng.sample(model_bad, 5):
-            if v is None and key in dsperf.model._NULLABLE:
+            if v is None and key in dsperf.model.configs._NULLABLE:
                 v = "none"  # None is valid there (no query compression)
             cfg = dict(cfg0, **{key: v})
             add("from_hf_config", key, lambda cfg=cfg: dsperf.decode(cfg, devices=["H800"], batch_sizes=[32]))

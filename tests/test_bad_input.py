@@ -96,7 +96,7 @@ def test_wrong_types_name_the_argument():
 
 
 def _v3_config():
-    with open(dsperf.model.resources.files("dsperf") / "data" / "models" / "DeepSeek-V3.json") as f:
+    with open(dsperf.model.configs.resources.files("dsperf") / "data" / "models" / "DeepSeek-V3.json") as f:
         return json.load(f)
 
 
@@ -176,7 +176,7 @@ def test_model_config_layer_count_beyond_int32(tmp_path):
     m.n_layers = 2 ** 31  # fits the int64 field; the bound refuses it before any int narrowing
     with raises("model field 'n_layers' must be <= 16777216"):
         dsperf.decode(m, devices=["H800"])
-    cfg = json.loads((dsperf.model.resources.files("dsperf") / "data" / "models" / "DeepSeek-V3.json").read_text())
+    cfg = json.loads((dsperf.model.configs.resources.files("dsperf") / "data" / "models" / "DeepSeek-V3.json").read_text())
     cfg["num_hidden_layers"] = 2 ** 31
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))

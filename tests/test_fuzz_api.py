@@ -201,14 +201,14 @@ def test_decode_sweep_grid_sizes(lengths, direct):
 
 
 # ---- loaders ------------------------------------------------------------------------------------------
-V3 = dsperf.model._shipped_config("DeepSeek-V3")
+V3 = dsperf.model.configs._shipped_config("DeepSeek-V3")
 field_value = st.one_of(st.integers(-(2 ** 70), 2 ** 70), st.floats(allow_nan=True, allow_infinity=True),
                         st.sampled_from([2 ** 31, 2 ** 32 + 61, 2 ** 63, 2 ** 24 + 1, True, None, "61", [61]]))
 
 
 def _model_field_ok(key, v):
     if v is None:
-        return key in dsperf.model._NULLABLE
+        return key in dsperf.model.configs._NULLABLE
     if key == "routed_scaling_factor":
         return is_real(v) and 0 < v <= 1e6
     return is_real(v) and float(v) == int(v) and 0 <= v <= dsperf.model.MODEL_FIELD_MAX

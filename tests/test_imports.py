@@ -65,7 +65,7 @@ def test_no_import_cycle():
 def test_gpu_twins_do_not_import_the_cpu_front_door():
     """dsperf.kernels hands GPU arrays to dsperf.cuda; dsperf.cuda shares only the argument checks
     (dsperf._arrays), never the CPU module's private names or its kernels."""
-    tree = ast.parse((PKG / "cuda.py").read_text())
+    tree = ast.parse((PKG / "cuda" / "__init__.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert "kernels" not in imported and "dsperf.kernels" not in imported, imported

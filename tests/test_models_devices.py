@@ -42,7 +42,7 @@ def test_seed_model_args_are_the_v3_defaults():
 
 
 def test_load_config_json_from_folder(tmp_path):
-    src = dsperf.model.resources.files("dsperf") / "data" / "models" / "Kimi-K2.json"
+    src = dsperf.model.configs.resources.files("dsperf") / "data" / "models" / "Kimi-K2.json"
     (tmp_path / "kimi").mkdir()
     (tmp_path / "kimi" / "config.json").write_text(src.read_text())
     m = dsperf.load_model(str(tmp_path / "kimi"))
@@ -92,7 +92,7 @@ def test_user_device_file(tmp_path):
 
 
 def test_from_hf_config_roundtrip():
-    cfg = json.loads((dsperf.model.resources.files("dsperf") / "data" / "models" / "DeepSeek-V2.json").read_text())
+    cfg = json.loads((dsperf.model.configs.resources.files("dsperf") / "data" / "models" / "DeepSeek-V2.json").read_text())
     m = dsperf.from_hf_config(cfg, name="v2")
     assert m.route_scale == 16.0 and m.n_expert_groups == 8 and m.n_limited_groups == 3
 

@@ -83,7 +83,7 @@ def _add_deepseek(sub):
 
 
 def _run_tables(args) -> str:
-    from .tables import TableOptions, all_tables, render
+    from .model.tables import TableOptions, all_tables, render
 
     unknown = set(args.sections) - {"model", "devices", "prefill", "decode"}
     if unknown:
@@ -109,7 +109,7 @@ def _run_tables(args) -> str:
 
 
 def _run_deepseek() -> str:
-    from .compare import deepseek_comparison
+    from .model.compare import deepseek_comparison
 
     return deepseek_comparison().to_markdown(index=False, floatfmt=".2f") + "\n"
 
@@ -140,9 +140,9 @@ def main(argv=None) -> int:
         if args.command == "tables":
             text = _run_tables(args)
         elif args.command == "calibrate":
-            from .calibrate import IN_MEMORY_KEYS, calibrate
+            from .predict.calibrate import IN_MEMORY_KEYS, calibrate
 
-            from .predict import efficiencies_table
+            from .predict.fit import efficiencies_table
 
             path, m = calibrate(force=args.force, quick=args.quick, path=args.out,
                                 progress=args.progress or sys.stderr.isatty())
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
                              f"guess): {', '.join(stuck)}")
             text += f"\n\ndevice file: {path}" + (" (reused; --force to measure again)" if m.get("reused") else "") + "\n"
         elif args.command == "report":
-            from .report import report_targets, run_report
+            from .predict.report import report_targets, run_report
 
             if args.repeats is not None and not 1 <= args.repeats <= 1000:
                 raise ValueError(f"--repeats must lie in [1, 1000], got {args.repeats}")
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
         elif args.command == "explore":
             text = cli_grounded.run_explore(args)
         elif args.command == "deviations":
-            from .deviations import deviation_effects
+            from .model.deviations import deviation_effects
 
             df = deviation_effects()
             # One format per column, never scientific: token rates as whole numbers, the rest to 4 digits.
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
             width = max(map(len, fix_names()))
             text = "".join(f"{n:<{width}}  {d}\n" for n, d in zip(fix_names(), fix_descriptions()))
         elif args.command == "devices":
-            from .hardware import device_table, list_devices
+            from .model.devices import device_table, list_devices
 
             text = device_table(list_devices(), args.mode).to_markdown(floatfmt=".4g") + "\n"
         else:

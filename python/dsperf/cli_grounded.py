@@ -39,7 +39,7 @@ def _render(df, fmt: str, floatfmt: str = ".4g") -> str:
 
 
 def run_validate(args: argparse.Namespace) -> str:
-    from .validation import summary, validate
+    from .model.validation import summary, validate
 
     df = validate()
     if args.format == "csv":
@@ -55,7 +55,7 @@ def run_validate(args: argparse.Namespace) -> str:
 
 
 def run_predict(args: argparse.Namespace) -> str:
-    from . import grounded
+    from .model import grounded
 
     common = dict(attn_tp=args.attn_tp, redundant_experts=args.redundant_experts, overlap=args.overlap,
                   imbalance=args.imbalance)
@@ -112,7 +112,7 @@ def run_explore(args: argparse.Namespace) -> str:
     import sys
     from pathlib import Path
 
-    from . import explore
+    from .model import explore
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not devices:

@@ -48,7 +48,7 @@ def _on_gpu(*arrays) -> bool:
     for a in arrays:
         if a is None or isinstance(a, np.ndarray):
             continue
-        from .cuda_array import is_device_array_like
+        from .cuda.arrays import is_device_array_like
         if is_device_array_like(a):
             return True
     return False

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from .. import kernels
-from ..kernel_cost import ep_exchange_ms
+from ..predict.kernel_cost import ep_exchange_ms
 from .alltoall import BF16, F32, EpComm, install_abort_on_error, raw_alltoallv
 
 # DeepSeek-V3's MoE shape for the communication table.

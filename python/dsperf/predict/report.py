@@ -54,7 +54,7 @@ def targets_line(targets) -> str:
 
 
 def _seed_tables() -> str:
-    from .tables import TableOptions, all_tables, render
+    from ..model.tables import TableOptions, all_tables, render
 
     return render(all_tables(TableOptions(), ("model", "devices", "prefill", "decode")), "markdown")
 
@@ -71,7 +71,7 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     from . import plots, sweeps
     from .calibrate import calibrate, probe_bands, save
     from .harness import run_sweep
-    from .predict import efficiencies_table, error_summary, fit_efficiencies, predict_frame
+    from .fit import efficiencies_table, error_summary, fit_efficiencies, predict_frame
 
     stream = stream or sys.stdout
     out = Path(out)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from . import _C, ops
-from ._checks import MAX_TOKENS, finite_results, flag, number
-from .hardware import DeviceLike, load_device
-from .kernels import MLA_VARIANTS
+from .. import _C, ops
+from .._checks import MAX_TOKENS, finite_results, flag, number
+from ..model.devices import DeviceLike, load_device
+from ..kernels import MLA_VARIANTS
 
 KC = _C.kernel_cost
 KernelWork = KC.KernelWork
@@ -178,7 +178,7 @@ def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
 
 def load_efficiencies(path) -> dict[str, KernelEfficiency]:
     """The fitted efficiencies of a calibrated device file (empty when it has none)."""
-    from .hardware import _read_toml
+    from ..model.devices import _read_toml
 
     return efficiencies_from_dict(_read_toml(path).get("efficiency", {}))
 

@@ -23,10 +23,10 @@ import threading
 
 import numpy as np
 
-from . import _C
-from . import cuda_array as _CA
-from . import _arrays as A
-from .cuda_array import (BF16, FP8, DeviceArray, as_device_array, from_cuda_array_interface, from_dlpack,
+from .. import _C
+from . import arrays as _CA
+from .. import _arrays as A
+from .arrays import (BF16, FP8, DeviceArray, as_device_array, from_cuda_array_interface, from_dlpack,
                          is_device_array_like)
 
 _G = _C.cuda

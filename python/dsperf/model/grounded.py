@@ -23,10 +23,10 @@ from typing import Mapping
 
 import pandas as pd
 
-from . import _C
-from ._checks import flag, number
-from .hardware import DeviceLike, DeviceSpec, kernel_table_name, load_device
-from .model import load_model
+from .. import _C
+from .._checks import flag, number
+from .devices import DeviceLike, DeviceSpec, kernel_table_name, load_device
+from .configs import load_model
 
 SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
@@ -259,7 +259,7 @@ def eplb_imbalance(load, *, ep: int, redundant_experts: int = 0, gpus_per_node: 
 
     load: tokens per logical expert of one layer (e.g. counts from a trace, or
     dsperf.ep.eplb.zipf_load(256, tokens, alpha=...))."""
-    from .ep import eplb
+    from ..ep import eplb
 
     import numpy as np
 

@@ -17,10 +17,10 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import _C
-from .hardware import resolve_devices
-from ._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number, number_list, text
-from .model import load_model
+from .. import _C
+from .devices import resolve_devices
+from .._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number, number_list, text
+from .configs import load_model
 
 # The seed's EP strategies: name -> (EP size, redundant experts).
 DEFAULT_MODE = "grounded"   # prefill, decode, decode_sweep

@@ -8,8 +8,8 @@ import os
 from importlib import resources
 from typing import Any, Mapping, Union
 
-from . import _C
-from ._checks import read_small_file
+from .. import _C
+from .._checks import read_small_file
 
 ModelConfig = _C.ModelConfig
 MODEL_FIELD_MAX = _C.MODEL_FIELD_MAX  # upper bound on every integer field (2**24)

@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from . import _C
+from .. import _C
 from .kernel_cost import (BASE_FAMILIES, FAMILIES, FittedEfficiency, KernelEfficiency, efficiency_key,
                           lookup_efficiency, part_seconds, parts)
 

@@ -20,10 +20,10 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from . import ops
+from .. import ops
 from .kernel_cost import work
 # The input pool lives with the families (dsperf.ops.inputs); its generators are public here too.
-from .ops.inputs import Pool, random_bf16, random_fp8  # noqa: F401
+from ..ops.inputs import Pool, random_bf16, random_fp8  # noqa: F401
 
 
 def l3_bytes() -> int:

@@ -13,8 +13,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from . import _C
-from ._checks import read_small_file
+from .. import _C
+from .._checks import read_small_file
 
 DeviceSpec = _C.DeviceSpec
 

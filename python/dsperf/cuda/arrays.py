@@ -22,7 +22,7 @@ import numbers
 import ml_dtypes
 import numpy as np
 
-from . import _C
+from .. import _C
 
 _G = _C.cuda
 

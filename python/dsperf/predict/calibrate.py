@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import _C
-from .hardware import DeviceSpec
-from . import kernels as K
+from .. import _C
+from ..model.devices import DeviceSpec
+from .. import kernels as K
 from .harness import l3_bytes
 
 CACHE_DIR = Path(os.environ.get("DSPERF_CACHE", Path.home() / ".cache" / "dsperf"))
@@ -295,10 +295,10 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
     fit=False leaves the fit and the writing to the caller (`dsperf report` times the fit sweep
     with its own and saves through the same save). The measurements include 'spec' (the
     DeviceSpec, in memory), 'name', 'efficiency' ({key: KernelEfficiency}) and 'reused'."""
-    from .hardware import _read_toml, load_device
+    from ..model.devices import _read_toml, load_device
     from .kernel_cost import efficiencies_from_dict
     from .harness import run_sweep
-    from .predict import fit_efficiencies
+    from .fit import fit_efficiencies
     from .sweeps import fit_points
 
     path = Path(path) if path else default_path()

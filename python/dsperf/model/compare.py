@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import costmodel as cm
-from ._checks import flag, number
+from . import seed as cm
+from .._checks import flag, number
 
 DEEPSEEK_PREFILL_TOKENS_PER_NODE = 73_700
 DEEPSEEK_DECODE_TOKENS_PER_NODE = 14_800

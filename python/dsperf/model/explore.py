@@ -23,10 +23,11 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from . import _C, grounded
-from ._checks import number, number_list
-from .hardware import DeviceLike, kernel_table_name, resolve_devices
-from .model import load_model
+from .. import _C
+from . import grounded
+from .._checks import number, number_list
+from .devices import DeviceLike, kernel_table_name, resolve_devices
+from .configs import load_model
 
 # Defaults of the search, each an assumption the user can replace.
 DEFAULT_EP = (8, 16, 32, 64, 72, 128, 144, 256)
@@ -370,7 +371,7 @@ def afd_columns(m, pairs, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_
 
 def board_power_w(device: DeviceLike) -> float:
     """The board power of a shipped device (its file's `board_power_w`), NaN where unknown."""
-    from .hardware import device_metadata
+    from .devices import device_metadata
 
     v = device_metadata(device).get("board_power_w")
     return float(v) if v is not None else math.nan
@@ -448,7 +449,7 @@ SM = _C.step_model
 def frontier_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: throughput per GPU against speed per user"):
     """tokens/s per GPU (served, prefill GPUs counted) against tokens/s per user: every feasible
     configuration of df in grey, each device's Pareto frontier as a line."""
-    from .plots import _plt
+    from ..predict.plots import _plt
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -470,7 +471,7 @@ def frontier_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: throughput p
 
 def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against latency"):
     """Cost per million output tokens against TPOT: each device's cheapest configuration per latency."""
-    from .plots import _plt
+    from ..predict.plots import _plt
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5.5))

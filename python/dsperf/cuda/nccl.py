@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _C
-from . import _arrays as A
-from . import kernels as K
-from .cuda_array import DeviceArray
+from .. import _C
+from .. import _arrays as A
+from .. import kernels as K
+from .arrays import DeviceArray
 
 _G = _C.cuda
 
@@ -102,11 +102,11 @@ class NcclTransport:
         return a.numpy() if isinstance(a, DeviceArray) else np.asarray(a)
 
     def permute(self, rank, x, idx):
-        from . import cuda
+        from .. import cuda
         return cuda.moe_permute(x, self.to_rank(rank, np.ascontiguousarray(idx, np.int32)))
 
     def unpermute(self, rank, y, position, weights):
-        from . import cuda
+        from .. import cuda
         if isinstance(position, np.ndarray):
             position = np.ascontiguousarray(position, np.int32)
         return cuda.moe_unpermute(y, self.to_rank(rank, position), self.to_rank(rank, weights))

@@ -8,7 +8,7 @@ deployment: 16 attention heads (TP8) or 128 (TP1), a handful of local experts.
 """
 from __future__ import annotations
 
-from . import ops
+from .. import ops
 
 
 def fit_points(quick=False):

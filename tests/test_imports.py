@@ -69,3 +69,21 @@ def test_gpu_twins_do_not_import_the_cpu_front_door():
     imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert "kernels" not in imported and "dsperf.kernels" not in imported, imported
+
+
+def test_former_flat_names_are_the_new_modules():
+    """README, notebooks and users' scripts import the former flat names: each is the module of its
+    new home, by import, from-import and attribute alike."""
+    import importlib
+
+    from dsperf import _aliases
+
+    for old, new in _aliases.FORMER_NAMES.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+        assert getattr(dsperf, old.split(".")[1]) is importlib.import_module(new), old
+    from dsperf import harness, kernel_cost  # noqa: F401
+
+    assert harness.__name__ == "dsperf.predict.harness" and kernel_cost.__name__ == "dsperf.predict.kernel_cost"
+    # The flat top level is gone: only the front doors, the command and private helpers remain.
+    top = sorted(p.stem for p in PKG.glob("*.py"))
+    assert top == ["__init__", "_aliases", "_arrays", "_checks", "cli", "cli_grounded", "kernels", "reference"], top

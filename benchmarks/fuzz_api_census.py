@@ -24,16 +24,18 @@ import argparse
 import io
 import os
 import random
-import resource
-import signal
 import sys
 import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
-import dsperf
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.forked, run as a script
+from benchmarks.forked import run_forked  # noqa: E402
+
+import dsperf  # noqa: E402
 from dsperf import ep as dep
 from dsperf import kernel_cost as kc
 
@@ -307,44 +309,14 @@ def _classify_in_child(api, arg, fn):
 
 def run_case(api, arg, fn, limit_s=10.0, mem_bytes=4 << 30):
     """Fork, run the case under a time and an address-space limit, classify what happened."""
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(rd)
-        try:
-            with open("/proc/self/status") as f:
-                vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-            resource.setrlimit(resource.RLIMIT_AS, (vm + mem_bytes, vm + mem_bytes))
-            cls, detail = _classify_in_child(api, arg, fn)
-        except BaseException as e:  # noqa: BLE001
-            cls, detail = "other exception", repr(e)
-        os.write(wr, f"{cls}\t{detail}".encode("utf-8", "replace")[:4000])
-        os._exit(0)
-    os.close(wr)
-    deadline = time.monotonic() + limit_s
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(rd)
-            return "hang", f"still running after {limit_s:g} s"
-        time.sleep(0.005)
-    data = b""
-    while True:
-        chunk = os.read(rd, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.close(rd)
-    if os.WIFSIGNALED(status):
-        return "crash", f"signal {os.WTERMSIG(status)}"
-    if not data:
-        return "crash", f"exit status {os.WEXITSTATUS(status)} without a verdict"
-    cls, _, detail = data.decode("utf-8", "replace").partition("\t")
-    return cls, detail
+    out = run_forked(lambda: _classify_in_child(api, arg, fn), limit_s, mem_bytes, poll_s=0.005)
+    if out[0] == "ok":
+        return out[1]
+    if out[0] == "hang":
+        return "hang", f"still running after {limit_s:g} s"
+    if out[0] == "crash":
+        return "crash", f"signal {out[1]}"
+    return "other exception", f"{out[1]}: {out[2]}"
 
 
 def main(argv=None):

@@ -142,6 +142,13 @@ def test_device_file_errors(tmp_path):
     f.write_text(good + "\nwarp_size = 32\n")
     with raises("unknown field 'warp_size'"):
         dsperf.load_device(str(f))
+    # A malformed [as_published] is refused in every mode, also where the mode reads datasheet values.
+    f.write_text("as_published = 3\n" + good)
+    for mode in ("as_published", "corrected"):
+        with raises("field 'as_published' must be a table"):
+            dsperf.load_device(str(f), mode)
+    with raises("field 'as_published' must be a table"):
+        dsperf.decode(devices=[str(f)])
 
 
 def test_strict_types_and_bounds_name_the_argument():

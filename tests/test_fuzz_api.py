@@ -11,19 +11,20 @@ import json
 import math
 import numbers
 import os
-import pickle
 import re
-import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import dsperf
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.forked import run_forked  # noqa: E402
+
+import dsperf  # noqa: E402
 from dsperf import ep as dep
 from dsperf import kernel_cost as kc
 
@@ -37,40 +38,9 @@ MAX_TOKENS, MAX_COUNT = 2 ** 30, 2 ** 20
 
 # ---- running a case in its own process ---------------------------------------------------------------
 def isolated(fn, timeout=20.0):
-    """Run fn() in a forked child. Returns ("ok", value) with fn's (picklable) return value,
-    ("error", type name, message), ("crash", signal) or ("hang", None)."""
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(rd)
-        try:
-            out = ("ok", fn())
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
-            out = ("error", type(e).__name__, str(e))
-        try:
-            data = pickle.dumps(out)
-        except Exception as e:  # noqa: BLE001
-            data = pickle.dumps(("error", "PicklingError", str(e)))
-        with os.fdopen(wr, "wb") as f:
-            f.write(data)
-        os._exit(0)
-    os.close(wr)
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(rd)
-            return ("hang", None)
-        time.sleep(0.002)
-    with os.fdopen(rd, "rb") as f:
-        data = f.read()
-    if os.WIFSIGNALED(status) or not data:
-        return ("crash", os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
-    return pickle.loads(data)
+    """Run fn() in a forked child (benchmarks.forked). Returns ("ok", value) with fn's (picklable)
+    return value, ("error", type name, message), ("crash", signal) or ("hang", None)."""
+    return run_forked(fn, timeout)
 
 
 def assert_clean_error(out, *names):

@@ -78,10 +78,11 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
     if missing:
         raise ValueError(f"device file {source} is missing the field '{missing[0]}'")
     values = {k: v for k, v in data.items() if k in SPEC_FIELDS}
+    # A malformed file is refused whichever values the mode reads from it.
+    seed = data.get("as_published", {})
+    if not isinstance(seed, dict):
+        raise ValueError(f"device file {source} field 'as_published' must be a table, got {seed!r}")
     if seed_values:
-        seed = data.get("as_published", {})
-        if not isinstance(seed, dict):
-            raise ValueError(f"device file {source} field 'as_published' must be a table, got {seed!r}")
         values.update({k: v for k, v in seed.items() if k in SPEC_FIELDS})
     unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency")
                and k not in METADATA_FIELDS]

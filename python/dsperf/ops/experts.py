@@ -52,30 +52,29 @@ def _rows_per_expert(p):
     return p["rows"] / max(p["active"], 1)
 
 
-CONTIGUOUS = OpFamily(
-    name="experts_contiguous", params=PARAMS, token_params=("rows",),
-    example=dict(rows=12, active=3, dim=256, inter=128, dtype="bf16"),
-    summary="grouped expert FFN, rows contiguous per expert (prefill)",
-    kernels=("experts_contiguous",), references=("reference.experts_contiguous",), runs_on=("host", "gpu"),
-    work=work, build=build_contiguous, key_by_dtype=True, rows_per_weight=_rows_per_expert,
-    fit_points=lambda: (_points([(8, 4), (32, 4), (64, 2), (128, 2), (512, 1)], "bf16")
-                        + _points([(8, 4), (32, 4), (64, 2), (256, 1)], "fp8")),
-    default_points=lambda: (_points([(128, 4), (384, 3), (1024, 2)], "bf16")
-                            + _points([(64, 4), (512, 2)], "fp8")),
-    large=lambda p: p["rows"] >= 512,
-)
+def _family(layout, summary, build, example, fit, default, large_rows):
+    """One layout's family: the same parameters, work and efficiency key, its own call and points."""
+    name = f"experts_{layout}"
+    return OpFamily(name=name, params=PARAMS, token_params=("rows",), summary=summary, kernels=(name,),
+                    references=(f"reference.{name}",), runs_on=("host", "gpu"), work=work, build=build,
+                    key_by_dtype=True, rows_per_weight=_rows_per_expert, example=example,
+                    fit_points=lambda: _points(fit[0], "bf16") + _points(fit[1], "fp8"),
+                    default_points=lambda: _points(default[0], "bf16") + _points(default[1], "fp8"),
+                    large=lambda p: p["rows"] >= large_rows)
 
-MASKED = OpFamily(
-    name="experts_masked", params=PARAMS, token_params=("rows",),
-    example=dict(rows=5, active=2, dim=256, inter=128, dtype="fp8"),
-    summary="grouped expert FFN, a fixed capacity per expert with counts (decode)",
-    kernels=("experts_masked",), references=("reference.experts_masked",), runs_on=("host", "gpu"),
-    work=work, build=build_masked, key_by_dtype=True, rows_per_weight=_rows_per_expert,
-    # Both regimes: few rows per expert stream the weights, many rows compute.
-    fit_points=lambda: (_points([(2, 2), (16, 4), (64, 4), (128, 4), (256, 2)], "bf16")
-                        + _points([(2, 2), (16, 8), (32, 4), (128, 2)], "fp8")),
-    default_points=lambda: (_points([(4, 4), (32, 8), (128, 8)], "bf16") + _points([(8, 4), (64, 8)], "fp8")),
-    large=lambda p: p["rows"] >= 128,
-)
+
+# (rows, active experts) of each sweep, BF16 then FP8.
+CONTIGUOUS = _family(
+    "contiguous", "grouped expert FFN, rows contiguous per expert (prefill)", build_contiguous,
+    dict(rows=12, active=3, dim=256, inter=128, dtype="bf16"),
+    fit=([(8, 4), (32, 4), (64, 2), (128, 2), (512, 1)], [(8, 4), (32, 4), (64, 2), (256, 1)]),
+    default=([(128, 4), (384, 3), (1024, 2)], [(64, 4), (512, 2)]), large_rows=512)
+
+# Both regimes: few rows per expert stream the weights, many rows compute.
+MASKED = _family(
+    "masked", "grouped expert FFN, a fixed capacity per expert with counts (decode)", build_masked,
+    dict(rows=5, active=2, dim=256, inter=128, dtype="fp8"),
+    fit=([(2, 2), (16, 4), (64, 4), (128, 4), (256, 2)], [(2, 2), (16, 8), (32, 4), (128, 2)]),
+    default=([(4, 4), (32, 8), (128, 8)], [(8, 4), (64, 8)]), large_rows=128)
 
 FAMILIES = (CONTIGUOUS, MASKED)

@@ -4,6 +4,7 @@ import contextlib
 import io
 import time
 
+import pandas as pd
 import pytest
 
 import dsperf
@@ -173,3 +174,17 @@ def test_the_spec_in_memory_is_the_one_the_file_holds(quick_run):
         assert getattr(m["spec"], name) == getattr(from_file, name), name
     text = path.read_text()
     assert text.count("[calibration]") == 1 and "spec = " not in text and "reused = " not in text
+
+
+def test_the_calibration_writes_this_machines_kernel_table(quick_run):
+    """The fit sweep's GEMMs become rows of an efficiency table in the GPUs' format, which the file
+    names and the grounded model prices this machine's calls with."""
+    path, m = quick_run
+    table = cal.kernel_table_path(path)
+    rows = dsperf.grounded.read_table_rows(table)
+    assert [(r["family"], r["m"]) for r in rows] == [("gemm_bf16", 1), ("gemm_bf16", 32), ("gemm_bf16", 128)]
+    sweep = pd.read_csv(cal.fit_csv_path(path))
+    assert [r["latency_us"] for r in rows] == pytest.approx(list(sweep["measured_ms"] * 1e3), rel=1e-5)
+    assert f'kernel_table = "{table.name}"' in path.read_text()
+    r = dsperf.grounded.decode("DeepSeek-V2-Lite", str(path), batch=4, kv_len=1024, ep=1)
+    assert r["calls_from_table"] > 0 and r["tokens_per_gpu_s"] > 0

@@ -18,6 +18,7 @@ import csv
 import functools
 import math
 import os
+from pathlib import Path
 from importlib import resources
 from typing import Mapping
 
@@ -113,11 +114,18 @@ def _row_gbps(row: Mapping) -> float:
 
 
 @functools.lru_cache(maxsize=16)
-def _tables_for(table: str | None, default_efficiency: float) -> "SM.KernelTables":
+def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None) -> "SM.KernelTables":
     t = SM.KernelTables(default_efficiency)
     for row in read_table_rows(_tables_dir() / "network.csv"):
         t.add_bandwidth(row["family"], row.get("ep", 1.0), _row_gbps(row))
-    if table is not None:
+    if measured_on_file is not None:  # a calibration's own table, beside its device file
+        path = Path(measured_on_file).parent / table
+        if not path.is_file():
+            raise ValueError(f"device file {measured_on_file} names the kernel table '{table}', which is missing")
+        measured_on = load_device(measured_on_file, "corrected")
+        for row in read_table_rows(path):
+            t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+    elif table is not None:
         path = _tables_dir() / f"{table}.csv"
         if not path.is_file():
             raise ValueError(f"kernel table '{table}' has no file data/efficiency/{table}.csv")
@@ -131,7 +139,11 @@ def kernel_tables(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICI
     """The efficiency tables a device is priced with: its `kernel_table` file plus the network
     table; a device without one gets only the network rows (every compute call at the default)."""
     _check_real("default_efficiency", default_efficiency, 0, 1, low_open=True)
-    return _tables_for(kernel_table_name(device), float(default_efficiency))
+    table = kernel_table_name(device)
+    # A table file (dsperf calibrate's) lies beside the device file that names it, which is the
+    # device it was measured on.
+    own = table is not None and table.endswith(".csv") and isinstance(device, (str, os.PathLike))
+    return _tables_for(table, float(default_efficiency), str(Path(device).resolve()) if own else None)
 
 
 # Argument checks: the rules live in dsperf._checks (bool is not a number, floats are not integers,

@@ -46,6 +46,9 @@ class OpFamily:
         dtype, the MLA variant, the rows regime of a GEMM (the rows that share each weight).
     build: (params, Pool) -> (call, params): a zero-argument callable making one call on inputs
         from the pool, and the params with what only the inputs decide filled in.
+    table_rows: (params, measured microseconds) -> the rows of the grounded model's efficiency
+        tables (python/dsperf/data/efficiency/*.csv columns) one measured call gives, so that
+        `dsperf calibrate` writes this machine's table in the format the GPUs' tables have.
     example: a tiny point (a call in milliseconds) the tests and the docs use.
     fit_points / default_points: the calibration sweep's points and the report's (other shapes,
         so the report's errors are out of sample); large: those a quick sweep leaves out.
@@ -68,6 +71,7 @@ class OpFamily:
     key_by_variant: bool = False
     rows_per_weight: Callable[[Params], float] | None = None
     fit_points: Callable[[], list[dict]] = field(default=lambda: [])
+    table_rows: Callable[[Params, float], list[dict]] | None = None
 
     @property
     def composite(self) -> bool:

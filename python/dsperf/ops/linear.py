@@ -19,6 +19,14 @@ def build(p, pool):
     return (lambda: K.linear(x, w, s)), dict(p)
 
 
+def table_rows(p, us):
+    """One GEMM: a gemm_bf16 or gemm_fp8 row (the same GEMM per head is not a table row)."""
+    if p.get("count", 1) != 1:
+        return []
+    dt = p.get("dtype", "bf16")
+    return [dict(family=f"gemm_{dt}", m=p["m"], n=p["n"], k=p["k"], dtype=dt, latency_us=us)]
+
+
 def _points(shapes, dtype):
     return [dict(m=m, n=n, k=k, dtype=dtype) for m, n, k in shapes]
 
@@ -28,7 +36,7 @@ FAMILY = OpFamily(
     example=dict(m=4, n=256, k=512, dtype="bf16"),
     summary="GEMM y = x @ w.T (BF16 activations, BF16 or FP8 block-scaled weights)",
     kernels=("linear",), references=("reference.linear",),
-    work=work, build=build, key_by_dtype=True, rows_per_weight=lambda p: p["m"],
+    work=work, build=build, key_by_dtype=True, rows_per_weight=lambda p: p["m"], table_rows=table_rows,
     fit_points=lambda: (_points([(1, 4096, DIM), (16, 4096, DIM), (64, I, I), (128, 4096, DIM), (512, 2048, DIM)], "bf16")
                         + _points([(1, 4096, DIM), (16, 2048, DIM), (32, I, DIM), (128, 4096, DIM)], "fp8")),
     default_points=lambda: (_points([(4, 2048, DIM), (32, DIM, I), (256, DIM, I), (1024, 1536, DIM)], "bf16")

@@ -41,6 +41,12 @@ def build(p, pool):
                                  latent_scale=cache.latent_scale)), dict(p)
 
 
+def table_rows(p, us):
+    """One attention call: an mla_decode row (keys per request as kv_len; the cache dtype)."""
+    return [dict(family="mla_decode", batch=p["batch"], kv_len=p["keys"] / p["batch"], heads=p["heads"],
+                 q_len=p["q_len"], dtype=p.get("dtype", "bf16"), latency_us=us)]
+
+
 def _points(shapes, dtype):
     return [dict(keys=k, batch=b, q_len=1, heads=h, dtype=dtype) for k, b, h in shapes]
 
@@ -50,7 +56,7 @@ FAMILY = OpFamily(
     example=dict(keys=300, batch=2, q_len=1, heads=2, dtype="fp8"),
     summary="absorbed MLA decode over a paged latent cache (BF16 or FP8 latent)",
     kernels=("mla_decode",), references=("reference.mla_decode",), runs_on=("host", "gpu"),
-    work=work, build=build, key_by_dtype=True,
+    work=work, build=build, key_by_dtype=True, table_rows=table_rows,
     fit_points=lambda: (_points([(4096, 1, 16), (16384, 4, 16), (65536, 16, 16), (2048, 1, 128)], "bf16")
                         + _points([(4096, 1, 16), (16384, 4, 16), (65536, 16, 16)], "fp8")),
     default_points=lambda: (_points([(8192, 2, 16), (32768, 8, 16), (131072, 32, 16), (4096, 1, 128)], "bf16")

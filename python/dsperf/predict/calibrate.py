@@ -245,15 +245,17 @@ def _efficiency_lines(efficiencies) -> list[str]:
     return lines
 
 
-def to_toml(m: dict, name: str, efficiencies=None) -> str:
+def to_toml(m: dict, name: str, efficiencies=None, kernel_table: str | None = None) -> str:
     """The calibration file: the spec, the measurements ([calibration]) and the fitted
-    efficiencies ([efficiency."key"] tables), written whole."""
+    efficiencies ([efficiency."key"] tables), written whole; kernel_table names the efficiency
+    table written beside it (the grounded model prices this machine's calls with it)."""
     lines = [
         f"# {name}: measured by `dsperf calibrate` on {m['measured_at']} ({m['cpu_model']}, isa {m['isa']}).",
         "# Compute: the better of the VDPBF16PS and FP32 FMA peaks of all threads (BF16 work can run on",
         "# either); memory: the streaming read of all threads; links: MPI loopback between two",
         "# processes where MPI is installed, else the triad bandwidth.",
         *_spec_lines(_spec_values(m, name)),
+        *([f'kernel_table = "{kernel_table}"'] if kernel_table else []),
         "",
         "[calibration]",
     ]
@@ -279,14 +281,52 @@ def fit_csv_path(path) -> Path:
     return path.with_name(path.stem + ".fit.csv")
 
 
+def kernel_table_path(path) -> Path:
+    """Where the efficiency table of a calibration file is kept (the grounded model's format)."""
+    path = Path(path)
+    return path.with_name(path.stem + ".kernels.csv")
+
+
+# The columns of an efficiency table (python/dsperf/data/efficiency/*.csv) a CPU table fills.
+TABLE_COLUMNS = ("family", "m", "n", "k", "batch", "kv_len", "heads", "q_len", "dtype", "latency_us", "source")
+
+
+def kernel_table_text(m: dict, fit_sweep) -> str:
+    """The measured calls of a fit sweep as efficiency-table rows, through each family's
+    table_rows (dsperf.ops): the median time of each point, its data streamed from memory when
+    the sweep flushed the caches. Families without a table counterpart (the expert FFN, whose
+    GEMMs are timed together with their activation) give no rows."""
+    from .. import ops
+    from .fit import points_of
+
+    cold = bool(fit_sweep["cold"].all()) if "cold" in fit_sweep.columns else True
+    source = (f"dsperf calibrate on {m['cpu_model']} ({m['threads']} threads, isa {m['isa']}), {m['measured_at']}: "
+              f"median of repeated calls, {'caches flushed before each' if cold else 'cache-resident'}")
+    lines = ["# This machine's kernel times in the grounded model's table format (docs/VALIDATION.md), written by",
+             "# dsperf calibrate from its fit sweep.", ",".join(TABLE_COLUMNS)]
+    for (family, params), ms in zip(points_of(fit_sweep), fit_sweep["measured_ms"]):
+        rows = ops.get(family).table_rows
+        for row in rows(params, float(ms) * 1e3) if rows else []:
+            row = dict(row, source=source)
+            lines.append(",".join(f'"{row[c]}"' if c == "source" else (f"{row[c]:g}" if isinstance(row.get(c), float)
+                                  else str(row.get(c, ""))) for c in TABLE_COLUMNS))
+    return "\n".join(lines) + "\n"
+
+
 def save(path, m: dict, efficiencies, fit_sweep=None) -> None:
     """Writes a calibration whole: the file (spec, measurements, efficiencies) and, when given,
-    the fit sweep it was fitted on beside it (fit_csv_path)."""
+    the fit sweep it was fitted on beside it (fit_csv_path) and its calls as an efficiency table
+    (kernel_table_path), which the file names."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_toml(m, m["name"], efficiencies))
+    table = None
     if fit_sweep is not None:
         fit_sweep.dropna(axis=1, how="all").to_csv(fit_csv_path(path), index=False)
+        kernel_table_path(path).write_text(kernel_table_text(m, fit_sweep))
+        table = kernel_table_path(path).name
+    elif m.get("reused") and kernel_table_path(path).is_file():
+        table = kernel_table_path(path).name  # the table of the fit this file already had
+    path.write_text(to_toml(m, m["name"], efficiencies, table))
 
 
 def calibrate(force=False, quick=False, path=None, points=None, repeats=None, progress=False, fit=True):

@@ -46,10 +46,10 @@ def test_decode_points_median_error_within_15_percent(table):
     assert decode["error"].abs().median() <= 0.15
 
 
-def test_points_beyond_30_percent_are_few_and_most_name_a_missing_input(table):
+def test_every_point_beyond_30_percent_names_a_missing_input(table):
     s = validation.summary(table)
-    assert len(s["beyond_30pct_unexplained"]) <= 1, s
-    assert set(s["beyond_30pct_unexplained"]) <= set(s["beyond_30pct"])
+    assert s["beyond_30pct_unexplained"] == [], s
+    assert len(s["beyond_30pct"]) <= 7, s
 
 
 def test_cli_validate_csv_has_one_row_per_point_and_the_error_recomputes():
@@ -218,3 +218,25 @@ def test_eplb_imbalance_from_a_routing_distribution():
 def test_blackwell_devices_load_and_predict(device):
     r = grounded.decode("DeepSeek-V3", device, batch=64, kv_len=2048, ep=64)
     assert r["tokens_per_gpu_s"] > 0 and r["calls_default"] > 0
+
+
+def test_moe_tensor_parallelism():
+    """moe_tp splits each routed expert over GPUs of a node: the same weight bytes per GPU, twice the
+    rows per GPU on half-width expert GEMMs, the dispatched and combined bytes doubled (every GPU of
+    an expert group gets the token and returns its partial sum)."""
+    kw = dict(device="H200", batch=32, kv_len=2048, ep=8, overlap="none")
+    ep, tp = grounded.decode(**kw), grounded.decode(**kw, moe_tp=2)
+    assert tp["weights_gib"] == pytest.approx(ep["weights_gib"], rel=1e-12)
+    calls = {r["kernel"]: r for r in ep["calls"]}, {r["kernel"]: r for r in tp["calls"]}
+    assert calls[1]["experts_up"]["flops"] == pytest.approx(calls[0]["experts_up"]["flops"], rel=1e-9)
+    assert calls[1]["dispatch"]["bytes"] == pytest.approx(2 * calls[0]["dispatch"]["bytes"], rel=1e-12)
+    assert calls[1]["combine"]["bytes"] == pytest.approx(2 * calls[0]["combine"]["bytes"], rel=1e-12)
+    assert calls[1]["experts_act_quant"]["bytes"] == pytest.approx(calls[0]["experts_act_quant"]["bytes"], rel=1e-12)
+    with pytest.raises(ValueError, match=r"moe_tp \(3\) must divide ep"):
+        grounded.decode(**dict(kw, ep=8), moe_tp=3)
+    with pytest.raises(ValueError, match="moe_tp"):
+        grounded.decode(**kw, moe_tp=0)
+    # 512 GPUs over 256 experts: possible only with the experts split in two.
+    grounded.decode(batch=32, kv_len=2048, ep=512, moe_tp=2)
+    with pytest.raises(ValueError, match="routed \\+ redundant experts"):
+        grounded.decode(batch=32, kv_len=2048, ep=512)

@@ -143,6 +143,7 @@ void bind_step_model(py::module_& root) {
         .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)
         .def_readwrite("weights_fp8", &Deployment::weights_fp8)
         .def_readwrite("dense_tp", &Deployment::dense_tp)
+        .def_readwrite("moe_tp", &Deployment::moe_tp)
         .def_readwrite("imbalance", &Deployment::imbalance)
         .def_readwrite("comm_sms", &Deployment::comm_sms)
         .def_readwrite("step_overhead_ms", &Deployment::step_overhead_ms)

@@ -158,8 +158,11 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     gate.m = t, gate.n = E, gate.k = D, gate.fp8 = false;
     b.compute("gate", TableFamily::kGemmBf16, Stage::kMoeShared, gate);
 
-    // Dispatch and combine: DeepEP low-latency kernels in decode, normal kernels in prefill.
-    const double payload = dispatch_payload(m, dep.dispatch_fp8);
+    // Dispatch and combine: DeepEP low-latency kernels in decode, normal kernels in prefill. With
+    // MoE TP every GPU of the destination expert group gets the token, and each returns its
+    // partial sum: moe_tp times the payload each way.
+    const double tp = double(dep.moe_tp);
+    const double payload = dispatch_payload(m, dep.dispatch_fp8) * tp;
     KernelShape link;
     link.ep = dep.ep;
     const bool internode = dep.ep > d.gpus_per_node;
@@ -167,7 +170,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it.
         b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload,
                d.scaleout_gbps, kTableNicGbps);
-        b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D, d.scaleout_gbps,
+        b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D * tp, d.scaleout_gbps,
                kTableNicGbps);
     } else if (dep.phase == Phase::kDecode) {
         // Inside one NVLink domain (a node, or an NVL72 rack) the pairs for other GPUs go over
@@ -177,7 +180,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         const double remote = t * K * (dep.ep - 1) / dep.ep;
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, nvlink, remote * payload, d.nvlink_gbps,
                kTableNvlinkGbps);
-        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, nvlink, remote * 2 * D, d.nvlink_gbps,
+        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, nvlink, remote * 2 * D * tp, d.nvlink_gbps,
                kTableNvlinkGbps);
     } else {
         // A token crosses the NIC once per remote node it reaches (then NVLink forwards it);
@@ -197,7 +200,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         if (!internode) row.ep = kIntranodeTableEp;  // the NVLink row, whatever the domain's size
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, row, t * copies * payload, link_gbps,
                table_gbps);
-        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, row, t * copies * 2 * D, link_gbps,
+        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, row, t * copies * 2 * D * tp, link_gbps,
                table_gbps);
     }
 
@@ -217,8 +220,11 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // The masked and contiguous kernels skip experts that received no rows, so a small batch
     // reads the weights of the experts its rows reach: each row lands on one of the `local`
     // experts, uniformly under balanced routing.
-    const double local = (E + dep.redundant_experts) / dep.ep;
-    const double rows = t * K * dep.imbalance;
+    // With MoE TP the moe_tp GPUs of an expert group hold the same experts, each a 1/moe_tp slice
+    // of their intermediate, and each sees all the group's rows.
+    const double local = (E + dep.redundant_experts) / (dep.ep / tp);
+    const double rows = t * K * tp * dep.imbalance;
+    const double I_gpu = I / tp;
     const double active = local * (1 - std::pow(1 - 1 / local, rows));
     const double rows_per_expert = rows / active;
     const TableFamily g = dep.phase == Phase::kDecode ? TableFamily::kGroupedMasked : TableFamily::kGroupedContiguous;
@@ -235,10 +241,10 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     KernelShape up, down;
     up.m = down.m = rows_per_expert, up.groups = down.groups = active;
     up.fp8 = down.fp8 = dep.weights_fp8;
-    up.n = 2 * I, up.k = D, down.n = D, down.k = I;
+    up.n = 2 * I_gpu, up.k = D, down.n = D, down.k = I_gpu;
     b.compute("experts_up", g, M, up);
     KernelShape act;
-    act.bytes = rows * (2 * I * 2 + I);  // SiLU-mul + FP8 requantisation
+    act.bytes = rows * (2 * I_gpu * 2 + I_gpu);  // SiLU-mul + FP8 requantisation
     b.compute("experts_act_quant", TableFamily::kElementwise, M, act);
     b.compute("experts_down", g, M, down);
 }
@@ -305,7 +311,6 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     require(m.n_heads % attn_tp == 0, "attn_tp must divide the model's heads");
     require(ep >= 1, "ep must be >= 1");
     require(redundant_experts >= 0, "redundant_experts must be >= 0");
-    require(m.n_routed_experts + redundant_experts >= ep, "ep must be <= routed + redundant experts");
     // With attention TP a group of attn_tp GPUs serves batch x attn_tp requests: at least one.
     require(phase != Phase::kDecode || (batch * attn_tp >= 1 && batch <= 1e6),
             "batch must lie in [1 / attn_tp, 1e6] requests per GPU");
@@ -318,6 +323,10 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     require(imbalance >= 1 && imbalance <= 64, "imbalance (max/mean load) must lie in [1, 64]");
     require(dense_tp >= 1 && d.gpus_per_node % dense_tp == 0 && m.inter_dim % dense_tp == 0,
             "dense_tp (" + std::to_string(dense_tp) + ") must divide the GPUs of a node and the dense MLP");
+    require(moe_tp >= 1 && ep % moe_tp == 0 && d.gpus_per_node % moe_tp == 0 && m.moe_inter_dim % moe_tp == 0,
+            "moe_tp (" + std::to_string(moe_tp) + ") must divide ep, the GPUs of a node and the experts' intermediate");
+    require(m.n_routed_experts + redundant_experts >= ep / moe_tp,
+            "ep (divided by moe_tp) must be <= routed + redundant experts");
     require(comm_sms >= -1 && comm_sms < d.sm_count, "comm_sms must lie in [0, sm_count) (-1: the device's)");
     require(step_overhead_ms == -1 || (step_overhead_ms >= 0 && step_overhead_ms <= 1e4),
             "step_overhead_ms must lie in [0, 1e4] (-1: the phase's default)");
@@ -470,6 +479,7 @@ void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, St
     // FP8 weights as stored (the standard MLA weights, not the absorbed products), BF16 embedding
     // and LM head, the latent cache of the batch at its average context.
     const ParamCounts pc = param_counts(m, false);
+    // With MoE TP a GPU holds moe_tp times more experts, each a 1/moe_tp slice: the same bytes.
     const double local = double(m.n_routed_experts + dep.redundant_experts) / dep.ep;
     const double per_param = dep.weights_fp8 ? 1.0 : 2.0;
     const double weights = per_param * (pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers / dep.dense_tp +

@@ -36,6 +36,8 @@ struct Deployment {
     bool dispatch_fp8 = true;     // FP8 dispatch payload (+ 1x128 FP32 scales), else BF16
     bool weights_fp8 = true;      // FP8 block-scaled weights (DeepSeek's), else BF16
     int dense_tp = 1;             // the dense MLP split over this many GPUs of a node (1: data-parallel)
+    int moe_tp = 1;               // each routed expert split over this many GPUs of a node: the ep GPUs form
+                                  // ep / moe_tp expert groups (TensorRT-LLM's MoE TP x EP; 1: pure EP)
     double imbalance = 1.0;       // max / mean routed rows per GPU (1: perfectly balanced)
     int comm_sms = -1;            // SMs the communication kernels hold while they overlap (-1: device's)
     double step_overhead_ms = -1; // scheduler, sampling, launch gaps per step (-1: phase default)

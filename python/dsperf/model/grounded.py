@@ -162,7 +162,7 @@ _check_bool = flag
 def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128, tokens=16384, prompt_len=4096,
                 cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
                 dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
-                dense_tp=1) -> "SM.Deployment":
+                dense_tp=1, moe_tp=1) -> "SM.Deployment":
     d = SM.Deployment()
     d.phase = phase
     if overlap not in OVERLAPS:
@@ -184,6 +184,7 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
     d.weights_fp8 = weight_dtype == "fp8"
     d.dense_tp = _check_int("dense_tp", dense_tp, 1, 64)
+    d.moe_tp = _check_int("moe_tp", moe_tp, 1, 64)
     d.imbalance = _check_real("imbalance", imbalance, 1, 64)
     d.comm_sms = -1 if comm_sms is None else _check_int("comm_sms", comm_sms, 0, 4096)
     d.step_overhead_ms = -1.0 if step_overhead_ms is None else _check_real("step_overhead_ms", step_overhead_ms, 0, 1e4)
@@ -225,7 +226,7 @@ _VALIDATING = False
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,
            redundant_experts=0, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, dispatch_fp8=True,
-           imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1,
+           imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1,
            default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One decode step per GPU: step_ms, tpot_ms, tps_user, tokens_per_gpu_s, the memory-limited
     batch (batch_limit, fits_memory), the per-layer times and the priced calls (``calls``).
@@ -233,17 +234,18 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     batch: requests per GPU; kv_len: their average context; ep: GPUs sharing the routed experts;
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
     are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
-    weight_dtype: "fp8" or "bf16"; dense_tp: the dense MLP split over this many GPUs (1: DP)."""
+    weight_dtype: "fp8" or "bf16"; dense_tp: the dense MLP split over this many GPUs (1: DP); moe_tp:
+    each routed expert split over this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP)."""
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,
                       kv_fp8=kv_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
-                      step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp)
+                      step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp)
     return _run(model, device, dep, default_efficiency)
 
 
 def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, prompt_len=4096, cached_prefix=0,
             ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, imbalance=1.0,
-            comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1,
+            comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1,
             default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One prefill step per GPU: `tokens` new prompt tokens per GPU (prompts of `prompt_len`, of
     which `cached_prefix` come from the prefix cache). Returns step_ms, tokens_per_gpu_s, the
@@ -251,7 +253,7 @@ def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, p
     dep = _deployment("prefill", tokens=tokens, prompt_len=prompt_len, cached_prefix=cached_prefix, ep=ep,
                       attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
                       dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
-                      step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp)
+                      step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp)
     return _run(model, device, dep, default_efficiency)
 
 

@@ -54,8 +54,9 @@ def _int(p, k, default=0):
 
 def _decode(p):
     return grounded.decode("DeepSeek-V3", p["device"], batch=p["batch"], kv_len=p["kv_len"], ep=_int(p, "ep"),
-                           attn_tp=_int(p, "attn_tp", 1), redundant_experts=_int(p, "redundant_experts"),
-                           overlap=p.get("overlap", "two_batch"), mtp=_int(p, "mtp"),
+                           attn_tp=_int(p, "attn_tp", 1), moe_tp=_int(p, "moe_tp", 1),
+                           redundant_experts=_int(p, "redundant_experts"), overlap=p.get("overlap", "two_batch"),
+                           mtp=_int(p, "mtp"),
                            mtp_accepted=p.get("mtp_accepted", 0.0), kv_fp8=p.get("kv_fp8", False),
                            imbalance=p.get("imbalance", 1.0))
 

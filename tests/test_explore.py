@@ -201,3 +201,18 @@ def test_weight_dtype_dense_tp_redundancy_and_eplb_axes():
     assert same["tokens_per_gpu_s"] == pytest.approx(row["tokens_per_gpu_s"], rel=1e-12)
     with pytest.raises(ValueError, match="dense_tp"):
         grounded.decode("DeepSeek-V3", "H800", batch=64, ep=32, dense_tp=3)
+
+
+def test_moe_tp_axis():
+    """MoE TP x EP layouts are searched like the others: their rows are the grounded model's, and a
+    split that does not divide the node or the EP size is kept with its reason."""
+    df = explore.search(devices=["H200"], ep=(8, 12), attn_tp=(1,), moe_tp=(1, 2, 8), mtp=((0, 0.0),),
+                        kv_fp8=(False,), overlap=("none",), batch=(16.0,))
+    assert len(df) == 2 * 3 and set(df["moe_tp"]) == {1, 2, 8}
+    bad = df[(df["ep"] == 12) & (df["moe_tp"] == 8)]
+    assert list(bad["reason"]) == ["MoE TP must divide the node and the EP size"] and bad["tps_user"].isna().all()
+    row = df[(df["ep"] == 8) & (df["moe_tp"] == 2)].iloc[0]
+    same = grounded.decode("DeepSeek-V3", "H200", batch=16, ep=8, moe_tp=2, overlap="none", kv_len=4096 + 512)
+    assert same["tokens_per_gpu_s"] == pytest.approx(row["tokens_per_gpu_s"], rel=1e-12)
+    with pytest.raises(ValueError, match="moe_tp"):
+        explore.search(devices=["H200"], moe_tp=(0,))

@@ -56,6 +56,8 @@ void ExploreGrid::validate(const ModelConfig& m) const {
     require(step_overhead_ms >= 0 && step_overhead_ms <= 1e4, "step_overhead_ms must lie in [0, 1e4]");
     require(dense_tp >= 1 && dense_tp <= 64 && m.inter_dim % dense_tp == 0,
             "dense_tp must lie in [1, 64] and divide the dense MLP");
+    require(moe_tp >= 1 && moe_tp <= 64 && m.moe_inter_dim % moe_tp == 0,
+            "moe_tp must lie in [1, 64] and divide the experts' intermediate");
     size();
 }
 
@@ -91,11 +93,12 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
         dep.ep = g.ep[ei], dep.redundant_experts = g.redundant_experts[ei], dep.attn_tp = g.attn_tp[ti];
         dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
         dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
-        dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp;
+        dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp;
         Infeasible why = Infeasible::kNone;
         if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0 || d.gpus_per_node % dep.dense_tp != 0)
             why = Infeasible::kTpDoesNotDivideNode;
-        else if (m.n_routed_experts + dep.redundant_experts < dep.ep) why = Infeasible::kEpExceedsExperts;
+        else if (d.gpus_per_node % dep.moe_tp != 0 || dep.ep % dep.moe_tp != 0) why = Infeasible::kMoeTpDoesNotDivide;
+        else if (m.n_routed_experts + dep.redundant_experts < dep.ep / dep.moe_tp) why = Infeasible::kEpExceedsExperts;
         else if (dep.ep % dep.attn_tp != 0) why = Infeasible::kEpNotMultipleOfTp;
 
         for (size_t bi = 0; bi < nb; ++bi) {

@@ -16,6 +16,8 @@ enum class Infeasible : int32_t {
     kEpExceedsExperts = 2,       // more GPUs than routed + redundant experts
     kEpNotMultipleOfTp = 3,      // the EP group is made of whole attention-TP groups
     kNoRequest = 4,              // batch x attention TP < 1: a TP group without a request
+    // 5: fewer than one token per GPU per micro-batch (attention-FFN disaggregation, priced in Python)
+    kMoeTpDoesNotDivide = 6,     // MoE TP must divide the GPUs of a node and the EP size
 };
 
 struct ExploreGrid {
@@ -34,6 +36,7 @@ struct ExploreGrid {
     double step_overhead_ms = kDecodeStepOverheadMs;
     bool weights_fp8 = true;                  // one value per call: the explorer loops over the rest
     int dense_tp = 1;
+    int moe_tp = 1;                           // each routed expert split over this many GPUs
 
     // Rows in the order device > ep > attn_tp > mtp > kv_fp8 > overlap > batch.
     size_t size() const;

@@ -100,12 +100,20 @@ def add_explore_parser(sub) -> None:
                    help="requests/s to serve: adds the xPyD plan (decode and prefill instances, total GPUs)")
     e.add_argument("--weight-dtype", default="fp8", help="weight dtypes to search, comma-separated: fp8,bf16")
     e.add_argument("--dense-tp", default="1", help="dense-MLP TP sizes to search, comma-separated (1: data-parallel)")
+    e.add_argument("--moe-tp", default="1", help="MoE TP sizes to search, comma-separated (1: each expert whole)")
     e.add_argument("--routing-zipf", type=float, default=None,
                    help="a Zipf routing skew (alpha): each layout's imbalance from dsperf.ep's EPLB on that load")
     e.add_argument("--afd", action="store_true",
                    help="also search attention-FFN disaggregation (attention GPUs + expert GPUs, ping-pong)")
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
 def run_explore(args: argparse.Namespace) -> str:
@@ -122,10 +130,7 @@ def run_explore(args: argparse.Namespace) -> str:
     if args.gpu_hour_usd is not None and not args.gpu_hour_usd > 0:
         raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
     print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
-    try:
-        dense_tp = [int(v) for v in args.dense_tp.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"--dense-tp must be comma-separated integers, got {args.dense_tp!r}") from None
+    dense_tp, moe_tp = _int_list("--dense-tp", args.dense_tp), _int_list("--moe-tp", args.moe_tp)
     load = None
     if args.routing_zipf is not None:
         if not 0 <= args.routing_zipf <= 10:
@@ -136,7 +141,7 @@ def run_explore(args: argparse.Namespace) -> str:
     df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd,
                         request_rate=args.request_rate, afd=args.afd, ttft_ms=args.ttft_ms,
                         weight_dtype=[w.strip() for w in args.weight_dtype.split(",") if w.strip()],
-                        dense_tp=dense_tp, routing_load=load)
+                        dense_tp=dense_tp, moe_tp=moe_tp, routing_load=load)
     shown = ["kind", "attn_gpus"] * args.afd + explore.SHOWN + (["decode_instances", "prefill_instances", "total_gpus"] if args.request_rate else [])
     print(f"dsperf explore: {len(df)} configurations, {int(df['feasible'].sum())} feasible", file=sys.stderr)
     ok = explore.meets_sla(df, tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, convention=args.tpot_convention,

@@ -16,6 +16,7 @@ the prefill GPUs either way.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from typing import Iterable, Sequence
@@ -43,7 +44,8 @@ OVERLAP_CODES = {"none": 0, "two_batch": 1, "single_batch": 2}
 # Why a configuration cannot run, by the C++ code (explore.hpp's Infeasible), then memory.
 REASONS = ["", "attention TP must divide the node and the heads", "EP exceeds routed + redundant experts",
            "EP must be a multiple of attention TP", "fewer than one request per attention-TP group",
-           "fewer than one token per GPU per micro-batch", "KV cache does not fit beside the weights"]
+           "fewer than one token per GPU per micro-batch", "MoE TP must divide the node and the EP size",
+           "KV cache does not fit beside the weights"]
 KINDS = ["ep", "afd"]  # wide-EP decode instances; attention-FFN disaggregation
 # Prefill layouts searched per device: EP size and new prompt tokens per GPU per step.
 DEFAULT_PREFILL_EP = (8, 16, 32, 64)
@@ -123,7 +125,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
            batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens: Sequence[float] = DEFAULT_PREFILL_TOKENS,
            prefill_ep: Sequence[int] = DEFAULT_PREFILL_EP, ttft_ms=None, imbalance=1.0,
            gpu_hour_usd=None, step_overhead_ms=None, request_rate=None, weight_dtype=("fp8",), dense_tp=(1,),
-           routing_load=None, afd=False,
+           moe_tp=(1,), routing_load=None, afd=False,
            afd_attn_gpus: Sequence[int] = DEFAULT_AFD_ATTN, afd_micro_batches: Sequence[int] = (2, 3)) -> pd.DataFrame:
     """Every decode configuration of the grid, with its serving figures (see the module doc).
 
@@ -136,7 +138,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     redundant_experts: {ep: a count, or counts to search}; routing_load: tokens per expert of one
     layer (a trace's counts, or dsperf.ep.eplb.zipf_load): each EP layout then carries the imbalance
     dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: "fp8" and/or "bf16" weights;
-    dense_tp: the dense MLP data-parallel (1) or split over that many GPUs; request_rate: requests per
+    dense_tp: the dense MLP data-parallel (1) or split over that many GPUs; moe_tp: each routed
+    expert whole on one GPU (1) or split over that many of the EP GPUs (MoE TP x EP); request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
     `prefill_ep` GPUs, `total_gpus`) for disaggregated serving; afd: add attention-FFN disaggregated
     deployments (`kind` "afd": `afd_attn_gpus` attention GPUs x the `ep` sizes as expert GPUs,
@@ -183,6 +186,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     if not weights or any(w not in grounded.WEIGHT_DTYPES for w in weights):
         raise ValueError(f"weight_dtype values must be among {', '.join(grounded.WEIGHT_DTYPES)}, got {weight_dtype!r}")
     dense_tps = _ints("dense_tp", dense_tp, 1, 64)
+    moe_tps = _ints("moe_tp", moe_tp, 1, 64)
     prices = _prices(labels, gpu_hour_usd)
     overhead = (SM.decode_step_overhead_ms if step_overhead_ms is None
                 else grounded._check_real("step_overhead_ms", step_overhead_ms, 0, 1e4))
@@ -200,16 +204,17 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         groups = [(eps, reds, imbalances)]
     parts = []
     for w in weights:
-        for dtp in dense_tps:
+        for dtp, mtp_ in itertools.product(dense_tps, moe_tps):
             for g_eps, g_reds, g_imbs in groups:
                 for imb in g_imbs:
                     c = SM.explore_decode(m, [sp for _, sp in pairs], [grounded.kernel_tables(sp) for _, sp in pairs],
                                           g_eps, g_reds, tps, mtp_n, mtp_a, [int(v) for v in kvs],
                                           [OVERLAP_CODES[o] for o in ovs], batches, kv_len=isl + osl / 2,
                                           imbalance=imb, step_overhead_ms=overhead, weights_fp8=w == "fp8",
-                                          dense_tp=dtp)
+                                          dense_tp=dtp, moe_tp=mtp_)
                     n = len(c["ep"])
                     c["weights_fp8"], c["dense_tp"] = np.full(n, w == "fp8"), np.full(n, dtp, np.int32)
+                    c["moe_tp"] = np.full(n, mtp_, np.int32)
                     c["imbalance"] = np.full(n, imb)
                     parts.append(c)
     cols = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -221,6 +226,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         extra = afd_columns(m, pairs, eps, reds, a_gpus, micro, kvs, batches, isl + osl / 2, overhead)
         n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
         extra["weights_fp8"], extra["dense_tp"] = np.ones(n, bool), np.ones(n, np.int32)
+        extra["moe_tp"] = np.ones(n, np.int32)
         extra["imbalance"] = np.full(n, imbalances[0])
         cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
     # Derived columns in numpy over the device codes (a million rows: no per-row Python).
@@ -489,8 +495,8 @@ def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against lat
     return fig
 
 
-SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp", "mtp", "kv_fp8", "weights_fp8",
-         "dense_tp", "overlap", "batch", "tpot_ms",
+SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp", "moe_tp", "mtp", "kv_fp8",
+         "weights_fp8", "dense_tp", "overlap", "batch", "tpot_ms",
          "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "prefill_ep", "prefill_tokens",
          "cost_per_m_output_usd",
          "energy_j_per_output_token", "memory_headroom"]
@@ -499,7 +505,7 @@ SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp",
 def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
     """The n configurations with the highest `by`, one per (device, ep, attn_tp, mtp, overlap) layout."""
     top = df.sort_values(by, ascending=False)
-    top = top.drop_duplicates(["device", "ep", "attn_tp", "mtp", "overlap", "weights_fp8", "dense_tp"])
+    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "dense_tp"])
     return top.head(n)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from dsperf import kernels
 from dsperf.ep import alltoall, eplb
+from dsperf.ep.comm import EpComm as _EpComm
 from dsperf.ep.layer import EpMoeLayer, dequant_rows, local_expert_weights
 from mpi4py import MPI
 
@@ -24,6 +25,11 @@ EPS_BF16 = 2.0 ** -8
 DIM, INTER, E, TOPK, NGROUP, TOPKGROUP = 256, 128, 16, 4, 4, 2
 
 comm = MPI.COMM_WORLD
+EXCHANGE = "auto"   # set from --exchange
+
+
+def EpComm(*args, **kw):
+    return _EpComm(*args, exchange=EXCHANGE, **kw)
 rank, size = comm.Get_rank(), comm.Get_size()
 
 
@@ -81,7 +87,7 @@ def scenario_layer(a):
     w13, w2, _, _ = local_expert_weights(w["w13"], w["w2"], rank, size, plan)
     layer = EpMoeLayer(w["gate_weight"], w13, w2, gate_bias=bias, shared_w13=w["shared_w13"], shared_w2=w["shared_w2"],
                        plan=plan, mode=a.mode, fp8=bool(a.fp8), max_tokens=max(counts) if a.mode == "low_latency" else None,
-                       timeout_s=30, **GATE)
+                       timeout_s=30, exchange=EXCHANGE, **GATE)
     out = layer(x, overlap=bool(a.overlap))
     # Per-rank tokens received, for the "a rank that receives nothing" cases.
     d = layer.ep.dispatch(x, *reversed(layer.route(x)), fp8=False) if a.mode == "normal" else None
@@ -110,7 +116,7 @@ def scenario_layout(a):
     """Tokens tagged with (rank, index) in their first two values; the dispatch layouts are checked
     against the routing every rank knows (all ranks draw all ranks' ids from one seed)."""
     K, T = TOPK, 6
-    ep = alltoall.EpComm(E, DIM, max_tokens=T, timeout_s=30)
+    ep = EpComm(E, DIM, max_tokens=T, timeout_s=30)
     rng = np.random.default_rng(a.seed)
     ids_all = np.stack([np.stack([rng.choice(E, K, replace=False) for _ in range(T)]) for _ in range(size)]).astype(np.int32)
     if a.skew:
@@ -196,11 +202,11 @@ def expect_error(fn):
 
 def scenario_bad(a):
     if a.scenario == "bad_hidden":
-        msg = expect_error(lambda: alltoall.EpComm(E, DIM if rank != 1 else DIM // 2, timeout_s=30))
+        msg = expect_error(lambda: EpComm(E, DIM if rank != 1 else DIM // 2, timeout_s=30))
     elif a.scenario == "bad_experts":
-        msg = expect_error(lambda: alltoall.EpComm(E if rank != 1 else 2 * E, DIM, timeout_s=30))
+        msg = expect_error(lambda: EpComm(E if rank != 1 else 2 * E, DIM, timeout_s=30))
     elif a.scenario == "bad_ids":
-        ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=30)
+        ep = EpComm(E, DIM, max_tokens=4, timeout_s=30)
         ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
         if rank == 1:
             ids[2, 1] = E + 5
@@ -213,7 +219,7 @@ def scenario_bad(a):
         ok_after = (ep.dispatch(x, ids, w) if a.mode == "normal" else ep.low_latency_dispatch(x, ids)) is not None
         msg = (msg, ok_after)
     elif a.scenario == "bad_combine":
-        ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=30)
+        ep = EpComm(E, DIM, max_tokens=4, timeout_s=30)
         ids = np.tile(np.arange(0, E, E // TOPK, dtype=np.int32), (4, 1))
         x = np.zeros((4, DIM), BF16)
         w = np.ones((4, TOPK), np.float32)
@@ -233,7 +239,7 @@ def scenario_bad(a):
 
 
 def scenario_die(a):
-    ep = alltoall.EpComm(E, DIM, timeout_s=a.timeout)
+    ep = EpComm(E, DIM, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
     w = np.ones((4, TOPK), np.float32)
@@ -250,7 +256,7 @@ def scenario_die(a):
 
 def scenario_raise(a):
     """Rank 1 raises between two exchanges; the others wait in the second. Run as a plain script."""
-    ep = alltoall.EpComm(E, DIM, timeout_s=a.timeout)
+    ep = EpComm(E, DIM, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
     w = np.ones((4, TOPK), np.float32)
@@ -265,7 +271,7 @@ def scenario_out_of_order(a):
     """Rank 0 makes a normal dispatch, the others a low-latency one (a.mode == "normal"), or rank 0 a
     combine after its dispatch while the others dispatch again (a.mode == "per_token"). Every rank
     writes what it raised to a.out/rank<r>.txt, then re-raises: the excepthook ends the job."""
-    ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=a.timeout)
+    ep = EpComm(E, DIM, max_tokens=4, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
     w = np.ones((4, TOPK), np.float32)
@@ -297,7 +303,10 @@ def main():
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--sleep", type=float, default=40)
     p.add_argument("--out", default=".", help="folder for per-rank files (out_of_order)")
+    p.add_argument("--exchange", default="auto", choices=["auto", "window", "alltoallv"])
     a = p.parse_args()
+    global EXCHANGE
+    EXCHANGE = a.exchange
     if a.scenario == "layer":
         scenario_layer(a)
     elif a.scenario == "layout":

@@ -2,12 +2,14 @@
 // arguments' types and shapes; the core re-checks the values and names the bad argument.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ep/ep_copy.hpp"
+#include "ep/ep_window.hpp"
 #include "ep/eplb.hpp"
 
 namespace py = pybind11;
@@ -159,6 +161,54 @@ void bind_copies(py::module_& m) {
        py::arg("dst_index"), py::arg("n"), py::arg("width"));
 }
 
+// The window exchange's flags and pull-side reduction (dsperf/ep/window.py, exchange.py). Arrays
+// here are views of MPI shared-memory windows: taken in place (no conversion), checked once.
+void bind_window(py::module_& m) {
+    m.def("flag_publish", [](Raw<int64_t> flag, int64_t value) {
+        expect(flag.size() >= 1, "flag must hold one int64");
+        flag_publish(flag.mutable_data(), value);
+    }, py::arg("flag").noconvert(), py::arg("value"));
+    m.def("flags_wait", [](std::vector<Raw<int64_t>> flags, int64_t target, double timeout_s) {
+        std::vector<int64_t*> ptrs;
+        for (auto& f : flags) {
+            expect(f.size() >= 1, "every flag must hold one int64");
+            ptrs.push_back(f.mutable_data());
+        }
+        py::gil_scoped_release release;
+        return flags_wait(ptrs.data(), int64_t(ptrs.size()), target, timeout_s);
+    }, py::arg("flags"), py::arg("target"), py::arg("timeout_s"));
+    m.def("pull_weighted_sum", [](std::vector<Raw<uint16_t>> rows, Raw<int32_t> peer, Raw<int64_t> row,
+                                  py::object weights, Raw<float> out) {
+        expect(peer.ndim() == 2 && row.ndim() == 2 && out.ndim() == 2, "peer, row and out must be 2-D");
+        expect(row.shape(0) == peer.shape(0) && row.shape(1) == peer.shape(1), "row must match peer");
+        expect(out.shape(0) == peer.shape(0), "out must have one row per token");
+        const int64_t dim = out.shape(1), n = peer.size();
+        std::vector<const bf16_t*> bases;
+        std::vector<int64_t> avail;
+        for (auto& r : rows) {
+            expect(r.ndim() == 2 && r.shape(1) == dim, "every peer's rows must be 2-D of out's width");
+            bases.push_back(reinterpret_cast<const bf16_t*>(r.data()));
+            avail.push_back(r.shape(0));
+        }
+        const int32_t* pp = peer.data();
+        const int64_t* rp = row.data();
+        for (int64_t i = 0; i < n; ++i) {
+            if (pp[i] < 0) continue;
+            expect(pp[i] < int64_t(bases.size()) && rp[i] >= 0 && rp[i] < avail[pp[i]],
+                   "peer/row entries must index the peers' rows");
+        }
+        Raw<float> w;
+        const float* wp = nullptr;
+        if (!weights.is_none()) {
+            w = weights.cast<Raw<float>>();
+            expect(w.ndim() == 2 && w.shape(0) == peer.shape(0) && w.shape(1) == peer.shape(1), "weights must match peer");
+            wp = w.data();
+        }
+        py::gil_scoped_release release;
+        pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data());
+    }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert());
+}
+
 }  // namespace
 
 void bind_ep(py::module_& root) {
@@ -166,5 +216,6 @@ void bind_ep(py::module_& root) {
     m.def("rebalance", &rebalance, py::arg("load"), py::arg("num_physical"), py::arg("num_groups"),
           py::arg("num_nodes"), py::arg("num_gpus"), py::arg("policy"));
     bind_copies(m);
+    bind_window(m);
     m.def("imbalance", &imbalance, py::arg("load"), py::arg("phy2log"), py::arg("logcnt"), py::arg("num_gpus"));
 }

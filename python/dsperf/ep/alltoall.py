@@ -219,6 +219,65 @@ def _local_check(fn):
         return None, str(exc)
 
 
+def agree_sizes(comm, waitall, num_experts, hidden, max_tokens, timeout_s):
+    """(num_experts, hidden, max_tokens or -1) checked on this rank and agreed by every rank of comm
+    (collective): a bad or differing value raises the same ValueError on every rank, naming it."""
+    size = comm.Get_size()
+
+    def check():
+        # Upper bounds keep the exchange buffers (max_tokens x experts x hidden) allocatable and
+        # the header words exact.
+        for name, v, hi in (("num_experts", num_experts, 1 << 20), ("hidden", hidden, 1 << 24)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
+                raise ValueError(f"{name} must be an integer in [1, {hi}], got {v!r}")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
+                                       or not 1 <= max_tokens <= 1 << 24):
+            raise ValueError(f"max_tokens must be None or an integer in [1, {1 << 24}], got {max_tokens!r}")
+        if num_experts % size:
+            raise ValueError(f"num_experts ({num_experts}) must be a multiple of the ranks ({size})")
+        if isinstance(timeout_s, bool) or not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 1e6):
+            raise ValueError(f"timeout_s must be a number in (0, 1e6], got {timeout_s!r}")
+        return int(num_experts), int(hidden), -1 if max_tokens is None else int(max_tokens)
+
+    names = ("num_experts", "hidden", "max_tokens", "ranks")
+    vals, err = _local_check(check)
+    mine = _header(err, (*(vals if vals else (0, 0, 0)), size))
+    rows = np.empty((size, mine.size), np.int64)
+    waitall([comm.Iallgather(mine, rows)], "the EpComm set-up")
+    values = _parse_headers(rows, names)
+    _agree(values, names, set(names))
+    return vals
+
+
+def check_tokens(x, topk_ids, topk_weights, fp8, need_weights, hidden, num_experts):
+    """This rank's dispatch arguments checked: (x or (values, scales), ids int64, weights or None,
+    tokens). Raises TypeError/ValueError naming the argument."""
+    if isinstance(x, tuple):
+        if len(x) != 2:
+            raise ValueError("x as a tuple must be (fp8 values, scales)")
+        vals = _check_array("x[0]", x[0], (FP8,), (None, hidden))
+        sc = _check_array("x[1]", x[1], (F32,), (vals.shape[0], -(-hidden // 128)))
+        if not fp8:
+            raise ValueError("x given as FP8 (values, scales) needs fp8=True")
+        T = vals.shape[0]
+        x = (vals, sc)
+    else:
+        x = _check_array("x", x, (BF16,), (None, hidden))
+        T = x.shape[0]
+    ids = _check_array("topk_ids", topk_ids, (np.dtype(np.int32), np.dtype(np.int64)), (T, None))
+    if ids.shape[1] < 1:
+        raise ValueError("topk_ids must have at least one column (top_k >= 1)")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
+        raise ValueError(f"topk_ids must lie in [0, num_experts = {num_experts}), "
+                         f"got values in [{ids.min()}, {ids.max()}]")
+    if ids.size and np.any(np.diff(np.sort(ids, axis=1), axis=1) == 0):
+        raise ValueError("topk_ids must not repeat an expert within a token")
+    w = None
+    if need_weights or topk_weights is not None:
+        w = _check_array("topk_weights", topk_weights, (F32,), ids.shape)
+    return x, ids.astype(np.int64), w, T
+
+
 # ---- results and handles -----------------------------------------------------------------------
 @dataclass
 class DispatchHandle:
@@ -364,7 +423,7 @@ def _copy_parts(parts, src_index, dst, dst_index, n):
         col += part.shape[1]
 
 
-class EpComm:
+class AlltoallvEpComm:
     """Dispatch and combine over an MPI communicator whose ranks each own num_experts / ranks
     consecutive experts (rank r: experts [r * E / R, (r + 1) * E / R)).
 
@@ -375,8 +434,6 @@ class EpComm:
     rank ends the whole job. Every rank must make the same calls in the same order; a rank in another
     call raises RuntimeError naming the calls on every rank ("calls out of order: ...").
     """
-
-    _NAMES = ("num_experts", "hidden", "max_tokens", "ranks")
 
     def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0, abort_on_error=True):
         MPI = _mpi()
@@ -390,27 +447,7 @@ class EpComm:
                           and 0 < timeout_s <= 1e6 else 60.0)
         self._watchdog = _Watchdog(self.comm, self.timeout_s)
 
-        def check():
-            # Upper bounds keep the exchange buffers (max_tokens x experts x hidden) allocatable and
-            # the header words exact.
-            for name, v, hi in (("num_experts", num_experts, 1 << 20), ("hidden", hidden, 1 << 24)):
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
-                    raise ValueError(f"{name} must be an integer in [1, {hi}], got {v!r}")
-            if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
-                                           or not 1 <= max_tokens <= 1 << 24):
-                raise ValueError(f"max_tokens must be None or an integer in [1, {1 << 24}], got {max_tokens!r}")
-            if num_experts % self.size:
-                raise ValueError(f"num_experts ({num_experts}) must be a multiple of the ranks ({self.size})")
-            if isinstance(timeout_s, bool) or not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 1e6):
-                raise ValueError(f"timeout_s must be a number in (0, 1e6], got {timeout_s!r}")
-            return int(num_experts), int(hidden), -1 if max_tokens is None else int(max_tokens)
-
-        vals, err = _local_check(check)
-        mine = _header(err, (*(vals if vals else (0, 0, 0)), self.size))
-        rows = np.empty((self.size, mine.size), np.int64)
-        self._waitall([self.comm.Iallgather(mine, rows)], "the EpComm set-up")
-        values = _parse_headers(rows, self._NAMES)
-        _agree(values, self._NAMES, set(self._NAMES))
+        vals = agree_sizes(self.comm, self._waitall, num_experts, hidden, max_tokens, timeout_s)
         self.num_experts, self.hidden, mt = (int(v) for v in vals)
         self.max_tokens = None if mt < 0 else mt
         self.local_experts = self.num_experts // self.size
@@ -466,30 +503,7 @@ class EpComm:
 
     # -- argument checks shared by both modes ----------------------------------------------------
     def _check_tokens(self, x, topk_ids, topk_weights, fp8, need_weights):
-        if isinstance(x, tuple):
-            if len(x) != 2:
-                raise ValueError("x as a tuple must be (fp8 values, scales)")
-            vals = _check_array("x[0]", x[0], (FP8,), (None, self.hidden))
-            sc = _check_array("x[1]", x[1], (F32,), (vals.shape[0], -(-self.hidden // 128)))
-            if not fp8:
-                raise ValueError("x given as FP8 (values, scales) needs fp8=True")
-            T = vals.shape[0]
-            x = (vals, sc)
-        else:
-            x = _check_array("x", x, (BF16,), (None, self.hidden))
-            T = x.shape[0]
-        ids = _check_array("topk_ids", topk_ids, (np.dtype(np.int32), np.dtype(np.int64)), (T, None))
-        if ids.shape[1] < 1:
-            raise ValueError("topk_ids must have at least one column (top_k >= 1)")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_experts):
-            raise ValueError(f"topk_ids must lie in [0, num_experts = {self.num_experts}), "
-                             f"got values in [{ids.min()}, {ids.max()}]")
-        if ids.size and np.any(np.diff(np.sort(ids, axis=1), axis=1) == 0):
-            raise ValueError("topk_ids must not repeat an expert within a token")
-        w = None
-        if need_weights or topk_weights is not None:
-            w = _check_array("topk_weights", topk_weights, (F32,), ids.shape)
-        return x, ids.astype(np.int64), w, T
+        return check_tokens(x, topk_ids, topk_weights, fp8, need_weights, self.hidden, self.num_experts)
 
     # -- normal mode -----------------------------------------------------------------------------
     def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, layout="expert", async_op=False):

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 namespace dsperf::ep {
 
@@ -19,16 +18,15 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
     for (int64_t spin = 0;; ++spin) {
         while (first < n && __atomic_load_n(flags[first], __ATOMIC_ACQUIRE) >= target) ++first;
         if (first == n) return -1;
-        // A short spin catches a peer a few microseconds behind; after that give the core away,
+        // A short spin catches a peer a few microseconds behind; after that offer the core on
+        // every round (never sleep: a sleep's wake-up costs more than the exchanges it waits for),
         // since with more ranks than cores the peer we wait for may need this one.
-        if (spin < 200) {
+        if (spin < 2000) {
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
-        } else if (spin < 20000) {
-            sched_yield();
         } else {
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            sched_yield();
         }
         if ((spin & 63) == 0 && clock::now() > deadline) return first;
     }

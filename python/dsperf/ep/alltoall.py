@@ -435,6 +435,8 @@ class AlltoallvEpComm:
     call raises RuntimeError naming the calls on every rank ("calls out of order: ...").
     """
 
+    exchange = "alltoallv"
+
     def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0, abort_on_error=True):
         MPI = _mpi()
         self._mpi = MPI
@@ -494,6 +496,9 @@ class AlltoallvEpComm:
     def _waitall(self, reqs, what):
         with self._watchdog.guard(what):
             self._mpi.Request.Waitall(reqs)
+
+    def close(self):
+        """Nothing to free: the buffers are ordinary arrays (WindowEpComm.close frees its windows)."""
 
     def barrier(self):
         call = self._announce("barrier")

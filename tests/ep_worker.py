@@ -377,7 +377,7 @@ def main():
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--sleep", type=float, default=40)
     p.add_argument("--out", default=".", help="folder for per-rank files (out_of_order)")
-    p.add_argument("--exchange", default="auto", choices=["auto", "window", "alltoallv"])
+    p.add_argument("--exchange", default="auto", choices=["auto", "window", "hierarchical", "alltoallv"])
     a = p.parse_args()
     global EXCHANGE
     EXCHANGE = a.exchange

@@ -46,8 +46,8 @@ def run(np_, *args, timeout=120, plain=False, env_extra=None):
     return p, time.monotonic() - t0
 
 
-def result(np_, *args):
-    p, _ = run(np_, *args)
+def result(np_, *args, env_extra=None):
+    p, _ = run(np_, *args, env_extra=env_extra)
     lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"mpirun failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return json.loads(lines[-1][len("RESULT "):])
@@ -205,3 +205,36 @@ def test_a_stuck_peer_of_a_window_exchange_is_named():
     p, elapsed = run(4, "stuck", "--timeout", 3, "--sleep", 40)
     assert p.returncode != 0 and elapsed < 30
     assert "while waiting for rank 1 to reach dispatch(normal)" in p.stderr, p.stderr[-2000:]
+
+
+# ---- hierarchical: pretend nodes on this machine (DSPERF_EP_NODES) ------------------------------
+NODES2 = {"DSPERF_EP_NODES": "2"}
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_hierarchical_dispatch_layouts_row_by_row(np_):
+    for skew in (0, 1):
+        per_rank = result(np_, "layout", "--skew", skew, "--seed", np_ + 10, env_extra=NODES2)
+        for r in per_rank:
+            assert r["errors"] == []
+
+
+@pytest.mark.parametrize("np_, mode, fp8, overlap, eplb, tokens, skew", [CASES[0], CASES[2], CASES[4], CASES[5],
+                                                                        CASES[6], CASES[8]])
+def test_hierarchical_ep_layer_equals_single_process(np_, mode, fp8, overlap, eplb, tokens, skew):
+    res = result(np_, "layer", "--mode", mode, "--fp8", fp8, "--overlap", overlap, "--eplb", eplb,
+                 "--tokens", tokens, "--skew", skew, "--exchange", "hierarchical", env_extra=NODES2)
+    check_layer(res, fp8)
+
+
+@pytest.mark.parametrize("mode", ["normal", "low_latency"])
+def test_hierarchical_bad_ids_fail_on_every_rank(mode):
+    per_rank = result(4, "bad_ids", "--mode", mode, env_extra=NODES2)
+    for r in per_rank:
+        msg, ok_after = r["error"]
+        assert msg.startswith("rank 1: topk_ids must lie in [0, num_experts = 16)") and ok_after
+
+
+def test_hierarchical_bad_combine_input_fails_on_every_rank():
+    per_rank = result(4, "bad_combine", "--mode", "per_token", env_extra=NODES2)
+    assert all(r["error"] and "rank 0: y must have shape" in r["error"] for r in per_rank)

@@ -144,11 +144,12 @@ _CALL_MAGIC = 0x64736361   # "dsca"
 CALLS = ("dispatch(normal)", "combine(normal)", "dispatch(low_latency)", "combine(low_latency)", "barrier")
 
 
-def _calls_out_of_order(codes, seq):
-    """The error for ranks whose call codes differ: ranks grouped by the call they made."""
+def _calls_out_of_order(codes, seq, ranks=None):
+    """The error for ranks whose call codes differ: ranks grouped by the call they made (ranks: the
+    rank of each code, default its position)."""
     groups = {}
-    for r, c in enumerate(codes):
-        groups.setdefault(int(c), []).append(r)
+    for r, c in zip(range(len(codes)) if ranks is None else ranks, codes):
+        groups.setdefault(int(c), []).append(int(r))
     parts = []
     for c, ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
         who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))

@@ -364,7 +364,7 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="folder for CSV/JSON copies of the tables (ep_comm.csv, "
                                                "ep_loopback.json, ep_overlap.csv, ep_layer_check.csv)")
     p.add_argument("--no-overlap", action="store_true", help="skip the two-batch overlap timing")
-    p.add_argument("--exchange", default="auto", choices=["auto", "window", "alltoallv"],
+    p.add_argument("--exchange", default="auto", choices=["auto", "window", "hierarchical", "alltoallv"],
                    help="the exchange to time (auto: shared-memory windows on one node)")
     p.add_argument("--previous", action="store_true",
                    help="also time the previous exchange (MPI_Alltoallv, AlltoallvEpComm) in the same run")

@@ -19,6 +19,7 @@ from .. import kernels
 from ..kernel_cost import ep_exchange_ms
 from .alltoall import BF16, F32, install_abort_on_error, raw_alltoallv
 from .comm import EpComm
+from .cost import window_exchange_ms
 
 # DeepSeek-V3's MoE shape for the communication table.
 HIDDEN, EXPERTS, TOP_K = 7168, 256, 8
@@ -250,7 +251,13 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0, exchanges=("auto",
                               latency_us=lb["latency_us"], local_gbps=lb["copy_gbps"],
                               overhead_us=fixed_us[(row["exchange"], row["mode"])])
         link_ms = pred["link_ms"] + pred["exchanges"] * lb["latency_us"] / 1e3
-        row.update(model_ms=pred["ms"], model_err=(pred["ms"] - row["ours_ms"]) / row["ours_ms"], link_model_ms=link_ms,
+        model_ms = pred["ms"]
+        if row["exchange"] == "window":
+            # No link: the ranks' own copies through the windows at their copy rate (ep.cost).
+            model_ms = window_exchange_ms(row["tokens"], hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size,
+                                          layout=LAYOUTS[row["mode"]], fp8=True, copy_gbps=lb["copy_gbps"],
+                                          overhead_us=fixed_us[(row["exchange"], row["mode"])])
+        row.update(model_ms=model_ms, model_err=(model_ms - row["ours_ms"]) / row["ours_ms"], link_model_ms=link_ms,
                    link_vs_raw_err=(link_ms - row["raw_alltoallv_ms"]) / row["raw_alltoallv_ms"])
     return (rows, lb) if rank == 0 else ([], lb)
 
@@ -401,8 +408,10 @@ def main(argv=None):
               f"out of each rank, row copies {lb['copy_gbps']:.2f} [{lb['copy_range_gbps'][0]:.2f}-"
               f"{lb['copy_range_gbps'][1]:.2f}] GB/s per rank")
         print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
-              "ratio = ours / raw MPI_Alltoallv of the same bytes; model = the cost model's EP all-to-all term "
-              "(kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "
+              "ratio = ours / raw MPI_Alltoallv of the same bytes per peer (token layout: records out, BF16 "
+              "partials back; per-expert and masked layouts: pair rows out, BF16 pair rows back); model = for the "
+              "window exchange, its copies at the row-copy rate + its fixed cost per call (dsperf.ep.cost); for "
+              "alltoallv, the cost model's EP all-to-all term (kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "
               "latency per exchange + the rank's own copies at its memory copy rate + the mode's fixed cost per call "
               "(an exchange of no tokens: " + ", ".join(f"{m} {v:.0f} us" for m, v in lb["fixed_us"].items()) +
               "); link_model = link bytes and latencies only, against the raw exchange (link_vs_raw_err)")

@@ -359,16 +359,20 @@ class WindowEpComm:
             vals, scales, quant = xx, None, 0
         return _byte_rows(vals), (_byte_rows(scales) if scales is not None else None), quant
 
-    def _write_inbox(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, views):
+    def _write_inbox(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, views, known=None):
         """Write source s's tokens (payload rows vsrc/ssrc at columns vcol/scol, global expert ids
         [n, K], weights [n, K] or None) into the windows of this node's destination ranks, each row
         once, straight to its final place. Returns (bytes written, per-token entries, pair entries):
-        the (local rank, row) where combine finds each token's rows on this node, row-major."""
+        the (local rank, row) where combine finds each token's rows on this node, row-major.
+        known: (dest, hit, rows, slots) already worked out over this node's ranks."""
         E_loc, nr = self.local_experts, self._node_ranks
         n = ids.shape[0]
-        dest = ids // E_loc
-        hit, trow = _token_rows(plan, s, dest, nr)
-        slots = _pair_slots(plan, s, ids)
+        if known is None:
+            dest = ids // E_loc
+            hit, trow = _token_rows(plan, s, dest, nr)
+            slots = _pair_slots(plan, s, ids)
+        else:
+            dest, hit, trow, slots = known
         on_node = self._local_of[dest] >= 0
         written = 0
         if n:
@@ -401,6 +405,8 @@ class WindowEpComm:
                         _C_EP.copy_rows(ssrc, scol, ii, view[xb:xb + r_d * plan.sb].reshape(r_d, plan.sb), 0, sl,
                                         ii.size, plan.sb)
                     written += ii.size * (plan.vb + plan.sb)
+        if known is not None:
+            return written, None, None           # own tokens: combine works from the global rows
         ti, tc = np.nonzero(hit)
         tok_entries = (tc.astype(np.int32), trow[ti, tc].astype(np.int64))
         pi, pk = np.nonzero(on_node)
@@ -437,7 +443,9 @@ class WindowEpComm:
         pair_peer = dest.astype(np.int64)
 
         # Own tokens into this node's windows; tokens for other nodes once per node along the rail.
-        sent, tok_e, pair_e = self._write_inbox(plan, me, vrows, 0, srows, 0, ids, w, views)
+        nr = self._node_ranks
+        sent, _, _ = self._write_inbox(plan, me, vrows, 0, srows, 0, ids, w, views,
+                                       known=(dest, hit[:, nr], trow[:, nr], pair_row))
         rail = None
         if self._rail is not None:
             sent_rail, rail = self._forward(plan, node_counts, vrows, srows, ids, w, views, turn)
@@ -464,6 +472,8 @@ class WindowEpComm:
         node by its local index, else L with the row's place in the rows that come back along the
         rail (node by node, tokens ascending, entries in order within a token)."""
         L = self._L
+        if self.nodes == 1:                       # one node: local index = rank, nothing on the rail
+            return np.where(valid, peer, -1).astype(np.int32), row
         out_peer = np.full(peer.shape, -1, np.int32)
         out_row = np.zeros(peer.shape, np.int64)
         ok = valid & (peer >= 0)

@@ -207,6 +207,43 @@ void bind_window(py::module_& m) {
         py::gil_scoped_release release;
         pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data());
     }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert());
+    // values/scales: byte rows (the payload, or received records); dst: the destination's records.
+    m.def("write_records", [](Raw<uint8_t> values, int64_t vcol, int64_t vb, py::object scales, int64_t scol, int64_t sb,
+                              Raw<int64_t> token, Raw<int64_t> ids, py::object weights, int64_t dest,
+                              int64_t local_experts, Raw<uint8_t> dst, int64_t sc_col, int64_t id_col) {
+        expect(values.ndim() == 2 && dst.ndim() == 2 && token.ndim() == 1 && ids.ndim() == 2, "bad array ranks");
+        const int64_t n = token.shape(0), K = ids.shape(1), rec = dst.shape(1);
+        expect(K >= 1 && K <= 64, "top_k must be in [1, 64]");
+        expect(dst.shape(0) == n, "dst must have one record per token");
+        expect(vcol >= 0 && vb >= 0 && vcol + vb <= values.shape(1), "value columns out of range");
+        expect(vb <= sc_col && sc_col + sb <= id_col && id_col + 8 * K == rec, "record columns do not fit");
+        expect(local_experts >= 1 && dest >= 0, "dest and local_experts out of range");
+        const int64_t* tp = token.data();
+        for (int64_t i = 0; i < n; ++i)
+            expect(tp[i] >= 0 && tp[i] < values.shape(0) && tp[i] < ids.shape(0), "token entries out of range");
+        Raw<uint8_t> sc;
+        const uint8_t* sp = nullptr;
+        int64_t sstride = 0;
+        if (sb) {
+            sc = scales.cast<Raw<uint8_t>>();
+            expect(sc.ndim() == 2 && scol >= 0 && scol + sb <= sc.shape(1), "scale columns out of range");
+            for (int64_t i = 0; i < n; ++i) expect(tp[i] < sc.shape(0), "token entries out of range of scales");
+            sp = sc.data();
+            sstride = sc.shape(1);
+        }
+        Raw<float> w;
+        const float* wp = nullptr;
+        if (!weights.is_none()) {
+            w = weights.cast<Raw<float>>();
+            expect(w.ndim() == 2 && w.shape(0) == ids.shape(0) && w.shape(1) == K, "weights must match ids");
+            wp = w.data();
+        }
+        py::gil_scoped_release release;
+        write_records(values.data(), values.shape(1), vcol, vb, sp, sstride, scol, sb, tp, n, ids.data(), wp, K, dest,
+                      local_experts, dst.mutable_data(), rec, sc_col, id_col);
+    }, py::arg("values"), py::arg("vcol"), py::arg("vb"), py::arg("scales"), py::arg("scol"), py::arg("sb"),
+       py::arg("token"), py::arg("ids"), py::arg("weights"), py::arg("dest"), py::arg("local_experts"),
+       py::arg("dst").noconvert(), py::arg("sc_col"), py::arg("id_col"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <cmath>
+#include <cstring>
 
 #include <algorithm>
 #include <chrono>
@@ -125,6 +126,28 @@ void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int
             }
             row_sum(src.data(), w.data(), n, dim, out + t * dim);
         }
+    }
+}
+
+void write_records(const uint8_t* values, int64_t value_stride, int64_t vcol, int64_t vb, const uint8_t* scales,
+                   int64_t scale_stride, int64_t scol, int64_t sb, const int64_t* token, int64_t n, const int64_t* ids,
+                   const float* weights, int64_t top_k, int64_t dest, int64_t local_experts, uint8_t* dst, int64_t rec,
+                   int64_t sc_col, int64_t id_col) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = token[i];
+        uint8_t* r = dst + i * rec;
+        std::memcpy(r, values + t * value_stride + vcol, size_t(vb));
+        if (sb) std::memcpy(r + sc_col, scales + t * scale_stride + scol, size_t(sb));
+        int32_t lid[64];
+        float w[64];
+        for (int64_t k = 0; k < top_k; ++k) {
+            const int64_t e = ids[t * top_k + k];
+            lid[k] = e / local_experts == dest ? int32_t(e % local_experts) : -1;
+            w[k] = weights ? weights[t * top_k + k] : 0.0f;
+        }
+        std::memcpy(r + id_col, lid, size_t(4 * top_k));
+        std::memcpy(r + id_col + 4 * top_k, w, size_t(4 * top_k));
     }
 }
 

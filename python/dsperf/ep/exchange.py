@@ -384,13 +384,8 @@ class WindowEpComm:
                         continue
                     first = int(plan.tok_off[s, d])
                     recs = view[:plan.n_recv[d] * plan.rec].reshape(int(plan.n_recv[d]), plan.rec)[first:first + sel.size]
-                    _C_EP.copy_rows(vsrc, vcol, sel, recs, 0, None, sel.size, plan.vb)
-                    if plan.sb:
-                        _C_EP.copy_rows(ssrc, scol, sel, recs, plan.sc_col, None, sel.size, plan.sb)
-                    K = plan.K
-                    lid = np.where(dest[sel] == d, ids[sel] % E_loc, -1).astype(np.int32)
-                    recs[:, plan.id_col:plan.id_col + 4 * K] = lid.view(np.uint8).reshape(sel.size, 4 * K)
-                    recs[:, plan.id_col + 4 * K:] = w[sel].astype(F32).view(np.uint8).reshape(sel.size, 4 * K)
+                    _C_EP.write_records(vsrc, vcol, plan.vb, ssrc, scol, plan.sb, sel.astype(np.int64), ids, w, int(d),
+                                        E_loc, recs, plan.sc_col, plan.id_col)
                     written += sel.size * plan.rec
                 else:
                     ii, kk = np.nonzero(dest == d)

@@ -168,15 +168,15 @@ void bind_window(py::module_& m) {
         expect(flag.size() >= 1, "flag must hold one int64");
         flag_publish(flag.mutable_data(), value);
     }, py::arg("flag").noconvert(), py::arg("value"));
-    m.def("flags_wait", [](std::vector<Raw<int64_t>> flags, int64_t target, double timeout_s) {
+    m.def("flags_wait", [](std::vector<Raw<int64_t>> flags, int64_t target, double timeout_s, double spin_s) {
         std::vector<int64_t*> ptrs;
         for (auto& f : flags) {
             expect(f.size() >= 1, "every flag must hold one int64");
             ptrs.push_back(f.mutable_data());
         }
         py::gil_scoped_release release;
-        return flags_wait(ptrs.data(), int64_t(ptrs.size()), target, timeout_s);
-    }, py::arg("flags"), py::arg("target"), py::arg("timeout_s"));
+        return flags_wait(ptrs.data(), int64_t(ptrs.size()), target, timeout_s, spin_s);
+    }, py::arg("flags"), py::arg("target"), py::arg("timeout_s"), py::arg("spin_s"));
     m.def("pull_weighted_sum", [](std::vector<Raw<uint16_t>> rows, Raw<int32_t> peer, Raw<int64_t> row,
                                   py::object weights, Raw<float> out) {
         expect(peer.ndim() == 2 && row.ndim() == 2 && out.ndim() == 2, "peer, row and out must be 2-D");

@@ -18,24 +18,29 @@ using dsperf::kernels::bf16_to_f32;
 
 void flag_publish(int64_t* flag, int64_t value) { __atomic_store_n(flag, value, __ATOMIC_RELEASE); }
 
-int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double timeout_s) {
+int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double timeout_s, double spin_s) {
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+    const auto start = clock::now();
+    const auto spin_until = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(spin_s));
+    const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
     int64_t first = 0;  // flags below `first` have arrived (they only grow)
-    for (int64_t spin = 0;; ++spin) {
+    bool spinning = spin_s > 0;
+    for (int64_t round = 0;; ++round) {
         while (first < n && __atomic_load_n(flags[first], __ATOMIC_ACQUIRE) >= target) ++first;
         if (first == n) return -1;
-        // A short spin catches a peer a few microseconds behind; after that offer the core on
-        // every round (never sleep: a sleep's wake-up costs more than the exchanges it waits for),
-        // since with more ranks than cores the peer we wait for may need this one.
-        if (spin < 64) {
+        // Spinning keeps the core, so a peer a few microseconds behind is seen at once; past
+        // spin_s (or from the start when the ranks outnumber the cores, spin_s = 0) offer the core
+        // on every round instead, since the peer we wait for may need it. Never sleep: a sleep's
+        // wake-up costs more than the exchanges it waits for.
+        if (spinning) {
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
+            if ((round & 63) == 0 && clock::now() > spin_until) spinning = false;
         } else {
             sched_yield();
         }
-        if ((spin & 63) == 0 && clock::now() > deadline) return first;
+        if ((round & 63) == 0 && clock::now() > deadline) return first;
     }
 }
 

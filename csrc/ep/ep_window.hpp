@@ -16,10 +16,10 @@ using dsperf::kernels::bf16_t;
 // reads the value with flags_wait (acquire).
 void flag_publish(int64_t* flag, int64_t value);
 
-// Waits until *flags[i] >= target for every i < n (acquire loads), spinning briefly and then
-// yielding the core (ranks may outnumber cores). Returns -1 when all arrived, else the index of a
-// flag still below target once timeout_s has passed.
-int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double timeout_s);
+// Waits until *flags[i] >= target for every i < n (acquire loads), spinning for spin_s seconds and
+// then yielding the core on every round (ranks may outnumber cores). Returns -1 when all arrived,
+// else the index of a flag still below target once timeout_s has passed.
+int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double timeout_s, double spin_s);
 
 // out[t] = sum over m < entries, in order, of weights[t, m] * f32(rows[peer[t, m]][row[t, m]]);
 // entries with peer < 0 are skipped (zero rows where none is left). weights null: all 1.

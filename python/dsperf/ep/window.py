@@ -66,6 +66,11 @@ class ShmTransport:
         self._ctrl[self.rank][:] = 0
         self._flags = [c[:1] for c in self._ctrl]
         self._seq = 0
+        # Spin on the flags (keep the core) while this machine has a core per rank of the node;
+        # with more ranks than cores, offer the core at once: the peer may be waiting for it.
+        import os
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.spin_s = 1e-3 if self.size <= cores else 0.0
         self._windows = {}      # name -> (win, sizes [ranks], views [ranks] uint8)
         self._retired = []      # replaced windows, freed one reallocation later (views may linger)
         self._broken = None
@@ -122,7 +127,7 @@ class ShmTransport:
         mine[base:base + len(row)] = row
         mine[base + len(row):base + self.row_words] = 0
         _C_EP.flag_publish(self._flags[self.rank], self._seq)
-        late = _C_EP.flags_wait(self._flags, self._seq, self.timeout_s)
+        late = _C_EP.flags_wait(self._flags, self._seq, self.timeout_s, self.spin_s)
         if late >= 0:
             self._abort(f"no progress for {self.timeout_s:g} s while waiting for rank {self._label(late)} "
                         f"to reach {what} (it may have died, raised or be stuck)")

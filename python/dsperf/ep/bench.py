@@ -1,7 +1,10 @@
-"""`mpirun -np 4 python -m dsperf.ep.bench [--quick]`: check the EP MoE layer against the
-single-process one, then time dispatch + combine by tokens and mode against a raw MPI_Alltoallv
-of the same bytes, beside the cost model's all-to-all term fed with this machine's loopback
-latency and bandwidth, and the two-batch overlap against none.
+"""`mpirun -np 4 python -m dsperf.ep.bench [--quick] [--previous]`: check the EP MoE layer against
+the single-process one, then time dispatch + combine by tokens and mode against a raw MPI_Alltoallv
+of the same bytes (the exchange EpComm picks: shared-memory windows on one node; --previous adds
+the MPI_Alltoallv exchange in the same run), with the copy passes per byte the exchange's code
+made, beside its cost term fed with this machine's probes, and the two-batch overlap against none.
+The last line is `worst dispatch+combine / raw from 1 MB: X` (the largest ratio from 1 MB per
+rank up, over every mode).
 
 Rank 0 prints the tables; every rank takes part. Figures are medians of a few repetitions, each
 started after a barrier; on an oversubscribed machine (more ranks than cores) they are noisy.

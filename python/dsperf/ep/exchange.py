@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import _C, kernels
-from .alltoall import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _calls_out_of_order, _check_array,
-                       _header, _header_words, _local_check, _mpi, _parse_headers, _agree, _Watchdog, _byte_rows,
-                       _displs, agree_sizes, check_tokens, install_abort_on_error)
-from .window import ShmTransport, WindowBroken, node_layout
+from .guards import _mpi, _Watchdog, install_abort_on_error
+from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
+                       _check_array, _displs, _header, _header_words, _local_check, _parse_headers, agree_sizes,
+                       check_tokens)
+from .window import ShmTransport, WindowBroken
 
 _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
@@ -409,8 +410,8 @@ class WindowEpComm:
         return written, tok_entries, pair_entries
 
     def _dispatch_write(self, call, plan, node_counts, xx, ids, w, T, cap, async_op):
-        W, E_loc, h, me, li = self.size, self.local_experts, self.hidden, self.rank, self._li
-        layout, fp8, K = plan.layout, plan.fp8, plan.K
+        W, E_loc, h, me = self.size, self.local_experts, self.hidden, self.rank
+        layout, fp8 = plan.layout, plan.fp8
         mode = "low_latency" if layout == "masked" else "normal"
         turn = self._next_turn(mode)
         nr = self._node_ranks

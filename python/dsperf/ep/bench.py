@@ -125,6 +125,22 @@ def _median_time(comm, fn, repeats, warmup=2):
     return comm.allreduce(float(np.median(times)), op=_max())
 
 
+def _median_times(comm, fns, repeats, warmup=2):
+    """Medians of each fn's time (the slowest rank's), the fns called in turn, each after a barrier."""
+    for _ in range(warmup):
+        for fn in fns:
+            comm.Barrier()
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, t in zip(fns, times):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [comm.allreduce(float(np.median(t)), op=_max()) for t in times]
+
+
 def _max():
     from mpi4py import MPI
     return MPI.MAX
@@ -222,18 +238,18 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0, exchanges=("auto",
             rounds[key].append(v)
         for (ex, ep_n), mode in ((c, m) for c in comms.items() for m in (MODES if T <= ll_max else MODES[:2])):
             run, _ = _exchange_call(comm, mode, ep_n, T, rng, ex)
-            ours = _median_time(comm, run, repeats)
             _, handle = run()
             wb = handle.wire_bytes
             passes = getattr(handle, "passes", None) or {}
-            _close(run)
             bufs = [(np.zeros(int(wb[a].sum()), np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
                     for a, b in (("dispatch_send", "dispatch_recv"), ("combine_send", "combine_recv"))]
 
             def raw():
                 for sb, sc, rb, rc in bufs:
                     raw_alltoallv(comm, sb, sc, rb, rc)
-            raw_t = _median_time(comm, raw, repeats)
+            # Ours and the raw exchange alternate, so that both see the same load from other work.
+            ours, raw_t = _median_times(comm, (run, raw), repeats)
+            _close(run)
             # Bytes leaving this rank for other ranks, dispatch + combine, the largest over ranks.
             remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)
             remote[rank] = 0

@@ -160,6 +160,12 @@ def _pair_slots(plan, s, ids):
     return out.reshape(ids.shape)
 
 
+def _ranks_within(counts):
+    """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ...: each item's place within its group."""
+    counts = np.asarray(counts, np.int64)
+    return np.arange(int(counts.sum())) - np.repeat(_displs(counts), counts)
+
+
 def _token_rows(plan, s, dest, ranks):
     """[n, len(ranks)]: does token i go to ranks[c] (any of its experts there), and its record row
     there (the source's block, tokens ascending)."""
@@ -548,10 +554,12 @@ class WindowEpComm:
         xv = views[li][:E_loc * cap * plan.vb].reshape(E_loc, cap, plan.vb)
         xb = -(-E_loc * cap * plan.vb // 64) * 64
         sv = views[li][xb:xb + E_loc * cap * plan.sb].reshape(E_loc, cap, plan.sb) if plan.sb else None
-        for e in np.nonzero(before > now)[0]:
-            xv[e, now[e]:before[e]] = 0
+        stale = np.maximum(before - now, 0)                  # rows per expert to zero again
+        if stale.any():
+            rows = np.repeat(np.arange(E_loc) * cap + now, stale) + _ranks_within(stale)
+            xv.reshape(E_loc * cap, plan.vb)[rows] = 0
             if sv is not None:
-                sv[e, now[e]:before[e]] = 0
+                sv.reshape(E_loc * cap, plan.sb)[rows] = 0
         self._ll_filled[(turn, fp8)] = now.copy()
 
     def _dispatch_finish(self, call, plan, turn, T, w, views, tok_peer, tok_row, pair_peer, pair_row, sent, quant,
@@ -582,8 +590,7 @@ class WindowEpComm:
         counts = pairs[:, me].sum(axis=0)
         own_slots = None
         if layout == "masked":
-            own_slots = np.concatenate([e * cap + np.arange(c) for e, c in enumerate(counts)]).astype(np.int64) \
-                if counts.sum() else np.zeros(0, np.int64)
+            own_slots = (np.repeat(np.arange(E_loc) * cap, counts) + _ranks_within(counts)).astype(np.int64)
         handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv[nr].copy(), pair_peer,
                                 pair_row, plan.pair_rows[nr].copy(), None if w is None else np.ascontiguousarray(w, F32),
                                 send_counts, recv_counts, own_slots, wire, passes, rail)

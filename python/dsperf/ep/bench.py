@@ -152,6 +152,19 @@ def _routing(rng, tokens, experts, top_k):
     return ids, w
 
 
+def _fill_combine_buffers(ep, dispatch, per_token=False):
+    """Put data (BF16 1.0) in the rows combine reads from the window exchange's combine buffers of
+    both turns, as an expert kernel writing its outputs there would: never-written zeros all map the
+    kernel's one zero page, which would make reading them faster than any real exchange."""
+    for _ in range(2):
+        h = dispatch().handle
+        buf = ep.combine_buffer(h, per_token=per_token)
+        if h.own_slots is not None:
+            buf.reshape(-1, buf.shape[-1]).view(np.uint16)[h.own_slots] = 0x3f80
+        else:
+            buf.view(np.uint16)[...] = 0x3f80
+
+
 def _exchange_call(comm, mode, ep_n, T, rng, exchange):
     """(run, handle) for one dispatch + combine of T random tokens per rank in `mode`. The window
     exchange's expert outputs sit in its combine buffer, as an expert kernel would write them
@@ -167,11 +180,13 @@ def _exchange_call(comm, mode, ep_n, T, rng, exchange):
     if mode == "normal/expert":
         d = ep_n.dispatch(q, ids, w)
         if in_place:
+            _fill_combine_buffers(ep_n, lambda: ep_n.dispatch(q, ids, w))
+
             def run():
                 h = ep_n.dispatch(q, ids, w).handle
                 return ep_n.combine(ep_n.combine_buffer(h), h, out=out), h
         else:
-            y = np.zeros((d.x.shape[0], HIDDEN), F32)
+            y = np.ones((d.x.shape[0], HIDDEN), F32)
 
             def run():
                 h = ep_n.dispatch(q, ids, w).handle
@@ -180,11 +195,13 @@ def _exchange_call(comm, mode, ep_n, T, rng, exchange):
     if mode == "normal/token":
         d = ep_n.dispatch(q, ids, w, layout="token")
         if in_place:
+            _fill_combine_buffers(ep_n, lambda: ep_n.dispatch(q, ids, w, layout="token"), per_token=True)
+
             def run():
                 h = ep_n.dispatch(q, ids, w, layout="token").handle
                 return ep_n.combine(ep_n.combine_buffer(h, per_token=True), h, per_token=True, out=out), h
         else:
-            y = np.zeros((d.num_recv_tokens, HIDDEN), BF16)
+            y = np.ones((d.num_recv_tokens, HIDDEN), BF16)
 
             def run():
                 h = ep_n.dispatch(q, ids, w, layout="token").handle
@@ -192,7 +209,12 @@ def _exchange_call(comm, mode, ep_n, T, rng, exchange):
         return run, d.handle
     ep_l = EpComm(EXPERTS, HIDDEN, comm=comm, max_tokens=max(T, 1), exchange=exchange)
     lo = ep_l.low_latency_dispatch(q, ids)
-    y = None if in_place else np.zeros(lo.x.shape, BF16)   # DeepEP's low-latency combine takes BF16 outputs
+    if in_place:
+        _fill_combine_buffers(ep_l, lambda: ep_l.low_latency_dispatch(q, ids))
+    y = None
+    if not in_place:   # DeepEP's low-latency combine takes BF16 outputs; data in the rows it reads
+        y = np.zeros(lo.x.shape, BF16)
+        y.reshape(-1, HIDDEN)[lo.handle.recv_slot] = 1
 
     def run():
         h = ep_l.low_latency_dispatch(q, ids).handle
@@ -241,7 +263,9 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0, exchanges=("auto",
             _, handle = run()
             wb = handle.wire_bytes
             passes = getattr(handle, "passes", None) or {}
-            bufs = [(np.zeros(int(wb[a].sum()), np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
+            # Send buffers that hold data: never-written zeros all map the kernel's one zero page,
+            # which makes reading them (and so the raw exchange) faster than any real exchange.
+            bufs = [(np.full(int(wb[a].sum()), 0x3c, np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
                     for a, b in (("dispatch_send", "dispatch_recv"), ("combine_send", "combine_recv"))]
 
             def raw():

@@ -4,7 +4,8 @@ Rank 0 prints one line `RESULT <json>` with what it measured; tests/test_ep_mpi.
 Scenarios: layer (the EP layer against the single-process one), layout (dispatch layouts checked
 row by row), bad_hidden, bad_experts, bad_ids, bad_combine (errors on every rank), die (a rank
 exits), stuck (a rank stops answering; the watchdog ends the job), raise (a rank raises, run without
-`-m mpi4py`: EpComm's excepthook ends the job), out_of_order (ranks in different calls).
+`-m mpi4py`: EpComm's excepthook ends the job), out_of_order (ranks in different calls), inplace (the window exchange's combine buffer and out=), fault (an
+error inside a window exchange).
 """
 import argparse
 import json
@@ -16,6 +17,7 @@ import numpy as np
 
 from dsperf import kernels
 from dsperf.ep import alltoall, eplb
+from dsperf.ep.comm import EpComm as _EpComm
 from dsperf.ep.layer import EpMoeLayer, dequant_rows, local_expert_weights
 from mpi4py import MPI
 
@@ -24,6 +26,11 @@ EPS_BF16 = 2.0 ** -8
 DIM, INTER, E, TOPK, NGROUP, TOPKGROUP = 256, 128, 16, 4, 4, 2
 
 comm = MPI.COMM_WORLD
+EXCHANGE = "auto"   # set from --exchange
+
+
+def EpComm(*args, **kw):
+    return _EpComm(*args, exchange=EXCHANGE, **kw)
 rank, size = comm.Get_rank(), comm.Get_size()
 
 
@@ -81,7 +88,7 @@ def scenario_layer(a):
     w13, w2, _, _ = local_expert_weights(w["w13"], w["w2"], rank, size, plan)
     layer = EpMoeLayer(w["gate_weight"], w13, w2, gate_bias=bias, shared_w13=w["shared_w13"], shared_w2=w["shared_w2"],
                        plan=plan, mode=a.mode, fp8=bool(a.fp8), max_tokens=max(counts) if a.mode == "low_latency" else None,
-                       timeout_s=30, **GATE)
+                       timeout_s=30, exchange=EXCHANGE, **GATE)
     out = layer(x, overlap=bool(a.overlap))
     # Per-rank tokens received, for the "a rank that receives nothing" cases.
     d = layer.ep.dispatch(x, *reversed(layer.route(x)), fp8=False) if a.mode == "normal" else None
@@ -110,7 +117,7 @@ def scenario_layout(a):
     """Tokens tagged with (rank, index) in their first two values; the dispatch layouts are checked
     against the routing every rank knows (all ranks draw all ranks' ids from one seed)."""
     K, T = TOPK, 6
-    ep = alltoall.EpComm(E, DIM, max_tokens=T, timeout_s=30)
+    ep = EpComm(E, DIM, max_tokens=T, timeout_s=30)
     rng = np.random.default_rng(a.seed)
     ids_all = np.stack([np.stack([rng.choice(E, K, replace=False) for _ in range(T)]) for _ in range(size)]).astype(np.int32)
     if a.skew:
@@ -196,11 +203,11 @@ def expect_error(fn):
 
 def scenario_bad(a):
     if a.scenario == "bad_hidden":
-        msg = expect_error(lambda: alltoall.EpComm(E, DIM if rank != 1 else DIM // 2, timeout_s=30))
+        msg = expect_error(lambda: EpComm(E, DIM if rank != 1 else DIM // 2, timeout_s=30))
     elif a.scenario == "bad_experts":
-        msg = expect_error(lambda: alltoall.EpComm(E if rank != 1 else 2 * E, DIM, timeout_s=30))
+        msg = expect_error(lambda: EpComm(E if rank != 1 else 2 * E, DIM, timeout_s=30))
     elif a.scenario == "bad_ids":
-        ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=30)
+        ep = EpComm(E, DIM, max_tokens=4, timeout_s=30)
         ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
         if rank == 1:
             ids[2, 1] = E + 5
@@ -213,7 +220,7 @@ def scenario_bad(a):
         ok_after = (ep.dispatch(x, ids, w) if a.mode == "normal" else ep.low_latency_dispatch(x, ids)) is not None
         msg = (msg, ok_after)
     elif a.scenario == "bad_combine":
-        ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=30)
+        ep = EpComm(E, DIM, max_tokens=4, timeout_s=30)
         ids = np.tile(np.arange(0, E, E // TOPK, dtype=np.int32), (4, 1))
         x = np.zeros((4, DIM), BF16)
         w = np.ones((4, TOPK), np.float32)
@@ -233,7 +240,7 @@ def scenario_bad(a):
 
 
 def scenario_die(a):
-    ep = alltoall.EpComm(E, DIM, timeout_s=a.timeout)
+    ep = EpComm(E, DIM, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
     w = np.ones((4, TOPK), np.float32)
@@ -250,7 +257,7 @@ def scenario_die(a):
 
 def scenario_raise(a):
     """Rank 1 raises between two exchanges; the others wait in the second. Run as a plain script."""
-    ep = alltoall.EpComm(E, DIM, timeout_s=a.timeout)
+    ep = EpComm(E, DIM, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
     w = np.ones((4, TOPK), np.float32)
@@ -265,7 +272,7 @@ def scenario_out_of_order(a):
     """Rank 0 makes a normal dispatch, the others a low-latency one (a.mode == "normal"), or rank 0 a
     combine after its dispatch while the others dispatch again (a.mode == "per_token"). Every rank
     writes what it raised to a.out/rank<r>.txt, then re-raises: the excepthook ends the job."""
-    ep = alltoall.EpComm(E, DIM, max_tokens=4, timeout_s=a.timeout)
+    ep = EpComm(E, DIM, max_tokens=4, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
     w = np.ones((4, TOPK), np.float32)
@@ -284,6 +291,79 @@ def scenario_out_of_order(a):
     print(f"rank {rank} finished", flush=True)
 
 
+def scenario_inplace(a):
+    """The window exchange: outputs computed in the combine buffer give the same result as copied
+    ones, for every layout; a bad out= on one rank raises on every rank."""
+    T = 5
+    ep = EpComm(E, DIM, max_tokens=T, timeout_s=30)
+    rng = np.random.default_rng(a.seed)
+    ids = np.stack([rng.choice(E, TOPK, replace=False) for _ in range(T)]).astype(np.int32)
+    w = rng.random((T, TOPK)).astype(np.float32)
+    x = rng.standard_normal((T, DIM)).astype(np.float32).astype(BF16)
+    errors = []
+    for layout, per_token in (("token", True), ("token", False), ("expert", False)):
+        d = ep.dispatch(x, ids, w, fp8=False, layout=layout)
+        rows = d.num_recv_tokens if per_token else int(d.offsets[-1])
+        y = rng.standard_normal((rows, DIM)).astype(np.float32).astype(BF16)
+        copied = ep.combine(y, d.handle, per_token=per_token)
+        buf = ep.combine_buffer(d.handle, per_token=per_token)
+        buf[:] = y
+        kept = np.full((T, DIM), np.nan, np.float32)
+        in_place = ep.combine(buf, d.handle, per_token=per_token, out=kept)
+        if not (np.array_equal(copied, in_place) and in_place is kept):
+            errors.append(f"{layout} per_token={per_token}: in place differs from copied")
+    lo = ep.low_latency_dispatch(x, ids, fp8=False)
+    y = rng.standard_normal(lo.x.shape).astype(np.float32).astype(BF16)
+    copied = ep.low_latency_combine(y, w, lo.handle)
+    buf = ep.combine_buffer(lo.handle)
+    buf[:] = y
+    if not np.array_equal(copied, ep.low_latency_combine(buf, w, lo.handle)):
+        errors.append("low latency: in place differs from copied")
+    d = ep.dispatch(x, ids, w, fp8=False, layout="token")
+    bad = np.zeros((T, DIM // 2), np.float32) if rank == 0 else None
+    msg = expect_error(lambda: ep.combine(ep.combine_buffer(d.handle, per_token=True), d.handle, per_token=True,
+                                          out=bad))
+    report(dict(errors=errors, error=msg, exchange=type(ep).__name__))
+
+
+def scenario_fault(a):
+    """An error inside a window exchange, after the first sync: with --mode normal every rank
+    catches it and the next call must refuse the windows (never reused stale); with --mode
+    per_token only rank 1 fails and leaves the error uncaught (run as a plain script): the job
+    must end, naming the rank."""
+    from dsperf.ep import exchange
+    ep = EpComm(E, DIM, timeout_s=a.timeout)
+    x = np.zeros((4, DIM), BF16)
+    ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
+    w = np.ones((4, TOPK), np.float32)
+    d = ep.dispatch(x, ids, w, fp8=False, layout="token")
+    real = exchange._C_EP
+
+    class Faulty:
+        def __getattr__(self, name):
+            if name == "pull_weighted_sum":
+                def fail(*args, **kw):
+                    raise RuntimeError(f"rank {rank} fails inside combine on purpose")
+                return fail
+            return getattr(real, name)
+
+    if a.mode == "normal" or rank == 1:
+        exchange._C_EP = Faulty()
+    try:
+        ep.combine(np.zeros((d.num_recv_tokens, DIM), BF16), d.handle, per_token=True)
+    except RuntimeError as exc:
+        if a.mode != "normal":
+            raise
+        first = str(exc)
+    exchange._C_EP = real
+    try:
+        ep.dispatch(x, ids, w)
+        after = None
+    except RuntimeError as exc:
+        after = str(exc)
+    report(dict(first=first, after=after))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario")
@@ -297,7 +377,10 @@ def main():
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--sleep", type=float, default=40)
     p.add_argument("--out", default=".", help="folder for per-rank files (out_of_order)")
+    p.add_argument("--exchange", default="auto", choices=["auto", "window", "hierarchical", "alltoallv"])
     a = p.parse_args()
+    global EXCHANGE
+    EXCHANGE = a.exchange
     if a.scenario == "layer":
         scenario_layer(a)
     elif a.scenario == "layout":
@@ -310,6 +393,10 @@ def main():
         scenario_raise(a)
     elif a.scenario == "out_of_order":
         scenario_out_of_order(a)
+    elif a.scenario == "inplace":
+        scenario_inplace(a)
+    elif a.scenario == "fault":
+        scenario_fault(a)
     else:
         raise SystemExit(f"unknown scenario {a.scenario}")
 

@@ -35,10 +35,10 @@ if _REASON and os.environ.get("DSPERF_REQUIRE_MPI") == "1":
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"EP tests need MPI: {_REASON}")
 
 
-def run(np_, *args, timeout=120, plain=False):
+def run(np_, *args, timeout=120, plain=False, env_extra=None):
     """mpirun the worker; plain=True runs it as `python worker.py` (no `-m mpi4py` safety net)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1", **(env_extra or {}))
     launcher = [] if plain else ["-m", "mpi4py"]
     cmd = ["mpirun", "-np", str(np_), "--oversubscribe", sys.executable, *launcher, str(WORKER), *map(str, args)]
     t0 = time.monotonic()
@@ -46,8 +46,8 @@ def run(np_, *args, timeout=120, plain=False):
     return p, time.monotonic() - t0
 
 
-def result(np_, *args):
-    p, _ = run(np_, *args)
+def result(np_, *args, env_extra=None):
+    p, _ = run(np_, *args, env_extra=env_extra)
     lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"mpirun failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return json.loads(lines[-1][len("RESULT "):])
@@ -164,3 +164,77 @@ def test_ranks_in_different_calls_are_named_on_every_rank(tmp_path, np_, mode, n
     # Found at once, not by the 50 s watchdog; the re-raised error then aborts the job.
     assert p.returncode != 0 and elapsed < 20
     assert "no progress" not in p.stderr
+
+
+# ---- the exchanges: windows on one node (the default here), the previous MPI_Alltoallv one ------
+def test_the_default_exchange_on_one_node_is_the_window_one():
+    per_rank = result(2, "inplace")
+    assert all(r["exchange"] == "WindowEpComm" for r in per_rank)
+
+
+@pytest.mark.parametrize("np_, mode, fp8, overlap, eplb, tokens, skew", [CASES[2], CASES[4], CASES[6]])
+def test_previous_exchange_still_equals_single_process(np_, mode, fp8, overlap, eplb, tokens, skew):
+    res = result(np_, "layer", "--mode", mode, "--fp8", fp8, "--overlap", overlap, "--eplb", eplb,
+                 "--tokens", tokens, "--skew", skew, "--exchange", "alltoallv")
+    check_layer(res, fp8)
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_outputs_in_the_combine_buffer_equal_copied_ones(np_):
+    per_rank = result(np_, "inplace", "--seed", np_)
+    for r in per_rank:
+        assert r["errors"] == [], r
+        assert r["error"].startswith("rank 0: out must be a writable C-contiguous float32 array"), r
+
+
+def test_an_error_inside_a_window_exchange_invalidates_the_windows():
+    per_rank = result(2, "fault", "--mode", "normal")
+    for r in per_rank:
+        assert "fails inside combine on purpose" in r["first"]
+        assert r["after"] and "invalidated by an earlier error" in r["after"], r
+
+
+def test_an_uncaught_error_inside_a_window_exchange_ends_the_job_naming_the_rank():
+    p, elapsed = run(4, "fault", "--mode", "per_token", "--timeout", 50, plain=True)
+    assert p.returncode != 0 and elapsed < 60, (p.returncode, elapsed, p.stderr[-2000:])
+    assert "rank 1 fails inside combine on purpose" in p.stderr
+    assert "dsperf.ep: rank 1: uncaught RuntimeError; aborting the MPI job" in p.stderr
+
+
+def test_a_stuck_peer_of_a_window_exchange_is_named():
+    p, elapsed = run(4, "stuck", "--timeout", 3, "--sleep", 40)
+    assert p.returncode != 0 and elapsed < 30
+    assert "while waiting for rank 1 to reach dispatch(normal)" in p.stderr, p.stderr[-2000:]
+
+
+# ---- hierarchical: pretend nodes on this machine (DSPERF_EP_NODES) ------------------------------
+NODES2 = {"DSPERF_EP_NODES": "2"}
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_hierarchical_dispatch_layouts_row_by_row(np_):
+    for skew in (0, 1):
+        per_rank = result(np_, "layout", "--skew", skew, "--seed", np_ + 10, env_extra=NODES2)
+        for r in per_rank:
+            assert r["errors"] == []
+
+
+@pytest.mark.parametrize("np_, mode, fp8, overlap, eplb, tokens, skew", [CASES[0], CASES[2], CASES[4], CASES[5],
+                                                                        CASES[6], CASES[8]])
+def test_hierarchical_ep_layer_equals_single_process(np_, mode, fp8, overlap, eplb, tokens, skew):
+    res = result(np_, "layer", "--mode", mode, "--fp8", fp8, "--overlap", overlap, "--eplb", eplb,
+                 "--tokens", tokens, "--skew", skew, "--exchange", "hierarchical", env_extra=NODES2)
+    check_layer(res, fp8)
+
+
+@pytest.mark.parametrize("mode", ["normal", "low_latency"])
+def test_hierarchical_bad_ids_fail_on_every_rank(mode):
+    per_rank = result(4, "bad_ids", "--mode", mode, env_extra=NODES2)
+    for r in per_rank:
+        msg, ok_after = r["error"]
+        assert msg.startswith("rank 1: topk_ids must lie in [0, num_experts = 16)") and ok_after
+
+
+def test_hierarchical_bad_combine_input_fails_on_every_rank():
+    per_rank = result(4, "bad_combine", "--mode", "per_token", env_extra=NODES2)
+    assert all(r["error"] and "rank 0: y must have shape" in r["error"] for r in per_rank)

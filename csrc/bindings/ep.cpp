@@ -2,12 +2,14 @@
 // arguments' types and shapes; the core re-checks the values and names the bad argument.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ep/ep_copy.hpp"
+#include "ep/ep_window.hpp"
 #include "ep/eplb.hpp"
 
 namespace py = pybind11;
@@ -159,6 +161,91 @@ void bind_copies(py::module_& m) {
        py::arg("dst_index"), py::arg("n"), py::arg("width"));
 }
 
+// The window exchange's flags and pull-side reduction (dsperf/ep/window.py, exchange.py). Arrays
+// here are views of MPI shared-memory windows: taken in place (no conversion), checked once.
+void bind_window(py::module_& m) {
+    m.def("flag_publish", [](Raw<int64_t> flag, int64_t value) {
+        expect(flag.size() >= 1, "flag must hold one int64");
+        flag_publish(flag.mutable_data(), value);
+    }, py::arg("flag").noconvert(), py::arg("value"));
+    m.def("flags_wait", [](std::vector<Raw<int64_t>> flags, int64_t target, double timeout_s, double spin_s) {
+        std::vector<int64_t*> ptrs;
+        for (auto& f : flags) {
+            expect(f.size() >= 1, "every flag must hold one int64");
+            ptrs.push_back(f.mutable_data());
+        }
+        py::gil_scoped_release release;
+        return flags_wait(ptrs.data(), int64_t(ptrs.size()), target, timeout_s, spin_s);
+    }, py::arg("flags"), py::arg("target"), py::arg("timeout_s"), py::arg("spin_s"));
+    m.def("pull_weighted_sum", [](std::vector<Raw<uint16_t>> rows, Raw<int32_t> peer, Raw<int64_t> row,
+                                  py::object weights, Raw<float> out) {
+        expect(peer.ndim() == 2 && row.ndim() == 2 && out.ndim() == 2, "peer, row and out must be 2-D");
+        expect(row.shape(0) == peer.shape(0) && row.shape(1) == peer.shape(1), "row must match peer");
+        expect(out.shape(0) == peer.shape(0), "out must have one row per token");
+        const int64_t dim = out.shape(1), n = peer.size();
+        std::vector<const bf16_t*> bases;
+        std::vector<int64_t> avail;
+        for (auto& r : rows) {
+            expect(r.ndim() == 2 && r.shape(1) == dim, "every peer's rows must be 2-D of out's width");
+            bases.push_back(reinterpret_cast<const bf16_t*>(r.data()));
+            avail.push_back(r.shape(0));
+        }
+        const int32_t* pp = peer.data();
+        const int64_t* rp = row.data();
+        for (int64_t i = 0; i < n; ++i) {
+            if (pp[i] < 0) continue;
+            expect(pp[i] < int64_t(bases.size()) && rp[i] >= 0 && rp[i] < avail[pp[i]],
+                   "peer/row entries must index the peers' rows");
+        }
+        Raw<float> w;
+        const float* wp = nullptr;
+        if (!weights.is_none()) {
+            w = weights.cast<Raw<float>>();
+            expect(w.ndim() == 2 && w.shape(0) == peer.shape(0) && w.shape(1) == peer.shape(1), "weights must match peer");
+            wp = w.data();
+        }
+        py::gil_scoped_release release;
+        pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data());
+    }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert());
+    // values/scales: byte rows (the payload, or received records); dst: the destination's records.
+    m.def("write_records", [](Raw<uint8_t> values, int64_t vcol, int64_t vb, py::object scales, int64_t scol, int64_t sb,
+                              Raw<int64_t> token, Raw<int64_t> ids, py::object weights, int64_t dest,
+                              int64_t local_experts, Raw<uint8_t> dst, int64_t sc_col, int64_t id_col) {
+        expect(values.ndim() == 2 && dst.ndim() == 2 && token.ndim() == 1 && ids.ndim() == 2, "bad array ranks");
+        const int64_t n = token.shape(0), K = ids.shape(1), rec = dst.shape(1);
+        expect(K >= 1 && K <= 64, "top_k must be in [1, 64]");
+        expect(dst.shape(0) == n, "dst must have one record per token");
+        expect(vcol >= 0 && vb >= 0 && vcol + vb <= values.shape(1), "value columns out of range");
+        expect(vb <= sc_col && sc_col + sb <= id_col && id_col + 8 * K == rec, "record columns do not fit");
+        expect(local_experts >= 1 && dest >= 0, "dest and local_experts out of range");
+        const int64_t* tp = token.data();
+        for (int64_t i = 0; i < n; ++i)
+            expect(tp[i] >= 0 && tp[i] < values.shape(0) && tp[i] < ids.shape(0), "token entries out of range");
+        Raw<uint8_t> sc;
+        const uint8_t* sp = nullptr;
+        int64_t sstride = 0;
+        if (sb) {
+            sc = scales.cast<Raw<uint8_t>>();
+            expect(sc.ndim() == 2 && scol >= 0 && scol + sb <= sc.shape(1), "scale columns out of range");
+            for (int64_t i = 0; i < n; ++i) expect(tp[i] < sc.shape(0), "token entries out of range of scales");
+            sp = sc.data();
+            sstride = sc.shape(1);
+        }
+        Raw<float> w;
+        const float* wp = nullptr;
+        if (!weights.is_none()) {
+            w = weights.cast<Raw<float>>();
+            expect(w.ndim() == 2 && w.shape(0) == ids.shape(0) && w.shape(1) == K, "weights must match ids");
+            wp = w.data();
+        }
+        py::gil_scoped_release release;
+        write_records(values.data(), values.shape(1), vcol, vb, sp, sstride, scol, sb, tp, n, ids.data(), wp, K, dest,
+                      local_experts, dst.mutable_data(), rec, sc_col, id_col);
+    }, py::arg("values"), py::arg("vcol"), py::arg("vb"), py::arg("scales"), py::arg("scol"), py::arg("sb"),
+       py::arg("token"), py::arg("ids"), py::arg("weights"), py::arg("dest"), py::arg("local_experts"),
+       py::arg("dst").noconvert(), py::arg("sc_col"), py::arg("id_col"));
+}
+
 }  // namespace
 
 void bind_ep(py::module_& root) {
@@ -166,5 +253,6 @@ void bind_ep(py::module_& root) {
     m.def("rebalance", &rebalance, py::arg("load"), py::arg("num_physical"), py::arg("num_groups"),
           py::arg("num_nodes"), py::arg("num_gpus"), py::arg("policy"));
     bind_copies(m);
+    bind_window(m);
     m.def("imbalance", &imbalance, py::arg("load"), py::arg("phy2log"), py::arg("logcnt"), py::arg("num_gpus"));
 }

@@ -19,7 +19,13 @@ def mpi_available() -> tuple[bool, str]:
 
 def __getattr__(name):
     # The MPI-backed parts load on first use.
-    if name in ("EpComm", "DispatchHandle", "LowLatencyHandle", "raw_alltoallv"):
+    if name in ("EpComm", "choose_exchange"):
+        from . import comm
+        return getattr(comm, name)
+    if name in ("WindowEpComm", "ExchangeHandle"):
+        from . import exchange
+        return getattr(exchange, name)
+    if name in ("AlltoallvEpComm", "DispatchHandle", "LowLatencyHandle", "raw_alltoallv"):
         from . import alltoall
         return getattr(alltoall, name)
     if name in ("EpMoeLayer", "ep_moe_layer"):

@@ -1,4 +1,7 @@
-"""All-to-all dispatch and combine of MoE tokens over MPI, in DeepEP's two layouts.
+"""All-to-all dispatch and combine of MoE tokens over MPI, in DeepEP's two layouts: the previous
+exchange (AlltoallvEpComm), kept for nodes of unequal size and as the bench's comparison, and the
+argument checks, headers, watchdog and abort-on-error hook that the window exchange
+(exchange.WindowEpComm, the default through comm.EpComm) shares with it.
 
 Normal mode (prefill): the ranks first exchange how many tokens each sends to each (and per
 expert), then one variable-size exchange (MPI_Ialltoallv) carries each token once per destination
@@ -36,187 +39,23 @@ in a plain `python script.py` under mpirun, as `python -m mpi4py script.py` woul
 """
 from __future__ import annotations
 
-import sys
-import threading
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from .. import _C, kernels
+from .guards import ABORT_CODE, _mpi, _Watchdog, install_abort_on_error  # noqa: F401 (re-exported)
+from .protocol import (BF16, CALLS, F32, FP8, _CALL_MAGIC, DispatchOut, LowLatencyOut, _agree,  # noqa: F401
+                       _byte_rows, _calls_out_of_order, _check_array, _displs, _header, _header_words,
+                       _local_check, _parse_headers, agree_sizes, check_tokens)
 
 _C_EP = _C.ep
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
-F32 = np.dtype(np.float32)
 
 _DTYPES = {"bf16": 0, "fp8": 1}
-_ERR_BYTES = 248            # room for one rank's error message in a header
 _STATUS_BYTES = 256         # a combine status block: int32 ok, then the error text
-_MAGIC = 0x64737065         # "dspe"
-ABORT_CODE = 3              # exit status of a job ended by the watchdog
 
 
-def _mpi():
-    try:
-        from mpi4py import MPI
-    except ImportError as exc:  # pragma: no cover - exercised only without mpi4py
-        raise ImportError("dsperf.ep needs mpi4py (pip install mpi4py, with an MPI library such as "
-                          "OpenMPI: apt-get install libopenmpi-dev openmpi-bin)") from exc
-    return MPI
-
-
-# ---- watchdog ----------------------------------------------------------------------------------
-class _Watchdog:
-    """Aborts the MPI job when a guarded wait outlives its deadline (a dead or stuck peer)."""
-
-    def __init__(self, comm, timeout_s):
-        self.comm = comm
-        self.timeout_s = timeout_s
-        self._deadline = None
-        self._what = ""
-        self._lock = threading.Lock()
-        self._thread = None
-
-    def _run(self):
-        while True:
-            time.sleep(0.2)
-            with self._lock:
-                late = self._deadline is not None and time.monotonic() > self._deadline
-                what = self._what
-            if late:
-                sys.stderr.write(f"dsperf.ep: rank {self.comm.Get_rank()}: no progress for {self.timeout_s:g} s "
-                                 f"while waiting for {what} (a peer rank may have died or be stuck); "
-                                 "aborting the job\n")
-                sys.stderr.flush()
-                self.comm.Abort(ABORT_CODE)
-
-    @contextmanager
-    def guard(self, what):
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="dsperf-ep-watchdog", daemon=True)
-            self._thread.start()
-        with self._lock:
-            self._deadline = time.monotonic() + self.timeout_s
-            self._what = what
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._deadline = None
-
-
-# ---- abort on an uncaught exception --------------------------------------------------------------
-_hook_comms = []   # communicators the installed hook aborts (the first one created wins)
-
-
-def install_abort_on_error(comm=None):
-    """Make an uncaught exception on this rank end the whole MPI job: a sys.excepthook that prints
-    the traceback as usual, then calls comm.Abort(1). Without it the other ranks wait in their next
-    exchange (for the watchdog's timeout_s) and this one in MPI_Finalize. EpComm installs it (unless
-    abort_on_error=False); idempotent. It does nothing on a one-rank communicator or in an
-    interactive session. `python -m mpi4py` does the same for a whole script."""
-    if comm is None:
-        comm = _mpi().COMM_WORLD
-    if _hook_comms:
-        return
-    _hook_comms.append(comm)
-    previous = sys.excepthook
-
-    def hook(kind, value, tb):
-        previous(kind, value, tb)
-        # A single rank has nobody waiting on it, and an interactive session (where the REPL hands
-        # every failed statement to sys.excepthook) must survive a typo.
-        if comm.Get_size() < 2 or hasattr(sys, "ps1"):
-            return
-        sys.stderr.write(f"dsperf.ep: rank {comm.Get_rank()}: uncaught {kind.__name__}; aborting the MPI job\n")
-        sys.stderr.flush()
-        comm.Abort(1)  # ends every rank of the job (sys.excepthook never sees SystemExit)
-
-    sys.excepthook = hook
-
-
-# ---- call descriptors: every rank must be in the same call -------------------------------------
-_CALL_MAGIC = 0x64736361   # "dsca"
-CALLS = ("dispatch(normal)", "combine(normal)", "dispatch(low_latency)", "combine(low_latency)", "barrier")
-
-
-def _calls_out_of_order(codes, seq):
-    """The error for ranks whose call codes differ: ranks grouped by the call they made."""
-    groups = {}
-    for r, c in enumerate(codes):
-        groups.setdefault(int(c), []).append(r)
-    parts = []
-    for c, ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-        name = CALLS[c] if 0 <= c < len(CALLS) else f"an unknown call ({c})"
-        parts.append(f"{who} called {name}")
-    return RuntimeError(f"dsperf.ep: calls out of order at call {seq} on this communicator: " + ", ".join(parts) +
-                        " (every rank must make the same dsperf.ep calls in the same order; the communicator "
-                        "is unusable now)")
-
-
-# ---- headers: local verdicts and the values every rank must agree on ----------------------------
-def _header(ok_error, values):
-    """int64 words: magic, ok, the values, then the error text (UTF-8, cut to _ERR_BYTES)."""
-    text = (ok_error or "").encode("utf-8", "replace")[:_ERR_BYTES]
-    err = np.zeros(_ERR_BYTES, np.uint8)
-    err[:len(text)] = np.frombuffer(text, np.uint8)
-    words = np.array([_MAGIC, 0 if ok_error else 1, *values], np.int64)
-    return np.concatenate([words, err.view(np.int64)])
-
-
-def _parse_headers(rows, names):
-    """rows: [ranks, words] headers. Returns the values as [ranks, len(names)], or raises the first
-    rank's error (or a disagreement) as ValueError, identically on every rank."""
-    n = len(names)
-    if np.any(rows[:, 0] != _MAGIC):
-        bad = int(np.nonzero(rows[:, 0] != _MAGIC)[0][0])
-        raise RuntimeError(f"dsperf.ep: rank {bad} sent a message that is not a dsperf.ep header "
-                           "(ranks are running different code or calls out of order)")
-    bad = np.nonzero(rows[:, 1] == 0)[0]
-    if bad.size:
-        msgs = []
-        for r in bad:
-            text = rows[r, 2 + n:].view(np.uint8).tobytes().rstrip(b"\0").decode("utf-8", "replace")
-            msgs.append(f"rank {int(r)}: {text}")
-        raise ValueError("; ".join(msgs))
-    return rows[:, 2:2 + n]
-
-
-def _agree(values, names, agree):
-    """Raise ValueError naming the first value in `agree` that differs between ranks."""
-    for j, name in enumerate(names):
-        if name in agree and np.any(values[:, j] != values[0, j]):
-            per_rank = ", ".join(f"rank {r} has {int(v)}" for r, v in enumerate(values[:, j]))
-            raise ValueError(f"{name} differs between ranks: {per_rank}")
-
-
-def _header_words(n_values):
-    return 2 + n_values + _ERR_BYTES // 8
-
-
-# ---- argument checks ---------------------------------------------------------------------------
-def _check_array(name, a, dtypes, shape):
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
-    if a.dtype not in dtypes:
-        raise TypeError(f"{name} must have dtype {' or '.join(str(d) for d in dtypes)}, got {a.dtype}")
-    if a.ndim != len(shape) or any(s is not None and a.shape[i] != s for i, s in enumerate(shape)):
-        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
-        raise ValueError(f"{name} must have shape {want}, got {list(a.shape)}")
-    return np.ascontiguousarray(a)
-
-
-def _local_check(fn):
-    """Run fn(); return (result, None) or (None, 'the error message')."""
-    try:
-        return fn(), None
-    except (TypeError, ValueError) as exc:
-        return None, str(exc)
 
 
 # ---- results and handles -----------------------------------------------------------------------
@@ -234,49 +73,6 @@ class DispatchHandle:
 
 
 @dataclass
-class DispatchOut:
-    """Normal-mode dispatch result.
-
-    layout="expert": x holds the rows in the contiguous per-expert layout of this rank's experts
-    (local expert e owns rows offsets[e]:offsets[e + 1]; a token with two experts here appears twice).
-    layout="token": x holds each received token once, in arrival order (rank 0's first), as DeepEP's
-    normal dispatch returns them; rows `source[offsets[e]:offsets[e + 1]]` of x are expert e's.
-    x: FP8 or BF16 [rows, hidden]; scales: FP32 [rows, ceil(hidden / 128)] for FP8, else None.
-    In the token layout x, scales, topk_ids and topk_weights are views of the receive buffer (rows
-    strided, no copy). topk_ids: int32 [received, top_k] local expert of each slot, -1 where the
-    slot's expert lives on another rank; topk_weights FP32 [received, top_k]; source int64
-    [expert rows] the received token of each expert-layout row."""
-    x: np.ndarray
-    scales: np.ndarray | None
-    offsets: np.ndarray
-    num_recv_tokens: int
-    handle: DispatchHandle
-    layout: str = "expert"
-    topk_ids: np.ndarray | None = None
-    topk_weights: np.ndarray | None = None
-    source: np.ndarray | None = None
-    records: np.ndarray | None = None   # token layout: the receive buffer's byte records [received, record]
-    scale_col: int = 0                  # byte column of the scales within a record (FP8)
-
-    def expert_rows_bf16(self):
-        """BF16 [expert rows, hidden]: the rows in the per-expert layout, FP8 dequantised, in one
-        pass (gathered from the receive buffer when the layout is "token")."""
-        hidden = self.handle.hidden
-        rows = int(self.offsets[-1])
-        out = np.empty((rows, hidden), BF16)
-        if self.layout == "token":
-            if self.scales is not None:
-                _C_EP.dequant_gather_rows(self.records, self.scale_col, hidden, self.source, out.view(np.uint16))
-            else:
-                _C_EP.copy_rows(self.records, 0, self.source, out.view(np.uint8), 0, None, rows, 2 * hidden)
-        elif self.scales is not None:
-            _C_EP.dequant_rows(self.x.view(np.uint8), self.scales, out.view(np.uint16))
-        else:
-            out[:] = self.x
-        return out
-
-
-@dataclass
 class LowLatencyHandle:
     num_tokens: int
     top_k: int
@@ -286,18 +82,6 @@ class LowLatencyHandle:
     recv_slot: np.ndarray      # [sum(recv_rows)] flat index into [local_experts * capacity] of each received row
     hidden: int
     wire_bytes: dict           # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
-
-
-@dataclass
-class LowLatencyOut:
-    """Low-latency dispatch result, the masked layout: x [local_experts, ranks * max_tokens, hidden]
-    (FP8 or BF16; rows past counts[e] are zero), scales FP32 [local_experts, capacity,
-    ceil(hidden / 128)] for FP8, counts int32 [local_experts]. Within an expert, rows come from
-    rank 0 first, then rank 1, ...; within a rank, in token order."""
-    x: np.ndarray
-    scales: np.ndarray | None
-    counts: np.ndarray
-    handle: LowLatencyHandle
 
 
 class Pending:
@@ -343,12 +127,6 @@ def _payload(x, fp8):
     return x, None
 
 
-def _byte_rows(a):
-    """A 2-D array's rows as bytes (a C-contiguous view; a copy only where a is strided)."""
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint8).reshape(a.shape[0], a.shape[1] * a.itemsize)
-
-
 def _parts(values, scales):
     """The payload as byte matrices laid side by side in a row: values, then scales (FP8 only)."""
     v = np.ascontiguousarray(values).view(np.uint8).reshape(values.shape[0], values.shape[1] * values.itemsize)
@@ -364,7 +142,7 @@ def _copy_parts(parts, src_index, dst, dst_index, n):
         col += part.shape[1]
 
 
-class EpComm:
+class AlltoallvEpComm:
     """Dispatch and combine over an MPI communicator whose ranks each own num_experts / ranks
     consecutive experts (rank r: experts [r * E / R, (r + 1) * E / R)).
 
@@ -376,7 +154,7 @@ class EpComm:
     call raises RuntimeError naming the calls on every rank ("calls out of order: ...").
     """
 
-    _NAMES = ("num_experts", "hidden", "max_tokens", "ranks")
+    exchange = "alltoallv"
 
     def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0, abort_on_error=True):
         MPI = _mpi()
@@ -390,27 +168,7 @@ class EpComm:
                           and 0 < timeout_s <= 1e6 else 60.0)
         self._watchdog = _Watchdog(self.comm, self.timeout_s)
 
-        def check():
-            # Upper bounds keep the exchange buffers (max_tokens x experts x hidden) allocatable and
-            # the header words exact.
-            for name, v, hi in (("num_experts", num_experts, 1 << 20), ("hidden", hidden, 1 << 24)):
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
-                    raise ValueError(f"{name} must be an integer in [1, {hi}], got {v!r}")
-            if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
-                                           or not 1 <= max_tokens <= 1 << 24):
-                raise ValueError(f"max_tokens must be None or an integer in [1, {1 << 24}], got {max_tokens!r}")
-            if num_experts % self.size:
-                raise ValueError(f"num_experts ({num_experts}) must be a multiple of the ranks ({self.size})")
-            if isinstance(timeout_s, bool) or not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 1e6):
-                raise ValueError(f"timeout_s must be a number in (0, 1e6], got {timeout_s!r}")
-            return int(num_experts), int(hidden), -1 if max_tokens is None else int(max_tokens)
-
-        vals, err = _local_check(check)
-        mine = _header(err, (*(vals if vals else (0, 0, 0)), self.size))
-        rows = np.empty((self.size, mine.size), np.int64)
-        self._waitall([self.comm.Iallgather(mine, rows)], "the EpComm set-up")
-        values = _parse_headers(rows, self._NAMES)
-        _agree(values, self._NAMES, set(self._NAMES))
+        vals = agree_sizes(self.comm, self._waitall, num_experts, hidden, max_tokens, timeout_s)
         self.num_experts, self.hidden, mt = (int(v) for v in vals)
         self.max_tokens = None if mt < 0 else mt
         self.local_experts = self.num_experts // self.size
@@ -458,6 +216,9 @@ class EpComm:
         with self._watchdog.guard(what):
             self._mpi.Request.Waitall(reqs)
 
+    def close(self):
+        """Nothing to free: the buffers are ordinary arrays (WindowEpComm.close frees its windows)."""
+
     def barrier(self):
         call = self._announce("barrier")
         req = self.comm.Ibarrier()
@@ -466,30 +227,7 @@ class EpComm:
 
     # -- argument checks shared by both modes ----------------------------------------------------
     def _check_tokens(self, x, topk_ids, topk_weights, fp8, need_weights):
-        if isinstance(x, tuple):
-            if len(x) != 2:
-                raise ValueError("x as a tuple must be (fp8 values, scales)")
-            vals = _check_array("x[0]", x[0], (FP8,), (None, self.hidden))
-            sc = _check_array("x[1]", x[1], (F32,), (vals.shape[0], -(-self.hidden // 128)))
-            if not fp8:
-                raise ValueError("x given as FP8 (values, scales) needs fp8=True")
-            T = vals.shape[0]
-            x = (vals, sc)
-        else:
-            x = _check_array("x", x, (BF16,), (None, self.hidden))
-            T = x.shape[0]
-        ids = _check_array("topk_ids", topk_ids, (np.dtype(np.int32), np.dtype(np.int64)), (T, None))
-        if ids.shape[1] < 1:
-            raise ValueError("topk_ids must have at least one column (top_k >= 1)")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_experts):
-            raise ValueError(f"topk_ids must lie in [0, num_experts = {self.num_experts}), "
-                             f"got values in [{ids.min()}, {ids.max()}]")
-        if ids.size and np.any(np.diff(np.sort(ids, axis=1), axis=1) == 0):
-            raise ValueError("topk_ids must not repeat an expert within a token")
-        w = None
-        if need_weights or topk_weights is not None:
-            w = _check_array("topk_weights", topk_weights, (F32,), ids.shape)
-        return x, ids.astype(np.int64), w, T
+        return check_tokens(x, topk_ids, topk_weights, fp8, need_weights, self.hidden, self.num_experts)
 
     # -- normal mode -----------------------------------------------------------------------------
     def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, layout="expert", async_op=False):
@@ -880,13 +618,6 @@ class _StatusPending(Pending):
             self._result = self._finish()
             self._done = True
         return self._result
-
-
-def _displs(counts):
-    out = np.zeros(len(counts), np.int64)
-    if len(counts) > 1:
-        np.cumsum(counts[:-1], out=out[1:])
-    return out
 
 
 def raw_alltoallv(comm, send, send_counts, recv, recv_counts):

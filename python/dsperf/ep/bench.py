@@ -1,7 +1,10 @@
-"""`mpirun -np 4 python -m dsperf.ep.bench [--quick]`: check the EP MoE layer against the
-single-process one, then time dispatch + combine by tokens and mode against a raw MPI_Alltoallv
-of the same bytes, beside the cost model's all-to-all term fed with this machine's loopback
-latency and bandwidth, and the two-batch overlap against none.
+"""`mpirun -np 4 python -m dsperf.ep.bench [--quick] [--previous]`: check the EP MoE layer against
+the single-process one, then time dispatch + combine by tokens and mode against a raw MPI_Alltoallv
+of the same bytes (the exchange EpComm picks: shared-memory windows on one node; --previous adds
+the MPI_Alltoallv exchange in the same run), with the copy passes per byte the exchange's code
+made, beside its cost term fed with this machine's probes, and the two-batch overlap against none.
+The last line is `worst dispatch+combine / raw from 1 MB: X` (the largest ratio from 1 MB per
+rank up, over every mode).
 
 Rank 0 prints the tables; every rank takes part. Figures are medians of a few repetitions, each
 started after a barrier; on an oversubscribed machine (more ranks than cores) they are noisy.
@@ -17,7 +20,9 @@ import numpy as np
 
 from .. import kernels
 from ..predict.kernel_cost import ep_exchange_ms
-from .alltoall import BF16, F32, EpComm, install_abort_on_error, raw_alltoallv
+from .alltoall import BF16, F32, install_abort_on_error, raw_alltoallv
+from .comm import EpComm
+from .cost import window_exchange_ms
 
 # DeepSeek-V3's MoE shape for the communication table.
 HIDDEN, EXPERTS, TOP_K = 7168, 256, 8
@@ -120,6 +125,22 @@ def _median_time(comm, fn, repeats, warmup=2):
     return comm.allreduce(float(np.median(times)), op=_max())
 
 
+def _median_times(comm, fns, repeats, warmup=2):
+    """Medians of each fn's time (the slowest rank's), the fns called in turn, each after a barrier."""
+    for _ in range(warmup):
+        for fn in fns:
+            comm.Barrier()
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, t in zip(fns, times):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [comm.allreduce(float(np.median(t)), op=_max()) for t in times]
+
+
 def _max():
     from mpi4py import MPI
     return MPI.MAX
@@ -131,31 +152,84 @@ def _routing(rng, tokens, experts, top_k):
     return ids, w
 
 
-def _exchange_call(comm, mode, ep_n, T, rng):
-    """(run, wire_bytes) for one dispatch + combine of T random tokens per rank in `mode`."""
+def _fill_combine_buffers(ep, dispatch, per_token=False):
+    """Put data (BF16 1.0) in the rows combine reads from the window exchange's combine buffers of
+    both turns, as an expert kernel writing its outputs there would: never-written zeros all map the
+    kernel's one zero page, which would make reading them faster than any real exchange."""
+    for _ in range(2):
+        h = dispatch().handle
+        buf = ep.combine_buffer(h, per_token=per_token)
+        if h.own_slots is not None:
+            buf.reshape(-1, buf.shape[-1]).view(np.uint16)[h.own_slots] = 0x3f80
+        else:
+            buf.view(np.uint16)[...] = 0x3f80
+
+
+def _exchange_call(comm, mode, ep_n, T, rng, exchange):
+    """(run, handle) for one dispatch + combine of T random tokens per rank in `mode`. The window
+    exchange's expert outputs sit in its combine buffer, as an expert kernel would write them
+    (combine copies nothing); the previous exchange sends them from a BF16 (token, low-latency) or
+    FP32 (per-expert) array, as it always did."""
     x = (rng.standard_normal((T, HIDDEN)) * 0.5).astype(np.float32).astype(BF16)
     q = kernels.act_quant(x)
     ids, w = _routing(rng, T, EXPERTS, TOP_K)
+    in_place = hasattr(ep_n, "combine_buffer")
+    # The window exchange writes combine's FP32 tokens into a kept array (out=), as the raw
+    # exchange receives into a kept buffer; the previous exchange has no out= and allocates.
+    out = np.empty((T, HIDDEN), F32)
     if mode == "normal/expert":
         d = ep_n.dispatch(q, ids, w)
-        y = np.zeros((d.x.shape[0], HIDDEN), F32)
-        return (lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w).handle)), d.handle.wire_bytes
+        if in_place:
+            _fill_combine_buffers(ep_n, lambda: ep_n.dispatch(q, ids, w))
+
+            def run():
+                h = ep_n.dispatch(q, ids, w).handle
+                return ep_n.combine(ep_n.combine_buffer(h), h, out=out), h
+        else:
+            y = np.ones((d.x.shape[0], HIDDEN), F32)
+
+            def run():
+                h = ep_n.dispatch(q, ids, w).handle
+                return ep_n.combine(y, h), h
+        return run, d.handle
     if mode == "normal/token":
         d = ep_n.dispatch(q, ids, w, layout="token")
-        y = np.zeros((d.num_recv_tokens, HIDDEN), BF16)
-        return (lambda: ep_n.combine(y, ep_n.dispatch(q, ids, w, layout="token").handle, per_token=True)), \
-            d.handle.wire_bytes
-    ep_l = EpComm(EXPERTS, HIDDEN, comm=comm, max_tokens=max(T, 1))
+        if in_place:
+            _fill_combine_buffers(ep_n, lambda: ep_n.dispatch(q, ids, w, layout="token"), per_token=True)
+
+            def run():
+                h = ep_n.dispatch(q, ids, w, layout="token").handle
+                return ep_n.combine(ep_n.combine_buffer(h, per_token=True), h, per_token=True, out=out), h
+        else:
+            y = np.ones((d.num_recv_tokens, HIDDEN), BF16)
+
+            def run():
+                h = ep_n.dispatch(q, ids, w, layout="token").handle
+                return ep_n.combine(y, h, per_token=True), h
+        return run, d.handle
+    ep_l = EpComm(EXPERTS, HIDDEN, comm=comm, max_tokens=max(T, 1), exchange=exchange)
     lo = ep_l.low_latency_dispatch(q, ids)
-    y = np.zeros(lo.x.shape, BF16)       # DeepEP's low-latency combine takes BF16 expert outputs
-    return (lambda: ep_l.low_latency_combine(y, w, ep_l.low_latency_dispatch(q, ids).handle)), lo.handle.wire_bytes
+    if in_place:
+        _fill_combine_buffers(ep_l, lambda: ep_l.low_latency_dispatch(q, ids))
+    y = None
+    if not in_place:   # DeepEP's low-latency combine takes BF16 outputs; data in the rows it reads
+        y = np.zeros(lo.x.shape, BF16)
+        y.reshape(-1, HIDDEN)[lo.handle.recv_slot] = 1
+
+    def run():
+        h = ep_l.low_latency_dispatch(q, ids).handle
+        if in_place:
+            return ep_l.low_latency_combine(ep_l.combine_buffer(h), w, h, out=out), h
+        return ep_l.low_latency_combine(y, w, h), h
+    run.comm = ep_l
+    return run, lo.handle
 
 
 MODES = ("normal/expert", "normal/token", "low_latency")
 LAYOUTS = {"normal/expert": "expert", "normal/token": "token", "low_latency": "masked"}
 
 
-def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
+def comm_table(comm, token_list, repeats, ll_max=256, seed=0, exchanges=("auto",)):
     """Rows of dispatch + combine timings (rank 0's list; others get []), three ways: normal mode
     into the per-expert layout (expert outputs reduced inside combine), normal mode in DeepEP's
     token layout (combine of per-token BF16 rows), and the low-latency mode (tokens <= ll_max).
@@ -169,45 +243,81 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0):
     lb = loopback(comm)
     rounds = {"alltoall_gbps": [lb["alltoall_gbps"]], "copy_gbps": [lb["copy_gbps"]]}
     rows = []
-    ep_n = EpComm(EXPERTS, HIDDEN, comm=comm)
+    comms = {ex: EpComm(EXPERTS, HIDDEN, comm=comm, exchange=ex) for ex in exchanges}
+    names = {ex: comms[ex].exchange if hasattr(comms[ex], "exchange") else "alltoallv" for ex in exchanges}
     rng = np.random.default_rng(seed + rank)
     fixed_us = {}
-    for mode in MODES:
-        run, _ = _exchange_call(comm, mode, ep_n, 0, rng)
-        empty_ms = _median_time(comm, run, max(repeats, 5)) * 1e3
-        exchanges = ep_exchange_ms(0, ranks=size, layout=LAYOUTS[mode], link_gbps=1.0, latency_us=0.0)["exchanges"]
-        fixed_us[mode] = max(0.0, empty_ms * 1e3 - exchanges * lb["latency_us"])
-    lb["fixed_us"] = fixed_us
+    for ex, ep_n in comms.items():
+        for mode in MODES:
+            run, _ = _exchange_call(comm, mode, ep_n, 0, rng, ex)
+            empty_ms = _median_time(comm, run, max(repeats, 5)) * 1e3
+            exchanges_ = ep_exchange_ms(0, ranks=size, layout=LAYOUTS[mode], link_gbps=1.0, latency_us=0.0)["exchanges"]
+            fixed_us[(names[ex], mode)] = max(0.0, empty_ms * 1e3 - exchanges_ * lb["latency_us"])
+            _close(run)
+    lb["fixed_us"] = {f"{e} {m}": v for (e, m), v in fixed_us.items()}
     for T in token_list:
         for key, v in rate_probes(comm).items():
             rounds[key].append(v)
-        for mode in MODES if T <= ll_max else MODES[:2]:
-            run, wb = _exchange_call(comm, mode, ep_n, T, rng)
-            ours = _median_time(comm, run, repeats)
-            bufs = [(np.zeros(int(wb[a].sum()), np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
+        for (ex, ep_n), mode in ((c, m) for c in comms.items() for m in (MODES if T <= ll_max else MODES[:2])):
+            run, _ = _exchange_call(comm, mode, ep_n, T, rng, ex)
+            _, handle = run()
+            wb = handle.wire_bytes
+            passes = getattr(handle, "passes", None) or {}
+            # Send buffers that hold data: never-written zeros all map the kernel's one zero page,
+            # which makes reading them (and so the raw exchange) faster than any real exchange.
+            bufs = [(np.full(int(wb[a].sum()), 0x3c, np.uint8), wb[a], np.zeros(int(wb[b].sum()), np.uint8), wb[b])
                     for a, b in (("dispatch_send", "dispatch_recv"), ("combine_send", "combine_recv"))]
 
             def raw():
                 for sb, sc, rb, rc in bufs:
                     raw_alltoallv(comm, sb, sc, rb, rc)
-            raw_t = _median_time(comm, raw, repeats)
+            # Ours and the raw exchange alternate, so that both see the same load from other work.
+            ours, raw_t = _median_times(comm, (run, raw), repeats)
+            _close(run)
             # Bytes leaving this rank for other ranks, dispatch + combine, the largest over ranks.
             remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)
             remote[rank] = 0
             mb = comm.allreduce(float(remote.sum()), op=_max()) / 1e6
-            rows.append(dict(mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours * 1e3, raw_alltoallv_ms=raw_t * 1e3,
-                             ratio=ours / raw_t, gbps=mb / 1e3 / ours))
+            # Copy passes per payload byte our code made (bytes it wrote or read / bytes delivered),
+            # the largest over ranks; the previous exchange does not count them.
+            disp = comm.allreduce(float(passes.get("dispatch", np.nan)), op=_max())
+            comb = comm.allreduce(float(passes.get("combine", np.nan)), op=_max())
+            rows.append(dict(exchange=names[ex], mode=mode, tokens=T, remote_mb_per_rank=mb, ours_ms=ours * 1e3,
+                             raw_alltoallv_ms=raw_t * 1e3, ratio=ours / raw_t, gbps=mb / 1e3 / ours,
+                             dispatch_passes=disp, combine_passes=comb))
     for key, vals in rounds.items():
         lb[key] = float(np.median(vals))
         lb[key.replace("_gbps", "_range_gbps")] = (float(min(vals)), float(max(vals)))
     for row in rows:
         pred = ep_exchange_ms(row["tokens"], hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size,
                               layout=LAYOUTS[row["mode"]], fp8=True, link_gbps=lb["alltoall_gbps"],
-                              latency_us=lb["latency_us"], local_gbps=lb["copy_gbps"], overhead_us=fixed_us[row["mode"]])
+                              latency_us=lb["latency_us"], local_gbps=lb["copy_gbps"],
+                              overhead_us=fixed_us[(row["exchange"], row["mode"])])
         link_ms = pred["link_ms"] + pred["exchanges"] * lb["latency_us"] / 1e3
-        row.update(model_ms=pred["ms"], model_err=(pred["ms"] - row["ours_ms"]) / row["ours_ms"], link_model_ms=link_ms,
+        model_ms = pred["ms"]
+        if row["exchange"] == "window":
+            # No link: the ranks' own copies through the windows at their copy rate (ep.cost).
+            model_ms = window_exchange_ms(row["tokens"], hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size,
+                                          layout=LAYOUTS[row["mode"]], fp8=True, copy_gbps=lb["copy_gbps"],
+                                          overhead_us=fixed_us[(row["exchange"], row["mode"])])
+        row.update(model_ms=model_ms, model_err=(model_ms - row["ours_ms"]) / row["ours_ms"], link_model_ms=link_ms,
                    link_vs_raw_err=(link_ms - row["raw_alltoallv_ms"]) / row["raw_alltoallv_ms"])
     return (rows, lb) if rank == 0 else ([], lb)
+
+
+def _close(run):
+    """Free the windows of a low-latency communicator made for one call (collective)."""
+    ep = getattr(run, "comm", None)
+    if ep is not None and hasattr(ep, "close"):
+        ep.close()
+
+
+def worst_ratio(rows, min_mb=1.0, exchange=None):
+    """The largest dispatch + combine / raw ratio over rows of at least min_mb MB per rank (of one
+    exchange, default: the first row's)."""
+    exchange = exchange or (rows[0]["exchange"] if rows else None)
+    big = [r["ratio"] for r in rows if r["remote_mb_per_rank"] >= min_mb and r["exchange"] == exchange]
+    return max(big) if big else float("nan")
 
 
 def _layer_weights(rng, experts, dim, inter):
@@ -304,6 +414,10 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="folder for CSV/JSON copies of the tables (ep_comm.csv, "
                                                "ep_loopback.json, ep_overlap.csv, ep_layer_check.csv)")
     p.add_argument("--no-overlap", action="store_true", help="skip the two-batch overlap timing")
+    p.add_argument("--exchange", default="auto", choices=["auto", "window", "hierarchical", "alltoallv"],
+                   help="the exchange to time (auto: shared-memory windows on one node)")
+    p.add_argument("--previous", action="store_true",
+                   help="also time the previous exchange (MPI_Alltoallv, AlltoallvEpComm) in the same run")
     a = p.parse_args(argv)
     comm = _comm()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -328,7 +442,8 @@ def main(argv=None):
         print(f"EP layer on {size} ranks vs the single-process dsperf.kernels.moe_layer (relative error, Frobenius)")
         print(df.to_markdown(index=False, floatfmt=".3g"))
         print()
-    rows, lb = comm_table(comm, tokens, repeats)
+    exchanges = (a.exchange, "alltoallv") if a.previous and a.exchange != "alltoallv" else (a.exchange,)
+    rows, lb = comm_table(comm, tokens, repeats, exchanges=exchanges)
     if rank == 0:
         print(f"loopback (ranks 0-1 ping-pong): latency {lb['latency_us']:.1f} us, bandwidth {lb['bandwidth_gbps']:.2f} GB/s; "
               f"all {size} ranks at once (medians of {len(tokens) + 1} rounds, range in brackets): MPI_Alltoall "
@@ -336,8 +451,10 @@ def main(argv=None):
               f"out of each rank, row copies {lb['copy_gbps']:.2f} [{lb['copy_range_gbps'][0]:.2f}-"
               f"{lb['copy_range_gbps'][1]:.2f}] GB/s per rank")
         print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
-              "ratio = ours / raw MPI_Alltoallv of the same bytes; model = the cost model's EP all-to-all term "
-              "(kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "
+              "ratio = ours / raw MPI_Alltoallv of the same bytes per peer (token layout: records out, BF16 "
+              "partials back; per-expert and masked layouts: pair rows out, BF16 pair rows back); model = for the "
+              "window exchange, its copies at the row-copy rate + its fixed cost per call (dsperf.ep.cost); for "
+              "alltoallv, the cost model's EP all-to-all term (kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "
               "latency per exchange + the rank's own copies at its memory copy rate + the mode's fixed cost per call "
               "(an exchange of no tokens: " + ", ".join(f"{m} {v:.0f} us" for m, v in lb["fixed_us"].items()) +
               "); link_model = link bytes and latencies only, against the raw exchange (link_vs_raw_err)")
@@ -361,6 +478,15 @@ def main(argv=None):
         print()
         print("EPLB: max / mean tokens per GPU, 256 experts on 288 slots over 32 GPUs (4 nodes, 8 groups)")
         print(pd.DataFrame(eplb_table()).to_markdown(index=False, floatfmt=".3f"))
+    if rank == 0:
+        print()
+        print("copy passes per payload byte (dispatch_passes, combine_passes): bytes the exchange's own code "
+              "wrote (dispatch) or wrote and read (combine) over the bytes it delivered; the raw MPI_Alltoallv "
+              "and the previous exchange's MPI calls make copies of their own that are not counted")
+        for ex in exchanges[1:]:
+            print(f"worst dispatch+combine / raw from 1 MB ({ex}, the previous exchange): "
+                  f"{worst_ratio(rows, exchange=ex):.2f}")
+        print(f"worst dispatch+combine / raw from 1 MB: {worst_ratio(rows, exchange=rows[0]['exchange'] if rows else None):.2f}")
     ok = all(r["ok"] for r in checks) if rank == 0 else True
     ok = comm.bcast(ok, root=0)
     return 0 if ok else 1

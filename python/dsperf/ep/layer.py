@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import _C, kernels
-from .alltoall import BF16, F32, FP8, EpComm
+from .alltoall import BF16, F32, FP8
+from .comm import EpComm
 from .eplb import EplbPlan
 
 MODES = ("normal", "low_latency")
@@ -63,14 +64,15 @@ class EpMoeLayer:
     full set), BF16 or FP8 with 128x128 block scales; shared_w13 / shared_w2: the shared expert.
     plan: an EplbPlan over this communicator's ranks (None: rank r holds experts
     [r E / R, (r + 1) E / R)). mode: "normal" (DeepEP's prefill layout) or "low_latency" (decode;
-    needs max_tokens per call and rank). fp8: FP8 dispatch payload (else BF16).
+    needs max_tokens per call and rank). fp8: FP8 dispatch payload (else BF16). exchange: EpComm's
+    ("auto": shared-memory windows on one node, else MPI_Alltoallv).
     Construction is collective (the ranks check they agree on the sizes).
     """
 
     def __init__(self, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scale, score_func="sigmoid",
                  gate_bias=None, shared_w13=None, shared_w2=None, w13_scale=None, w2_scale=None,
                  shared_w13_scale=None, shared_w2_scale=None, plan: EplbPlan | None = None, mode="normal",
-                 fp8=True, max_tokens=None, comm=None, timeout_s=60.0):
+                 fp8=True, max_tokens=None, comm=None, timeout_s=60.0, exchange="auto"):
         if mode not in MODES:
             raise ValueError(f"mode must be 'normal' or 'low_latency', got {mode!r}")
         if not isinstance(gate_weight, np.ndarray) or gate_weight.ndim != 2:
@@ -96,7 +98,7 @@ class EpMoeLayer:
             from mpi4py import MPI
             comm = MPI.COMM_WORLD
         ranks = comm.Get_size()
-        self.ep = EpComm(slots * ranks, dim, comm=comm, max_tokens=max_tokens, timeout_s=timeout_s)
+        self.ep = EpComm(slots * ranks, dim, comm=comm, max_tokens=max_tokens, timeout_s=timeout_s, exchange=exchange)
         self.plan = plan
         if plan is not None:
             if plan.phy2log.ndim != 1 or plan.num_gpus != ranks or plan.num_physical != slots * ranks \

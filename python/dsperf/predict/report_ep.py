@@ -22,7 +22,14 @@ def _why_not() -> str:
     try:
         import mpi4py  # noqa: F401
     except ImportError:
-        return "no mpi4py (pip install mpi4py)"
+        return "no mpi4py (pip install mpi4py; `pip install .` installs it)"
+    # MPI itself is loaded in a child: initialising it here would make this process an MPI
+    # singleton, whose environment confuses the mpirun started below.
+    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI; MPI.Get_library_version()"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
+        return f"mpi4py cannot load an MPI library ({last})"
     return ""
 
 
@@ -67,7 +74,8 @@ def _section(ep_dir: Path, out: Path, stream) -> list[str]:
     stream.write(f"EP all-to-all: model within 25% at {within} of {len(comm)} points (median |error| "
                  f"{med * 100:.1f}%); dispatch + combine {big['ratio'].min():.1f}-{big['ratio'].max():.1f}x a raw "
                  "MPI_Alltoallv from 1 MB per rank\n" if len(big) else "")
-    cols = ["mode", "tokens", "remote_mb_per_rank", "ours_ms", "raw_alltoallv_ms", "ratio", "model_ms", "model_err"]
+    cols = [c for c in ("exchange", "mode", "tokens", "remote_mb_per_rank", "ours_ms", "raw_alltoallv_ms", "ratio",
+                        "dispatch_passes", "combine_passes", "model_ms", "model_err") if c in comm.columns]
     return [
         f"{RANKS} ranks on this machine: dispatch (FP8 + scales) + combine (BF16) of DeepSeek-V3's hidden 7168, "
         "256 experts, top-8, against a raw MPI_Alltoallv of the same bytes and the cost model's EP term "

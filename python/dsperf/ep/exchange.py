@@ -1,0 +1,769 @@
+"""Dispatch and combine through shared-memory windows: every byte moved once, by the rank that has it.
+
+The ranks of one node map each other's windows (window.ShmTransport). A call runs in two steps
+separated by syncs (a published sequence number per rank and a small row of integers):
+
+dispatch (both layouts, and the low-latency masked layout):
+  1. sync the counts: each rank publishes how many tokens it sends each rank and how many
+     (token, expert) pairs go to each expert, with its argument verdict and the call it is in.
+     Every rank now knows every count, so every rank computes the same slots and window sizes.
+  2. each rank writes its tokens straight into the destination ranks' windows at their final
+     rows: token records (layout="token", DeepEP's normal layout), one row per pair in the
+     per-expert layout (layout="expert"), or the masked layout (low-latency mode). FP8 payloads
+     are quantised once on the source (or given quantised) and copied once per destination.
+  3. sync again: the receive buffers are complete; the result is views of this rank's window.
+
+combine (the same three kinds): each expert rank rounds its outputs to BF16 into its own
+window (or the caller computed them in place, in combine_buffer(handle): no copy), one sync, and
+each source rank reads its tokens' rows straight from the peers' windows and forms the weighted
+sum in the same pass (FP32, slot order; over ranks in rank order for per-token partials).
+
+Copy passes per byte (counted by the code, handle.passes): dispatch 1 (2 with a BF16 x quantised
+here), combine 1 (the pull-reduce) + 1 when the outputs are not already in the combine buffer.
+
+Across nodes (hierarchical, as DeepEP's normal internode kernels): the counts are gathered over
+all ranks (MPI_Allgather), each token crosses to another node once per destination node, to the
+rank with its source's local index there (MPI_Alltoallv among the ranks of one local index, a
+"rail"), which writes it into the destination ranks' windows of its node as if it were its own.
+Combine runs backwards: the forwarding rank gathers the BF16 rows of the tokens it forwarded from
+its node's windows and sends them back along the rail, and the source reads them beside the rows
+of its own node in the same weighted sum (rows are not reduced per node before crossing, so the
+result is the same sum in the same order as on one node). The ranks are split into nodes by
+shared memory, or into pretend nodes (EpComm(nodes=n), DSPERF_EP_NODES=n) to test on one machine.
+
+Errors: the verdict of each rank's argument check and the call it is in ride in the first sync,
+so a bad argument raises the same ValueError on every rank (naming the rank) with nothing written,
+and ranks in different calls raise RuntimeError on every rank, naming each rank's call. A peer that
+does not reach a sync within timeout_s ends the job naming it; an exception between the syncs
+invalidates the windows (never reused stale) and, uncaught, ends the job through the excepthook.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import _C, kernels
+from .guards import _mpi, _Watchdog, install_abort_on_error
+from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
+                       _check_array, _displs, _header, _header_words, _local_check, _parse_headers, agree_sizes,
+                       check_tokens)
+from .window import ShmTransport, WindowBroken
+
+_C_EP = _C.ep
+_VALUES = ("call", "seq", "top_k", "fp8")
+
+
+@dataclass
+class ExchangeHandle:
+    """What combine needs from a dispatch, for every mode and layout (one handle type).
+
+    Rows this rank's tokens occupy at the other ranks, so combine can read them in place:
+    tok_peer/tok_row [tokens, ranks]: the rank and row of each token's record (per-token partials,
+    rank order; peer -1: not sent there); pair_peer/pair_row [tokens, top_k]: the rank and row of
+    each (token, expert) pair in that rank's per-expert (normal) or masked (low-latency) rows.
+    Peers are ranks of this rank's node (local index), and `locals` (the node's size) stands for the
+    rows that come back over the rail from other nodes. tok_rows/pair_rows [node ranks]: how many
+    rows each node rank's combine buffer holds per kind. rail: the forwarding side (None on one node)."""
+    mode: str                  # "normal" or "low_latency"
+    layout: str                # "token", "expert" or "masked"
+    turn: int                  # which of the two buffer sets (two micro-batches in flight)
+    num_tokens: int
+    top_k: int
+    hidden: int
+    tok_peer: np.ndarray
+    tok_row: np.ndarray
+    tok_rows: np.ndarray
+    pair_peer: np.ndarray
+    pair_row: np.ndarray
+    pair_rows: np.ndarray
+    weights: np.ndarray | None         # FP32 [tokens, top_k] (normal mode), summed by combine
+    send_counts: np.ndarray            # [ranks] tokens (normal) or pairs (low latency) sent to each rank
+    recv_counts: np.ndarray            # [ranks] tokens or pairs received from each rank
+    own_slots: np.ndarray | None       # low latency: this rank's filled rows of the masked layout
+    wire_bytes: dict                   # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
+    passes: dict = field(default_factory=dict)   # copy passes per payload byte, by phase
+    rail: dict | None = None
+
+
+class _Done:
+    """A finished or deferred step with DeepEP's async interface: wait() returns the result."""
+
+    def __init__(self, finish):
+        self._finish, self._done, self._result = finish, False, None
+
+    def test(self):
+        return self._done
+
+    def wait(self):
+        if not self._done:
+            self._result = self._finish()
+            self._done = True
+        return self._result
+
+
+def _row_layout(hidden, fp8):
+    """(value bytes, scale bytes) of one payload row."""
+    return (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
+
+
+@dataclass
+class _Plan:
+    """Where every token and pair of a dispatch lands, from the counts every rank agreed on."""
+    N: np.ndarray              # [source, dest] tokens
+    PE: np.ndarray             # [source, expert] pairs
+    tok_off: np.ndarray        # [source, dest] first record row of the source's tokens at the dest
+    n_recv: np.ndarray         # [dest] records received
+    expert_base: np.ndarray    # [expert] first row of the expert in its rank's pair rows
+    pair_off: np.ndarray       # [source, expert] first row of the source's pairs within the expert
+    pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)
+    layout: str
+    fp8: bool
+    K: int
+    vb: int                    # value bytes of a row
+    sb: int                    # scale bytes of a row
+    sc_col: int                # scales' column in a record
+    rec: int                   # record bytes: values | pad | scales | K local ids | K weights
+
+    @property
+    def id_col(self):
+        return self.sc_col + self.sb
+
+
+def _make_plan(N, PE, W, E_loc, cap, layout, fp8, hidden, K):
+    vb, sb = (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
+    sc_col = vb + (-vb % 4)
+    totals = PE.sum(axis=0)
+    if layout == "masked":
+        expert_base = (np.arange(W * E_loc) % E_loc) * cap
+        pair_rows = np.full(W, E_loc * cap, np.int64)
+    else:
+        per_rank = totals.reshape(W, E_loc)
+        expert_base = (np.cumsum(per_rank, axis=1) - per_rank).ravel()
+        pair_rows = per_rank.sum(axis=1)
+    return _Plan(N, PE, np.cumsum(N, axis=0) - N, N.sum(axis=0), expert_base, np.cumsum(PE, axis=0) - PE, pair_rows,
+                 layout, fp8, K, vb, sb, sc_col, sc_col + sb + 8 * K)
+
+
+def _pair_slots(plan, s, ids):
+    """Row of every pair (i, k) of source s's tokens `ids` [n, K] (global experts, tokens ascending
+    as the source holds them) in its destination's pair rows."""
+    flat = ids.ravel()
+    if flat.size == 0:
+        return np.zeros(ids.shape, np.int64)
+    order = np.argsort(flat, kind="stable")                  # by expert, then token
+    g = flat[order]
+    cnt = np.bincount(g, minlength=plan.expert_base.size)
+    j = np.arange(flat.size) - np.repeat(_displs(cnt), cnt)
+    out = np.empty(flat.size, np.int64)
+    out[order] = plan.expert_base[g] + plan.pair_off[s, g] + j
+    return out.reshape(ids.shape)
+
+
+def _ranks_within(counts):
+    """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ...: each item's place within its group."""
+    counts = np.asarray(counts, np.int64)
+    return np.arange(int(counts.sum())) - np.repeat(_displs(counts), counts)
+
+
+def _token_rows(plan, s, dest, ranks):
+    """[n, len(ranks)]: does token i go to ranks[c] (any of its experts there), and its record row
+    there (the source's block, tokens ascending)."""
+    hit = np.zeros((dest.shape[0], len(ranks)), bool)
+    for c, d in enumerate(ranks):
+        hit[:, c] = np.any(dest == d, axis=1)
+    rows = plan.tok_off[s, ranks][None, :] + np.cumsum(hit, axis=0) - 1
+    return hit, rows
+
+
+class WindowEpComm:
+    """EpComm over shared-memory windows on each node, and MPI between nodes (see the module doc).
+    The same calls, arguments and results as the previous exchange (alltoall.AlltoallvEpComm), with
+    one handle type (ExchangeHandle), combine_buffer(handle) for outputs computed in place, and
+    combine(out=) for a kept output array. node: the node of every rank (window.node_layout);
+    None: all on one node."""
+
+    def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0, abort_on_error=True,
+                 node=None):
+        MPI = _mpi()
+        self._mpi = MPI
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        if abort_on_error:
+            install_abort_on_error(self.comm)
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.timeout_s = (float(timeout_s) if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+                          and 0 < timeout_s <= 1e6 else 60.0)
+        self._watchdog = _Watchdog(self.comm, self.timeout_s)
+        vals = agree_sizes(self.comm, self._waitall, num_experts, hidden, max_tokens, timeout_s)
+        self.num_experts, self.hidden, mt = (int(v) for v in vals)
+        self.max_tokens = None if mt < 0 else mt
+        self.local_experts = self.num_experts // self.size
+        self.first_expert = self.rank * self.local_experts
+        W = self.size
+        node = np.zeros(W, np.int64) if node is None else np.asarray(node, np.int64)
+        self.nodes = int(node.max()) + 1
+        per_node = np.bincount(node, minlength=self.nodes)
+        if np.any(per_node != per_node[0]):
+            raise ValueError(f"the window exchange needs the same number of ranks on every node, got {per_node.tolist()}")
+        self.exchange = "window" if self.nodes == 1 else "hierarchical"
+        self._node = node
+        self._node_ranks = np.nonzero(node == node[self.rank])[0]          # this node's ranks, ascending
+        self._L = self._node_ranks.size
+        self._li = int(np.searchsorted(self._node_ranks, self.rank))       # local index
+        self._local_of = np.full(W, -1, np.int64)
+        self._local_of[self._node_ranks] = np.arange(self._L)
+        # Windows and rails live on a private duplicate, so their traffic never meets the caller's.
+        self._calls = self.comm.Dup()
+        node_comm = self._calls.Split(int(node[self.rank]), self.rank)
+        self._rail = None
+        if self.nodes > 1:
+            # The ranks of one local index, one per node, in node order.
+            self._rail = self._calls.Split(self._li, int(node[self.rank]))
+            self._rail_ranks = np.array(self._rail.allgather(self.rank), np.int64)   # global rank per node
+        self._hw = _header_words(len(_VALUES))
+        ranks = self._node_ranks
+        self._t = ShmTransport(node_comm, self._hw + W + self.num_experts + self.nodes, timeout_s=self.timeout_s,
+                               label=lambda local: int(ranks[local]))
+        self._call_seq = 0
+        self._turn = {}
+        self._ll_filled = {}      # (turn, fp8) -> rows per local expert the last use filled
+        self._pub_read = {}       # turn -> transport seq at which peers last read that combine buffer
+        self._bufs = {}           # private rail buffers, kept between calls
+
+    def _waitall(self, reqs, what):
+        with self._watchdog.guard(what):
+            self._mpi.Request.Waitall(reqs)
+
+    def _next_turn(self, kind):
+        t = self._turn.get(kind, 1) ^ 1
+        self._turn[kind] = t
+        return t
+
+    def _buf(self, key, nbytes):
+        buf = self._bufs.get(key)
+        if buf is None or buf.nbytes < nbytes:
+            buf = np.zeros(max(int(nbytes), 64), np.uint8)
+            self._bufs[key] = buf
+        return buf[:int(nbytes)]
+
+    def _rail_exchange(self, send, send_counts, recv_key, recv_counts, what):
+        """MPI_Alltoallv of bytes among the rail (one rank per node, node order)."""
+        MPI = self._mpi
+        sc, rc = np.asarray(send_counts, np.int64), np.asarray(recv_counts, np.int64)
+        recv = self._buf(recv_key, rc.sum())
+        self._waitall([self._rail.Ialltoallv([send, (sc, _displs(sc)), MPI.BYTE], [recv, (rc, _displs(rc)), MPI.BYTE])],
+                      what)
+        return recv
+
+    # -- syncs with the call check ---------------------------------------------------------------
+    def _sync(self, call, err=None, values=(0, 0), counts=(), world=False):
+        """Publish (verdict, call, counts), wait for every rank of the node (world=True: of the
+        communicator, by MPI_Allgather); raises the same error on every rank for a bad argument
+        anywhere or ranks in different calls. Returns (values, counts) rows."""
+        head = _header(err, (CALLS.index(call), self._call_seq, *values))
+        row = np.concatenate([head, np.asarray(counts, np.int64)]) if len(counts) else head
+        if world:
+            self._t._check()
+            full = np.zeros(self._t.row_words, np.int64)
+            full[:row.size] = row
+            rows = np.empty((self.size, full.size), np.int64)
+            self._waitall([self._calls.Iallgather(full, rows)], f"the other ranks to reach {call}")
+        else:
+            rows = self._t.sync(row, call)
+        codes, seqs = rows[:, 2], rows[:, 3]
+        if np.any(codes != codes[0]) or np.any(seqs != seqs[0]):
+            ranks = np.arange(self.size) if world else self._node_ranks
+            why = _calls_out_of_order(codes, self._call_seq, ranks)
+            self._t.invalidate(str(why))
+            raise why
+        try:
+            vals = _parse_headers(rows[:, :self._hw], _VALUES)
+        except ValueError as exc:
+            exc.agreed = True            # every rank raises it at the same sync, nothing written
+            raise
+        return vals, rows[:, self._hw:]
+
+    def _guarded(self, body):
+        """Run an exchange step; anything but an agreed error leaves the windows invalid."""
+        try:
+            return body()
+        except WindowBroken:
+            raise
+        except BaseException as exc:
+            if getattr(exc, "agreed", False):
+                raise
+            self._t.invalidate(f"{type(exc).__name__}: {exc}")
+            raise
+
+    def barrier(self):
+        self._call_seq += 1
+        self._guarded(lambda: self._sync("barrier", world=self.nodes > 1))
+
+    def close(self):
+        """Free the windows (collective)."""
+        self._t.free()
+
+    # -- dispatch --------------------------------------------------------------------------------
+    def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, layout="expert", async_op=False):
+        """Normal-mode dispatch, as AlltoallvEpComm.dispatch: layout "token" (each received token once,
+        views of this rank's window) or "expert" (rows written straight into the per-expert layout).
+        Returns a DispatchOut (its handle an ExchangeHandle), or with async_op an object whose
+        wait() returns it."""
+        def check():
+            if layout not in ("expert", "token"):
+                raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
+            return check_tokens(x, topk_ids, topk_weights, fp8, True, self.hidden, self.num_experts)
+
+        return self._dispatch("dispatch(normal)", check, fp8, layout, async_op)
+
+    def low_latency_dispatch(self, x, topk_ids, *, fp8=True, async_op=False):
+        """Low-latency dispatch into the masked layout [local_experts, ranks * max_tokens, hidden] of
+        this rank's window (zero past each expert's count). Returns a LowLatencyOut."""
+        def check():
+            if self.max_tokens is None:
+                raise ValueError("the low-latency mode needs EpComm(max_tokens=...)")
+            out = check_tokens(x, topk_ids, None, fp8, False, self.hidden, self.num_experts)
+            if out[3] > self.max_tokens:
+                raise ValueError(f"x has {out[3]} tokens, more than max_tokens = {self.max_tokens}")
+            return out
+
+        return self._dispatch("dispatch(low_latency)", check, fp8, "masked", async_op)
+
+    def _dispatch(self, call, check, fp8, layout, async_op):
+        W, E, E_loc = self.size, self.num_experts, self.local_experts
+        fp8 = bool(fp8)
+        checked, err = _local_check(check)
+        self._call_seq += 1
+        if err is None:
+            xx, ids, w, T = checked
+            K = ids.shape[1]
+            dest = ids // E_loc
+            to_rank = np.zeros((T, W), bool)
+            to_rank[np.arange(T)[:, None], dest] = True
+            to_node = np.zeros((T, self.nodes), bool)
+            to_node[np.arange(T)[:, None], self._node[dest]] = True
+            counts = np.concatenate([to_rank.sum(axis=0), np.bincount(ids.ravel(), minlength=E),
+                                     to_node.sum(axis=0)]).astype(np.int64)
+        else:
+            xx, ids, w, T, K = None, np.zeros((0, 1), np.int64), None, 0, 0
+            counts = np.zeros(W + E + self.nodes, np.int64)
+        vals, rows = self._guarded(lambda: self._sync(call, err, (K, int(fp8)), counts, world=self.nodes > 1))
+        _agree(vals, _VALUES, {"top_k", "fp8"})
+        cap = W * (self.max_tokens or 1)
+        plan = _make_plan(rows[:, :W], rows[:, W:W + E], W, E_loc, cap, layout, fp8, self.hidden, K)
+        node_counts = rows[:, W + E:W + E + self.nodes]
+        return self._guarded(lambda: self._dispatch_write(call, plan, node_counts, xx, ids, w, T, cap, async_op))
+
+    def _payload(self, xx, fp8):
+        """(value rows, scale rows or None) as byte matrices, and the bytes quantising wrote."""
+        if isinstance(xx, tuple):
+            vals, scales = xx
+            quant = 0
+        elif fp8:
+            vals, scales = kernels.act_quant(xx)
+            quant = vals.nbytes + scales.nbytes
+        else:
+            vals, scales, quant = xx, None, 0
+        return _byte_rows(vals), (_byte_rows(scales) if scales is not None else None), quant
+
+    def _write_inbox(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, views, known=None):
+        """Write source s's tokens (payload rows vsrc/ssrc at columns vcol/scol, global expert ids
+        [n, K], weights [n, K] or None) into the windows of this node's destination ranks, each row
+        once, straight to its final place. Returns (bytes written, per-token entries, pair entries):
+        the (local rank, row) where combine finds each token's rows on this node, row-major.
+        known: (dest, hit, rows, slots) already worked out over this node's ranks."""
+        E_loc, nr = self.local_experts, self._node_ranks
+        n = ids.shape[0]
+        if known is None:
+            dest = ids // E_loc
+            hit, trow = _token_rows(plan, s, dest, nr)
+            slots = _pair_slots(plan, s, ids)
+        else:
+            dest, hit, trow, slots = known
+        on_node = self._local_of[dest] >= 0
+        written = 0
+        if n:
+            for c, d in enumerate(nr):
+                view = views[c]
+                if plan.layout == "token":
+                    sel = np.nonzero(hit[:, c])[0]
+                    if sel.size == 0:
+                        continue
+                    first = int(plan.tok_off[s, d])
+                    recs = view[:plan.n_recv[d] * plan.rec].reshape(int(plan.n_recv[d]), plan.rec)[first:first + sel.size]
+                    _C_EP.write_records(vsrc, vcol, plan.vb, ssrc, scol, plan.sb, sel.astype(np.int64), ids, w, int(d),
+                                        E_loc, recs, plan.sc_col, plan.id_col)
+                    written += sel.size * plan.rec
+                else:
+                    ii, kk = np.nonzero(dest == d)
+                    if ii.size == 0:
+                        continue
+                    r_d = int(plan.pair_rows[d])
+                    xb = -(-r_d * plan.vb // 64) * 64
+                    sl = slots[ii, kk].astype(np.int64)
+                    ii = ii.astype(np.int64)
+                    _C_EP.copy_rows(vsrc, vcol, ii, view[:r_d * plan.vb].reshape(r_d, plan.vb), 0, sl, ii.size, plan.vb)
+                    if plan.sb:
+                        _C_EP.copy_rows(ssrc, scol, ii, view[xb:xb + r_d * plan.sb].reshape(r_d, plan.sb), 0, sl,
+                                        ii.size, plan.sb)
+                    written += ii.size * (plan.vb + plan.sb)
+        if known is not None:
+            return written, None, None           # own tokens: combine works from the global rows
+        ti, tc = np.nonzero(hit)
+        tok_entries = (tc.astype(np.int32), trow[ti, tc].astype(np.int64))
+        pi, pk = np.nonzero(on_node)
+        pair_entries = (self._local_of[dest[pi, pk]].astype(np.int32), slots[pi, pk].astype(np.int64))
+        return written, tok_entries, pair_entries
+
+    def _dispatch_write(self, call, plan, node_counts, xx, ids, w, T, cap, async_op):
+        W, E_loc, h, me = self.size, self.local_experts, self.hidden, self.rank
+        layout, fp8 = plan.layout, plan.fp8
+        mode = "low_latency" if layout == "masked" else "normal"
+        turn = self._next_turn(mode)
+        nr = self._node_ranks
+        if xx is not None and T:
+            vrows, srows, quant = self._payload(xx, fp8)
+        else:
+            vrows, srows, quant = np.zeros((0, plan.vb), np.uint8), np.zeros((0, max(plan.sb, 1)), np.uint8), 0
+
+        # This node's windows: receive buffers of this kind and turn, and the combine buffer.
+        if layout == "token":
+            key, sizes = ("tok", turn), plan.n_recv[nr] * plan.rec
+        else:
+            rows = plan.pair_rows[nr]
+            key, sizes = (layout, turn, fp8), -(-rows * plan.vb // 64) * 64 + rows * plan.sb
+        views = self._t.regions(key, sizes)
+        self._t.regions(("pub", turn), np.maximum(plan.n_recv[nr], plan.pair_rows[nr]) * 2 * h)
+        if layout == "masked":
+            self._zero_masked(call, key, views, plan, turn, fp8, cap)
+
+        # Where combine finds this rank's tokens: records (per token) and pair rows, at every rank.
+        dest = ids // E_loc
+        hit, trow = _token_rows(plan, me, dest, np.arange(W))
+        tok_peer = np.where(hit, np.arange(W)[None, :], -1).astype(np.int64)
+        pair_row = _pair_slots(plan, me, ids)
+        pair_peer = dest.astype(np.int64)
+
+        # Own tokens into this node's windows; tokens for other nodes once per node along the rail.
+        nr = self._node_ranks
+        sent, _, _ = self._write_inbox(plan, me, vrows, 0, srows, 0, ids, w, views,
+                                       known=(dest, hit[:, nr], trow[:, nr], pair_row))
+        rail = None
+        if self._rail is not None:
+            sent_rail, rail = self._forward(plan, node_counts, vrows, srows, ids, w, views, turn)
+            sent += sent_rail
+        if rail is not None:
+            # How many of this rank's entries come back along the rail from each node.
+            for key, nodes in (("back_tok", self._node[np.nonzero(hit)[1]]), ("back_pair", self._node[dest.ravel()])):
+                back = np.bincount(nodes, minlength=self.nodes).astype(np.int64)
+                back[self._node[me]] = 0
+                rail[key] = back
+        # Peers as combine reads them: a rank of this node, or (L) the rows back along the rail.
+        tok_peer, tok_row = self._local_entries(tok_peer, trow, hit)
+        pair_peer, pair_row = self._local_entries(pair_peer, pair_row, np.ones(pair_row.shape, bool))
+
+        def finish():
+            return self._guarded(lambda: self._dispatch_finish(call, plan, turn, T, w, views, tok_peer, tok_row,
+                                                               pair_peer, pair_row, sent, quant, cap, rail))
+
+        pending = _Done(finish)
+        return pending if async_op else pending.wait()
+
+    def _local_entries(self, peer, row, valid):
+        """Global (rank, row) entries [T, M] (peer -1: none) as combine reads them: a rank of this
+        node by its local index, else L with the row's place in the rows that come back along the
+        rail (node by node, tokens ascending, entries in order within a token)."""
+        L = self._L
+        if self.nodes == 1:                       # one node: local index = rank, nothing on the rail
+            return np.where(valid, peer, -1).astype(np.int32), row
+        out_peer = np.full(peer.shape, -1, np.int32)
+        out_row = np.zeros(peer.shape, np.int64)
+        ok = valid & (peer >= 0)
+        here = ok & (self._local_of[np.maximum(peer, 0)] >= 0)
+        out_peer[here] = self._local_of[peer[here]]
+        out_row[here] = row[here]
+        if self._rail is not None:
+            start = 0
+            for n in range(self.nodes):
+                at = ok & ~here & (self._node[np.maximum(peer, 0)] == n)
+                k = int(at.sum())
+                out_peer[at] = L
+                out_row[at] = start + np.arange(k)        # row-major: tokens, then entries
+                start += k
+        return out_peer, out_row
+
+    def _forward(self, plan, node_counts, vrows, srows, ids, w, views, turn):
+        """The internode step of dispatch: this rank's tokens for each other node, once per node, to
+        the rank of its local index there (rail records: payload, global ids, weights), and the
+        tokens the rail brings written into this node's windows. Returns (bytes written, rail)."""
+        E_loc, K, me = self.local_experts, plan.K, self.rank
+        my_node = int(self._node[me])
+        dest_node = self._node[ids // E_loc] if ids.size else np.zeros(ids.shape, np.int64)
+        rec = plan.rec
+        send_counts = np.zeros(self.nodes, np.int64)
+        picks = []
+        for n in range(self.nodes):
+            sel = np.nonzero(np.any(dest_node == n, axis=1))[0] if n != my_node and ids.size else np.zeros(0, np.int64)
+            picks.append(sel)
+            send_counts[n] = sel.size
+        send = self._buf(("rail_send", turn), send_counts.sum() * rec).reshape(-1, rec)
+        at = 0
+        for sel in picks:
+            if sel.size:
+                blk = send[at:at + sel.size]
+                _C_EP.copy_rows(vrows, 0, sel.astype(np.int64), blk, 0, None, sel.size, plan.vb)
+                if plan.sb:
+                    _C_EP.copy_rows(srows, 0, sel.astype(np.int64), blk, plan.sc_col, None, sel.size, plan.sb)
+                blk[:, plan.id_col:plan.id_col + 4 * K] = ids[sel].astype(np.int32).view(np.uint8).reshape(sel.size, 4 * K)
+                wk = w[sel] if w is not None else np.zeros((sel.size, K), F32)
+                blk[:, plan.id_col + 4 * K:] = wk.astype(F32).view(np.uint8).reshape(sel.size, 4 * K)
+            at += sel.size
+        recv_counts = np.array([0 if n == my_node else node_counts[self._rail_ranks[n], my_node]
+                                for n in range(self.nodes)], np.int64)
+        recv = self._rail_exchange(send.reshape(-1), send_counts * rec, ("rail_recv", turn), recv_counts * rec,
+                                   "the internode dispatch").reshape(-1, rec)
+        written = send_counts.sum() * rec
+        fwd_tok, fwd_pair = [], []
+        start = 0
+        for n in range(self.nodes):
+            m = int(recv_counts[n])
+            recs = recv[start:start + m]
+            start += m
+            if n == my_node or m == 0:
+                fwd_tok.append((np.zeros(0, np.int32), np.zeros(0, np.int64)))
+                fwd_pair.append((np.zeros(0, np.int32), np.zeros(0, np.int64)))
+                continue
+            src = int(self._rail_ranks[n])
+            g_ids = recs[:, plan.id_col:plan.id_col + 4 * K].view(np.int32).astype(np.int64)
+            wts = recs[:, plan.id_col + 4 * K:].view(F32)
+            wr, tok_e, pair_e = self._write_inbox(plan, src, recs, 0, recs, plan.sc_col, g_ids, wts, views)
+            written += wr
+            fwd_tok.append(tok_e)
+            fwd_pair.append(pair_e)
+        return written, dict(fwd_tok=fwd_tok, fwd_pair=fwd_pair)
+
+    def _zero_masked(self, call, key, views, plan, turn, fp8, cap):
+        """The masked layout is zero past each expert's count: zero a fresh buffer whole (then sync,
+        before peers write), and afterwards only the rows the last use filled past today's count."""
+        E_loc, li = self.local_experts, self._li
+        if self._ll_filled.get((turn, fp8)) is None:
+            self._t.zero_own(key)
+            self._sync(call)                 # every rank is fresh together
+        now = plan.PE.sum(axis=0).reshape(self.size, E_loc)[self.rank]
+        before = self._ll_filled.get((turn, fp8), np.zeros(E_loc, np.int64))
+        xv = views[li][:E_loc * cap * plan.vb].reshape(E_loc, cap, plan.vb)
+        xb = -(-E_loc * cap * plan.vb // 64) * 64
+        sv = views[li][xb:xb + E_loc * cap * plan.sb].reshape(E_loc, cap, plan.sb) if plan.sb else None
+        stale = np.maximum(before - now, 0)                  # rows per expert to zero again
+        if stale.any():
+            rows = np.repeat(np.arange(E_loc) * cap + now, stale) + _ranks_within(stale)
+            xv.reshape(E_loc * cap, plan.vb)[rows] = 0
+            if sv is not None:
+                sv.reshape(E_loc * cap, plan.sb)[rows] = 0
+        self._ll_filled[(turn, fp8)] = now.copy()
+
+    def _dispatch_finish(self, call, plan, turn, T, w, views, tok_peer, tok_row, pair_peer, pair_row, sent, quant,
+                         cap, rail):
+        W, E_loc, h, me, li = self.size, self.local_experts, self.hidden, self.rank, self._li
+        self._sync(call)                 # every write into this node's windows is in place
+        layout, fp8, K, nr = plan.layout, plan.fp8, plan.K, self._node_ranks
+        vb, sb, rec = plan.vb, plan.sb, plan.rec
+        nrecv = int(plan.n_recv[me])
+        mode = "low_latency" if layout == "masked" else "normal"
+        pairs = plan.PE.reshape(W, W, E_loc)
+        pair_send, pair_recv = pairs[me].sum(axis=1), pairs[:, me].sum(axis=1)
+        if layout == "masked":
+            send_counts, recv_counts = pair_send, pair_recv
+            wire = dict(dispatch_send=pair_send * (vb + sb), dispatch_recv=pair_recv * (vb + sb),
+                        combine_send=pair_recv * 2 * h, combine_recv=pair_send * 2 * h)
+        elif layout == "token":
+            send_counts, recv_counts = plan.N[me].copy(), plan.N[:, me].copy()
+            # DeepEP's combine: a BF16 per-token partial back per (token, rank).
+            wire = dict(dispatch_send=send_counts * rec, dispatch_recv=recv_counts * rec,
+                        combine_send=recv_counts * 2 * h, combine_recv=send_counts * 2 * h)
+        else:
+            send_counts, recv_counts = plan.N[me].copy(), plan.N[:, me].copy()
+            wire = dict(dispatch_send=pair_send * (vb + sb), dispatch_recv=pair_recv * (vb + sb),
+                        combine_send=pair_recv * 2 * h, combine_recv=pair_send * 2 * h)
+        total = int(wire["dispatch_send"].sum())
+        passes = dict(dispatch=(sent + quant) / total if total else 0.0)
+        counts = pairs[:, me].sum(axis=0)
+        own_slots = None
+        if layout == "masked":
+            own_slots = (np.repeat(np.arange(E_loc) * cap, counts) + _ranks_within(counts)).astype(np.int64)
+        handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv[nr].copy(), pair_peer,
+                                pair_row, plan.pair_rows[nr].copy(), None if w is None else np.ascontiguousarray(w, F32),
+                                send_counts, recv_counts, own_slots, wire, passes, rail)
+        nsc = sb // 4
+        own = views[li]
+        if layout == "masked":
+            xb = -(-E_loc * cap * vb // 64) * 64
+            xv = own[:E_loc * cap * vb].view(FP8 if fp8 else BF16).reshape(E_loc, cap, h)
+            xs = own[xb:xb + E_loc * cap * sb].view(F32).reshape(E_loc, cap, nsc) if sb else None
+            return LowLatencyOut(xv, xs, counts.astype(np.int32), handle)
+        if layout == "token":
+            recs = own[:nrecv * rec].reshape(nrecv, rec)
+            lid = recs[:, plan.id_col:plan.id_col + 4 * K].view(np.int32)
+            wr = recs[:, plan.id_col + 4 * K:].view(F32)
+            mine = lid >= 0
+            offsets, position, source = kernels.moe_route(np.where(mine, lid, E_loc).astype(np.int32), E_loc + 1)
+            rows = int(offsets[E_loc])
+            xv = recs[:, :vb].view(FP8 if fp8 else BF16)
+            xs = recs[:, plan.sc_col:plan.sc_col + sb].view(F32) if sb else None
+            return DispatchOut(xv, xs, offsets[:E_loc + 1].copy(), nrecv, handle, layout="token", topk_ids=lid,
+                               topk_weights=wr, source=source[:rows].astype(np.int64), records=recs,
+                               scale_col=plan.sc_col)
+        r_me = int(plan.pair_rows[me])
+        xb = -(-r_me * vb // 64) * 64
+        xv = own[:r_me * vb].view(FP8 if fp8 else BF16).reshape(r_me, h)
+        xs = own[xb:xb + r_me * sb].view(F32).reshape(r_me, nsc) if sb else None
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return DispatchOut(xv, xs, offsets, nrecv, handle, layout="expert")
+
+    # -- combine ---------------------------------------------------------------------------------
+    def combine_buffer(self, handle: ExchangeHandle, *, per_token=False):
+        """The BF16 rows combine(…, handle) reads, in this rank's window: write the expert outputs
+        here ([rows, hidden]: per received token with per_token=True, else per expert row; masked
+        [local_experts, ranks * max_tokens, hidden] for the low-latency mode) and pass the array to
+        combine, which then copies nothing. Valid until the next combine of the same turn."""
+        h = handle.hidden
+        rows = int(handle.tok_rows[self._li] if per_token else handle.pair_rows[self._li])
+        seg = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))[self._li]
+        out = seg[:rows * 2 * h].view(BF16).reshape(rows, h)
+        if handle.mode == "low_latency":
+            out = out.reshape(self.local_experts, -1, h)
+        return out
+
+    def combine(self, y, handle: ExchangeHandle, *, per_token=False, async_op=False, out=None):
+        """Normal-mode combine, as AlltoallvEpComm.combine: y FP32 or BF16 expert outputs in the
+        per-expert layout (weighted by the dispatch's topk_weights and summed over each token's
+        experts in slot order), or, with per_token=True, rows already reduced per received token
+        (summed over ranks in rank order). Returns FP32 [tokens, hidden] on the tokens' rank, written
+        into out when given (FP32 [tokens, hidden], C-contiguous: a buffer kept between calls saves
+        the page faults of a fresh one)."""
+        ok = isinstance(handle, ExchangeHandle)
+        n = int(handle.tok_rows[self._li] if per_token else handle.pair_rows[self._li]) if ok else 0
+
+        def check():
+            if not ok or handle.mode != "normal":
+                raise ValueError("handle must be the handle of a normal-mode dispatch on this EpComm")
+            if per_token:
+                return _check_array("y", y, (BF16, F32), (n, handle.hidden))
+            yy = _check_array("y", y, (F32, BF16), (None, handle.hidden))
+            if yy.shape[0] < n:
+                raise ValueError(f"y must have the {n} rows dispatch returned, got {yy.shape[0]}")
+            return yy
+
+        return self._combine("combine(normal)", check, handle, n, per_token, handle.weights if ok and not per_token
+                             else None, async_op, out)
+
+    def low_latency_combine(self, y, topk_weights, handle: ExchangeHandle, *, async_op=False, out=None):
+        """Low-latency combine: y FP32 or BF16 [local_experts, ranks * max_tokens, hidden] in the
+        masked layout; returns FP32 [tokens, hidden] = sum_k topk_weights[t, k] * y of pair (t, k)."""
+        cap = self.size * (self.max_tokens or 1)
+        ok = isinstance(handle, ExchangeHandle)
+
+        def check():
+            if not ok or handle.mode != "low_latency":
+                raise ValueError("handle must be the handle of a low-latency dispatch on this EpComm")
+            yy = _check_array("y", y, (F32, BF16), (self.local_experts, cap, self.hidden))
+            _check_array("topk_weights", topk_weights, (F32,), (handle.num_tokens, handle.top_k))
+            return yy.reshape(self.local_experts * cap, self.hidden)
+
+        w = topk_weights if isinstance(topk_weights, np.ndarray) else None
+        return self._combine("combine(low_latency)", check, handle, self.local_experts * cap, False, w, async_op, out)
+
+    def _combine(self, call, check, handle, n, per_token, weights, async_op, out):
+        h, li = self.hidden, self._li
+
+        def check_all():
+            yy = check()
+            if out is not None:
+                if not isinstance(out, np.ndarray) or out.dtype != F32 or out.shape != (handle.num_tokens, h) \
+                        or not out.flags.c_contiguous or not out.flags.writeable:
+                    raise ValueError(f"out must be a writable C-contiguous float32 array of shape "
+                                     f"[{handle.num_tokens}, {h}]")
+            return yy
+
+        checked, err = _local_check(check_all)
+        self._call_seq += 1
+
+        def write():
+            # A peer may still be reading this turn's buffer from the last combine until it reaches
+            # a later sync: if none has happened since, take one before overwriting.
+            if self._pub_read.get(handle.turn) == self._t._seq:
+                self._sync("barrier")
+            seg = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))[li]
+            pub = seg[:n * 2 * h].view(np.uint16).reshape(n, h)
+            if err is not None:
+                return 0
+            yy = checked
+            if yy.dtype == BF16 and yy.ctypes.data == pub.ctypes.data:
+                return 0                                   # computed in place (combine_buffer)
+            if handle.own_slots is not None:               # masked: only the filled rows
+                slots = handle.own_slots
+                if yy.dtype == BF16:
+                    _C_EP.copy_rows(_byte_rows(yy), 0, slots, pub.view(np.uint8), 0, slots, slots.size, 2 * h)
+                else:
+                    starts = np.nonzero(np.diff(np.concatenate([[-2], slots])) != 1)[0]
+                    for a, b in zip(starts, np.append(starts[1:], slots.size)):
+                        lo, hi = int(slots[a]), int(slots[b - 1]) + 1
+                        _C_EP.gather_rows_to_bf16(yy[lo:hi], None, pub[lo:hi])
+                return slots.size * 2 * h
+            if yy.dtype == BF16:
+                pub[:] = yy[:n].view(np.uint16)
+            else:
+                _C_EP.gather_rows_to_bf16(yy, None, pub)
+            return n * 2 * h
+
+        copied = self._guarded(write) if isinstance(handle, ExchangeHandle) else 0
+        ww = np.ascontiguousarray(weights, F32) if weights is not None and err is None else None
+
+        def finish():
+            def body():
+                if self.nodes > 1:
+                    self._sync(call, err, world=True)   # a bad argument on any node, raised everywhere
+                self._sync(call, err)                   # this node's outputs are in place
+                self._pub_read[handle.turn] = self._t._seq
+                segs = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))
+                rows_at = handle.tok_rows if per_token else handle.pair_rows
+                if handle.mode == "low_latency":
+                    rows_at = np.full(self._L, n, np.int64)
+                peers = [segs[r][:int(rows_at[r]) * 2 * h].view(np.uint16).reshape(int(rows_at[r]), h)
+                         for r in range(self._L)]
+                peer, row = (handle.tok_peer, handle.tok_row) if per_token else (handle.pair_peer, handle.pair_row)
+                moved = 0
+                if self._rail is not None:
+                    back, moved = self._combine_rail(handle, peers, per_token)
+                    peers.append(back)
+                res = np.empty((handle.num_tokens, h), F32) if out is None else out
+                _C_EP.pull_weighted_sum(peers, peer.astype(np.int32, copy=False), row, ww, res)
+                pulled = int((peer >= 0).sum()) * 2 * h
+                total = int(handle.wire_bytes["combine_recv"].sum())
+                handle.passes["combine"] = (copied + pulled + moved) / total if total else 0.0
+                return res
+            return self._guarded(body)
+
+        pending = _Done(finish)
+        return pending if async_op else pending.wait()
+
+    def _combine_rail(self, handle, peers, per_token):
+        """The internode step of combine: the BF16 rows of the tokens this rank forwarded, gathered
+        from this node's windows and sent back along the rail; returns (rows that came back, bytes
+        gathered)."""
+        h = self.hidden
+        fwd = handle.rail["fwd_tok" if per_token else "fwd_pair"]
+        send_rows = np.array([e[0].size for e in fwd], np.int64)
+        send = self._buf(("rail_csend", handle.turn), send_rows.sum() * 2 * h).reshape(-1, 2 * h)
+        at = 0
+        for loc, row in fwd:
+            for p in range(self._L):
+                pick = np.nonzero(loc == p)[0]
+                if pick.size:
+                    _C_EP.copy_rows(peers[p].view(np.uint8), 0, row[pick], send, 0, (at + pick).astype(np.int64),
+                                    pick.size, 2 * h)
+            at += loc.size
+        recv_rows = handle.rail["back_tok" if per_token else "back_pair"]
+        back = self._rail_exchange(send.reshape(-1), send_rows * 2 * h, ("rail_crecv", handle.turn),
+                                   recv_rows * 2 * h, "the internode combine")
+        return back.view(np.uint16).reshape(-1, h), int(send_rows.sum()) * 2 * h

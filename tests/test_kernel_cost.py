@@ -182,3 +182,21 @@ def test_ep_exchange_rejects_bad_arguments():
         ep_exchange_ms(8, ranks=4, link_gbps=0.0, latency_us=1.0)
     with pytest.raises(ValueError, match="layout"):
         ep_exchange_ms(8, ranks=4, layout="packed", link_gbps=1.0, latency_us=1.0)
+
+
+def test_window_exchange_term():
+    """The shared-memory exchange moves no link bytes: each record (token layout) or pair row is
+    copied once into its destination (read + write), each BF16 row read once by combine and each FP32
+    token written once; three syncs."""
+    from dsperf.kernel_cost import ep_exchange_ms
+
+    H, K, T = 7168, 8, 128
+    w = ep_exchange_ms(T, ranks=4, layout="expert", transport="window", link_gbps=1.0, latency_us=10.0, local_gbps=5.0)
+    assert w["dispatch_bytes"] == w["combine_bytes"] == 0 and w["exchanges"] == 3
+    row = H + 4 * (H // 128)  # FP8 values + FP32 scales per 128
+    assert w["local_bytes"] == pytest.approx(2 * T * K * row + T * K * 2 * H + T * 4 * H, rel=1e-12)
+    assert w["ms"] == pytest.approx(w["local_bytes"] / 5e6 + 3 * 10.0 / 1e3, rel=1e-12)
+    a2a = ep_exchange_ms(T, ranks=4, layout="expert", link_gbps=1.0, latency_us=10.0, local_gbps=5.0)
+    assert a2a["dispatch_bytes"] > 0 and a2a["local_bytes"] > w["local_bytes"]
+    with pytest.raises(ValueError, match="transport must be one of"):
+        ep_exchange_ms(T, ranks=4, transport="nvlink", link_gbps=1.0, latency_us=0.0)

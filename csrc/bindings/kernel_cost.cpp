@@ -62,6 +62,8 @@ void bind_kernel_cost(py::module_& root) {
         .def_readonly("exchanges", &EpExchange::exchanges);
     m.def("ep_exchange", &ep_exchange, py::arg("tokens"), py::arg("hidden"), py::arg("top_k"), py::arg("experts"),
           py::arg("ranks"), py::arg("layout"), py::arg("fp8"));
+    m.def("ep_window_exchange", &ep_window_exchange, py::arg("tokens"), py::arg("hidden"), py::arg("top_k"),
+          py::arg("experts"), py::arg("ranks"), py::arg("layout"), py::arg("fp8"));
     m.def("ep_exchange_seconds", &ep_exchange_seconds, py::arg("exchange"), py::arg("link_gbps"),
           py::arg("latency_us"), py::arg("local_gbps"));
     m.def("dispatch_combine_work", &dispatch_combine_work, py::arg("tokens"), py::arg("top_k"), py::arg("dim"));

@@ -246,6 +246,30 @@ EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t ex
     return x;
 }
 
+EpExchange ep_window_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks,
+                              EpLayout layout, bool fp8) {
+    const EpExchange shape = ep_exchange(tokens, hidden, top_k, experts, ranks, layout, fp8);  // checks the sizes
+    (void)shape;
+    const double T = double(tokens), K = double(top_k), W = double(ranks), H = double(hidden);
+    const double scales = fp8 ? 4.0 * double((hidden + 127) / 128) : 0.0;
+    const double values = fp8 ? H : 2.0 * H;
+    double rows, row_bytes;
+    if (layout == EpLayout::kToken) {
+        const double E = double(experts), per_rank = E / W;
+        double miss = 1.0;  // P(a given rank holds none of a token's top_k experts)
+        for (int64_t i = 0; i < top_k; ++i) miss *= std::max(0.0, (E - per_rank - double(i)) / (E - double(i)));
+        rows = T * W * (1.0 - miss);
+        row_bytes = values + double(int64_t(-int64_t(values)) & 3) + scales + 8.0 * K;  // + local ids, weights
+    } else {
+        rows = T * K;
+        row_bytes = values + scales;
+    }
+    EpExchange x;
+    x.local_bytes = 2.0 * rows * row_bytes + rows * 2.0 * H + T * 4.0 * H;
+    x.exchanges = 3;
+    return x;
+}
+
 double ep_exchange_seconds(const EpExchange& x, double link_gbps, double latency_us, double local_gbps) {
     if (!(link_gbps > 0)) throw std::invalid_argument("link_gbps must be > 0");
     if (!(latency_us >= 0)) throw std::invalid_argument("latency_us must be >= 0");

@@ -93,6 +93,13 @@ struct EpExchange {
 };
 EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks, EpLayout layout,
                        bool fp8);
+// The same call through dsperf.ep's shared-memory windows (ranks of one node): no link of its own,
+// every byte moved by a rank's copy. local_bytes: dispatch writes each record (token layout) or pair
+// row (expert, masked) once into its destination's window (read at the source, written there);
+// combine reads each BF16 row once from the peers' windows and writes each FP32 token once.
+// exchanges: 3 syncs (counts, dispatch done, combine).
+EpExchange ep_window_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks,
+                              EpLayout layout, bool fp8);
 
 // Seconds of dispatch + combine: link bytes at `link_gbps` (1e9 bytes/s out of each rank while all
 // send), `latency_us` per exchange, local bytes at `local_gbps` (each rank's memory rate while all

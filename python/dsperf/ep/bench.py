@@ -22,7 +22,6 @@ from .. import kernels
 from ..predict.kernel_cost import ep_exchange_ms
 from .alltoall import BF16, F32, install_abort_on_error, raw_alltoallv
 from .comm import EpComm
-from .cost import window_exchange_ms
 
 # DeepSeek-V3's MoE shape for the communication table.
 HIDDEN, EXPERTS, TOP_K = 7168, 256, 8
@@ -289,17 +288,16 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0, exchanges=("auto",
         lb[key] = float(np.median(vals))
         lb[key.replace("_gbps", "_range_gbps")] = (float(min(vals)), float(max(vals)))
     for row in rows:
-        pred = ep_exchange_ms(row["tokens"], hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size,
-                              layout=LAYOUTS[row["mode"]], fp8=True, link_gbps=lb["alltoall_gbps"],
-                              latency_us=lb["latency_us"], local_gbps=lb["copy_gbps"],
-                              overhead_us=fixed_us[(row["exchange"], row["mode"])])
+        shape = dict(hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size, layout=LAYOUTS[row["mode"]], fp8=True,
+                     link_gbps=lb["alltoall_gbps"], local_gbps=lb["copy_gbps"],
+                     overhead_us=fixed_us[(row["exchange"], row["mode"])])
+        pred = ep_exchange_ms(row["tokens"], latency_us=lb["latency_us"], **shape)
         link_ms = pred["link_ms"] + pred["exchanges"] * lb["latency_us"] / 1e3
         model_ms = pred["ms"]
         if row["exchange"] == "window":
-            # No link: the ranks' own copies through the windows at their copy rate (ep.cost).
-            model_ms = window_exchange_ms(row["tokens"], hidden=HIDDEN, top_k=TOP_K, experts=EXPERTS, ranks=size,
-                                          layout=LAYOUTS[row["mode"]], fp8=True, copy_gbps=lb["copy_gbps"],
-                                          overhead_us=fixed_us[(row["exchange"], row["mode"])])
+            # No link: the ranks' own copies through the windows at their copy rate; the syncs are
+            # in the fixed cost measured as an exchange of no tokens.
+            model_ms = ep_exchange_ms(row["tokens"], latency_us=0.0, transport="window", **shape)["ms"]
         row.update(model_ms=model_ms, model_err=(model_ms - row["ours_ms"]) / row["ours_ms"], link_model_ms=link_ms,
                    link_vs_raw_err=(link_ms - row["raw_alltoallv_ms"]) / row["raw_alltoallv_ms"])
     return (rows, lb) if rank == 0 else ([], lb)
@@ -453,7 +451,7 @@ def main(argv=None):
         print(f"dispatch (FP8 + scales) + combine (BF16), hidden {HIDDEN}, {EXPERTS} experts, top-{TOP_K}, {size} ranks; "
               "ratio = ours / raw MPI_Alltoallv of the same bytes per peer (token layout: records out, BF16 "
               "partials back; per-expert and masked layouts: pair rows out, BF16 pair rows back); model = for the "
-              "window exchange, its copies at the row-copy rate + its fixed cost per call (dsperf.ep.cost); for "
+              "window exchange, its copies at the row-copy rate + its fixed cost per call (kernel_cost.ep_exchange_ms, transport window); for "
               "alltoallv, the cost model's EP all-to-all term (kernel_cost.ep_exchange_ms): link bytes at the all-ranks MPI_Alltoall bandwidth + one ping-pong "
               "latency per exchange + the rank's own copies at its memory copy rate + the mode's fixed cost per call "
               "(an exchange of no tokens: " + ", ".join(f"{m} {v:.0f} us" for m, v in lb["fixed_us"].items()) +

@@ -184,27 +184,34 @@ def load_efficiencies(path) -> dict[str, KernelEfficiency]:
 
 
 EP_LAYOUTS = ("token", "expert", "masked")
+EP_TRANSPORTS = ("alltoallv", "window")
 
 
 def ep_exchange_ms(tokens: int, *, hidden: int = 7168, top_k: int = 8, experts: int = 256, ranks: int,
                    layout: str = "token", fp8: bool = True, link_gbps: float, latency_us: float,
-                   local_gbps: float = 0.0, overhead_us: float = 0.0) -> dict:
-    """The cost model's expert-parallel all-to-all term (dsperf.ep's dispatch + combine) per rank
+                   local_gbps: float = 0.0, overhead_us: float = 0.0, transport: str = "alltoallv") -> dict:
+    """The cost model's expert-parallel exchange term (dsperf.ep's dispatch + combine) per rank
     and call under uniform routing. layout: "token" (DeepEP's normal layout), "expert" (normal mode
-    into the per-expert layout) or "masked" (low latency). Link bytes are priced at link_gbps (1e9
-    bytes/s out of each rank while all send) plus latency_us per exchange; the rank's own copies
-    around the exchange at local_gbps (0: left out, as on a GPU); overhead_us is a fixed cost per
-    call beyond the latencies (host code, empty messages). Returns dispatch_bytes, combine_bytes,
-    local_bytes, exchanges, link_ms, local_ms and ms (their sum with the latencies and the overhead)."""
+    into the per-expert layout) or "masked" (low latency). transport: "alltoallv" (MPI_Alltoallv:
+    link bytes, with packing around them) or "window" (shared-memory windows on one node: no link
+    bytes, each record or row copied once into its destination, each row read once by combine).
+    Link bytes are priced at link_gbps (1e9 bytes/s out of each rank while all send) plus
+    latency_us per exchange (sync, for windows); the rank's own copies at local_gbps (0: left out,
+    as on a GPU); overhead_us is a fixed cost per call beyond the latencies (host code, empty
+    messages). Returns dispatch_bytes, combine_bytes, local_bytes, exchanges, link_ms, local_ms and
+    ms (their sum with the latencies and the overhead)."""
     if layout not in EP_LAYOUTS:
         raise ValueError(f"layout must be one of {EP_LAYOUTS}, got {layout!r}")
+    if transport not in EP_TRANSPORTS:
+        raise ValueError(f"transport must be one of {EP_TRANSPORTS}, got {transport!r}")
     link_gbps = number("link_gbps", link_gbps, lo=0, hi=1e9, lo_open=True)
     latency_us, local_gbps, overhead_us = (number(name, v, lo=0, hi=1e9) for name, v in (
         ("latency_us", latency_us), ("local_gbps", local_gbps), ("overhead_us", overhead_us)))
     tokens = number("tokens", tokens, integer=True, lo=0, hi=MAX_TOKENS)
     hidden, top_k, experts, ranks = (number(name, v, integer=True, lo=1, hi=MAX_KERNEL_DIM) for name, v in (
         ("hidden", hidden), ("top_k", top_k), ("experts", experts), ("ranks", ranks)))
-    ex = KC.ep_exchange(tokens, hidden, top_k, experts, ranks, getattr(KC.EpLayout, layout), flag("fp8", fp8))
+    exchange = KC.ep_window_exchange if transport == "window" else KC.ep_exchange
+    ex = exchange(tokens, hidden, top_k, experts, ranks, getattr(KC.EpLayout, layout), flag("fp8", fp8))
     total = KC.ep_exchange_seconds(ex, float(link_gbps), float(latency_us), float(local_gbps)) * 1e3 + overhead_us / 1e3
     local = ex.local_bytes / (local_gbps * 1e6) if local_gbps > 0 else 0.0
     out = dict(dispatch_bytes=ex.dispatch_bytes, combine_bytes=ex.combine_bytes, local_bytes=ex.local_bytes,

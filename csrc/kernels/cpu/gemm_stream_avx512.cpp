@@ -1,0 +1,168 @@
+// The streaming decode GEMM (see gemm_avx512.hpp).
+//
+// A thread walks its slice of w four rows (a panel) at a time along the whole of K; every tile of
+// up to 4 rows of x meets the panel while it is still in L1/L2, so w crosses the memory bus once.
+// Per 64-wide K step the tile holds 2 vectors of x per row in registers and, for each of the 4
+// weight rows, turns one 64-byte load (FP8) or two (BF16) into two BF16 vectors and issues
+// 2 x MR VDPBF16PS. For FP8 the 128-code table of the current 128 x 128 block (4 vectors) is
+// reloaded every 128 columns from the slice's tables, built once per call; x was permuted once so
+// that its order matches the order the byte lookups leave the weights in.
+#include "kernels/cpu/gemm_avx512.hpp"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "kernels/cpu/fp8_convert_avx512.hpp"
+
+#define DSPERF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+
+namespace dsperf::kernels::avx512 {
+
+namespace {
+
+constexpr int kMR = 4, kNR = 4;
+constexpr int64_t kStep = 64;
+
+DSPERF_AVX512 inline __mmask64 first_n64(int64_t n) {
+    return n >= 64 ? __mmask64(~0ull) : static_cast<__mmask64>((1ull << n) - 1);
+}
+
+// The lanes of (first, second) that hold one of the first `valid` codes of a step, in the order
+// fp8_convert64 leaves them.
+inline void fp8_valid_lanes(int64_t valid, __mmask32& first, __mmask32& second) {
+    uint32_t a = 0, b = 0;
+    for (int64_t pos = 0; pos < 64; ++pos)
+        if (fp8_lane_order(pos) < valid) (pos < 32 ? a : b) |= 1u << (pos % 32);
+    first = a, second = b;
+}
+
+// MR rows of xs (stride ldx) times the nr rows of w from `w` (stride ldw) over K; FP8 when
+// tables is given (one Fp8ByteTable per 128 columns). Rows of w past nr repeat the last one
+// (their sums are not stored).
+template <int MR, bool FP8>
+DSPERF_AVX512 void stream_tile(const bf16_t* xs, int64_t ldx, const void* w, int64_t ldw, const Fp8ByteTable* tables,
+                               int64_t K, float* y, int64_t ldy, int nr, bool accumulate) {
+    const bf16_t* wb = static_cast<const bf16_t*>(w);
+    const fp8_t* w8 = static_cast<const fp8_t*>(w);
+    int64_t row[kNR];
+    for (int j = 0; j < kNR; ++j) row[j] = int64_t(std::min(j, nr - 1)) * ldw;
+    __m512 c[MR][kNR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < kNR; ++j) c[i][j] = _mm512_setzero_ps();
+    __m512i tlo0 = _mm512_setzero_si512(), tlo1 = tlo0, thi0 = tlo0, thi1 = tlo0;
+    for (int64_t k = 0; k < K; k += kStep) {
+        const int64_t valid = std::min(kStep, K - k);
+        __m512i a0[MR], a1[MR];
+        for (int i = 0; i < MR; ++i) {
+            a0[i] = _mm512_loadu_si512(xs + i * ldx + k);
+            a1[i] = _mm512_loadu_si512(xs + i * ldx + k + 32);
+        }
+        if constexpr (FP8) {
+            if (k % 128 == 0) {
+                const Fp8ByteTable& t = tables[k / 128];
+                tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
+                thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
+            }
+        }
+        for (int j = 0; j < kNR; ++j) {
+            __m512i b0, b1;
+            if constexpr (FP8) {
+                const fp8_t* src = w8 + row[j] + k;
+                _mm_prefetch(reinterpret_cast<const char*>(src + 512), _MM_HINT_T0);
+                if (valid == kStep) {
+                    fp8_convert64(_mm512_loadu_si512(src), tlo0, tlo1, thi0, thi1, b0, b1);
+                } else {  // the last step: lanes past K are zero, not the value of code 0
+                    fp8_convert64(_mm512_maskz_loadu_epi8(first_n64(valid), src), tlo0, tlo1, thi0, thi1, b0, b1);
+                    __mmask32 m0, m1;
+                    fp8_valid_lanes(valid, m0, m1);
+                    b0 = _mm512_maskz_mov_epi16(m0, b0), b1 = _mm512_maskz_mov_epi16(m1, b1);
+                }
+            } else {
+                const bf16_t* src = wb + row[j] + k;
+                _mm_prefetch(reinterpret_cast<const char*>(src + 512), _MM_HINT_T0);
+                if (valid == kStep) {
+                    b0 = _mm512_loadu_si512(src), b1 = _mm512_loadu_si512(src + 32);
+                } else {
+                    const __mmask64 m = first_n64(valid);
+                    b0 = _mm512_maskz_loadu_epi16(__mmask32(m), src);
+                    b1 = _mm512_maskz_loadu_epi16(__mmask32(m >> 32), src + 32);
+                }
+            }
+            for (int i = 0; i < MR; ++i) {
+                c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a0[i], (__m512bh)b0);
+                c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a1[i], (__m512bh)b1);
+            }
+        }
+    }
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < nr; ++j) {
+            const float s = _mm512_reduce_add_ps(c[i][j]);
+            y[i * ldy + j] = accumulate ? y[i * ldy + j] + s : s;
+        }
+}
+
+using StreamFn = void (*)(const bf16_t*, int64_t, const void*, int64_t, const Fp8ByteTable*, int64_t, float*, int64_t,
+                          int, bool);
+constexpr std::array<StreamFn, kMR> kBf16Tiles = {&stream_tile<1, false>, &stream_tile<2, false>,
+                                                  &stream_tile<3, false>, &stream_tile<4, false>};
+constexpr std::array<StreamFn, kMR> kFp8Tiles = {&stream_tile<1, true>, &stream_tile<2, true>, &stream_tile<3, true>,
+                                                 &stream_tile<4, true>};
+
+}  // namespace
+
+int64_t stream_x_stride(int64_t K) { return (K + kStep - 1) / kStep * kStep; }
+
+void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bf16_t* xs) {
+    const int64_t ld = stream_x_stride(K);
+    for (int64_t m = 0; m < M; ++m) {
+        const bf16_t* src = x + m * ldx;
+        bf16_t* dst = xs + m * ld;
+        for (int64_t k = 0; k < ld; k += kStep)
+            for (int64_t pos = 0; pos < kStep; ++pos) {
+                const int64_t col = k + (fp8 ? fp8_lane_order(pos) : pos);
+                dst[k + pos] = col < K ? src[col] : bf16_t(0);
+            }
+    }
+}
+
+void linear_stream_rows(const bf16_t* xs, const GemmWeights& w, float* y, int64_t ldy, int64_t M, int64_t n0,
+                        int64_t n1, int64_t K, bool accumulate) {
+    const int64_t ldx = stream_x_stride(K), k_blocks = (K + 127) / 128;
+    thread_local std::vector<Fp8ByteTable> tables;
+    int64_t table_row = -1;  // the 128-row block whose tables are built
+    for (int64_t n = n0; n < n1; n += kNR) {
+        const int nr = int(std::min<int64_t>(kNR, n1 - n));
+        const void* wp = nullptr;
+        if (w.fp8) {
+            if (n / 128 != table_row) {  // panels never straddle two row blocks: 128 % kNR == 0
+                table_row = n / 128;
+                if (tables.size() < size_t(k_blocks)) tables.resize(size_t(k_blocks));
+                for (int64_t kb = 0; kb < k_blocks; ++kb) tables[size_t(kb)].build(w.scale[table_row * k_blocks + kb]);
+            }
+            wp = w.fp8 + n * K;
+        } else {
+            wp = w.bf16 + n * w.ld;
+        }
+        for (int64_t m = 0; m < M; m += kMR) {
+            const int mr = int(std::min<int64_t>(kMR, M - m));
+            (w.fp8 ? kFp8Tiles : kBf16Tiles)[size_t(mr - 1)](xs + m * ldx, ldx, wp, w.fp8 ? K : w.ld, tables.data(), K,
+                                                             y + m * ldy + n, ldy, nr, accumulate);
+        }
+    }
+}
+
+}  // namespace dsperf::kernels::avx512
+
+#else  // not x86-64: the dispatcher never selects these
+
+namespace dsperf::kernels::avx512 {
+int64_t stream_x_stride(int64_t K) { return K; }
+void stream_x(const bf16_t*, int64_t, int64_t, int64_t, bool, bf16_t*) {}
+void linear_stream_rows(const bf16_t*, const GemmWeights&, float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool) {}
+}  // namespace dsperf::kernels::avx512
+
+#endif

@@ -1,12 +1,14 @@
 // The streaming decode GEMM (see gemm_avx512.hpp).
 //
-// A thread walks its slice of w four rows (a panel) at a time along the whole of K; every tile of
-// up to 4 rows of x meets the panel while it is still in L1/L2, so w crosses the memory bus once.
-// Per 64-wide K step the tile holds 2 vectors of x per row in registers and, for each of the 4
-// weight rows, turns one 64-byte load (FP8) or two (BF16) into two BF16 vectors and issues
-// 2 x MR VDPBF16PS. For FP8 the 128-code table of the current 128 x 128 block (4 vectors) is
-// reloaded every 128 columns from the slice's tables, built once per call; x was permuted once so
-// that its order matches the order the byte lookups leave the weights in.
+// A thread walks its slice of w three rows (a panel) at a time along the whole of K, and every row
+// of x (up to 8 in one tile, DeepSeek-V3's decode batch per expert) meets each weight vector as
+// soon as it arrives: w crosses the memory bus once, and the bus is never idle while a second
+// tile of x re-reads the panel from cache. Per 64-wide K step and weight row the tile turns one
+// 64-byte load (FP8) or two (BF16) into two BF16 vectors and issues 2 x MR VDPBF16PS, x read
+// from L1 as their memory operands (3 x 8 accumulators fill the registers). For FP8 the 128-code
+// table of the current 128 x 128 block (4 vectors) is reloaded every 128 columns from the slice's
+// tables, built once per call; x was permuted once so that its order matches the order the byte
+// lookups leave the weights in.
 #include "kernels/cpu/gemm_avx512.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/fp8_convert_avx512.hpp"
@@ -24,7 +27,7 @@ namespace dsperf::kernels::avx512 {
 
 namespace {
 
-constexpr int kMR = 4, kNR = 4;
+constexpr int kMR = 8, kNR = 3;
 constexpr int64_t kStep = 64;
 
 DSPERF_AVX512 inline __mmask64 first_n64(int64_t n) {
@@ -40,77 +43,104 @@ inline void fp8_valid_lanes(int64_t valid, __mmask32& first, __mmask32& second) 
     first = a, second = b;
 }
 
-// MR rows of xs (stride ldx) times the nr rows of w from `w` (stride ldw) over K; FP8 when
-// tables is given (one Fp8ByteTable per 128 columns). Rows of w past nr repeat the last one
-// (their sums are not stored).
+// Two BF16 vectors of weight row `src` at one 64-wide step; `valid` < 64 on the last step of a K
+// that is not a multiple of 64 (lanes past K are zero, not the value of code 0).
+template <bool FP8>
+DSPERF_AVX512 __attribute__((always_inline)) inline void load_weights(const void* src, int64_t valid, __m512i tlo0,
+                                                                      __m512i tlo1, __m512i thi0, __m512i thi1,
+                                                                      __m512i& b0, __m512i& b1) {
+    _mm_prefetch(static_cast<const char*>(src) + 4096, _MM_HINT_T0);  // the hardware prefetcher's head start
+    if constexpr (FP8) {
+        const fp8_t* s8 = static_cast<const fp8_t*>(src);
+        if (valid == kStep) {
+            fp8_convert64(_mm512_loadu_si512(s8), tlo0, tlo1, thi0, thi1, b0, b1);
+        } else {
+            fp8_convert64(_mm512_maskz_loadu_epi8(first_n64(valid), s8), tlo0, tlo1, thi0, thi1, b0, b1);
+            __mmask32 m0, m1;
+            fp8_valid_lanes(valid, m0, m1);
+            b0 = _mm512_maskz_mov_epi16(m0, b0), b1 = _mm512_maskz_mov_epi16(m1, b1);
+        }
+    } else {
+        const bf16_t* s16 = static_cast<const bf16_t*>(src);
+        if (valid == kStep) {
+            b0 = _mm512_loadu_si512(s16), b1 = _mm512_loadu_si512(s16 + 32);
+        } else {
+            const __mmask64 m = first_n64(valid);
+            b0 = _mm512_maskz_loadu_epi16(__mmask32(m), s16);
+            b1 = _mm512_maskz_loadu_epi16(__mmask32(m >> 32), s16 + 32);
+        }
+    }
+}
+
+// One 64-wide step of stream_tile; `valid` is kStep except on the last step of a K that is not a
+// multiple of 64. The FP8 table registers are reloaded at each 128-column block.
+template <int MR, bool FP8>
+DSPERF_AVX512 __attribute__((always_inline)) inline void stream_step(__m512 (&c)[MR][kNR], const bf16_t* xs,
+                                                                     int64_t ldx, const char* const (&row)[kNR],
+                                                                     const Fp8ByteTable* tables, int64_t k,
+                                                                     int64_t valid, __m512i& tlo0, __m512i& tlo1,
+                                                                     __m512i& thi0, __m512i& thi1) {
+    constexpr size_t elem = FP8 ? 1 : 2;
+    if constexpr (FP8) {
+        if (k % 128 == 0) {
+            const Fp8ByteTable& t = tables[k / 128];
+            tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
+            thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
+        }
+    }
+#pragma GCC unroll 3
+    for (int j = 0; j < kNR; ++j) {
+        __m512i b0, b1;
+        load_weights<FP8>(row[j] + size_t(k) * elem, valid, tlo0, tlo1, thi0, thi1, b0, b1);
+        // x is read from L1 as the dot products' memory operands: an opaque copy of the pointer per
+        // weight row stops the compiler from hoisting the 2 x 8 loads of x out of this loop into
+        // registers, which would spill the accumulators.
+        const bf16_t* xk = xs + k;
+        __asm__ volatile("" : "+r"(xk));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)_mm512_loadu_si512(xk + i * ldx), (__m512bh)b0);
+            c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)_mm512_loadu_si512(xk + i * ldx + 32), (__m512bh)b1);
+        }
+    }
+}
+
+// MR rows of xs (stride ldx) times the nr rows of w from `w` (stride ldw, in elements) over K;
+// FP8 with one Fp8ByteTable per 128 columns. Rows of w past nr repeat the last one (their sums
+// are not stored).
 template <int MR, bool FP8>
 DSPERF_AVX512 void stream_tile(const bf16_t* xs, int64_t ldx, const void* w, int64_t ldw, const Fp8ByteTable* tables,
                                int64_t K, float* y, int64_t ldy, int nr, bool accumulate) {
-    const bf16_t* wb = static_cast<const bf16_t*>(w);
-    const fp8_t* w8 = static_cast<const fp8_t*>(w);
-    int64_t row[kNR];
-    for (int j = 0; j < kNR; ++j) row[j] = int64_t(std::min(j, nr - 1)) * ldw;
+    const size_t elem = FP8 ? 1 : 2;
+    const char* row[kNR] = {};
+    for (int j = 0; j < kNR; ++j) row[j] = static_cast<const char*>(w) + size_t(std::min(j, nr - 1) * ldw) * elem;
     __m512 c[MR][kNR];
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 3
         for (int j = 0; j < kNR; ++j) c[i][j] = _mm512_setzero_ps();
     __m512i tlo0 = _mm512_setzero_si512(), tlo1 = tlo0, thi0 = tlo0, thi1 = tlo0;
-    for (int64_t k = 0; k < K; k += kStep) {
-        const int64_t valid = std::min(kStep, K - k);
-        __m512i a0[MR], a1[MR];
-        for (int i = 0; i < MR; ++i) {
-            a0[i] = _mm512_loadu_si512(xs + i * ldx + k);
-            a1[i] = _mm512_loadu_si512(xs + i * ldx + k + 32);
-        }
-        if constexpr (FP8) {
-            if (k % 128 == 0) {
-                const Fp8ByteTable& t = tables[k / 128];
-                tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
-                thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
-            }
-        }
-        for (int j = 0; j < kNR; ++j) {
-            __m512i b0, b1;
-            if constexpr (FP8) {
-                const fp8_t* src = w8 + row[j] + k;
-                _mm_prefetch(reinterpret_cast<const char*>(src + 512), _MM_HINT_T0);
-                if (valid == kStep) {
-                    fp8_convert64(_mm512_loadu_si512(src), tlo0, tlo1, thi0, thi1, b0, b1);
-                } else {  // the last step: lanes past K are zero, not the value of code 0
-                    fp8_convert64(_mm512_maskz_loadu_epi8(first_n64(valid), src), tlo0, tlo1, thi0, thi1, b0, b1);
-                    __mmask32 m0, m1;
-                    fp8_valid_lanes(valid, m0, m1);
-                    b0 = _mm512_maskz_mov_epi16(m0, b0), b1 = _mm512_maskz_mov_epi16(m1, b1);
-                }
-            } else {
-                const bf16_t* src = wb + row[j] + k;
-                _mm_prefetch(reinterpret_cast<const char*>(src + 512), _MM_HINT_T0);
-                if (valid == kStep) {
-                    b0 = _mm512_loadu_si512(src), b1 = _mm512_loadu_si512(src + 32);
-                } else {
-                    const __mmask64 m = first_n64(valid);
-                    b0 = _mm512_maskz_loadu_epi16(__mmask32(m), src);
-                    b1 = _mm512_maskz_loadu_epi16(__mmask32(m >> 32), src + 32);
-                }
-            }
-            for (int i = 0; i < MR; ++i) {
-                c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a0[i], (__m512bh)b0);
-                c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a1[i], (__m512bh)b1);
-            }
-        }
-    }
+    const int64_t full = K / kStep * kStep;
+    for (int64_t k = 0; k < full; k += kStep) stream_step<MR, FP8>(c, xs, ldx, row, tables, k, kStep, tlo0, tlo1, thi0, thi1);
+    if (full < K) stream_step<MR, FP8>(c, xs, ldx, row, tables, full, K - full, tlo0, tlo1, thi0, thi1);
+    // Sums with constant indices (a loop to nr would keep the accumulators in memory throughout).
+    float sums[MR][kNR];
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < nr; ++j) {
-            const float s = _mm512_reduce_add_ps(c[i][j]);
-            y[i * ldy + j] = accumulate ? y[i * ldy + j] + s : s;
-        }
+#pragma GCC unroll 3
+        for (int j = 0; j < kNR; ++j) sums[i][j] = _mm512_reduce_add_ps(c[i][j]);
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < nr; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + sums[i][j] : sums[i][j];
 }
 
 using StreamFn = void (*)(const bf16_t*, int64_t, const void*, int64_t, const Fp8ByteTable*, int64_t, float*, int64_t,
                           int, bool);
-constexpr std::array<StreamFn, kMR> kBf16Tiles = {&stream_tile<1, false>, &stream_tile<2, false>,
-                                                  &stream_tile<3, false>, &stream_tile<4, false>};
-constexpr std::array<StreamFn, kMR> kFp8Tiles = {&stream_tile<1, true>, &stream_tile<2, true>, &stream_tile<3, true>,
-                                                 &stream_tile<4, true>};
+template <bool FP8, int... MR>
+constexpr std::array<StreamFn, sizeof...(MR)> stream_tiles(std::integer_sequence<int, MR...>) {
+    return {&stream_tile<MR + 1, FP8>...};
+}
+constexpr std::array<StreamFn, kMR> kBf16Tiles = stream_tiles<false>(std::make_integer_sequence<int, kMR>{});
+constexpr std::array<StreamFn, kMR> kFp8Tiles = stream_tiles<true>(std::make_integer_sequence<int, kMR>{});
 
 }  // namespace
 
@@ -138,7 +168,7 @@ void linear_stream_rows(const bf16_t* xs, const GemmWeights& w, float* y, int64_
         const int nr = int(std::min<int64_t>(kNR, n1 - n));
         const void* wp = nullptr;
         if (w.fp8) {
-            if (n / 128 != table_row) {  // panels never straddle two row blocks: 128 % kNR == 0
+            if (n / 128 != table_row) {  // slices start on 128-row boundaries, so panels stay in one block
                 table_row = n / 128;
                 if (tables.size() < size_t(k_blocks)) tables.resize(size_t(k_blocks));
                 for (int64_t kb = 0; kb < k_blocks; ++kb) tables[size_t(kb)].build(w.scale[table_row * k_blocks + kb]);

@@ -1,6 +1,7 @@
 #include "kernels/cpu/linear.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -104,10 +105,13 @@ namespace {
 // Few rows (decode): x copied once into the stream kernel's layout, w read once from memory.
 void linear_stream(const bf16_t* x, int64_t ldx, const avx512::GemmWeights& w, float* y, int64_t ldy, int64_t M,
                    int64_t N, int64_t K, bool accumulate) {
-    std::vector<bf16_t> xs(static_cast<size_t>(M * avx512::stream_x_stride(K)));
-    avx512::stream_x(x, ldx, M, K, w.fp8 != nullptr, xs.data());
+    // 64-byte aligned (rows are whole 128-byte steps): a 64-byte load that straddles two cache
+    // lines costs two.
+    std::vector<bf16_t> store(static_cast<size_t>(M * avx512::stream_x_stride(K) + 32));
+    bf16_t* xs = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64 / sizeof(bf16_t);
+    avx512::stream_x(x, ldx, M, K, w.fp8 != nullptr, xs);
     for_n_slices(N, avx512::kStreamSliceRows, [&](int64_t n0, int64_t n1) {
-        avx512::linear_stream_rows(xs.data(), w, y, ldy, M, n0, n1, K, accumulate);
+        avx512::linear_stream_rows(xs, w, y, ldy, M, n0, n1, K, accumulate);
     });
 }
 }  // namespace

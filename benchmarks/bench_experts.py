@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.baselines, run as a script
 
-from benchmarks.baselines.machine import cache_sizes, describe_caches, median, residency  # noqa: E402
+from benchmarks.baselines.machine import cache_sizes, describe_caches, median, probed_peaks, residency  # noqa: E402
 from benchmarks.deepseek_v3.baseline.common import random_bf16  # noqa: E402
 from dsperf import _C  # noqa: E402
 from dsperf import kernels as K  # noqa: E402
@@ -66,13 +66,11 @@ def main():
     rng = np.random.default_rng(0)
     caches = cache_sizes()
 
-    peak = _C.kernels.probe_bf16_peak_gflops(1.0)
-    fma_peak = _C.kernels.probe_fp32_fma_peak_gflops(1.0)
-    bw = _C.kernels.probe_read_bandwidth_gbps(1 << 30, 3)
+    peak, fma_peak, bw = probed_peaks(_C.kernels)
     split = _C.kernels.linear_fma_min_rows()
     print(f"isa {K.isa()}; AMX usable: {K.cpu_features()['amx_bf16']}; caches (sysfs): {describe_caches(caches)}")
     print(f"probed peaks (all threads): VDPBF16PS {peak:.1f} GFLOPS, FP32 FMA {fma_peak:.1f} GFLOPS; "
-          f"streaming read: {bw:.1f} GB/s (1 GiB buffer)")
+          f"streaming read: {bw:.1f} GB/s (1 GiB buffer); each the best of several probes")
     # linear_fma_min_rows: 16 where the packed VDPBF16PS kernel runs prefill, 32 where widened FMAs do.
     print(f"dsperf GEMMs: below {split} rows the stream kernel (weights read once, FP8 converted in registers), "
           f"from {split} rows the prefill kernel ({'packed VDPBF16PS' if split == 16 else 'widened FP32 FMAs'}; "

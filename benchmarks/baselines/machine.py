@@ -62,3 +62,13 @@ def times(fn, repeats: int, warmup: int = 1) -> list:
 def median(fn, repeats: int, warmup: int = 1) -> float:
     """Median seconds of `repeats` runs after `warmup` untimed ones."""
     return float(np.median(times(fn, repeats, warmup)))
+
+
+def probed_peaks(kernels, tries: int = 6, seconds: float = 0.25) -> tuple:
+    """(VDPBF16PS GFLOPS, FP32 FMA GFLOPS, streaming-read GB/s) of this machine, each the best of
+    `tries` short probes: a peak is a maximum, and on a shared machine a probe that another process
+    interrupted reads low (a single one-second probe read 150-460 GFLOPS here)."""
+    dot = max(kernels.probe_bf16_peak_gflops(seconds) for _ in range(tries))
+    fma = max(kernels.probe_fp32_fma_peak_gflops(seconds) for _ in range(tries))
+    bw = max(kernels.probe_read_bandwidth_gbps(1 << 30, 3) for _ in range(2))
+    return dot, fma, bw

@@ -171,6 +171,21 @@ void linear_packed_rows(const bf16_t* x, int64_t ldx, const GemmWeights& w, floa
     }
 }
 
+DSPERF_AVX512 void interleave_rows(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
+    // Word i of the first output is a[i / 2] (even i) or b[i / 2] (odd i); of the second, 16 on.
+    alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t d = 0; d < n; d += 32) {
+        const __mmask32 m = first_n(n - d);
+        const __m512i va = _mm512_maskz_loadu_epi16(m, a + d);
+        const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + d) : _mm512_setzero_si512();
+        const int64_t left = 2 * (n - d);  // output words still to write
+        _mm512_mask_storeu_epi16(dst + 2 * d, first_n(left), _mm512_permutex2var_epi16(va, lo, vb));
+        if (left > 32) _mm512_mask_storeu_epi16(dst + 2 * d + 32, first_n(left - 32), _mm512_permutex2var_epi16(va, hi, vb));
+    }
+}
+
 }  // namespace dsperf::kernels::avx512
 
 #else  // not x86-64: the dispatcher never selects these
@@ -178,6 +193,7 @@ void linear_packed_rows(const bf16_t* x, int64_t ldx, const GemmWeights& w, floa
 namespace dsperf::kernels::avx512 {
 void linear_packed_rows(const bf16_t*, int64_t, const GemmWeights&, float*, int64_t, int64_t, int64_t, int64_t,
                         int64_t, bool) {}
+void interleave_rows(const bf16_t*, const bf16_t*, int64_t, bf16_t*) {}
 }  // namespace dsperf::kernels::avx512
 
 #endif

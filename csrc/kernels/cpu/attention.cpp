@@ -31,11 +31,17 @@ namespace {
 __attribute__((always_inline)) inline void softmax_row_body(float* s, int64_t n, int64_t k_start, int64_t visible,
                                                             float scale, float& m, float& l, bf16_t* p, float* o,
                                                             int64_t dv) {
+    for (int64_t j = 0; j < n; ++j) s[j] = k_start + j < visible ? s[j] * scale : -INFINITY;
+    // The running max in 16 partial maxima (one per vector lane), so that the loop vectorises;
+    // std::max skips NaN in each and again when they are combined, so the result is the same.
+    float part_max[16];
+    for (float& v : part_max) v = m;
+    int64_t j0 = 0;
+    for (; j0 + 16 <= n; j0 += 16)
+        for (int t = 0; t < 16; ++t) part_max[t] = std::max(part_max[t], s[j0 + t]);
     float mx = m;
-    for (int64_t j = 0; j < n; ++j) {
-        s[j] = k_start + j < visible ? s[j] * scale : -INFINITY;
-        mx = std::max(mx, s[j]);
-    }
+    for (; j0 < n; ++j0) mx = std::max(mx, s[j0]);
+    for (float v : part_max) mx = std::max(mx, v);
     // std::max skips NaN, so a NaN score leaves mx alone: with a finite mx its exp is NaN and the
     // NaN reaches l and o. With mx still -inf every score is -inf or NaN (a NaN query, say): none
     // has weight, but the NaN must not become 0 (a finite output from a NaN input), so this rare

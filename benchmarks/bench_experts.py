@@ -71,10 +71,8 @@ def main():
     print(f"isa {K.isa()}; AMX usable: {K.cpu_features()['amx_bf16']}; caches (sysfs): {describe_caches(caches)}")
     print(f"probed peaks (all threads): VDPBF16PS {peak:.1f} GFLOPS, FP32 FMA {fma_peak:.1f} GFLOPS; "
           f"streaming read: {bw:.1f} GB/s (1 GiB buffer); each the best of several probes")
-    # linear_fma_min_rows: 16 where the packed VDPBF16PS kernel runs prefill, 32 where widened FMAs do.
-    print(f"dsperf GEMMs: below {split} rows the stream kernel (weights read once, FP8 converted in registers), "
-          f"from {split} rows the prefill kernel ({'packed VDPBF16PS' if split == 16 else 'widened FP32 FMAs'}; "
-          f"probed VDPBF16PS / FMA peaks {peak / fma_peak:.2f})")
+    print(f"dsperf GEMMs change kernel at {split} rows (linear_fma_min_rows); probed VDPBF16PS / FMA peaks "
+          f"{peak / fma_peak:.2f}")
     try:
         torch, torch_moe = load_torch()
     except RuntimeError as e:
@@ -98,7 +96,7 @@ def main():
     s13 = np.full((experts, 2 * I // 128, D // 128), 1e-3, np.float32)
     s2 = np.full((experts, D // 128, I // 128), 1e-3, np.float32)
     t_fp8 = median(lambda: K.experts_contiguous(x, offsets, w13q, w2q, s13, s2), reps)
-    print(f"  dsperf experts_contiguous FP8 128x128 (each block dequantised once into the packed panels): "
+    print(f"  dsperf experts_contiguous FP8 128x128 blocks: "
           f"{t_fp8 * 1e3:.1f} ms, {flops / t_fp8 / 1e12:.3f} TFLOPS = {flops / t_fp8 / 1e9 / peak:.1%} of the peak; "
           f"{t_ours / t_fp8:.2f} x the BF16 throughput")
     try:

@@ -67,8 +67,8 @@ DSPERF_AVX512 void pack_fp8(const fp8_t* w, const float* scale, int64_t K, int64
     }
     for (int64_t kb0 = 0; kb0 < klen; kb0 += 128) {
         const int64_t kb = (k0 + kb0) / 128;
-        int64_t block_row = -1;
-        Fp8WordTable table(1.0f);
+        int64_t block_row = n / 128;
+        Fp8WordTable table(scale[block_row * k_blocks + kb]);
         for (int64_t r = 0; r < rows; ++r) {
             if ((n + r) / 128 != block_row) {  // a new 128-row block: its scale's table
                 block_row = (n + r) / 128;

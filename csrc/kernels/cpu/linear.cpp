@@ -44,10 +44,11 @@ bool prefill_on_dot_products() {
     return dot;
 }
 
-// Rows of x from which the prefill kernel runs: below, the stream kernel reads w once from memory
-// (decode). The packed kernel pays for its packing once 16 rows share it; widening to FP32 from 32.
-constexpr int64_t kPackedMinRows = 16, kFmaMinRows = 32;
-int64_t prefill_min_rows() { return prefill_on_dot_products() ? kPackedMinRows : kFmaMinRows; }
+// Rows of x from which the prefill kernel runs (either one); below, the stream kernel reads w once
+// from memory (decode). One split for both keeps the cost model's two fitted GEMM regimes
+// (linear_fma_min_rows) the same on every CPU.
+constexpr int64_t kPrefillMinRows = 32, kFmaMinRows = kPrefillMinRows;
+int64_t prefill_min_rows() { return kPrefillMinRows; }
 }  // namespace
 
 int64_t linear_fma_min_rows() { return use_avx512() ? prefill_min_rows() : 0; }

@@ -1,6 +1,6 @@
 // The AVX512-BF16 GEMM kernels behind linear(): y[M, n0:n1] (+)= x[M, K] w[n0:n1, K]^T, every
 // product on VDPBF16PS (32 BF16 pairs into 16 FP32 lanes per instruction).
-//  - packed (prefill, many rows): each thread packs a slice of w (12 rows x up to 8192 K) into
+//  - packed (prefill, many rows): each thread packs a slice of w (48 rows x up to 8192 K) into
 //    contiguous 6-row panels in L2 once, dequantising FP8 blocks on the way in, and every 4-row tile
 //    of x reuses it: compute-bound.
 //  - stream (decode, few rows): w is read once, straight from memory, 4 rows at a time; FP8 codes
@@ -23,7 +23,7 @@ struct GemmWeights {
 };
 
 // Rows of w per thread slice of the packed kernel.
-constexpr int64_t kPackedSliceRows = 12;
+constexpr int64_t kPackedSliceRows = 48;
 void linear_packed_rows(const bf16_t* x, int64_t ldx, const GemmWeights& w, float* y, int64_t ldy, int64_t M,
                         int64_t n0, int64_t n1, int64_t K, bool accumulate);
 

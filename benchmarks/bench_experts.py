@@ -1,21 +1,31 @@
-"""Expert FFN, gating and GEMM throughput on this CPU, against baselines measured in the same run.
+"""Expert FFN, MoE layer and gating throughput on this CPU, against baselines measured in the same run.
 
-    python benchmarks/bench_experts.py [--quick]
+    python benchmarks/bench_experts.py [--quick] [--repeats 5] [--moe-experts 32]
+
+Baselines (each missing one is printed as an ERROR line saying how to install it):
+    apt-get install libdnnl-dev      # oneDNN 2.x BF16 matmul (benchmarks/baselines/onednn.py)
+    pip install torch                # PyTorch on the CPU (benchmarks/baselines/torch_moe.py)
+    numpy                            # FP32 matmul
 
 Prints, for DeepSeek-V3's expert shapes (dim 7168, inter 2048, 8 local experts):
+- the probed peaks of this machine (VDPBF16PS and FP32 FMA on all threads, streaming read of a
+  1 GiB buffer) and its cache sizes read from sysfs; every working set is said to be
+  cache-resident or streamed by comparing it with those sizes;
 - prefill (contiguous layout, 256 tokens per expert): dsperf's grouped FFN in BF16 and FP8 against
-  oneDNN's BF16 matmul (Debian libdnnl-dev, weights reordered once, untimed) doing the same two
-  GEMMs expert by expert, in TFLOPS and as fractions of the probed VDPBF16PS peak;
-- decode (masked layout, 8 tokens per expert; 704 MB of BF16 / 352 MB of FP8 weights, larger than
-  the L3 cache, so every step streams them from memory): weight bytes per second against a
-  streaming-read loop;
-- gating 4096 tokens over 256 experts, against the expert time of the same tokens;
-- numpy's FP32 matmul on one expert's gate_up GEMM, for scale.
-Timings are the fastest of --repeats runs (the machine is shared and noisy).
+  oneDNN's BF16 matmul (weights reordered once, untimed; its two GEMMs per expert only), PyTorch's
+  per-expert loop (DeepSeek-V3's Expert.forward in BF16) and numpy's FP32 matmul on one expert;
+- decode (masked layout, 8 tokens per expert; 704 MB of BF16 / 352 MB of FP8 weights): weight
+  bytes per second against the streaming read, and FP8 against BF16 in tokens per second;
+- the one-call MoE layer against PyTorch's per-expert loop (the reference model code's MoE.forward)
+  at 1, 8, 64 and 512 tokens;
+- gating 4096 tokens over 256 experts, against the expert time of the same tokens.
+Every timing is the median of --repeats runs after a warm-up, and every ratio compares figures from
+this one run (the machine is shared and noisy between runs).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -23,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.baselines, run as a script
 
-from benchmarks.deepseek_v3.baseline.common import random_bf16, run_times  # noqa: E402
+from benchmarks.baselines.machine import cache_sizes, describe_caches, median, probed_peaks, residency  # noqa: E402
+from benchmarks.deepseek_v3.baseline.common import random_bf16  # noqa: E402
 from dsperf import _C  # noqa: E402
 from dsperf import kernels as K  # noqa: E402
 from dsperf.harness import random_fp8  # noqa: E402
@@ -31,95 +42,158 @@ from dsperf.harness import random_fp8  # noqa: E402
 D, I = 7168, 2048
 
 
-def best(fn, repeats):
-    """Fastest of `repeats` runs, seconds (the machine is shared: the minimum is the least disturbed)."""
-    return min(run_times(fn, repeats))
+def error(what, e):
+    print(f"  ERROR: {what} baseline unavailable: {e}")
+
+
+def load_torch():
+    from benchmarks.baselines import torch_moe
+
+    torch = torch_moe.load()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    return torch, torch_moe
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 experts, 64 tokens: a smoke run, not the figures")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--moe-experts", type=int, default=32,
+                    help="routed experts of the MoE-layer comparison (DeepSeek-V3 has 256; 32 keep it in memory)")
     a = ap.parse_args()
     experts, tokens = (2, 64) if a.quick else (8, 256)
+    reps = a.repeats
     rng = np.random.default_rng(0)
+    caches = cache_sizes()
 
-    peak = _C.kernels.probe_bf16_peak_gflops(1.0)
-    fma_peak = _C.kernels.probe_fp32_fma_peak_gflops(1.0)
-    bw = _C.kernels.probe_read_bandwidth_gbps(1 << 30, 3)
-    print(f"isa {K.isa()}; AMX usable: {K.cpu_features()['amx_bf16']}")
+    peak, fma_peak, bw = probed_peaks(_C.kernels)
+    split = _C.kernels.linear_fma_min_rows()
+    print(f"isa {K.isa()}; AMX usable: {K.cpu_features()['amx_bf16']}; caches (sysfs): {describe_caches(caches)}")
     print(f"probed peaks (all threads): VDPBF16PS {peak:.1f} GFLOPS, FP32 FMA {fma_peak:.1f} GFLOPS; "
-          f"streaming read: {bw:.1f} GB/s (1 GiB buffer)")
-    print("(dsperf's prefill GEMMs widen BF16 to FP32 and use FMAs; its decode GEMMs use VDPBF16PS)")
+          f"streaming read: {bw:.1f} GB/s (1 GiB buffer); each the best of several probes")
+    print(f"dsperf GEMMs change kernel at {split} rows (linear_fma_min_rows); probed VDPBF16PS / FMA peaks "
+          f"{peak / fma_peak:.2f}")
+    try:
+        torch, torch_moe = load_torch()
+    except RuntimeError as e:
+        torch = torch_moe = None
+        torch_error = e
 
     w13 = random_bf16(rng, (experts, 2 * I, D))
     w2 = random_bf16(rng, (experts, D, I))
+    wbytes = w13.nbytes + w2.nbytes
     flops_per_token = 2 * (2 * I * D + D * I)
 
     # ---- prefill, contiguous layout ------------------------------------------------------------
     x = random_bf16(rng, (experts * tokens, D))
     offsets = np.arange(experts + 1, dtype=np.int64) * tokens
-    t_ours = best(lambda: K.experts_contiguous(x, offsets, w13, w2), a.repeats)
     flops = flops_per_token * experts * tokens
-    print(f"\nprefill, {experts} experts x {tokens} tokens (weights {w13.nbytes + w2.nbytes >> 20} MB BF16, "
-          f"L3-resident across repeats only in part)")
-    print(f"  dsperf experts_contiguous BF16: {t_ours * 1e3:.1f} ms, {flops / t_ours / 1e12:.3f} TFLOPS, "
-          f"{flops / t_ours / 1e9 / fma_peak:.1%} of the FP32 FMA peak")
+    print(f"\nprefill, {experts} experts x {tokens} tokens; weights {wbytes >> 20} MiB BF16: {residency(wbytes, caches)}")
+    t_ours = median(lambda: K.experts_contiguous(x, offsets, w13, w2), reps)
+    print(f"  dsperf experts_contiguous BF16: {t_ours * 1e3:.1f} ms, {flops / t_ours / 1e12:.3f} TFLOPS = "
+          f"{flops / t_ours / 1e9 / peak:.1%} of the VDPBF16PS peak (target >= 70%)")
+    w13q, w2q = random_fp8(rng, w13.shape), random_fp8(rng, w2.shape)
+    s13 = np.full((experts, 2 * I // 128, D // 128), 1e-3, np.float32)
+    s2 = np.full((experts, D // 128, I // 128), 1e-3, np.float32)
+    t_fp8 = median(lambda: K.experts_contiguous(x, offsets, w13q, w2q, s13, s2), reps)
+    print(f"  dsperf experts_contiguous FP8 128x128 blocks: "
+          f"{t_fp8 * 1e3:.1f} ms, {flops / t_fp8 / 1e12:.3f} TFLOPS = {flops / t_fp8 / 1e9 / peak:.1%} of the peak; "
+          f"{t_ours / t_fp8:.2f} x the BF16 throughput")
     try:
         from benchmarks.baselines import onednn
 
         mm = onednn.load()
         h = random_bf16(rng, (tokens, I))
-        for label, flush in (("weights from memory (caches flushed before each GEMM, as dsperf's pass "
-                              "over all experts sees them)", 512 << 20), ("weights hot in L3 (repeated GEMM)", 0)):
+        for label, flush in (("weights from memory (caches flushed before each GEMM, as a pass over all experts "
+                              "sees them)", 512 << 20), ("weights hot in cache (the same GEMM repeated)", 0)):
             t_dnnl = 0.0
             for e in range(experts):
                 xe = np.ascontiguousarray(x[e * tokens:(e + 1) * tokens])
-                t_dnnl += mm(xe, w13[e], a.repeats, flush)[1] + mm(h, w2[e], a.repeats, flush)[1]
-            print(f"  oneDNN BF16 matmul, expert by expert, GEMMs only, {label}: {t_dnnl * 1e3:.1f} ms, "
-                  f"{flops / t_dnnl / 1e12:.3f} TFLOPS, {flops / t_dnnl / 1e9 / peak:.1%} of the VDPBF16PS peak; "
-                  f"dsperf / oneDNN throughput {t_dnnl / t_ours:.2f} (target >= 0.90)")
+                t_dnnl += mm(xe, w13[e], reps, flush)[1] + mm(h, w2[e], reps, flush)[1]
+            print(f"  oneDNN BF16 matmul, its 2 GEMMs per expert only, {label}: {t_dnnl * 1e3:.1f} ms, "
+                  f"{flops / t_dnnl / 1e12:.3f} TFLOPS = {flops / t_dnnl / 1e9 / peak:.1%} of the peak; "
+                  f"dsperf / oneDNN throughput {t_dnnl / t_ours:.2f} (target >= 1.0)")
     except RuntimeError as e:
-        print(f"  oneDNN baseline unavailable: {e}")
-
-    w13q, w2q = random_fp8(rng, w13.shape), random_fp8(rng, w2.shape)
-    s13 = np.full((experts, 2 * I // 128, D // 128), 1e-3, np.float32)
-    s2 = np.full((experts, D // 128, I // 128), 1e-3, np.float32)
-    t_fp8 = best(lambda: K.experts_contiguous(x, offsets, w13q, w2q, s13, s2), a.repeats)
-    print(f"  dsperf experts_contiguous FP8 128x128 (dequantised per block): {t_fp8 * 1e3:.1f} ms, "
-          f"{flops / t_fp8 / 1e12:.3f} TFLOPS, {t_ours / t_fp8:.2f} x the speed of the BF16 weights")
+        error("oneDNN", e)
+    if torch is not None:
+        tx, t13, t2 = (torch_moe.as_torch(torch, v) for v in (x, w13, w2))
+        with torch.inference_mode():
+            t_torch = median(lambda: torch_moe.expert_ffns(torch, tx, offsets, t13, t2), reps)
+        print(f"  PyTorch {torch.__version__} per-expert loop (Expert.forward, BF16 F.linear): {t_torch * 1e3:.1f} ms, "
+              f"{flops / t_torch / 1e12:.3f} TFLOPS; dsperf / PyTorch throughput {t_torch / t_ours:.2f} (target >= 1.0)")
+    else:
+        error("PyTorch", torch_error)
+    xf = x[:tokens].astype(np.float32)
+    w1f, w2f = w13[0].astype(np.float32), w2[0].astype(np.float32)
+    one = lambda: (xf @ w1f.T)[:, :I] @ w2f.T  # noqa: E731  (the FLOPs of one expert's FFN)
+    t_np = median(one, max(1, reps // 2))
+    np_flops = flops_per_token * tokens
+    print(f"  numpy {np.__version__} FP32 matmul, one expert's two GEMMs: {np_flops / t_np / 1e9:.1f} GFLOPS; "
+          f"dsperf / numpy throughput {(flops / t_ours) / (np_flops / t_np):.2f}")
 
     # ---- decode, masked layout ------------------------------------------------------------------
     cap = 8
     xm = random_bf16(rng, (experts, cap, D))
     counts = np.full(experts, cap, np.int32)
-    t_dec = best(lambda: K.experts_masked(xm, counts, w13, w2), a.repeats)
-    gbytes = (w13.nbytes + w2.nbytes) / 1e9
-    print(f"\ndecode, {experts} experts x {cap} tokens, masked layout (weights streamed from memory)")
+    print(f"\ndecode, {experts} experts x {cap} tokens, masked layout; BF16 weights {residency(wbytes, caches)}; "
+          f"FP8 weights {residency(wbytes // 2, caches)}")
+    t_dec = median(lambda: K.experts_masked(xm, counts, w13, w2), reps)
+    gbytes = wbytes / 1e9
     print(f"  BF16: {t_dec * 1e3:.1f} ms, {gbytes / t_dec:.1f} GB/s of weights = {gbytes / t_dec / bw:.1%} of the "
           f"streaming read (target >= 80%)")
-    t_dec8 = best(lambda: K.experts_masked(xm, counts, w13q, w2q, s13, s2), a.repeats)
+    t_dec8 = median(lambda: K.experts_masked(xm, counts, w13q, w2q, s13, s2), reps)
     g8 = (w13q.nbytes + w2q.nbytes) / 1e9
-    print(f"  FP8: {t_dec8 * 1e3:.1f} ms, {g8 / t_dec8:.1f} GB/s of weights = {g8 / t_dec8 / bw:.1%} of the "
-          f"streaming read; {t_dec / t_dec8:.2f} x faster than BF16")
+    print(f"  FP8: {t_dec8 * 1e3:.1f} ms, {g8 / t_dec8:.1f} GB/s of FP8 weights = {g8 / t_dec8 / bw:.1%} of the "
+          f"streaming read (target >= 80%); tokens/s {t_dec / t_dec8:.2f} x the BF16 decode (target >= 1.6)")
+    if torch is not None:
+        txm = torch_moe.as_torch(torch, xm.reshape(-1, D))
+        off_m = np.arange(experts + 1, dtype=np.int64) * cap
+        with torch.inference_mode():
+            t_tdec = median(lambda: torch_moe.expert_ffns(torch, txm, off_m, t13, t2), reps)
+        print(f"  PyTorch per-expert loop, BF16: {t_tdec * 1e3:.1f} ms, {gbytes / t_tdec:.1f} GB/s of weights; "
+              f"dsperf BF16 / PyTorch tokens/s {t_tdec / t_dec:.2f}, dsperf FP8 / PyTorch {t_tdec / t_dec8:.2f}")
+    del w13q, w2q
+
+    # ---- the MoE layer in one call ---------------------------------------------------------------
+    E = 16 if a.quick else a.moe_experts  # 16: the smallest count whose 4 kept groups hold top-8
+    print(f"\nMoE layer: {E} routed experts (8 groups, 4 kept, top-8, sigmoid gate with bias) + 1 shared expert, "
+          f"BF16; dsperf moe_layer (one call) vs PyTorch's MoE.forward loop")
+    lw13 = random_bf16(rng, (E, 2 * I, D))
+    lw2 = random_bf16(rng, (E, D, I))
+    gate_w = random_bf16(rng, (E, D))
+    bias = (0.01 * rng.standard_normal(E)).astype(np.float32)
+    sw13, sw2 = random_bf16(rng, (2 * I, D)), random_bf16(rng, (D, I))
+    print(f"  routed weights {(lw13.nbytes + lw2.nbytes) >> 20} MiB: {residency(lw13.nbytes + lw2.nbytes, caches)}")
+    cfg = dict(n_group=8, topk_group=4, top_k=8, route_scale=2.5)
+    if torch is not None:
+        tl13, tl2, tgw, tsw13, tsw2 = (torch_moe.as_torch(torch, v) for v in (lw13, lw2, gate_w, sw13, sw2))
+        tbias = torch.from_numpy(bias)
+    for T in (1, 8, 64, 512):
+        xt = random_bf16(rng, (T, D))
+        r = max(3, reps) if T <= 64 else reps
+        t_d = median(lambda: K.moe_layer(xt, gate_w, lw13, lw2, gate_bias=bias, shared_w13=sw13, shared_w2=sw2,
+                                         **cfg), r)
+        line = f"  {T:4d} tokens: dsperf {t_d * 1e3:8.1f} ms"
+        if torch is not None:
+            txt = torch_moe.as_torch(torch, xt)
+            with torch.inference_mode():
+                t_t = median(lambda: torch_moe.moe_layer(torch, txt, tgw, tbias, tl13, tl2, tsw13, tsw2, **cfg), r)
+            line += f", PyTorch {t_t * 1e3:8.1f} ms: dsperf {t_t / t_d:.2f} x faster (target > 1)"
+        else:
+            line += " (PyTorch: unavailable, see the ERROR above)"
+        print(line)
+    del lw13, lw2
 
     # ---- gating ----------------------------------------------------------------------------------
     gt = 512 if a.quick else 4096
     xg = random_bf16(rng, (gt, D))
     gw = random_bf16(rng, (256, D))
-    bias = np.zeros(256, np.float32)
-    t_gate = best(lambda: K.moe_gate(xg, gw, bias, n_group=8, topk_group=4, top_k=8, route_scale=2.5), a.repeats)
-    t_experts_same = flops_per_token * gt * 8 / (flops / t_ours)  # at the measured prefill throughput
+    gbias = np.zeros(256, np.float32)
+    t_gate = median(lambda: K.moe_gate(xg, gw, gbias, n_group=8, topk_group=4, top_k=8, route_scale=2.5), reps)
+    t_experts_same = flops_per_token * gt * 8 / (flops / t_ours)  # at the measured prefill rate
     print(f"\ngating {gt} tokens over 256 experts: {t_gate * 1e3:.2f} ms; the experts of the same tokens "
           f"(8 per token, at the measured prefill rate): {t_experts_same * 1e3:.0f} ms; "
           f"ratio {t_gate / t_experts_same:.2%} (target < 5%)")
-
-    # ---- numpy, for scale --------------------------------------------------------------------
-    xf = x[:tokens].astype(np.float32)
-    wf = w13[0].astype(np.float32)
-    t_np = best(lambda: xf @ wf.T, 1)
-    print(f"\nnumpy FP32 matmul, one expert's gate_up ({tokens} x {D} x {2 * I}): "
-          f"{2 * tokens * D * 2 * I / t_np / 1e9:.1f} GFLOPS")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Builds and loads the oneDNN matmul baseline (onednn_matmul.c) against Debian's oneDNN.
 
-    apt-get install libdnnl-dev    # oneDNN 2.x with OpenMP threads
+    apt-get install libdnnl-dev    # oneDNN 2.x with OpenMP threads (Debian 12: 2.6.3)
 
-`load()` returns a callable or raises RuntimeError saying what is missing."""
+(PyPI's onednn-devel ships oneDNN 3.x, whose C API dropped the 2.x operation descriptors this
+baseline uses.) `load()` returns a callable or raises RuntimeError saying what is missing; the
+benchmarks print that as an error in their output."""
 from __future__ import annotations
 
 import ctypes
@@ -30,7 +32,7 @@ def load():
                    ctypes.c_int, ctypes.c_int64]
 
     def matmul_bf16(x, w, reps=3, flush_bytes=0):
-        """(y = x @ w.T in FP32, fastest of `reps` runs in seconds); flush_bytes > 0 evicts the caches
+        """(y = x @ w.T in FP32, median of `reps` runs in seconds); flush_bytes > 0 evicts the caches
         before each timed run."""
         M, K = x.shape
         N = w.shape[0]

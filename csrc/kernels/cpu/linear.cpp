@@ -1,11 +1,16 @@
 #include "kernels/cpu/linear.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/gemm_avx512.hpp"
 #include "kernels/cpu/linear_amx.hpp"
+#include "kernels/cpu/probe.hpp"
 
 namespace dsperf::kernels {
 
@@ -24,12 +29,29 @@ void zero_sum(float* y, int64_t ldy, int64_t M, int64_t N, bool accumulate) {
     for (int64_t m = 0; m < M; ++m) std::fill(y + m * ldy, y + m * ldy + N, 0.0f);
 }
 
-// From this many rows of x, widening to FP32 pays for itself (the widened w panel is reused by
-// every row); below it (decode) the BF16 dot kernel reads w once as it streams.
-constexpr int64_t kFmaMinRows = 32;
+// Which kernel runs the GEMMs of many rows (prefill) on AVX512-BF16 CPUs: the packed VDPBF16PS
+// kernel, or widening to FP32 FMAs. CPUs differ: some issue VDPBF16PS at twice the FP32 FMA rate
+// (so the dot products win by 2x), others issue FMAs on two ports and VDPBF16PS on one. A short
+// single-thread probe of both decides once; DSPERF_GEMM=dot or =fma forces one (the tests run
+// both).
+bool prefill_on_dot_products() {
+    static const bool dot = [] {
+        const char* forced = std::getenv("DSPERF_GEMM");
+        if (forced && std::strcmp(forced, "dot") == 0) return true;
+        if (forced && std::strcmp(forced, "fma") == 0) return false;
+        return probe_dot_to_fma_speed() >= 1.0;
+    }();
+    return dot;
+}
+
+// Rows of x from which the prefill kernel runs (either one); below, the stream kernel reads w once
+// from memory (decode). One split for both keeps the cost model's two fitted GEMM regimes
+// (linear_fma_min_rows) the same on every CPU.
+constexpr int64_t kPrefillMinRows = 32, kFmaMinRows = kPrefillMinRows;
+int64_t prefill_min_rows() { return kPrefillMinRows; }
 }  // namespace
 
-int64_t linear_fma_min_rows() { return use_avx512() ? kFmaMinRows : 0; }
+int64_t linear_fma_min_rows() { return use_avx512() ? prefill_min_rows() : 0; }
 
 namespace {
 
@@ -45,7 +67,7 @@ void for_n_slices(int64_t N, int64_t align, F&& body) {
 // without AVX-512, where the BF16 kernels read x directly.
 std::vector<float> widen_for_fma(const bf16_t* x, int64_t ldx, int64_t M, int64_t K) {
     std::vector<float> xf;
-    if (!use_avx512() || M < kFmaMinRows) return xf;
+    if (!use_avx512() || M < kFmaMinRows || prefill_on_dot_products()) return xf;
     xf.resize(static_cast<size_t>(M * K));
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < M; ++m)
@@ -80,6 +102,21 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
 
 }  // namespace portable
 
+namespace {
+// Few rows (decode): x copied once into the stream kernel's layout, w read once from memory.
+void linear_stream(const bf16_t* x, int64_t ldx, const avx512::GemmWeights& w, float* y, int64_t ldy, int64_t M,
+                   int64_t N, int64_t K, bool accumulate) {
+    // 64-byte aligned (rows are whole 128-byte steps): a 64-byte load that straddles two cache
+    // lines costs two.
+    std::vector<bf16_t> store(static_cast<size_t>(M * avx512::stream_x_stride(K) + 32));
+    bf16_t* xs = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64 / sizeof(bf16_t);
+    avx512::stream_x(x, ldx, M, K, w.fp8 != nullptr, xs);
+    for_n_slices(N, avx512::kStreamSliceRows, [&](int64_t n0, int64_t n1) {
+        avx512::linear_stream_rows(xs, w, y, ldy, M, n0, n1, K, accumulate);
+    });
+}
+}  // namespace
+
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
                  int64_t N, int64_t K, bool accumulate) {
     check_dims(M, N, K, ldx, ldw, ldy);
@@ -88,17 +125,20 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
     // AMX tiles from one tile row of x up, where the CPU has them (and they passed the self-check).
     if (M >= amx::kMinRows && amx::usable()) return amx::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
-    // Many rows (prefill): widen x to FP32 once and run FP32 FMAs, which this class of CPU issues
-    // twice as fast as BF16 dot products; the widened w panels are reused by every row.
-    const std::vector<float> xf = widen_for_fma(x, ldx, M, K);
-    if (!xf.empty()) {
-        for_n_slices(N, 96, [&](int64_t n0, int64_t n1) {  // whole 32-column panels
-            avx512::linear_bf16_rows_fma(xf.data(), w, ldw, y, ldy, M, n0, n1, K, accumulate);
+    avx512::GemmWeights gw;
+    gw.bf16 = w, gw.ld = ldw;
+    if (M < prefill_min_rows()) return linear_stream(x, ldx, gw, y, ldy, M, N, K, accumulate);
+    if (prefill_on_dot_products()) {
+        for_n_slices(N, avx512::kPackedSliceRows, [&](int64_t n0, int64_t n1) {
+            avx512::linear_packed_rows(x, ldx, gw, y, ldy, M, n0, n1, K, accumulate);
         });
         return;
     }
-    for_n_slices(N, 96, [&](int64_t n0, int64_t n1) {  // whole 4 x 6 tiles
-        avx512::linear_bf16_rows(x, ldx, w, ldw, y, ldy, M, n0, n1, K, accumulate);
+    // Many rows on a CPU whose FMAs outrun its dot products: widen x to FP32 once and run FP32
+    // FMAs; the widened w panels are reused by every row.
+    const std::vector<float> xf = widen_for_fma(x, ldx, M, K);
+    for_n_slices(N, 96, [&](int64_t n0, int64_t n1) {  // whole 32-column panels
+        avx512::linear_bf16_rows_fma(xf.data(), w, ldw, y, ldy, M, n0, n1, K, accumulate);
     });
 }
 
@@ -129,6 +169,19 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
     constexpr int64_t kBlock = 128;
     const int64_t k_blocks = (K + kBlock - 1) / kBlock;
     const bool simd = use_avx512();
+    if (simd) {
+        avx512::GemmWeights gw;
+        gw.fp8 = w, gw.scale = w_scale, gw.ld = K;
+        // Few rows: FP8 codes converted in registers as they stream in. Many rows: each 128 x 128
+        // block dequantised once into the packed panels.
+        if (M < prefill_min_rows()) return linear_stream(x, ldx, gw, y, ldy, M, N, K, accumulate);
+        if (prefill_on_dot_products()) {
+            for_n_slices(N, avx512::kPackedSliceRows, [&](int64_t n0, int64_t n1) {
+                avx512::linear_packed_rows(x, ldx, gw, y, ldy, M, n0, n1, K, accumulate);
+            });
+            return;
+        }
+    }
     const std::vector<float> xf = widen_for_fma(x, ldx, M, K);  // many rows: the FMA kernel
     // 64 rows of w at a time (half a scale block): dequantised to BF16 in a per-thread scratch small
     // enough to stay in L2 beside the weights streaming in, then multiplied with all of x.

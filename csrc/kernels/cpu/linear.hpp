@@ -8,10 +8,11 @@
 
 namespace dsperf::kernels {
 
-// Rows of x from which the GEMMs switch from the BF16 dot-product kernel (weights streamed once,
-// for decode) to the widened FP32-FMA kernel (weight panels reused by every row, for prefill); 0
-// when one kernel serves every size (the portable path). The kernel cost model keys its fitted
-// efficiencies on this split.
+// Rows of x from which the GEMMs switch from the stream kernel (weights read once from memory, FP8
+// converted in registers: decode) to the prefill kernel (weight panels packed once and reused by
+// every row: the packed VDPBF16PS kernel, or widened FP32 FMAs where a probe finds FMAs faster);
+// 0 when one kernel serves every size (the portable path). The kernel cost model keys its fitted
+// efficiencies on this split. (The name predates the packed kernel.)
 int64_t linear_fma_min_rows();
 
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/gemm_avx512.hpp"
 #include "kernels/cpu/linear.hpp"
 
 namespace dsperf::kernels {
@@ -21,6 +23,12 @@ void require(bool ok, const char* what) {
 }
 [[maybe_unused]] void require(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
+}
+
+// dst[2d] = a[d], dst[2d + 1] = b[d] (0 without b), d < n.
+void interleave_pair(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
+    if (cpu_features().isa == "avx512_bf16") return avx512::interleave_rows(a, b, n, dst);
+    for (int64_t d = 0; d < n; ++d) dst[2 * d] = a[d], dst[2 * d + 1] = b ? b[d] : bf16_t(0);
 }
 
 // Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax.
@@ -48,13 +56,13 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
                 const bf16_t* src = c.latent + (page * BS + off) * L;
                 std::copy(src, src + L, key);
             }
-            const bf16_t* lat = key;
             std::copy(c.rope + (page * BS + off) * R, c.rope + (page * BS + off + 1) * R, keys.data() + j * W + L);
-            bf16_t* pair = vp.data() + (j / 2) * L * 2 + j % 2;
-            for (int64_t d = 0; d < L; ++d) pair[d * 2] = lat[d];
         }
-        if (n % 2)  // the zero row that completes the last pair
-            for (int64_t d = 0; d < L; ++d) vp[size_t((n / 2) * L * 2 + d * 2 + 1)] = 0;
+        // Values in the pair layout: latents of tokens 2i and 2i + 1 interleaved (the zero row
+        // completes an odd chunk).
+        for (int64_t j = 0; j < n; j += 2)
+            interleave_pair(keys.data() + j * W, j + 1 < n ? keys.data() + (j + 1) * W : nullptr, L,
+                            vp.data() + (j / 2) * L * 2);
         linear_bf16(qcat, W, keys.data(), W, s.data(), n, rows, n, W);
         // Online softmax; query token i sits at position seqlen - q_len + i and sees keys up to it.
         for (int64_t r = 0; r < rows; ++r)

@@ -157,8 +157,12 @@ void ExpertWeights::validate() const {
 void expert_ffn(const bf16_t* x, int64_t rows, const ExpertWeights& w, int64_t e, float* y, bool accumulate) {
     if (rows == 0) return;
     const int64_t D = w.dim, I = w.inter;
-    std::vector<float> gu(static_cast<size_t>(rows * 2 * I));
-    std::vector<bf16_t> h(static_cast<size_t>(rows * I));
+    // Per-thread buffers kept between calls: a fresh 4 MB vector per expert (256 rows) costs a
+    // memset and a page fault per page, every call. Both are fully written before they are read.
+    thread_local std::vector<float> gu;
+    thread_local std::vector<bf16_t> h;
+    if (gu.size() < static_cast<size_t>(rows * 2 * I)) gu.resize(static_cast<size_t>(rows * 2 * I));
+    if (h.size() < static_cast<size_t>(rows * I)) h.resize(static_cast<size_t>(rows * I));
     if (w.fp8) {
         const int64_t kb13 = (D + 127) / 128, nb13 = (2 * I + 127) / 128;
         const int64_t kb2 = (I + 127) / 128, nb2 = (D + 127) / 128;

@@ -123,6 +123,27 @@ int thread_count(int threads) {
 }
 }  // namespace
 
+double probe_dot_to_fma_speed() {
+#ifdef DSPERF_AVX512
+    if (!cpu_features().avx512_bf16) return 0;
+    // A few milliseconds on the calling thread: the rates are per core, the ratio is what matters.
+    // Each loop runs twice and the faster pass counts (the first also wakes the vector unit).
+    auto rate = [](auto loop, int64_t iters) {
+        double best = 0;
+        for (int pass = 0; pass < 2; ++pass) {
+            const double t0 = now();
+            const double flops = loop(iters);
+            best = std::max(best, flops / (now() - t0));
+        }
+        return best;
+    };
+    const double dot = rate(dpbf16_loop, 100000), fma = rate(fma_loop_avx512, 100000);
+    return fma > 0 ? dot / fma : 0;
+#else
+    return 0;
+#endif
+}
+
 double probe_triad_bandwidth_gbps(int64_t bytes, int repeats, int threads) {
     if (bytes < (3 << 20)) throw std::invalid_argument("bytes must be at least 3 MiB");
     if (repeats < 1) throw std::invalid_argument("repeats must be >= 1");

@@ -11,6 +11,10 @@ double probe_bf16_peak_gflops(double seconds);
 // GFLOPS of FP32 FMAs (AVX-512 where present, else what the compiler makes of plain C++).
 double probe_fp32_fma_peak_gflops(double seconds);
 
+// VDPBF16PS FLOPs per second over FP32 FMA FLOPs per second on one core (a few milliseconds);
+// 0 where AVX-512 BF16 is absent. The GEMMs pick their prefill kernel by it.
+double probe_dot_to_fma_speed();
+
 // GB/s (1e9) of summing a buffer of `bytes` (much larger than the caches) with `threads` OpenMP
 // threads (0: all), the best of `repeats` passes.
 double probe_read_bandwidth_gbps(int64_t bytes, int repeats, int threads = 0);

@@ -1,0 +1,74 @@
+"""What the benchmarks say about the machine and their timings: cache sizes read from the machine,
+median timings, and whether a working set fits a cache level."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def cache_sizes() -> dict:
+    """{'L1d': bytes, 'L2': bytes, 'L3': bytes} of cpu0, from sysfs, or from sysconf where sysfs is
+    missing. A level that neither reports is left out (callers then say it is unknown)."""
+    sizes = {}
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(root.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+        sizes[f"L{level}" + ("d" if level == "1" else "")] = int(text.rstrip("KMG")) * mult
+    for name, key in (("L1d", "SC_LEVEL1_DCACHE_SIZE"), ("L2", "SC_LEVEL2_CACHE_SIZE"), ("L3", "SC_LEVEL3_CACHE_SIZE")):
+        if name not in sizes and key in os.sysconf_names:
+            v = os.sysconf(key)
+            if v and v > 0:
+                sizes[name] = v
+    return sizes
+
+
+def describe_caches(sizes: dict) -> str:
+    return ", ".join(f"{k} {v >> 10} KiB" if v < (1 << 20) else f"{k} {v >> 20} MiB" for k, v in sizes.items())
+
+
+def residency(nbytes: int, sizes: dict) -> str:
+    """Where a working set of nbytes can live across repeated runs: the smallest level that holds it."""
+    for level in ("L2", "L3"):
+        if level in sizes and nbytes <= sizes[level]:
+            return f"fits {level} ({nbytes / 2**20:.1f} MiB <= {sizes[level] >> 20} MiB): cache-resident across repeats"
+    l3 = sizes.get("L3")
+    if l3 is None:
+        return f"{nbytes / 2**20:.0f} MiB; L3 size unknown"
+    return f"{nbytes / 2**20:.0f} MiB > L3 {l3 >> 20} MiB: streamed from memory every run"
+
+
+def times(fn, repeats: int, warmup: int = 1) -> list:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median(fn, repeats: int, warmup: int = 1) -> float:
+    """Median seconds of `repeats` runs after `warmup` untimed ones."""
+    return float(np.median(times(fn, repeats, warmup)))
+
+
+def probed_peaks(kernels, tries: int = 6, seconds: float = 0.25) -> tuple:
+    """(VDPBF16PS GFLOPS, FP32 FMA GFLOPS, streaming-read GB/s) of this machine, each the best of
+    `tries` short probes: a peak is a maximum, and on a shared machine a probe that another process
+    interrupted reads low (a single one-second probe read 150-460 GFLOPS here)."""
+    dot = max(kernels.probe_bf16_peak_gflops(seconds) for _ in range(tries))
+    fma = max(kernels.probe_fp32_fma_peak_gflops(seconds) for _ in range(tries))
+    bw = max(kernels.probe_read_bandwidth_gbps(1 << 30, 3) for _ in range(2))
+    return dot, fma, bw

@@ -1,0 +1,206 @@
+// The streaming decode GEMM (see gemm_avx512.hpp).
+//
+// A thread walks its slice of w two rows (a panel) at a time along the whole of K, and every row
+// of x (up to 8 in one tile, DeepSeek-V3's decode batch per expert) meets each weight vector as
+// soon as it arrives: w crosses the memory bus once, and the bus is never idle while a second
+// tile of x re-reads the panel from cache. Per 64-wide K step the tile turns one 64-byte load
+// (FP8) or two (BF16) per weight row into two BF16 vectors, then loads each row of x's two vectors
+// once (from L1, 64-byte aligned) for 2 x 2 VDPBF16PS: 2 x 8 accumulators, 4 weight vectors and the
+// FP8 table fit the 32 registers, and loads stay at half the dot products (a 3-row panel with x as
+// memory operands needed one load per dot product and ran ~25% slower on Zen 4). For FP8 the 128-code
+// table of the current 128 x 128 block (4 vectors) is reloaded every 128 columns from the slice's
+// tables, built once per call; x was permuted once so that its order matches the order the byte
+// lookups leave the weights in.
+#include "kernels/cpu/gemm_avx512.hpp"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/fp8_convert_avx512.hpp"
+
+#define DSPERF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+
+namespace dsperf::kernels::avx512 {
+
+namespace {
+
+constexpr int kMR = 8, kNR = 2;
+constexpr int64_t kStep = 64;
+
+DSPERF_AVX512 inline __mmask64 first_n64(int64_t n) {
+    return n >= 64 ? __mmask64(~0ull) : static_cast<__mmask64>((1ull << n) - 1);
+}
+
+// The lanes of (first, second) that hold one of the first `valid` codes of a step, in the order
+// fp8_convert64 leaves them.
+inline void fp8_valid_lanes(int64_t valid, __mmask32& first, __mmask32& second) {
+    uint32_t a = 0, b = 0;
+    for (int64_t pos = 0; pos < 64; ++pos)
+        if (fp8_lane_order(pos) < valid) (pos < 32 ? a : b) |= 1u << (pos % 32);
+    first = a, second = b;
+}
+
+// Two BF16 vectors of weight row `src` at one 64-wide step; `valid` < 64 on the last step of a K
+// that is not a multiple of 64 (lanes past K are zero, not the value of code 0).
+template <bool FP8>
+DSPERF_AVX512 __attribute__((always_inline)) inline void load_weights(const void* src, int64_t valid, __m512i tlo0,
+                                                                      __m512i tlo1, __m512i thi0, __m512i thi1,
+                                                                      __m512i& b0, __m512i& b1) {
+    _mm_prefetch(static_cast<const char*>(src) + 4096, _MM_HINT_T0);  // the hardware prefetcher's head start
+    if constexpr (FP8) {
+        const fp8_t* s8 = static_cast<const fp8_t*>(src);
+        if (valid == kStep) {
+            fp8_convert64(_mm512_loadu_si512(s8), tlo0, tlo1, thi0, thi1, b0, b1);
+        } else {
+            fp8_convert64(_mm512_maskz_loadu_epi8(first_n64(valid), s8), tlo0, tlo1, thi0, thi1, b0, b1);
+            __mmask32 m0, m1;
+            fp8_valid_lanes(valid, m0, m1);
+            b0 = _mm512_maskz_mov_epi16(m0, b0), b1 = _mm512_maskz_mov_epi16(m1, b1);
+        }
+    } else {
+        const bf16_t* s16 = static_cast<const bf16_t*>(src);
+        if (valid == kStep) {
+            b0 = _mm512_loadu_si512(s16), b1 = _mm512_loadu_si512(s16 + 32);
+        } else {
+            const __mmask64 m = first_n64(valid);
+            b0 = _mm512_maskz_loadu_epi16(__mmask32(m), s16);
+            b1 = _mm512_maskz_loadu_epi16(__mmask32(m >> 32), s16 + 32);
+        }
+    }
+}
+
+// One 64-wide step of stream_tile; `valid` is kStep except on the last step of a K that is not a
+// multiple of 64. The FP8 table registers are reloaded at each 128-column block.
+template <int MR, bool FP8>
+DSPERF_AVX512 __attribute__((always_inline)) inline void stream_step(__m512 (&c)[MR][kNR], const bf16_t* xs,
+                                                                     int64_t ldx, const char* const (&row)[kNR],
+                                                                     const char* const (&next)[kNR],
+                                                                     const Fp8ByteTable* tables, int64_t k,
+                                                                     int64_t valid, __m512i& tlo0, __m512i& tlo1,
+                                                                     __m512i& thi0, __m512i& thi1) {
+    constexpr size_t elem = FP8 ? 1 : 2;
+    if constexpr (FP8) {
+        if (k % 128 == 0) {
+            const Fp8ByteTable& t = tables[k / 128];
+            tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
+            thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
+        }
+    }
+    __m512i b[kNR][2];
+#pragma GCC unroll 2
+    for (int j = 0; j < kNR; ++j) {
+        load_weights<FP8>(row[j] + size_t(k) * elem, valid, tlo0, tlo1, thi0, thi1, b[j][0], b[j][1]);
+        // The next panel's rows, one panel ahead, into L2: twice the rows in flight from memory.
+        _mm_prefetch(next[j] + size_t(k) * elem, _MM_HINT_T1);
+    }
+    // Each vector of x is loaded once and meets both weight rows: 16 loads per 32 VDPBF16PS.
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+        const __m512i x0 = _mm512_load_si512(xs + i * ldx + k), x1 = _mm512_load_si512(xs + i * ldx + k + 32);
+#pragma GCC unroll 2
+        for (int j = 0; j < kNR; ++j) {
+            c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)x0, (__m512bh)b[j][0]);
+            c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)x1, (__m512bh)b[j][1]);
+        }
+    }
+}
+
+// MR rows of xs (stride ldx) times the nr rows of w from `w` (stride ldw, in elements) over K;
+// FP8 with one Fp8ByteTable per 128 columns. Rows of w past nr repeat the last one (their sums
+// are not stored).
+template <int MR, bool FP8>
+DSPERF_AVX512 void stream_tile(const bf16_t* xs, int64_t ldx, const void* w, int64_t ldw, const Fp8ByteTable* tables,
+                               int64_t K, float* y, int64_t ldy, int nr, bool accumulate) {
+    const size_t elem = FP8 ? 1 : 2;
+    const char* row[kNR] = {};
+    for (int j = 0; j < kNR; ++j) row[j] = static_cast<const char*>(w) + size_t(std::min(j, nr - 1) * ldw) * elem;
+    // Prefetches never fault: past the last panel these point at nothing in use.
+    const char* next[kNR];
+    for (int j = 0; j < kNR; ++j) next[j] = row[j] + size_t(kNR * ldw) * elem;
+    __m512 c[MR][kNR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+        for (int j = 0; j < kNR; ++j) c[i][j] = _mm512_setzero_ps();
+    __m512i tlo0 = _mm512_setzero_si512(), tlo1 = tlo0, thi0 = tlo0, thi1 = tlo0;
+    const int64_t full = K / kStep * kStep;
+    for (int64_t k = 0; k < full; k += kStep) stream_step<MR, FP8>(c, xs, ldx, row, next, tables, k, kStep, tlo0, tlo1, thi0, thi1);
+    if (full < K) stream_step<MR, FP8>(c, xs, ldx, row, next, tables, full, K - full, tlo0, tlo1, thi0, thi1);
+    // Sums with constant indices (a loop to nr would keep the accumulators in memory throughout).
+    float sums[MR][kNR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+        for (int j = 0; j < kNR; ++j) sums[i][j] = _mm512_reduce_add_ps(c[i][j]);
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < nr; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + sums[i][j] : sums[i][j];
+}
+
+using StreamFn = void (*)(const bf16_t*, int64_t, const void*, int64_t, const Fp8ByteTable*, int64_t, float*, int64_t,
+                          int, bool);
+template <bool FP8, int... MR>
+constexpr std::array<StreamFn, sizeof...(MR)> stream_tiles(std::integer_sequence<int, MR...>) {
+    return {&stream_tile<MR + 1, FP8>...};
+}
+constexpr std::array<StreamFn, kMR> kBf16Tiles = stream_tiles<false>(std::make_integer_sequence<int, kMR>{});
+constexpr std::array<StreamFn, kMR> kFp8Tiles = stream_tiles<true>(std::make_integer_sequence<int, kMR>{});
+
+}  // namespace
+
+int64_t stream_x_stride(int64_t K) { return (K + kStep - 1) / kStep * kStep; }
+
+void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bf16_t* xs) {
+    const int64_t ld = stream_x_stride(K);
+    for (int64_t m = 0; m < M; ++m) {
+        const bf16_t* src = x + m * ldx;
+        bf16_t* dst = xs + m * ld;
+        for (int64_t k = 0; k < ld; k += kStep)
+            for (int64_t pos = 0; pos < kStep; ++pos) {
+                const int64_t col = k + (fp8 ? fp8_lane_order(pos) : pos);
+                dst[k + pos] = col < K ? src[col] : bf16_t(0);
+            }
+    }
+}
+
+void linear_stream_rows(const bf16_t* xs, const GemmWeights& w, float* y, int64_t ldy, int64_t M, int64_t n0,
+                        int64_t n1, int64_t K, bool accumulate) {
+    const int64_t ldx = stream_x_stride(K), k_blocks = (K + 127) / 128;
+    thread_local std::vector<Fp8ByteTable> tables;
+    int64_t table_row = -1;  // the 128-row block whose tables are built
+    for (int64_t n = n0; n < n1; n += kNR) {
+        const int nr = int(std::min<int64_t>(kNR, n1 - n));
+        const void* wp = nullptr;
+        if (w.fp8) {
+            if (n / 128 != table_row) {  // slices start on 128-row boundaries, so panels stay in one block
+                table_row = n / 128;
+                if (tables.size() < size_t(k_blocks)) tables.resize(size_t(k_blocks));
+                for (int64_t kb = 0; kb < k_blocks; ++kb) tables[size_t(kb)].build(w.scale[table_row * k_blocks + kb]);
+            }
+            wp = w.fp8 + n * K;
+        } else {
+            wp = w.bf16 + n * w.ld;
+        }
+        for (int64_t m = 0; m < M; m += kMR) {
+            const int mr = int(std::min<int64_t>(kMR, M - m));
+            (w.fp8 ? kFp8Tiles : kBf16Tiles)[size_t(mr - 1)](xs + m * ldx, ldx, wp, w.fp8 ? K : w.ld, tables.data(), K,
+                                                             y + m * ldy + n, ldy, nr, accumulate);
+        }
+    }
+}
+
+}  // namespace dsperf::kernels::avx512
+
+#else  // not x86-64: the dispatcher never selects these
+
+namespace dsperf::kernels::avx512 {
+int64_t stream_x_stride(int64_t K) { return K; }
+void stream_x(const bf16_t*, int64_t, int64_t, int64_t, bool, bf16_t*) {}
+void linear_stream_rows(const bf16_t*, const GemmWeights&, float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool) {}
+}  // namespace dsperf::kernels::avx512
+
+#endif

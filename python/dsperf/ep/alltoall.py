@@ -47,7 +47,7 @@ from .. import _C, kernels
 from .guards import ABORT_CODE, _mpi, _Watchdog, install_abort_on_error  # noqa: F401 (re-exported)
 from .protocol import (BF16, CALLS, F32, FP8, _CALL_MAGIC, DispatchOut, LowLatencyOut, _agree,  # noqa: F401
                        _byte_rows, _calls_out_of_order, _check_array, _displs, _header, _header_words,
-                       _local_check, _parse_headers, agree_sizes, check_tokens)
+                       _local_check, _parse_headers, check_tokens, open_ep_comm)
 
 _C_EP = _C.ep
 
@@ -157,22 +157,7 @@ class AlltoallvEpComm:
     exchange = "alltoallv"
 
     def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0, abort_on_error=True):
-        MPI = _mpi()
-        self._mpi = MPI
-        self.comm = MPI.COMM_WORLD if comm is None else comm
-        if abort_on_error:
-            install_abort_on_error(self.comm)
-        self.rank = self.comm.Get_rank()
-        self.size = self.comm.Get_size()
-        self.timeout_s = (float(timeout_s) if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
-                          and 0 < timeout_s <= 1e6 else 60.0)
-        self._watchdog = _Watchdog(self.comm, self.timeout_s)
-
-        vals = agree_sizes(self.comm, self._waitall, num_experts, hidden, max_tokens, timeout_s)
-        self.num_experts, self.hidden, mt = (int(v) for v in vals)
-        self.max_tokens = None if mt < 0 else mt
-        self.local_experts = self.num_experts // self.size
-        self.first_expert = self.rank * self.local_experts
+        open_ep_comm(self, comm, num_experts, hidden, max_tokens, timeout_s, abort_on_error)
         # Exchange buffers live as long as the communicator (fresh pages cost more than the copies),
         # two of each kind so that two micro-batches can be in flight (two-batch overlap).
         self._buffers = {}

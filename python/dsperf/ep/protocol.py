@@ -226,3 +226,25 @@ def _displs(counts):
     if len(counts) > 1:
         np.cumsum(counts[:-1], out=out[1:])
     return out
+
+
+def open_ep_comm(ep, comm, num_experts, hidden, max_tokens, timeout_s, abort_on_error) -> None:
+    """What every exchange sets up first, on `ep`: the communicator (COMM_WORLD by default), the
+    abort hook, rank and size, the bounded timeout and its watchdog, and the sizes every rank
+    agreed on (agree_sizes: a difference raises on every rank naming the argument)."""
+    from .guards import _mpi, _Watchdog, install_abort_on_error
+
+    MPI = _mpi()
+    ep._mpi = MPI
+    ep.comm = MPI.COMM_WORLD if comm is None else comm
+    if abort_on_error:
+        install_abort_on_error(ep.comm)
+    ep.rank, ep.size = ep.comm.Get_rank(), ep.comm.Get_size()
+    ep.timeout_s = (float(timeout_s) if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+                    and 0 < timeout_s <= 1e6 else 60.0)
+    ep._watchdog = _Watchdog(ep.comm, ep.timeout_s)
+    vals = agree_sizes(ep.comm, ep._waitall, num_experts, hidden, max_tokens, timeout_s)
+    ep.num_experts, ep.hidden, mt = (int(v) for v in vals)
+    ep.max_tokens = None if mt < 0 else mt
+    ep.local_experts = ep.num_experts // ep.size
+    ep.first_expert = ep.rank * ep.local_experts

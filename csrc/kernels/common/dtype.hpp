@@ -62,28 +62,29 @@ inline const float* fp8_table() {
 }
 
 // Round to nearest even, saturating at +-448 (values beyond the range clip rather than become
-// NaN); NaN stays NaN.
+// NaN); NaN stays NaN. Integer arithmetic on the bits, no library calls (activation quantisation
+// and the EP dispatch convert every value):
+// - normals (|f| >= 2^-6): drop 20 of the float's 23 mantissa bits, rounding to nearest even; a
+//   carry moves into the exponent, and rebiasing 127 -> 7 is a subtraction on (exponent, mantissa);
+// - subnormals: the code is |f| / 2^-9 rounded to nearest even (code 8, from rounding up, is the
+//   smallest normal, which is what its bits mean).
 inline fp8_t f32_to_fp8(float f) {
-    if (std::isnan(f)) return 0x7f;
-    const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-    float a = std::fabs(f);
-    if (a >= kFp8Max) return sign | 0x7e;  // 448
-    if (a < std::ldexp(1.0f, -10)) return sign;  // below half the smallest subnormal (2^-9)
-    int e;
-    std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-    int exp = e - 1 + 7;  // biased exponent of a normal e4m3
-    // Quantum: 2^(e-1-3) for normals, 2^-9 for subnormals.
-    const int q = exp >= 1 ? e - 1 - 3 : -9;
-    float n = std::nearbyint(std::ldexp(a, -q));  // integer multiple of the quantum, ties to even
-    float r = std::ldexp(n, q);
-    if (r == 0) return sign;
-    if (r >= kFp8Max) return sign | 0x7e;
-    // Re-encode r exactly.
-    std::frexp(r, &e);
-    exp = e - 1 + 7;
-    if (exp <= 0) return sign | uint8_t(int(std::ldexp(r, 9)));  // subnormal: r = man * 2^-9
-    const int man = int(std::ldexp(r, -(e - 1)) * 8.0f) - 8;
-    return sign | uint8_t(exp << 3) | uint8_t(man);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    const uint8_t sign = uint8_t((bits >> 24) & 0x80);
+    const uint32_t abits = bits & 0x7fffffffu;
+    if (abits > 0x7f800000u) return 0x7f;                    // NaN
+    if (abits >= 0x43e00000u) return sign | 0x7e;           // |f| >= 448 (and inf): saturate
+    if (abits < 0x3c800000u) {                              // |f| < 2^-6: subnormal (or zero)
+        float a;
+        std::memcpy(&a, &abits, 4);
+        const float scaled = a * 512.0f;                     // exact: a power-of-two scale
+        const float rounded = (scaled + 8388608.0f) - 8388608.0f;  // round half to even (< 2^23)
+        return sign | uint8_t(rounded);
+    }
+    const uint32_t lsb = (abits >> 20) & 1u;
+    const uint32_t code = ((abits + 0x7ffffu + lsb) >> 20) - (120u << 3);  // exponent 127 -> 7
+    return sign | uint8_t(code > 0x7eu ? 0x7eu : code);
 }
 
 }  // namespace dsperf::kernels

@@ -239,33 +239,37 @@ def scenario_bad(a):
     report(dict(error=msg))
 
 
-def scenario_die(a):
+def _two_dispatches(a, between):
+    """Two dispatches of 4 tokens; rank 1 runs `between` after the first (the others go on into
+    the second and wait there)."""
     ep = EpComm(E, DIM, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
     w = np.ones((4, TOPK), np.float32)
     ep.dispatch(x, ids, w)
     if rank == 1:
+        between()
+    ep.dispatch(x, ids, w)
+    print(f"rank {rank} finished", flush=True)
+
+
+def scenario_die(a):
+    def die_or_stall():
         if a.scenario == "die":
             sys.stderr.write("rank 1 exits on purpose\n")
             sys.stderr.flush()
             os._exit(7)
         time.sleep(a.sleep)     # stuck: alive but silent
-    ep.dispatch(x, ids, w)
-    print(f"rank {rank} finished", flush=True)
+
+    _two_dispatches(a, die_or_stall)
 
 
 def scenario_raise(a):
     """Rank 1 raises between two exchanges; the others wait in the second. Run as a plain script."""
-    ep = EpComm(E, DIM, timeout_s=a.timeout)
-    x = np.zeros((4, DIM), BF16)
-    ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))
-    w = np.ones((4, TOPK), np.float32)
-    ep.dispatch(x, ids, w)
-    if rank == 1:
+    def raise_():
         raise ValueError("rank 1 raises on purpose")
-    ep.dispatch(x, ids, w)
-    print(f"rank {rank} finished", flush=True)
+
+    _two_dispatches(a, raise_)
 
 
 def scenario_out_of_order(a):

@@ -276,26 +276,19 @@ void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
 double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double combine, int layers) {
     double compute_free = 0, comm_free = 0;
     double ready[2] = {0, 0};  // when each micro-batch's input to the next layer is ready
+    // One stage of both micro-batches on a stream: each starts when the stream is free and its
+    // input is done.
+    auto stage = [](double& stream_free, const double (&input)[2], double duration, double (&done)[2]) {
+        for (int mb = 0; mb < 2; ++mb) done[mb] = stream_free = std::max(stream_free, input[mb]) + duration;
+    };
     const int simulated = std::min(layers, 4);
     double end_prev = 0, end = 0;
     for (int l = 0; l < simulated; ++l) {
         double attn_done[2], disp_done[2], moe_done[2];
-        for (int mb = 0; mb < 2; ++mb) {
-            const double start = std::max(compute_free, ready[mb]);
-            attn_done[mb] = compute_free = start + attn;
-        }
-        for (int mb = 0; mb < 2; ++mb) {
-            const double start = std::max(comm_free, attn_done[mb]);
-            disp_done[mb] = comm_free = start + dispatch;
-        }
-        for (int mb = 0; mb < 2; ++mb) {
-            const double start = std::max(compute_free, disp_done[mb]);
-            moe_done[mb] = compute_free = start + moe;
-        }
-        for (int mb = 0; mb < 2; ++mb) {
-            const double start = std::max(comm_free, moe_done[mb]);
-            ready[mb] = comm_free = start + combine;
-        }
+        stage(compute_free, ready, attn, attn_done);
+        stage(comm_free, attn_done, dispatch, disp_done);
+        stage(compute_free, disp_done, moe, moe_done);
+        stage(comm_free, moe_done, combine, ready);
         end_prev = end;
         end = std::max(ready[0], ready[1]);
     }

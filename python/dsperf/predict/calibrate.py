@@ -16,7 +16,9 @@ re-measure.
 """
 from __future__ import annotations
 
+import csv
 import datetime
+import io
 import os
 import platform
 import socket
@@ -302,15 +304,16 @@ def kernel_table_text(m: dict, fit_sweep) -> str:
     cold = bool(fit_sweep["cold"].all()) if "cold" in fit_sweep.columns else True
     source = (f"dsperf calibrate on {m['cpu_model']} ({m['threads']} threads, isa {m['isa']}), {m['measured_at']}: "
               f"median of repeated calls, {'caches flushed before each' if cold else 'cache-resident'}")
-    lines = ["# This machine's kernel times in the grounded model's table format (docs/VALIDATION.md), written by",
-             "# dsperf calibrate from its fit sweep.", ",".join(TABLE_COLUMNS)]
+    out = io.StringIO()
+    out.write("# This machine's kernel times in the grounded model's table format (docs/VALIDATION.md), written by\n"
+              "# dsperf calibrate from its fit sweep.\n")
+    writer = csv.DictWriter(out, TABLE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
     for (family, params), ms in zip(points_of(fit_sweep), fit_sweep["measured_ms"]):
         rows = ops.get(family).table_rows
         for row in rows(params, float(ms) * 1e3) if rows else []:
-            row = dict(row, source=source)
-            lines.append(",".join(f'"{row[c]}"' if c == "source" else (f"{row[c]:g}" if isinstance(row.get(c), float)
-                                  else str(row.get(c, ""))) for c in TABLE_COLUMNS))
-    return "\n".join(lines) + "\n"
+            writer.writerow(dict(row, source=source))
+    return out.getvalue()
 
 
 def save(path, m: dict, efficiencies, fit_sweep=None) -> None:

@@ -188,3 +188,25 @@ def test_the_calibration_writes_this_machines_kernel_table(quick_run):
     assert f'kernel_table = "{table.name}"' in path.read_text()
     r = dsperf.grounded.decode("DeepSeek-V2-Lite", str(path), batch=4, kv_len=1024, ep=1)
     assert r["calls_from_table"] > 0 and r["tokens_per_gpu_s"] > 0
+
+
+def test_a_rewritten_kernel_table_is_read_again(quick_run, tmp_path):
+    """A recalibration rewrites the table beside the device file; the grounded model reads the new
+    rows in the same process, not a cached copy of the old ones."""
+    import os
+    import shutil
+
+    path, _ = quick_run
+    dev, table = tmp_path / path.name, tmp_path / cal.kernel_table_path(path).name
+    shutil.copy(path, dev)
+    shutil.copy(cal.kernel_table_path(path), table)
+    kw = dict(batch=4, kv_len=1024, ep=1)
+    before = dsperf.grounded.decode("DeepSeek-V2-Lite", str(dev), **kw)["step_ms"]
+    rows = table.read_text().splitlines()
+    header = next(i for i, line in enumerate(rows) if line.startswith("family,"))
+    col = rows[header].split(",").index("latency_us")
+    slower = [",".join(f"{float(v) * 10:g}" if j == col else v for j, v in enumerate(line.split(",", len(rows[header].split(",")) - 1)))
+              for line in rows[header + 1:]]
+    table.write_text("\n".join(rows[:header + 1] + slower) + "\n")
+    os.utime(table, ns=(table.stat().st_atime_ns, table.stat().st_mtime_ns + 1_000_000_000))
+    assert dsperf.grounded.decode("DeepSeek-V2-Lite", str(dev), **kw)["step_ms"] > before

@@ -114,7 +114,8 @@ def _row_gbps(row: Mapping) -> float:
 
 
 @functools.lru_cache(maxsize=16)
-def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None) -> "SM.KernelTables":
+def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None,
+                modified_ns: int = 0) -> "SM.KernelTables":
     t = SM.KernelTables(default_efficiency)
     for row in read_table_rows(_tables_dir() / "network.csv"):
         t.add_bandwidth(row["family"], row.get("ep", 1.0), _row_gbps(row))
@@ -143,7 +144,13 @@ def kernel_tables(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICI
     # A table file (dsperf calibrate's) lies beside the device file that names it, which is the
     # device it was measured on.
     own = table is not None and table.endswith(".csv") and isinstance(device, (str, os.PathLike))
-    return _tables_for(table, float(default_efficiency), str(Path(device).resolve()) if own else None)
+    if not own:
+        return _tables_for(table, float(default_efficiency))
+    device_file = Path(device).resolve()
+    # A recalibration rewrites the table: its modification time is part of the cache key.
+    table_file = device_file.parent / table
+    modified = table_file.stat().st_mtime_ns if table_file.is_file() else 0
+    return _tables_for(table, float(default_efficiency), str(device_file), modified)
 
 
 # Argument checks: the rules live in dsperf._checks (bool is not a number, floats are not integers,

@@ -3,7 +3,6 @@ median timings, and whether a working set fits a cache level."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,20 +47,11 @@ def residency(nbytes: int, sizes: dict) -> str:
     return f"{nbytes / 2**20:.0f} MiB > L3 {l3 >> 20} MiB: streamed from memory every run"
 
 
-def times(fn, repeats: int, warmup: int = 1) -> list:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
+def median(fn, repeats: int) -> float:
+    """Median seconds of `repeats` runs after one untimed warm-up (baseline.common.run_times)."""
+    from benchmarks.deepseek_v3.baseline.common import run_times
 
-
-def median(fn, repeats: int, warmup: int = 1) -> float:
-    """Median seconds of `repeats` runs after `warmup` untimed ones."""
-    return float(np.median(times(fn, repeats, warmup)))
+    return float(np.median(run_times(fn, repeats)))
 
 
 def probed_peaks(kernels, tries: int = 6, seconds: float = 0.25) -> tuple:

@@ -46,6 +46,13 @@ def test_serving_columns(frame):
     assert np.allclose(f["tpot_with_ttft_ms"], (f["ttft_ms"] + 1024 * f["tpot_ms"]) / 1024)
     assert (f["cost_per_m_output_usd"] > 0).all() and (f["energy_j_per_output_token"] > 0).all()
     assert f["kernel_table"].all()
+    # Aggregated serving: with one DP rank (attention TP over the whole EP group) a prompt holds only
+    # its own GPU, the prefill share of each token (tpot x (1 + ratio)); more ranks hold more steps.
+    one = f[(f["attn_tp"] == f["ep"]) & (f["kind"] == "ep")]
+    assert len(one) and np.allclose(one["tpot_aggregated_ms"], one["tpot_ms"] * (1 + one["prefill_gpus_per_decode_gpu"]))
+    many = f[(f["attn_tp"] == 1) & (f["ep"] >= 8)]
+    assert len(many) and (many["tpot_aggregated_ms"] > many["tpot_ms"] * (1 + many["prefill_gpus_per_decode_gpu"])).all()
+    assert np.allclose(f["tokens_per_gpu_s_aggregated"], f["batch"] / f["tpot_aggregated_ms"] * 1e3)  # a token per user per TPOT
 
 
 def test_sla_filter_and_conventions(frame):

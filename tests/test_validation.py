@@ -240,3 +240,44 @@ def test_moe_tensor_parallelism():
     grounded.decode(batch=32, kv_len=2048, ep=512, moe_tp=2)
     with pytest.raises(ValueError, match="routed \\+ redundant experts"):
         grounded.decode(batch=32, kv_len=2048, ep=512)
+
+
+def test_lockstep_with_one_rank_is_the_prefill_share():
+    # One rank: every output token pays isl / osl prompt tokens at the chunk's rate.
+    step, share = grounded.lockstep_step_ms(40.0, 100.0, 128.0, isl=1024, osl=2048, chunk_tokens=1024, ranks=1)
+    assert share == pytest.approx(128 / 2048)
+    assert step == pytest.approx(40.0 + 128 / 2048 * 100.0)
+    # More lock-stepped ranks: more steps hold a chunk; a full rank holds every step.
+    step8, share8 = grounded.lockstep_step_ms(40.0, 100.0, 128.0, isl=1024, osl=2048, chunk_tokens=1024, ranks=8)
+    assert share8 == pytest.approx(1 - (1 - 128 / 2048) ** 8) and step8 > step
+    _, full = grounded.lockstep_step_ms(40.0, 100.0, 4096.0, isl=1024, osl=2048, chunk_tokens=1024, ranks=1)
+    assert full == 1.0
+    # A prompt in two chunks: twice the chunk steps.
+    _, two = grounded.lockstep_step_ms(40.0, 100.0, 128.0, isl=2048, osl=2048, chunk_tokens=1024, ranks=1)
+    assert two == pytest.approx(2 * 128 / 2048)
+
+
+def test_aggregated_serving():
+    kw = dict(isl=1024, osl=2048, batch=128, max_num_tokens=1151, overlap="none")
+    one = grounded.aggregated("DeepSeek-V3", "H200", ep=8, attn_tp=8, **kw)  # one DP rank: TP8 attention
+    eight = grounded.aggregated("DeepSeek-V3", "H200", ep=8, **kw)           # eight lock-stepped DP ranks
+    decode = grounded.decode("DeepSeek-V3", "H200", batch=128, kv_len=2048, ep=8, overlap="none")
+    for r in (one, eight):
+        assert 0 < r["steps_with_chunk"] < 1 and r["chunk_tokens"] == 1024
+        assert r["step_ms"] > r["decode_step_ms"]
+        assert r["tokens_per_gpu_s"] < decode["tokens_per_gpu_s"]
+        assert r["tpot_ms"] == pytest.approx(r["step_ms"])  # no MTP: one token a step
+    assert eight["steps_with_chunk"] > one["steps_with_chunk"]
+    assert eight["decode_step_ms"] == pytest.approx(decode["step_ms"])
+    # The published H200 point: within the table's e2e band.
+    row = validation.validate().set_index("point").loc["trtllm_h200_max_throughput"]
+    assert abs(row["error"]) <= 0.15
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(isl=0), "isl"), (dict(osl=-1), "osl"), (dict(max_num_tokens=0), "max_num_tokens"),
+    (dict(isl=float("nan")), "isl"), (dict(batch=0), "batch"),
+])
+def test_aggregated_bad_input_names_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        grounded.aggregated("DeepSeek-V3", "H200", **kwargs)

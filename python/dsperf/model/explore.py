@@ -10,8 +10,9 @@ deployment, and what is the whole trade-off?".
 One row per configuration (device x EP x attention TP x MTP x KV dtype x overlap x batch per GPU);
 infeasible ones stay in the frame with the reason (`infeasible`, `fits_memory`). Serving is priced
 both ways: prefill-decode disaggregated (TPOT = the decode step; prefill GPUs added in proportion,
-`prefill_gpus_per_decode_gpu`) and aggregated (the same GPUs interleave prefill, so TPOT grows by
-the prefill share: `tpot_aggregated_ms`). Output tokens/s per GPU (`tokens_per_gpu_s_served`) counts
+`prefill_gpus_per_decode_gpu`) and aggregated (the same GPUs interleave prefill, and a prompt on
+any DP rank holds the step of every rank the MoE all-to-all lock-steps: `tpot_aggregated_ms`,
+`tokens_per_gpu_s_aggregated`, see grounded.lockstep_step_ms). Output tokens/s per GPU (`tokens_per_gpu_s_served`) counts
 the prefill GPUs either way.
 """
 from __future__ import annotations
@@ -244,6 +245,13 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     tps = cols["tokens_per_gpu_s"]
     ratio = (isl / osl) * tps / per_dev([p["tokens_per_gpu_s"] for p in pre])  # prefill GPUs per decode GPU
     served = tps / (1 + ratio)
+    # Aggregated serving: the decode GPUs also run the prompts, one prompt a chunk at the device's
+    # prefill rate, and the MoE all-to-all lock-steps the DP ranks (grounded.lockstep_step_ms).
+    emitted = cols["batch"] * (1 + cols["mtp_accepted"])
+    lockstep_ranks = np.maximum(1, np.where(cols["kind"] == 1, cols["attn_gpus"], cols["ep"]) // cols["attn_tp"])
+    prompt_ms = isl / per_dev([p["tokens_per_gpu_s"] for p in pre]) * 1e3
+    step_aggregated, _ = grounded.lockstep_step_ms(cols["step_ms"], prompt_ms, emitted, isl=isl, osl=osl,
+                                                   chunk_tokens=isl, ranks=lockstep_ranks)
     # Disaggregated serving hands each request's KV cache from the prefill to the decode instance
     # over the NIC: isl tokens x the cache's bytes per token at the NIC's datasheet rate (not
     # overlapped with the prefill: an upper bound; layer-wise streaming hides most of it).
@@ -274,7 +282,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         prefill_tokens=per_dev([p["tokens"] for p in pre]),
         prefill_gpus_per_decode_gpu=ratio,
         tokens_per_gpu_s_served=served,
-        tpot_aggregated_ms=cols["tpot_ms"] * (1 + ratio),
+        tpot_aggregated_ms=step_aggregated * cols["batch"] / emitted,
+        tokens_per_gpu_s_aggregated=emitted / (step_aggregated / 1e3),
         tpot_with_ttft_ms=(ttft + osl * cols["tpot_ms"]) / osl,
         gpus=gpus,
         prefill_gpus=prefill_gpus,

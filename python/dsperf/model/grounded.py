@@ -22,6 +22,7 @@ from pathlib import Path
 from importlib import resources
 from typing import Mapping
 
+import numpy as np
 import pandas as pd
 
 from .. import _C
@@ -262,6 +263,57 @@ def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, p
                       dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
                       step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp)
     return _run(model, device, dep, default_efficiency)
+
+
+def lockstep_step_ms(decode_step_ms, chunk_ms, emitted_per_step, *, isl, osl, chunk_tokens, ranks):
+    """The mean step of aggregated serving with data-parallel attention, milliseconds (numpy arrays
+    broadcast).
+
+    Each of `ranks` DP ranks holds a decode batch that emits `emitted_per_step` tokens a step; a
+    finished request is replaced by a new one, whose prompt of `isl` tokens enters in chunks of at
+    most `chunk_tokens` (the server's token budget per step), one chunk per rank and step. The MoE
+    layers' all-to-all lock-steps the ranks, so a chunk on any rank holds every rank's step: a
+    step costs the decode step plus, with the chance that at least one rank runs a chunk, the
+    chunk's layers (`chunk_ms`). With one rank this is the prefill share of each output token."""
+    chunks_per_prompt = np.ceil(isl / chunk_tokens)
+    per_rank = np.minimum(1.0, chunks_per_prompt * emitted_per_step / osl)  # chance a rank runs a chunk
+    any_rank = 1 - (1 - per_rank) ** ranks
+    return decode_step_ms + any_rank * chunk_ms, any_rank
+
+
+def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, osl=2048, batch=128, kv_len=None,
+               max_num_tokens=None, ep=8, attn_tp=1, redundant_experts=0, overlap="none", mtp=0, mtp_accepted=0.0,
+               kv_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, weight_dtype="fp8", dense_tp=1,
+               moe_tp=1, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+    """Aggregated serving (prefill and decode on the same GPUs, DP attention over the EP group):
+    output tokens/s per GPU and per user, with every rank's decode step held by the prompt chunks
+    of any rank (lockstep_step_ms).
+
+    batch: requests per GPU; isl / osl: prompt and output tokens per request; kv_len: the context
+    decode attends to (default isl + osl / 2); max_num_tokens: the server's tokens per step, which
+    caps a prompt chunk (default: the whole prompt in one step). The chunk is priced as a prefill
+    step of that many tokens on every GPU of the group (its fixed per-step overhead left out: the
+    decode step already pays one)."""
+    isl = _check_real("isl", isl, 1, 1e7)
+    osl = _check_real("osl", osl, 1, 1e7)
+    kv_len = isl + osl / 2 if kv_len is None else kv_len
+    chunk = isl if max_num_tokens is None else min(isl, _check_real("max_num_tokens", max_num_tokens, 1, 1e7))
+    common = dict(ep=ep, attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
+                  dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms, weight_dtype=weight_dtype,
+                  dense_tp=dense_tp, moe_tp=moe_tp, default_efficiency=default_efficiency)
+    d = decode(model, device, batch=batch, kv_len=kv_len, mtp=mtp, mtp_accepted=mtp_accepted, kv_fp8=kv_fp8,
+               **common)
+    p = prefill(model, device, tokens=chunk, prompt_len=isl, **common)
+    chunk_ms = p["step_ms"] - p["overhead_ms"]
+    emitted = d["tokens_per_step"]
+    step_ms, share = lockstep_step_ms(d["step_ms"], chunk_ms, emitted, isl=isl, osl=osl, chunk_tokens=chunk,
+                                      ranks=max(1, ep // attn_tp))
+    step_ms, share = float(step_ms), float(share)
+    tpot = step_ms * batch / emitted  # each request emits emitted / batch tokens a step
+    return {"step_ms": step_ms, "decode_step_ms": d["step_ms"], "chunk_ms": chunk_ms, "chunk_tokens": chunk,
+            "steps_with_chunk": share, "tokens_per_gpu_s": emitted / (step_ms / 1e3), "tpot_ms": tpot,
+            "tps_user": 1e3 / tpot, "fits_memory": d["fits_memory"], "batch_limit": d["batch_limit"],
+            "device": d["device"], "error_band": math.nan if _VALIDATING else error_band("e2e")}
 
 
 def calls_frame(result: Mapping) -> pd.DataFrame:

@@ -68,6 +68,15 @@ def _prefill(p, prompt_len=None):
                             overlap=p.get("overlap", "two_batch"), imbalance=p.get("imbalance", 1.0))
 
 
+def _aggregated(p):
+    return grounded.aggregated("DeepSeek-V3", p["device"], isl=p["isl"], osl=p["osl"], batch=p["batch"],
+                               kv_len=p.get("kv_len"), max_num_tokens=p.get("max_num_tokens"), ep=_int(p, "ep"),
+                               attn_tp=_int(p, "attn_tp", 1), moe_tp=_int(p, "moe_tp", 1),
+                               redundant_experts=_int(p, "redundant_experts"), overlap=p.get("overlap", "none"),
+                               mtp=_int(p, "mtp"), mtp_accepted=p.get("mtp_accepted", 0.0),
+                               kv_fp8=p.get("kv_fp8", False), imbalance=p.get("imbalance", 1.0))
+
+
 def predict_point(p: dict) -> float:
     """The model's figure for a published point, in the point's metric."""
     if p["phase"] == "decode":
@@ -79,10 +88,9 @@ def predict_point(p: dict) -> float:
         new = p["prompt_len"] - p.get("cached_prefix", 0.0)
         per_gpu, per_user = r["tokens_per_gpu_s"] * p["prompt_len"] / new, math.nan
     elif p["phase"] == "e2e":
-        # Prefill and decode share the GPUs: each output token also pays isl / osl prompt tokens.
-        d, f = _decode(p), _prefill(p, prompt_len=p["isl"])
-        s_per_output = 1 / d["tokens_per_gpu_s"] + (p["isl"] / p["osl"]) / f["tokens_per_gpu_s"]
-        per_gpu, per_user = 1 / s_per_output, d["tps_user"]
+        # Prefill and decode share the GPUs (aggregated serving, DP attention lock-stepped by the MoE).
+        r = _aggregated(p)
+        per_gpu, per_user = r["tokens_per_gpu_s"], r["tps_user"]
     else:
         raise ValueError(f"point {p['point']}: phase must be prefill, decode or e2e, got {p['phase']!r}")
     metric = p["metric"]

@@ -1,6 +1,7 @@
 #include "kernels/cpu/elementwise.hpp"
 
 #include "kernels/common/fast_math.hpp"
+#include "kernels/common/parallel.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -28,7 +29,7 @@ template <typename T>
 void rmsnorm(const T* x, const float* weight, T* out, int64_t tokens, int64_t dim, float eps) {
     require(tokens >= 0 && dim >= 0, "rmsnorm: tokens and dim must be >= 0");
     require(eps >= 0, "rmsnorm: eps must be >= 0");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(tokens * dim))
     for (int64_t t = 0; t < tokens; ++t) {
         const T* row = x + t * dim;
         double ss = 0;
@@ -77,7 +78,7 @@ void rope_inplace(T* x, int64_t tokens, int64_t heads, int64_t ld_token, int64_t
                   const float* freqs, int64_t rope_dim) {
     require(tokens >= 0 && heads >= 0 && rope_dim >= 0 && rope_dim % 2 == 0,
             "rope: tokens and heads >= 0 and an even rope_dim >= 0 are required");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(tokens * heads * rope_dim))
     for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t i = 0; i < rope_dim / 2; ++i) {
             // The angle in float, as torch.polar over float32 freqs does.
@@ -101,14 +102,14 @@ void embedding(const bf16_t* table, int64_t vocab, int64_t dim, const int32_t* i
         if (ids[t] < 0 || ids[t] >= vocab)
             throw std::invalid_argument("embedding: ids[" + std::to_string(t) + "] = " + std::to_string(ids[t]) +
                                         " is outside [0, " + std::to_string(vocab) + ")");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(tokens * dim))
     for (int64_t t = 0; t < tokens; ++t)
         std::copy(table + int64_t(ids[t]) * dim, table + int64_t(ids[t] + 1) * dim, out + t * dim);
 }
 
 void silu_mul(const float* gu, int64_t tokens, int64_t inter, bf16_t* out) {
     require(tokens >= 0 && inter >= 0, "silu_mul: tokens and inter must be >= 0");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(tokens * inter))
     for (int64_t t = 0; t < tokens; ++t) {
         const float* g = gu + t * 2 * inter;
         const float* u = g + inter;
@@ -122,7 +123,7 @@ void act_quant(const T* x, int64_t tokens, int64_t dim, fp8_t* q, float* scales)
     require(tokens >= 0 && dim >= 0, "act_quant: tokens and dim must be >= 0");
     constexpr int64_t kGroup = 128;
     const int64_t groups = (dim + kGroup - 1) / kGroup;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(tokens * dim))
     for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t g = 0; g < groups; ++g) {
             const int64_t k0 = g * kGroup, k1 = std::min(dim, k0 + kGroup);
@@ -150,7 +151,7 @@ void weight_dequant(const fp8_t* w, const float* scale, int64_t rows, int64_t co
     require(rows >= 0 && cols >= 0, "weight_dequant: rows and cols must be >= 0");
     constexpr int64_t kBlock = 128;
     const int64_t col_blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(rows * cols))
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
             out[r * cols + c] = f32_to_bf16(fp8_table()[w[r * cols + c]] * scale[(r / kBlock) * col_blocks + c / kBlock]);

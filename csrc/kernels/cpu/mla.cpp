@@ -1,5 +1,7 @@
 #include "kernels/cpu/mla.hpp"
 
+#include "kernels/common/parallel.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -160,7 +162,7 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
         attend_range(qcat.data() + b * rows * W, q_len, heads, c, block_table + b * max_blocks, len, k0, k1, scale,
                      po, pl);
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(batch * rows * num_splits * L))
     for (int64_t br = 0; br < batch * rows; ++br) {
         const int64_t b = br / rows, r = br % rows;
         // Splits without keys have lse -inf and are skipped; a NaN lse (a NaN key or query) is not

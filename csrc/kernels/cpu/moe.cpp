@@ -1,5 +1,7 @@
 #include "kernels/cpu/moe.hpp"
 
+#include "kernels/common/parallel.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -130,13 +132,13 @@ void moe_route(const int32_t* ids, int64_t tokens, int64_t top_k, int64_t n_expe
 }
 
 void moe_permute(const bf16_t* x, int64_t dim, const int32_t* source, int64_t rows, bf16_t* x_perm) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(rows * dim))
     for (int64_t r = 0; r < rows; ++r) std::copy(x + source[r] * dim, x + (source[r] + 1) * dim, x_perm + r * dim);
 }
 
 void moe_unpermute(const float* y_perm, int64_t dim, const int32_t* position, const float* weights, int64_t tokens,
                    int64_t top_k, float* y, bool accumulate) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(tokens * top_k * dim))
     for (int64_t t = 0; t < tokens; ++t) {
         float* out = y + t * dim;
         if (!accumulate) std::fill(out, out + dim, 0.0f);

@@ -94,7 +94,7 @@ def test_efficiency_rows_all_have_sources():
 
 
 @pytest.mark.parametrize("text, field", [
-    ("family,source,m,n,k,latency_us\ngemm_fp4,x,1,2,3,4\n", "family"),
+    ("family,source,m,n,k,latency_us\ngemm_int4,x,1,2,3,4\n", "family"),
     ("family,m,n,k,latency_us\ngemm_fp8,1,2,3,4\n", "source"),
     ("family,source,m,n,k,latency_us\ngemm_fp8,x,1,2,3,-4\n", "latency_us"),
     ("family,source,m,n,latency_us\ngemm_fp8,x,1,2,4\n", "k"),
@@ -281,3 +281,29 @@ def test_aggregated_serving():
 def test_aggregated_bad_input_names_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
         grounded.aggregated("DeepSeek-V3", "H200", **kwargs)
+
+
+def test_nvfp4_experts_on_blackwell():
+    # NVFP4 work: half a byte per value plus an FP8 scale per 16, at the FP4 peak.
+    w = grounded.SM.table_work("grouped_fp4", grounded.SM.KernelShape(m=16, n=4096, k=7168, groups=32))
+    rows = 16 * 32
+    assert w.flops == 2 * rows * 4096 * 7168
+    assert w.bytes == pytest.approx((32 * 4096 * 7168 + rows * 7168) * (0.5 + 1 / 16) + rows * 4096 * 2)
+    b200 = grounded.load_device("B200")
+    assert b200.fp4_tflops == 9000
+    assert grounded.SM.datasheet_roofline_s(w, b200) == pytest.approx(
+        max(w.flops / 9000e12, w.bytes / (b200.mem_bw_gbps * 1e9)))
+    kw = dict(batch=128, kv_len=2048, ep=8, overlap="none")
+    fp8 = grounded.decode("DeepSeek-V3", "B200", **kw)
+    fp4 = grounded.decode("DeepSeek-V3", "B200", weight_dtype="fp4", **kw)
+    # Only the experts shrink: (256 / 8 routed + 1 shared) experts x 58 layers x 44.04M parameters.
+    expert_params = 3 * 7168 * 2048
+    saved = (1 - (0.5 + 1 / 16)) * (256 / 8 + 1) * 58 * expert_params / 2**30
+    assert fp8["weights_gib"] - fp4["weights_gib"] == pytest.approx(saved, rel=1e-9)
+    assert fp4["batch_limit"] > fp8["batch_limit"] and fp4["tokens_per_gpu_s"] > fp8["tokens_per_gpu_s"]
+    calls = {c["kernel"]: c["family"] for c in fp4["calls"]}
+    assert calls["experts_up"] == "grouped_fp4" and calls["shared_up"] == "gemm_fp4" and calls["wq_b"] == "gemm_fp8"
+    with pytest.raises(ValueError, match="fp4_tflops"):
+        grounded.decode("DeepSeek-V3", "H800", weight_dtype="fp4")
+    with pytest.raises(ValueError, match="weight_dtype"):
+        grounded.decode("DeepSeek-V3", "B200", weight_dtype="nvfp4")

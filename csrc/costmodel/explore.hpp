@@ -18,6 +18,7 @@ enum class Infeasible : int32_t {
     kNoRequest = 4,              // batch x attention TP < 1: a TP group without a request
     // 5: fewer than one token per GPU per micro-batch (attention-FFN disaggregation, priced in Python)
     kMoeTpDoesNotDivide = 6,     // MoE TP must divide the GPUs of a node and the EP size
+    kNoFp4 = 7,                  // FP4 experts on a device without FP4 tensor cores
 };
 
 struct ExploreGrid {
@@ -35,6 +36,7 @@ struct ExploreGrid {
     double imbalance = 1.0;
     double step_overhead_ms = kDecodeStepOverheadMs;
     bool weights_fp8 = true;                  // one value per call: the explorer loops over the rest
+    bool experts_fp4 = false;                 // NVFP4 experts (with FP8 weights elsewhere)
     int dense_tp = 1;
     int moe_tp = 1;                           // each routed expert split over this many GPUs
 

@@ -75,6 +75,15 @@ KernelWork grouped_gemm_work(double rows_per_expert, double experts, double n, d
     return w;
 }
 
+KernelWork nvfp4_gemm_work(double rows, double matrices, double n, double k) {
+    require(rows >= 0 && matrices >= 0 && n > 0 && k > 0, "NVFP4 GEMM needs rows >= 0, matrices >= 0, n > 0, k > 0");
+    KernelWork w;
+    w.flops = 2.0 * rows * n * k;
+    w.bytes = (matrices * n * k + rows * k) * kNvfp4Bytes + rows * n * kBf16;
+    w.fp4 = true;
+    return w;
+}
+
 KernelWork causal_attention_work(double tokens, double prefix, double heads, double qk_dim, double v_dim) {
     require(tokens >= 0 && prefix >= 0 && heads > 0 && qk_dim > 0 && v_dim > 0,
             "causal attention needs tokens >= 0, prefix >= 0 and positive heads and head sizes");

@@ -18,8 +18,9 @@ struct KernelWork {
     double flops = 0;   // 2 x multiply-accumulates (plus the few elementwise ops that matter)
     double bytes = 0;   // bytes read from and written to memory, each once
     bool fp8 = false;   // its GEMMs take FP8 inputs (priced at the FP8 peak where the device has one)
+    bool fp4 = false;   // its GEMMs take NVFP4 inputs (priced at the FP4 peak where the device has one)
     KernelWork& operator+=(const KernelWork& o) {
-        flops += o.flops, bytes += o.bytes, fp8 = fp8 || o.fp8;
+        flops += o.flops, bytes += o.bytes, fp8 = fp8 || o.fp8, fp4 = fp4 || o.fp4;
         return *this;
     }
 };
@@ -56,6 +57,12 @@ KernelWork linear_work(int64_t m, int64_t n, int64_t k, bool fp8);
 // One projection of a grouped expert GEMM: `experts` weights [n, k] (FP8 with 128x128 block scales,
 // or BF16), `rows_per_expert` FP8 (or BF16) token rows each, BF16 outputs.
 KernelWork grouped_gemm_work(double rows_per_expert, double experts, double n, double k, bool fp8);
+// NVFP4 GEMMs (Blackwell's FP4 tensor cores): `rows` activation rows over `matrices` [n, k] weight
+// matrices (one for a dense GEMM, one per expert for a grouped one), weights and activations
+// 4-bit with one FP8 scale per 16 values, BF16 out.
+KernelWork nvfp4_gemm_work(double rows, double matrices, double n, double k);
+// Bytes per NVFP4 value: half a byte plus an FP8 scale shared by 16.
+constexpr double kNvfp4Bytes = 0.5 + 1.0 / 16;
 
 // Causal attention core of one prompt in the decompressed (MHA) form: `tokens` new queries after
 // `prefix` cached keys, `heads` heads of qk_dim / v_dim, BF16 in and out.

@@ -12,8 +12,9 @@ namespace dsperf {
 
 const std::vector<std::string>& table_family_names() {
     static const std::vector<std::string> names = {
-        "gemm_fp8",    "gemm_bf16",   "grouped_contiguous", "grouped_masked",  "mla_decode",     "mla_prefill",
-        "elementwise", "dispatch_ll", "combine_ll",         "dispatch_normal", "combine_normal", "allreduce"};
+        "gemm_fp8",    "gemm_bf16",   "grouped_contiguous", "grouped_masked",  "gemm_fp4",       "grouped_fp4",
+        "mla_decode",  "mla_prefill", "elementwise",        "dispatch_ll",     "combine_ll",     "dispatch_normal",
+        "combine_normal", "allreduce"};
     return names;
 }
 
@@ -39,6 +40,10 @@ KernelWork table_work(TableFamily f, const KernelShape& s) {
         case TableFamily::kGroupedContiguous:
         case TableFamily::kGroupedMasked:
             return grouped_gemm_work(s.m, s.groups, s.n, s.k, s.fp8);
+        case TableFamily::kGemmFp4:  // per-head GEMMs run as one batched call, as above
+            return nvfp4_gemm_work(std::ceil(s.m) * s.groups, s.groups, s.n, s.k);
+        case TableFamily::kGroupedFp4:
+            return nvfp4_gemm_work(s.m * s.groups, s.groups, s.n, s.k);
         case TableFamily::kMlaDecode: {
             // kv_lora 512 + rope 64 per key: DeepSeek-V3's latent cache.
             const double keys = s.batch * s.kv_len;
@@ -66,6 +71,8 @@ double table_primary(TableFamily f, const KernelShape& s) {
         case TableFamily::kGemmBf16:
         case TableFamily::kGroupedContiguous:
         case TableFamily::kGroupedMasked:
+        case TableFamily::kGemmFp4:
+        case TableFamily::kGroupedFp4:
         case TableFamily::kMlaPrefill:
             return s.m;
         case TableFamily::kMlaDecode:
@@ -84,10 +91,12 @@ TableKeys table_keys(TableFamily f, const KernelShape& s) {
     switch (f) {
         case TableFamily::kGemmFp8:
         case TableFamily::kGemmBf16:
+        case TableFamily::kGemmFp4:
             k.v[0] = s.n, k.v[1] = s.k, k.n = 2;
             break;
         case TableFamily::kGroupedContiguous:
         case TableFamily::kGroupedMasked:
+        case TableFamily::kGroupedFp4:
             k.v[0] = s.groups, k.v[1] = s.n, k.v[2] = s.k, k.n = 3;
             break;
         case TableFamily::kMlaDecode:
@@ -106,9 +115,11 @@ const std::vector<std::string>& table_row_fields(TableFamily f) {
     switch (f) {
         case TableFamily::kGemmFp8:
         case TableFamily::kGemmBf16:
+        case TableFamily::kGemmFp4:
             return gemm;
         case TableFamily::kGroupedContiguous:
         case TableFamily::kGroupedMasked:
+        case TableFamily::kGroupedFp4:
             return grouped;
         case TableFamily::kMlaDecode:
             return decode;
@@ -124,7 +135,7 @@ const std::vector<std::string>& table_row_fields(TableFamily f) {
 }
 
 double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d) {
-    const double peak = (w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) * 1e12;
+    const double peak = (w.fp4 && d.fp4_tflops > 0 ? d.fp4_tflops : w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) * 1e12;
     return std::max(w.flops / peak, w.bytes / (d.mem_bw_gbps * 1e9));
 }
 

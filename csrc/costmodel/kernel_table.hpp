@@ -20,6 +20,7 @@ namespace dsperf {
 // Families a table can hold. Primary axis / secondary axes of each:
 //   gemm_fp8, gemm_bf16            m / (n, k)                 y[m, n] = x[m, k] w[n, k]^T
 //   grouped_contiguous, _masked    rows per expert / (experts, n, k)   one projection of the experts
+//   gemm_fp4, grouped_fp4          as gemm / grouped          NVFP4 weights and activations (Blackwell)
 //   mla_decode                     kv_len / (batch)           FlashMLA-style absorbed decode
 //   mla_prefill                    tokens / ()                causal attention core of one prompt
 //   elementwise                    bytes / ()                 norms, RoPE, quantisation
@@ -31,6 +32,8 @@ enum class TableFamily : int {
     kGemmBf16,
     kGroupedContiguous,
     kGroupedMasked,
+    kGemmFp4,
+    kGroupedFp4,
     kMlaDecode,
     kMlaPrefill,
     kElementwise,

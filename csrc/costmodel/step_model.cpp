@@ -81,6 +81,9 @@ private:
 // default efficiency where the tables have no BF16 rows).
 TableFamily weight_gemm(const Deployment& dep) { return dep.weights_fp8 ? TableFamily::kGemmFp8 : TableFamily::kGemmBf16; }
 
+// Bytes per value the experts' SiLU-mul writes for their down projection: NVFP4, or FP8.
+double quant_bytes(const Deployment& dep) { return dep.experts_fp4 ? kNvfp4Bytes : 1.0; }
+
 // The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
 // (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU).
 constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
@@ -211,11 +214,12 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         KernelShape up, down;
         up.m = down.m = t, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
         up.fp8 = down.fp8 = dep.weights_fp8;
-        b.compute("shared_up", weight_gemm(dep), Stage::kMoeShared, up);
+        const TableFamily f = dep.experts_fp4 ? TableFamily::kGemmFp4 : weight_gemm(dep);
+        b.compute("shared_up", f, Stage::kMoeShared, up);
         KernelShape act;
-        act.bytes = t * (2 * shared_inter * 2 + shared_inter);  // SiLU-mul + FP8 requantisation
+        act.bytes = t * (2 * shared_inter * 2 + shared_inter * quant_bytes(dep));  // SiLU-mul + requantisation
         b.compute("shared_act_quant", TableFamily::kElementwise, Stage::kMoeShared, act);
-        b.compute("shared_down", weight_gemm(dep), Stage::kMoeShared, down);
+        b.compute("shared_down", f, Stage::kMoeShared, down);
     }
     // The masked and contiguous kernels skip experts that received no rows, so a small batch
     // reads the weights of the experts its rows reach: each row lands on one of the `local`
@@ -227,7 +231,9 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     const double I_gpu = I / tp;
     const double active = local * (1 - std::pow(1 - 1 / local, rows));
     const double rows_per_expert = rows / active;
-    const TableFamily g = dep.phase == Phase::kDecode ? TableFamily::kGroupedMasked : TableFamily::kGroupedContiguous;
+    const TableFamily g = dep.experts_fp4                ? TableFamily::kGroupedFp4
+                          : dep.phase == Phase::kDecode ? TableFamily::kGroupedMasked
+                                                        : TableFamily::kGroupedContiguous;
     if (dep.phase == Phase::kPrefill) {
         // The normal kernels deliver each token once; the contiguous layout wants one row per
         // (token, expert) pair grouped by expert: a permute before the GEMMs and a weighted
@@ -244,7 +250,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     up.n = 2 * I_gpu, up.k = D, down.n = D, down.k = I_gpu;
     b.compute("experts_up", g, M, up);
     KernelShape act;
-    act.bytes = rows * (2 * I_gpu * 2 + I_gpu);  // SiLU-mul + FP8 requantisation
+    act.bytes = rows * (2 * I_gpu * 2 + I_gpu * quant_bytes(dep));  // SiLU-mul + requantisation
     b.compute("experts_act_quant", TableFamily::kElementwise, M, act);
     b.compute("experts_down", g, M, down);
 }
@@ -320,6 +326,9 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
             "moe_tp (" + std::to_string(moe_tp) + ") must divide ep, the GPUs of a node and the experts' intermediate");
     require(m.n_routed_experts + redundant_experts >= ep / moe_tp,
             "ep (divided by moe_tp) must be <= routed + redundant experts");
+    require(!experts_fp4 || d.fp4_tflops > 0,
+            "experts_fp4 needs a device with FP4 tensor cores (" + d.name + " has fp4_tflops = 0)");
+    require(!experts_fp4 || weights_fp8, "experts_fp4 goes with FP8 weights elsewhere (weights_fp8)");
     require(comm_sms >= -1 && comm_sms < d.sm_count, "comm_sms must lie in [0, sm_count) (-1: the device's)");
     require(step_overhead_ms == -1 || (step_overhead_ms >= 0 && step_overhead_ms <= 1e4),
             "step_overhead_ms must lie in [0, 1e4] (-1: the phase's default)");
@@ -475,8 +484,9 @@ void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, St
     // With MoE TP a GPU holds moe_tp times more experts, each a 1/moe_tp slice: the same bytes.
     const double local = double(m.n_routed_experts + dep.redundant_experts) / dep.ep;
     const double per_param = dep.weights_fp8 ? 1.0 : 2.0;
-    const double weights = per_param * (pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers / dep.dense_tp +
-                                        (local + m.n_shared_experts) * pc.expert * m.n_moe_layers()) +
+    const double per_expert_param = dep.experts_fp4 ? kNvfp4Bytes : per_param;
+    const double weights = per_param * (pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers / dep.dense_tp) +
+                           per_expert_param * (local + m.n_shared_experts) * pc.expert * m.n_moe_layers() +
                            pc.gate * m.n_moe_layers() + 2.0 * (pc.embedding + pc.lm_head);
     r.weights_gib = weights / double(1 << 30);
     r.kv_bytes_per_token = kv_entry_bytes(m, dep.kv_fp8) * m.n_layers;

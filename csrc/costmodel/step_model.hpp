@@ -35,6 +35,7 @@ struct Deployment {
     bool kv_fp8 = false;          // FP8 latent cache (FlashMLA's FP8 layout), else BF16
     bool dispatch_fp8 = true;     // FP8 dispatch payload (+ 1x128 FP32 scales), else BF16
     bool weights_fp8 = true;      // FP8 block-scaled weights (DeepSeek's), else BF16
+    bool experts_fp4 = false;     // NVFP4 routed and shared experts on FP4 tensor cores (nvidia/DeepSeek-R1-FP4)
     int dense_tp = 1;             // the dense MLP split over this many GPUs of a node (1: data-parallel)
     int moe_tp = 1;               // each routed expert split over this many GPUs of a node: the ep GPUs form
                                   // ep / moe_tp expert groups (TensorRT-LLM's MoE TP x EP; 1: pure EP)

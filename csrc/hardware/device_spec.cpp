@@ -25,6 +25,7 @@ void DeviceSpec::validate() const {
     require(!name.empty(), "<unnamed>", "name", "must be non-empty");
     require(sm_count > 0 && sm_count <= (1 << 20), name, "sm_count", "must lie in [1, 2**20]");
     for (auto [value, field] : {std::pair<double, const char*>{fp16_tflops, "fp16_tflops"}, {fp8_tflops, "fp8_tflops"},
+                                {fp4_tflops, "fp4_tflops"},
                                 {compute_derate, "compute_derate"}, {mem_gb, "mem_gb"}, {mem_bw_gbps, "mem_bw_gbps"},
                                 {nvlink_gbps, "nvlink_gbps"}, {scaleout_gbps, "scaleout_gbps"}, {discount, "discount"},
                                 {cache_bw_gbps, "cache_bw_gbps"}, {call_overhead_us, "call_overhead_us"}})
@@ -35,6 +36,7 @@ void DeviceSpec::validate() const {
             "must lie in [0, sm_count)");
     require(fp16_tflops > 0, name, "fp16_tflops", "must be positive");
     require(fp8_tflops >= 0, name, "fp8_tflops", "must be >= 0");
+    require(fp4_tflops >= 0, name, "fp4_tflops", "must be >= 0");
     require(compute_derate > 0 && compute_derate <= 1, name, "compute_derate", "must lie in (0, 1]");
     require(mem_gb > 0, name, "mem_gb", "must be positive");
     require(mem_bw_gbps > 0, name, "mem_bw_gbps", "must be positive");

@@ -18,6 +18,8 @@ namespace dsperf {
     /* dense BF16/FP16 and FP8 tensor peaks, datasheet (fp8 0: no FP8) */                             \
     X(double, fp16_tflops, 0, true)                                                                   \
     X(double, fp8_tflops, 0, true)                                                                    \
+    /* dense FP4 (NVFP4) tensor peak, datasheet (0: no FP4 tensor cores) */                          \
+    X(double, fp4_tflops, 0, false)                                                                   \
     /* sustained / datasheet peak (the seed uses 0.8) */                                              \
     X(double, compute_derate, 1.0, true)                                                              \
     /* device memory, GB as printed on the datasheet; its bandwidth, GB/s */                          \

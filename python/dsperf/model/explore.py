@@ -46,7 +46,7 @@ OVERLAP_CODES = {"none": 0, "two_batch": 1, "single_batch": 2}
 REASONS = ["", "attention TP must divide the node and the heads", "EP exceeds routed + redundant experts",
            "EP must be a multiple of attention TP", "fewer than one request per attention-TP group",
            "fewer than one token per GPU per micro-batch", "MoE TP must divide the node and the EP size",
-           "KV cache does not fit beside the weights"]
+           "FP4 experts need FP4 tensor cores", "KV cache does not fit beside the weights"]
 KINDS = ["ep", "afd"]  # wide-EP decode instances; attention-FFN disaggregation
 # Prefill layouts searched per device: EP size and new prompt tokens per GPU per step.
 DEFAULT_PREFILL_EP = (8, 16, 32, 64)
@@ -138,7 +138,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     for DEFAULT_GPU_HOUR_USD; imbalance: one max/mean routed load per GPU, or several to search;
     redundant_experts: {ep: a count, or counts to search}; routing_load: tokens per expert of one
     layer (a trace's counts, or dsperf.ep.eplb.zipf_load): each EP layout then carries the imbalance
-    dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: "fp8" and/or "bf16" weights;
+    dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: "fp8", "bf16" and/or "fp4" (NVFP4 experts) weights;
     dense_tp: the dense MLP data-parallel (1) or split over that many GPUs; moe_tp: each routed
     expert whole on one GPU (1) or split over that many of the EP GPUs (MoE TP x EP); request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
@@ -211,10 +211,11 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
                     c = SM.explore_decode(m, [sp for _, sp in pairs], [grounded.kernel_tables(sp) for _, sp in pairs],
                                           g_eps, g_reds, tps, mtp_n, mtp_a, [int(v) for v in kvs],
                                           [OVERLAP_CODES[o] for o in ovs], batches, kv_len=isl + osl / 2,
-                                          imbalance=imb, step_overhead_ms=overhead, weights_fp8=w == "fp8",
-                                          dense_tp=dtp, moe_tp=mtp_)
+                                          imbalance=imb, step_overhead_ms=overhead, weights_fp8=w != "bf16",
+                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=w == "fp4")
                     n = len(c["ep"])
-                    c["weights_fp8"], c["dense_tp"] = np.full(n, w == "fp8"), np.full(n, dtp, np.int32)
+                    c["weights_fp8"], c["dense_tp"] = np.full(n, w != "bf16"), np.full(n, dtp, np.int32)
+                    c["experts_fp4"] = np.full(n, w == "fp4")
                     c["moe_tp"] = np.full(n, mtp_, np.int32)
                     c["imbalance"] = np.full(n, imb)
                     parts.append(c)
@@ -227,6 +228,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         extra = afd_columns(m, pairs, eps, reds, a_gpus, micro, kvs, batches, isl + osl / 2, overhead)
         n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
         extra["weights_fp8"], extra["dense_tp"] = np.ones(n, bool), np.ones(n, np.int32)
+        extra["experts_fp4"] = np.zeros(n, bool)
         extra["moe_tp"] = np.ones(n, np.int32)
         extra["imbalance"] = np.full(n, imbalances[0])
         cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
@@ -505,7 +507,7 @@ def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against lat
 
 
 SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp", "moe_tp", "mtp", "kv_fp8",
-         "weights_fp8", "dense_tp", "overlap", "batch", "tpot_ms",
+         "weights_fp8", "experts_fp4", "dense_tp", "overlap", "batch", "tpot_ms",
          "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "prefill_ep", "prefill_tokens",
          "cost_per_m_output_usd",
          "energy_j_per_output_token", "memory_headroom"]
@@ -514,7 +516,7 @@ SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp",
 def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
     """The n configurations with the highest `by`, one per (device, ep, attn_tp, mtp, overlap) layout."""
     top = df.sort_values(by, ascending=False)
-    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "dense_tp"])
+    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "experts_fp4", "dense_tp"])
     return top.head(n)
 
 

@@ -33,9 +33,10 @@ from .configs import load_model
 SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
 OVERLAPS = ("two_batch", "single_batch", "none")
-# Weights as stored: DeepSeek's FP8 with 128x128 block scales, or BF16 (no BF16 GEMM table rows:
-# those GEMMs run at the default efficiency).
-WEIGHT_DTYPES = ("fp8", "bf16")
+# Weights as stored: DeepSeek's FP8 with 128x128 block scales, BF16 (no BF16 GEMM table rows:
+# those GEMMs run at the default efficiency), or "fp4": NVFP4 routed and shared experts on FP4
+# tensor cores with FP8 weights elsewhere (nvidia/DeepSeek-R1-FP4, Blackwell).
+WEIGHT_DTYPES = ("fp8", "bf16", "fp4")
 # Columns of a table file that carry a shape (blank where a family does not use them).
 SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "ep", "tp")
 DEFAULT_EFFICIENCY = 0.6
@@ -190,7 +191,8 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
     d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
-    d.weights_fp8 = weight_dtype == "fp8"
+    d.weights_fp8 = weight_dtype != "bf16"
+    d.experts_fp4 = weight_dtype == "fp4"
     d.dense_tp = _check_int("dense_tp", dense_tp, 1, 64)
     d.moe_tp = _check_int("moe_tp", moe_tp, 1, 64)
     d.imbalance = _check_real("imbalance", imbalance, 1, 64)
@@ -242,7 +244,7 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     batch: requests per GPU; kv_len: their average context; ep: GPUs sharing the routed experts;
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
     are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
-    weight_dtype: "fp8" or "bf16"; dense_tp: the dense MLP split over this many GPUs (1: DP); moe_tp:
+    weight_dtype: "fp8", "bf16" or "fp4" (NVFP4 experts, FP8 elsewhere; a device with fp4_tflops); dense_tp: the dense MLP split over this many GPUs (1: DP); moe_tp:
     each routed expert split over this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP)."""
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,

@@ -37,7 +37,8 @@ def load_points() -> list[dict]:
                 continue
             if k in ("kv_fp8",):
                 p[k] = v == "true"
-            elif k in ("point", "source", "device", "phase", "metric", "kind", "overlap", "assumed", "missing"):
+            elif k in ("point", "source", "device", "phase", "metric", "kind", "overlap", "weight_dtype", "assumed",
+                       "missing"):
                 p[k] = v
             else:
                 try:
@@ -58,14 +59,15 @@ def _decode(p):
                            redundant_experts=_int(p, "redundant_experts"), overlap=p.get("overlap", "two_batch"),
                            mtp=_int(p, "mtp"),
                            mtp_accepted=p.get("mtp_accepted", 0.0), kv_fp8=p.get("kv_fp8", False),
-                           imbalance=p.get("imbalance", 1.0))
+                           imbalance=p.get("imbalance", 1.0), weight_dtype=p.get("weight_dtype", "fp8"))
 
 
 def _prefill(p, prompt_len=None):
     return grounded.prefill("DeepSeek-V3", p["device"], tokens=p["tokens"],
                             prompt_len=prompt_len or p["prompt_len"], cached_prefix=p.get("cached_prefix", 0.0),
                             ep=_int(p, "ep"), attn_tp=1, redundant_experts=_int(p, "redundant_experts"),
-                            overlap=p.get("overlap", "two_batch"), imbalance=p.get("imbalance", 1.0))
+                            overlap=p.get("overlap", "two_batch"), imbalance=p.get("imbalance", 1.0),
+                            weight_dtype=p.get("weight_dtype", "fp8"))
 
 
 def _aggregated(p):
@@ -74,7 +76,8 @@ def _aggregated(p):
                                attn_tp=_int(p, "attn_tp", 1), moe_tp=_int(p, "moe_tp", 1),
                                redundant_experts=_int(p, "redundant_experts"), overlap=p.get("overlap", "none"),
                                mtp=_int(p, "mtp"), mtp_accepted=p.get("mtp_accepted", 0.0),
-                               kv_fp8=p.get("kv_fp8", False), imbalance=p.get("imbalance", 1.0))
+                               kv_fp8=p.get("kv_fp8", False), imbalance=p.get("imbalance", 1.0),
+                               weight_dtype=p.get("weight_dtype", "fp8"))
 
 
 def predict_point(p: dict) -> float:

@@ -113,7 +113,7 @@ int main() {
         }
         check_throws([&] { t.add_latency(TableFamily::kGemmFp8, a, -1.0, d); }, "negative latency");
         check_throws([&] { t.add_bandwidth(TableFamily::kGemmFp8, 8, 50); }, "bandwidth for a compute family");
-        check_throws([] { table_family_from_name("gemm_fp4"); }, "unknown family");
+        check_throws([] { table_family_from_name("gemm_int4"); }, "unknown family");
 
         Deployment dep;
         dep.batch = 64, dep.kv_len = 4096, dep.ep = 128;

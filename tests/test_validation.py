@@ -307,3 +307,21 @@ def test_nvfp4_experts_on_blackwell():
         grounded.decode("DeepSeek-V3", "H800", weight_dtype="fp4")
     with pytest.raises(ValueError, match="weight_dtype"):
         grounded.decode("DeepSeek-V3", "B200", weight_dtype="nvfp4")
+
+
+def test_fp8_attention_math():
+    kw = dict(batch=64, kv_len=4096, ep=128, kv_fp8=True)
+    cache_only = grounded.decode("DeepSeek-V3", "H800", **kw)
+    fp8_math = grounded.decode("DeepSeek-V3", "H800", attn_fp8=True, **kw)
+    core = {r["kernel"]: r for r in cache_only["calls"]}["attention_core"]
+    core8 = {r["kernel"]: r for r in fp8_math["calls"]}["attention_core"]
+    # The FP8 cache alone is priced from FlashMLA's rows; FP8 math has none: the default, at the FP8 peak.
+    assert core["from_table"] and not core8["from_table"]
+    assert core8["efficiency"] == grounded.DEFAULT_EFFICIENCY
+    h800 = grounded.load_device("H800")
+    roofline = max(core8["flops"] / (h800.fp8_tflops * 1e12), core8["bytes"] / (h800.mem_bw_gbps * 1e9))
+    assert core8["us"] == pytest.approx(roofline / grounded.DEFAULT_EFFICIENCY * 1e6)
+    with pytest.raises(ValueError, match="attn_fp8"):
+        grounded.decode("DeepSeek-V3", "H800", attn_fp8=True, kv_fp8=False)
+    with pytest.raises(TypeError, match="attn_fp8"):
+        grounded.decode("DeepSeek-V3", "H800", attn_fp8="yes", kv_fp8=True)

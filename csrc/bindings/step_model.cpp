@@ -143,6 +143,7 @@ void bind_step_model(py::module_& root) {
         .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)
         .def_readwrite("weights_fp8", &Deployment::weights_fp8)
         .def_readwrite("experts_fp4", &Deployment::experts_fp4)
+        .def_readwrite("attn_fp8", &Deployment::attn_fp8)
         .def_readwrite("dense_tp", &Deployment::dense_tp)
         .def_readwrite("moe_tp", &Deployment::moe_tp)
         .def_readwrite("imbalance", &Deployment::imbalance)

@@ -47,13 +47,18 @@ KernelWork table_work(TableFamily f, const KernelShape& s) {
         case TableFamily::kMlaDecode: {
             // kv_lora 512 + rope 64 per key: DeepSeek-V3's latent cache.
             const double keys = s.batch * s.kv_len;
-            return mla_decode_work(int64_t(keys), std::max<int64_t>(1, int64_t(s.batch)),
-                                   std::max<int64_t>(1, int64_t(s.q_len)), std::max<int64_t>(1, int64_t(s.heads)),
-                                   512, 64, s.fp8);
+            KernelWork w = mla_decode_work(int64_t(keys), std::max<int64_t>(1, int64_t(s.batch)),
+                                           std::max<int64_t>(1, int64_t(s.q_len)), std::max<int64_t>(1, int64_t(s.heads)),
+                                           512, 64, s.fp8);
+            w.fp8 = s.fp8_math;
+            return w;
         }
-        case TableFamily::kMlaPrefill:
+        case TableFamily::kMlaPrefill: {
             // DeepSeek-V3's decompressed heads: q/k 128 + 64, v 128.
-            return causal_attention_work(s.m, std::max(0.0, s.kv_len - s.m), s.heads, 192, 128);
+            KernelWork w = causal_attention_work(s.m, std::max(0.0, s.kv_len - s.m), s.heads, 192, 128);
+            w.fp8 = s.fp8_math;
+            return w;
+        }
         case TableFamily::kElementwise: {
             KernelWork w;
             w.bytes = s.bytes;
@@ -259,7 +264,9 @@ void KernelTables::add_bandwidth(TableFamily family, double axis, double gbps) {
 }
 
 TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape) const {
-    TableLookup r = curves_[int(family)].at(table_keys(family, shape), table_primary(family, shape));
+    const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
+    TableLookup r;
+    if (!(attention && shape.fp8_math)) r = curves_[int(family)].at(table_keys(family, shape), table_primary(family, shape));
     if (!r.found) r.value = default_efficiency;
     return r;
 }

@@ -61,6 +61,7 @@ struct KernelShape {
     double bytes = 0;            // elementwise kernels: bytes moved
     double ep = 1, tp = 1;       // communication
     bool fp8 = true;             // FP8 weights / FP8 KV cache
+    bool fp8_math = false;       // attention: FP8 query-key and probability-value products (FP8 peak)
 };
 
 // FLOPs and bytes of one call of a compute family (kernel_cost's work functions).
@@ -117,6 +118,7 @@ public:
     void add_latency(TableFamily family, const KernelShape& shape, double latency_us, const DeviceSpec& measured_on);
     // A measured bandwidth (GB/s) of a communication family at ep (tp for all-reduce).
     void add_bandwidth(TableFamily family, double axis, double gbps);
+    // FP8-math attention has no published per-shape benchmark here: it takes the default.
     TableLookup lookup(TableFamily family, const KernelShape& shape) const;
     size_t rows(TableFamily family) const { return curves_[static_cast<int>(family)].rows(); }
 

@@ -122,6 +122,7 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         gemm("q_absorb_w_uk", TableFamily::kGemmBf16, T, L, N, H);
         KernelShape s;
         s.batch = requests * tp, s.kv_len = dep.kv_len, s.heads = H, s.q_len = 1 + dep.mtp, s.fp8 = dep.kv_fp8;
+        s.fp8_math = dep.attn_fp8;
         b.compute("attention_core", TableFamily::kMlaDecode, A, s);
         gemm("o_absorb_w_uv", TableFamily::kGemmBf16, T, V, L, H);
     } else {
@@ -130,7 +131,7 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         const double prompts = T / new_per_prompt;
         gemm("wkv_b", weight_gemm(dep), prompts * dep.prompt_len, H * (N + V), L);
         KernelShape s;
-        s.m = new_per_prompt, s.kv_len = dep.prompt_len, s.heads = H;
+        s.m = new_per_prompt, s.kv_len = dep.prompt_len, s.heads = H, s.fp8_math = dep.attn_fp8;
         CallBuilder one = b;  // price one prompt, count it `prompts` times
         one.calls.clear();
         one.keep_all();
@@ -326,6 +327,8 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
             "moe_tp (" + std::to_string(moe_tp) + ") must divide ep, the GPUs of a node and the experts' intermediate");
     require(m.n_routed_experts + redundant_experts >= ep / moe_tp,
             "ep (divided by moe_tp) must be <= routed + redundant experts");
+    require(!attn_fp8 || (kv_fp8 && d.fp8_tflops > 0),
+            "attn_fp8 needs an FP8 cache (kv_fp8) and a device with FP8 tensor cores");
     require(!experts_fp4 || d.fp4_tflops > 0,
             "experts_fp4 needs a device with FP4 tensor cores (" + d.name + " has fp4_tflops = 0)");
     require(!experts_fp4 || weights_fp8, "experts_fp4 goes with FP8 weights elsewhere (weights_fp8)");

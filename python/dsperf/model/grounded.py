@@ -169,7 +169,7 @@ _check_bool = flag
 
 
 def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128, tokens=16384, prompt_len=4096,
-                cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
+                cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
                 dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
                 dense_tp=1, moe_tp=1) -> "SM.Deployment":
     d = SM.Deployment()
@@ -188,6 +188,7 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
     d.mtp = _check_int("mtp", mtp, 0, 8)
     d.mtp_accepted = _check_real("mtp_accepted", mtp_accepted, 0, 8)
     d.kv_fp8 = _check_bool("kv_fp8", kv_fp8)
+    d.attn_fp8 = _check_bool("attn_fp8", attn_fp8)
     d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
@@ -235,21 +236,24 @@ _VALIDATING = False
 
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,
-           redundant_experts=0, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, dispatch_fp8=True,
-           imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1,
-           default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+           redundant_experts=0, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
+           dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1,
+           moe_tp=1, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One decode step per GPU: step_ms, tpot_ms, tps_user, tokens_per_gpu_s, the memory-limited
     batch (batch_limit, fits_memory), the per-layer times and the priced calls (``calls``).
 
     batch: requests per GPU; kv_len: their average context; ep: GPUs sharing the routed experts;
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
     are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
+    kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
+    cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; no table rows: the default efficiency);
     weight_dtype: "fp8", "bf16" or "fp4" (NVFP4 experts, FP8 elsewhere; a device with fp4_tflops); dense_tp: the dense MLP split over this many GPUs (1: DP); moe_tp:
     each routed expert split over this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP)."""
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,
-                      kv_fp8=kv_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
-                      step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp)
+                      kv_fp8=kv_fp8, attn_fp8=attn_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance,
+                      comm_sms=comm_sms, step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype,
+                      dense_tp=dense_tp, moe_tp=moe_tp)
     return _run(model, device, dep, default_efficiency)
 
 
@@ -285,7 +289,7 @@ def lockstep_step_ms(decode_step_ms, chunk_ms, emitted_per_step, *, isl, osl, ch
 
 def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, osl=2048, batch=128, kv_len=None,
                max_num_tokens=None, ep=8, attn_tp=1, redundant_experts=0, overlap="none", mtp=0, mtp_accepted=0.0,
-               kv_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, weight_dtype="fp8", dense_tp=1,
+               kv_fp8=False, attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, weight_dtype="fp8", dense_tp=1,
                moe_tp=1, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """Aggregated serving (prefill and decode on the same GPUs, DP attention over the EP group):
     output tokens/s per GPU and per user, with every rank's decode step held by the prompt chunks
@@ -304,7 +308,7 @@ def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, os
                   dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms, weight_dtype=weight_dtype,
                   dense_tp=dense_tp, moe_tp=moe_tp, default_efficiency=default_efficiency)
     d = decode(model, device, batch=batch, kv_len=kv_len, mtp=mtp, mtp_accepted=mtp_accepted, kv_fp8=kv_fp8,
-               **common)
+               attn_fp8=attn_fp8, **common)
     p = prefill(model, device, tokens=chunk, prompt_len=isl, **common)
     chunk_ms = p["step_ms"] - p["overhead_ms"]
     emitted = d["tokens_per_step"]

@@ -35,7 +35,7 @@ def load_points() -> list[dict]:
             v = (v or "").strip()
             if v == "":
                 continue
-            if k in ("kv_fp8",):
+            if k in ("kv_fp8", "attn_fp8"):
                 p[k] = v == "true"
             elif k in ("point", "source", "device", "phase", "metric", "kind", "overlap", "weight_dtype", "assumed",
                        "missing"):
@@ -59,7 +59,8 @@ def _decode(p):
                            redundant_experts=_int(p, "redundant_experts"), overlap=p.get("overlap", "two_batch"),
                            mtp=_int(p, "mtp"),
                            mtp_accepted=p.get("mtp_accepted", 0.0), kv_fp8=p.get("kv_fp8", False),
-                           imbalance=p.get("imbalance", 1.0), weight_dtype=p.get("weight_dtype", "fp8"))
+                           attn_fp8=p.get("attn_fp8", False), imbalance=p.get("imbalance", 1.0),
+                           weight_dtype=p.get("weight_dtype", "fp8"))
 
 
 def _prefill(p, prompt_len=None):
@@ -76,7 +77,8 @@ def _aggregated(p):
                                attn_tp=_int(p, "attn_tp", 1), moe_tp=_int(p, "moe_tp", 1),
                                redundant_experts=_int(p, "redundant_experts"), overlap=p.get("overlap", "none"),
                                mtp=_int(p, "mtp"), mtp_accepted=p.get("mtp_accepted", 0.0),
-                               kv_fp8=p.get("kv_fp8", False), imbalance=p.get("imbalance", 1.0),
+                               kv_fp8=p.get("kv_fp8", False), attn_fp8=p.get("attn_fp8", False),
+                               imbalance=p.get("imbalance", 1.0),
                                weight_dtype=p.get("weight_dtype", "fp8"))
 
 

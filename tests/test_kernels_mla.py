@@ -45,6 +45,19 @@ def test_mla_decode_matches_reference(seqlens, q_len, splits):
     np.testing.assert_allclose(lse, rlse, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("L, rope", [(40, 8), (41, 8), (256, 32)])
+def test_mla_decode_other_widths(L, rope):
+    # The keys go into the score GEMM's pair layout 16 x 16 words at a time: widths whose pairs are
+    # not a multiple of 16, and an odd width (a zero half-pair), take the other paths.
+    rng = np.random.default_rng(L + rope)
+    qn, qr, lat, rop, table, lens = make_case(rng, [37, 300], 1, heads=8, L=L, rope=rope)
+    scale = (L + rope) ** -0.5
+    out, lse = K.mla_decode(qn, qr, lat, rop, table, lens, scale, num_splits=2)
+    rout, rlse = R.mla_decode(qn, qr, lat, rop, table, lens, scale)
+    np.testing.assert_allclose(out, rout, atol=2 * EPS_BF16 * np.abs(f32(lat)).max())
+    np.testing.assert_allclose(lse, rlse, rtol=1e-5, atol=1e-5)
+
+
 def test_split_count_does_not_change_the_answer():
     rng = np.random.default_rng(5)
     qn, qr, lat, rop, table, lens = make_case(rng, [700, 90])

@@ -41,4 +41,9 @@ void linear_stream_rows(const bf16_t* xs, const GemmWeights& w, float* y, int64_
 // gemm_bf16_vnni (attention's values).
 void interleave_rows(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst);
 
+// n rows of 2 x pairs BF16 values (row j at src + j * ld, ld even) into the pair layout of
+// gemm_bf16_vnni with the rows as its columns: dst[(p * n + j) * 2 + h] = src[j * ld + 2 * p + h]
+// (attention's keys, so that the score GEMM runs without horizontal sums too).
+void transpose_pairs(const bf16_t* src, int64_t ld, int64_t n, int64_t pairs, bf16_t* dst);
+
 }  // namespace dsperf::kernels::avx512

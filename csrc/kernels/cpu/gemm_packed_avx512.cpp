@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <utility>
 #include <vector>
@@ -213,6 +214,61 @@ DSPERF_AVX512 void interleave_rows(const bf16_t* a, const bf16_t* b, int64_t n, 
     }
 }
 
+namespace {
+// r[i] = column i of the 16 x 16 matrix of 32-bit words whose row i was r[i].
+DSPERF_AVX512 inline void transpose16x16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < 4; ++k) {
+            t[8 * i + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+            t[8 * i + 4 + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
+        }
+    for (int k = 0; k < 8; ++k) {
+        r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
+    }
+}
+}  // namespace
+
+DSPERF_AVX512 void transpose_pairs(const bf16_t* src, int64_t ld, int64_t n, int64_t pairs, bf16_t* dst) {
+    // A pair of BF16 values is one 32-bit word: a 32-bit transpose, 16 x 16 words in registers.
+    const auto word = [](const bf16_t* p) {
+        uint32_t w;
+        std::memcpy(&w, p, sizeof w);
+        return w;
+    };
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        int64_t p = 0;
+        for (; p + 16 <= pairs; p += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + (j + i) * ld + 2 * p);
+            transpose16x16(r);
+            for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + ((p + i) * n + j) * 2, r[i]);
+        }
+        for (; p < pairs; ++p)
+            for (int i = 0; i < 16; ++i) {
+                const uint32_t w = word(src + (j + i) * ld + 2 * p);
+                std::memcpy(dst + (p * n + j + i) * 2, &w, sizeof w);
+            }
+    }
+    for (; j < n; ++j)
+        for (int64_t p = 0; p < pairs; ++p) {
+            const uint32_t w = word(src + j * ld + 2 * p);
+            std::memcpy(dst + (p * n + j) * 2, &w, sizeof w);
+        }
+}
+
 }  // namespace dsperf::kernels::avx512
 
 #else  // not x86-64: the dispatcher never selects these
@@ -221,6 +277,7 @@ namespace dsperf::kernels::avx512 {
 void linear_packed_rows(const bf16_t*, int64_t, const GemmWeights&, float*, int64_t, int64_t, int64_t, int64_t,
                         int64_t, bool) {}
 void interleave_rows(const bf16_t*, const bf16_t*, int64_t, bf16_t*) {}
+void transpose_pairs(const bf16_t*, int64_t, int64_t, int64_t, bf16_t*) {}
 }  // namespace dsperf::kernels::avx512
 
 #endif

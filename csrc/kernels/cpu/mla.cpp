@@ -33,10 +33,20 @@ void interleave_pair(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
     for (int64_t d = 0; d < n; ++d) dst[2 * d] = a[d], dst[2 * d + 1] = b ? b[d] : bf16_t(0);
 }
 
+// The keys [n, W] (row stride W) in the pair layout of gemm_bf16_vnni, as its columns: kt[(p * n +
+// j) * 2 + h] = keys[j * W + 2 p + h], a zero second half for an odd W.
+void keys_to_pairs(const bf16_t* keys, int64_t n, int64_t W, bf16_t* kt) {
+    if (cpu_features().isa == "avx512_bf16" && W % 2 == 0) return avx512::transpose_pairs(keys, W, n, W / 2, kt);
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t k = 0; k < W + W % 2; ++k) kt[((k / 2) * n + j) * 2 + k % 2] = k < W ? keys[j * W + k] : bf16_t(0);
+}
+
 // Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax.
 // Keys are gathered from their pages a chunk of up to kChunk tokens at a time into one
-// contiguous [latent | rope] block, and the latent also into the VNNI pair layout for the value
-// GEMM: one 576-deep score GEMM and one value GEMM without horizontal sums per chunk.
+// contiguous [latent | rope] block, then into the VNNI pair layout twice: the whole key as the
+// score GEMM's columns and the latent, two tokens at a time, as the value GEMM's rows. Both GEMMs
+// run without horizontal sums (a 576-deep score GEMM on the packed kernel summed 16 lanes per
+// output at the end of its short K).
 void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedLatentCache& c,
                   const int32_t* blocks, int64_t seqlen, int64_t k0, int64_t k1, float scale, float* out, float* lse) {
     constexpr int64_t kChunk = 256;
@@ -44,7 +54,7 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
     std::vector<float> m(static_cast<size_t>(rows), -INFINITY), l(static_cast<size_t>(rows), 0.0f);
     std::vector<float> s(static_cast<size_t>(rows * kChunk)), o(static_cast<size_t>(rows * L), 0.0f);
     std::vector<bf16_t> p(static_cast<size_t>(rows * kChunk)), vp(static_cast<size_t>(L * (kChunk + 1)));
-    std::vector<bf16_t> keys(static_cast<size_t>(kChunk * W));
+    std::vector<bf16_t> keys(static_cast<size_t>(kChunk * W)), kt(static_cast<size_t>(kChunk * (W + 1)));
     for (int64_t start = k0; start < k1;) {
         const int64_t n = std::min(kChunk, k1 - start);
         for (int64_t j = 0; j < n; ++j) {  // gather: token start + j from its page
@@ -65,7 +75,8 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         for (int64_t j = 0; j < n; j += 2)
             interleave_pair(keys.data() + j * W, j + 1 < n ? keys.data() + (j + 1) * W : nullptr, L,
                             vp.data() + (j / 2) * L * 2);
-        linear_bf16(qcat, W, keys.data(), W, s.data(), n, rows, n, W);
+        keys_to_pairs(keys.data(), n, W, kt.data());
+        gemm_bf16_vnni(qcat, W, kt.data(), s.data(), n, rows, n, W, /*accumulate=*/false);
         // Online softmax; query token i sits at position seqlen - q_len + i and sees keys up to it.
         for (int64_t r = 0; r < rows; ++r)
             online_softmax_row(s.data() + r * n, n, start, seqlen - q_len + r / heads + 1, scale, m[size_t(r)],

@@ -92,13 +92,14 @@ def main():
         close(errors, f"{layout}: combine (window vs simulated)", win, want, 1e-6)
         if layout == "token":      # DeepEP's combine: per-token partials, summed over ranks
             def partials(o):
-                return (np.where(o.topk_ids >= 0, o.topk_weights, 0).sum(1, keepdims=True) * f32(o.x)).astype(np.float32)
+                w = np.where(o.topk_ids >= 0, o.topk_weights, 0).sum(1, keepdims=True)
+                return (w * f32(o.x)).astype(np.float32)
             want = R.combine(sim, {r: partials(o) for r, o in s.items()}, {r: o.handle for r, o in s.items()},
                              per_token=True)[rank]
             got = R.combine(mpi, {rank: partials(m)}, {rank: m.handle}, per_token=True)[rank]
             same(errors, "token: per-token combine (MPI vs simulated)", got, want)
-            close(errors, "token: per-token combine (window vs simulated)", ep.combine(partials(w), w.handle,
-                                                                                      per_token=True), want, 2 * EPS_BF16)
+            win = ep.combine(partials(w), w.handle, per_token=True)
+            close(errors, "token: per-token combine (window vs simulated)", win, want, 2 * EPS_BF16)
     ep.close()
     results = comm.gather(dict(errors=errors, tokens=tokens[rank]), root=0)
     if rank == 0:

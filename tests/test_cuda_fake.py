@@ -397,7 +397,8 @@ def test_nccl_transport_gives_the_simulated_layouts_and_handles(fake, layout):
         t = cuda_nccl.NcclTransport(comm)
         dx, dw = ({r: dev(a[r], r) for r in range(n)} for a in (xs, ws))
         if layout == "masked":
-            got, want = (cuda_nccl.low_latency_results(tr, x, ids, w, E, M) for tr, x, w in ((t, dx, dw), (sim, xs, ws)))
+            got, want = (cuda_nccl.low_latency_results(tr, x, ids, w, E, M)
+                         for tr, x, w in ((t, dx, dw), (sim, xs, ws)))
         else:
             got, want = (cuda_nccl.dispatch_results(tr, x, ids, w, E, layout=layout)
                          for tr, x, w in ((t, dx, dw), (sim, xs, ws)))

@@ -43,29 +43,13 @@ import numpy as np
 
 from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
-                       _check_array, _displs, _header, _header_words, _local_check, _parse_headers, check_tokens,
-                       open_ep_comm)
+                       _check_array, _displs, _Done, _header, _header_words, _local_check, _parse_headers,
+                       check_tokens, open_ep_comm)
 from .plan import ExchangeHandle, _make_plan, _pair_slots, _ranks_within, _token_rows, source_entries
 from .window import ShmTransport, WindowBroken
 
 _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
-
-
-class _Done:
-    """A finished or deferred step with DeepEP's async interface: wait() returns the result."""
-
-    def __init__(self, finish):
-        self._finish, self._done, self._result = finish, False, None
-
-    def test(self):
-        return self._done
-
-    def wait(self):
-        if not self._done:
-            self._result = self._finish()
-            self._done = True
-        return self._result
 
 
 class WindowEpComm:

@@ -47,6 +47,7 @@ class ExchangeHandle:
     passes: dict = field(default_factory=dict)   # copy passes per payload byte, by phase
     rail: dict | None = None
     plan: "_Plan | None" = None        # the agreed counts and row offsets (transport exchanges' combine reads them)
+    received: dict | None = None       # transport exchanges, token layout: position/weights [received, top_k]
 
 
 

@@ -18,8 +18,10 @@ destination, each source's rows in their final order there) and land in the layo
   each expert's count (experts_masked / grouped_gemm(counts=...)).
 
 combine sends each rank's outputs back along the same rows (one alltoallv) and the source forms
-sum_k w_k y_k in slot order (FP32), or, with per_token=True (token layout), sums the per-token
-partials over ranks in rank order. The routing plan is host work on the ids (numpy); rows move on
+sum_k w_k y_k in slot order (FP32). In the token layout each rank first reduces the outputs of a
+received token over its own experts (FP32, slot order) and one row per (token, rank) goes back,
+as with per_token=True (rows already reduced per received token: DeepEP's combine); the source
+sums those over ranks in rank order. The routing plan is host work on the ids (numpy); rows move on
 the transport (gather and weighted_sum run on the rank: GPU kernels under NCCL).
 """
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _plan(transport, hids, n_experts, epr, layout, cap, dim):
     return _make_plan(got[:, :n], got[:, n:], n, epr, cap, layout, False, dim, top_k)
 
 
-def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None):
+def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, out_dim=None):
     hids, epr = _check(transport, xs, ids, weights, n_experts)
     n, ranks = transport.nranks, transport.ranks
     cap = 1
@@ -108,10 +110,13 @@ def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None):
     out = {}
     for r in ranks:
         counts = plan.PE[:, r * epr:(r + 1) * epr].sum(axis=0)
-        handle = _handle(transport, plan, r, entries[r], weights[r], dim, xs[r].dtype, epr, counts)
+        handle = _handle(transport, plan, r, entries[r], weights[r], dim, xs[r].dtype, epr, counts, out_dim or dim)
         if layout == "token":
             lid = transport.host(lids[r])
-            offsets, _, source = K.moe_route(np.where(lid >= 0, lid, epr).astype(np.int32), epr + 1)
+            offsets, position, source = K.moe_route(np.where(lid >= 0, lid, epr).astype(np.int32), epr + 1)
+            # What combine needs to reduce each received token over this rank's experts first.
+            handle.received = dict(position=np.where(lid >= 0, position, 0).astype(np.int32),
+                                   weights=np.where(lid >= 0, transport.host(wts[r]), 0).astype(F32))
             out[r] = DispatchOut(recv[r], None, offsets[:epr + 1].copy(), int(plan.n_recv[r]), handle, layout="token",
                                  topk_ids=lid, topk_weights=wts[r], source=source[:offsets[epr]].astype(np.int64))
             continue
@@ -127,38 +132,40 @@ def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None):
     return out
 
 
-def _handle(transport, plan, r, entries, weights, dim, dtype, epr, counts):
+def _handle(transport, plan, r, entries, weights, dim, dtype, epr, counts, out_dim):
     dest, hit, tok_peer, trow, pair_row = entries
     n, layout = transport.nranks, plan.layout
     pairs = plan.PE.reshape(n, n, epr).sum(axis=2)
     if layout == "masked":
         send, recv = pairs[r], pairs[:, r]
-        own = (np.repeat(np.arange(epr) * (int(plan.pair_rows[r]) // epr), counts) + _ranks_within(counts)).astype(np.int64)
+        cap = int(plan.pair_rows[r]) // epr
+        own = (np.repeat(np.arange(epr) * cap, counts) + _ranks_within(counts)).astype(np.int64)
     else:
         send, recv, own = plan.N[r].copy(), plan.N[:, r].copy(), None
     row_b = dim * np.dtype(dtype).itemsize
     moved_out, moved_in = (plan.N[r], plan.N[:, r]) if layout == "token" else (pairs[r], pairs[:, r])
     wire = dict(dispatch_send=moved_out * row_b, dispatch_recv=moved_in * row_b,
-                combine_send=moved_in * 4 * dim, combine_recv=moved_out * 4 * dim)
+                combine_send=moved_in * 4 * out_dim, combine_recv=moved_out * 4 * out_dim)
     return ExchangeHandle("low_latency" if layout == "masked" else "normal", layout, 0, int(dest.shape[0]),
-                          int(dest.shape[1]), int(dim), tok_peer.astype(np.int32), trow, plan.n_recv.copy(),
+                          int(dest.shape[1]), int(out_dim), tok_peer.astype(np.int32), trow, plan.n_recv.copy(),
                           dest.astype(np.int32), pair_row, plan.pair_rows.copy(), weights, send, recv, own, wire,
                           plan=plan)
 
 
-def dispatch_results(transport, xs, ids, weights, n_experts, *, layout="expert"):
+def dispatch_results(transport, xs, ids, weights, n_experts, *, layout="expert", out_dim=None):
     """Normal dispatch: xs[rank] [T, dim] rows (BF16; any dtype moves as bytes), ids[rank] int
     [T, K] global expert ids, weights[rank] FP32 [T, K]. Returns {rank: DispatchOut} in the
-    "expert" or "token" layout, its handle an ExchangeHandle."""
+    "expert" or "token" layout, its handle an ExchangeHandle. out_dim: the width of the expert
+    outputs combine takes (default dim; differs where the rows are packed bytes)."""
     if layout not in ("expert", "token"):
         raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
-    return _exchange(transport, xs, ids, weights, n_experts, layout)
+    return _exchange(transport, xs, ids, weights, n_experts, layout, out_dim=out_dim)
 
 
-def low_latency_results(transport, xs, ids, weights, n_experts, max_tokens):
+def low_latency_results(transport, xs, ids, weights, n_experts, max_tokens, *, out_dim=None):
     """Low-latency dispatch into the masked layout: {rank: LowLatencyOut} (x [epr, nranks *
     max_tokens, dim], zero past counts[e]); weights are kept in the handle for combine."""
-    return _exchange(transport, xs, ids, weights, n_experts, "masked", max_tokens)
+    return _exchange(transport, xs, ids, weights, n_experts, "masked", max_tokens, out_dim)
 
 
 def dispatch(transport, xs, ids, weights, n_experts, *, layout="expert"):
@@ -190,14 +197,17 @@ def combine(transport, ys, handles, *, per_token=False):
             raise ValueError("per_token=True needs a token-layout dispatch")
         y = ys[r].reshape(-1, ys[r].shape[-1]) if h.layout == "masked" else ys[r]
         epr = h.plan.PE.shape[1] // n
-        back = [returned_rows(h.plan, s, r, epr, per_token) for s in range(n)]
+        tokens = per_token or h.layout == "token"
+        if tokens and not per_token:     # token layout: reduce over this rank's experts, one row per token back
+            y = _reduce_received(transport, r, y, h)
+        back = [returned_rows(h.plan, s, r, epr, tokens) for s in range(n)]
         rows = np.concatenate(back)
         if rows.size and y.shape[0] <= int(rows.max()):
             raise ValueError(f"ys[{r}] must have the {int(rows.max()) + 1} rows dispatch returned, got {y.shape[0]}")
         sends[r] = _rows(transport, r, y, rows)
         sc[r] = np.array([b.size for b in back], np.int64)
         pairs = h.plan.PE[r].reshape(n, epr).sum(axis=1)
-        rc[r] = h.plan.N[r] if per_token else pairs
+        rc[r] = h.plan.N[r] if tokens else pairs
     got = transport.alltoallv(sends, sc, rc)
     out = {}
     for r in ranks:
@@ -206,7 +216,7 @@ def combine(transport, ys, handles, *, per_token=False):
         if h.num_tokens == 0:
             out[r] = transport.to_rank(r, np.zeros((0, h.hidden), F32))
             continue
-        if per_token:
+        if per_token or h.layout == "token":
             pos = returned_position(h.plan, r, h.tok_peer, h.tok_row, True)
             w = transport.to_rank(r, (h.tok_peer >= 0).astype(F32))
         else:
@@ -214,6 +224,19 @@ def combine(transport, ys, handles, *, per_token=False):
             pos, w = returned_position(h.plan, r, g, h.pair_row, False), h.weights
         out[r] = transport.weighted_sum(r, got[r], transport.to_rank(r, pos.astype(np.int32)), w)
     return out
+
+
+def _reduce_received(transport, r, y, h):
+    """FP32 [received tokens, dim]: each received token's weighted sum over this rank's experts
+    (slot order), from y in the per-expert layout."""
+    rows = h.received["position"].shape[0]
+    if rows == 0:
+        return transport.to_rank(r, np.zeros((0, y.shape[-1]), F32))
+    need = int(h.received["position"].max()) + 1
+    if y.shape[0] < need:
+        raise ValueError(f"ys[{r}] must have the {need} rows dispatch returned, got {y.shape[0]}")
+    return transport.weighted_sum(r, y, transport.to_rank(r, h.received["position"]),
+                                  transport.to_rank(r, h.received["weights"]))
 
 
 def alltoall_baseline(transport, sends):

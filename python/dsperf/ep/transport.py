@@ -6,7 +6,8 @@ A transport connects `nranks` ranks, of which this process drives `ranks` (every
 simulated transport and a single-controller NCCL communicator; one for MPI and for NCCL with one
 process per GPU). Arguments and results are dicts keyed by the local ranks.
 
-    allgather(rows)                      {rank: int64 [words]} -> int64 [nranks, words] on the host
+    allgather(rows, what=None)           {rank: int64 [words]} -> int64 [nranks, words] on the host
+                                         (what: the wait, as a timeout names it)
     alltoallv(sends, send_counts, recv_counts, pad_rows=0)
                                          sends[rank]: rows grouped by destination rank; returns
                                          {rank: rows from rank 0, then 1, ..., then pad_rows zero rows}
@@ -34,7 +35,7 @@ class Transport:
     nranks: int
     ranks: list
 
-    def allgather(self, rows):
+    def allgather(self, rows, what=None):
         n = self.nranks
         sends = {r: self.to_rank(r, np.tile(np.asarray(rows[r], np.int64), (n, 1))) for r in self.ranks}
         ones = {r: np.ones(n, np.int64) for r in self.ranks}
@@ -105,10 +106,10 @@ class MpiTransport(HostRows, Transport):
         self.nranks, self.ranks = self.comm.Get_size(), [self.comm.Get_rank()]
         self._watchdog = _Watchdog(self.comm, float(timeout_s))
 
-    def allgather(self, rows):
+    def allgather(self, rows, what=None):
         mine = np.ascontiguousarray(rows[self.ranks[0]], np.int64)
         got = np.empty((self.nranks, mine.size), np.int64)
-        with self._watchdog.guard("the count exchange"):
+        with self._watchdog.guard(what or "the count exchange"):
             self.comm.Allgather(mine, got)
         return got
 

@@ -4,11 +4,11 @@ of the rows), so it plans, lays out and hands back exactly what the NCCL and sim
 and the window exchange do (plan.ExchangeHandle). EpComm picks it for nodes of unequal size, and the
 bench compares the window exchange with it; raw_alltoallv is the bench's baseline.
 
-A dispatch: every rank's argument verdict, call descriptor, top_k and fp8 flag are gathered first
-(one small MPI_Allgather on a private duplicate of the communicator), so a bad argument raises the
-same ValueError on every rank naming the rank (the communicator stays usable), and ranks in
-different calls raise RuntimeError on every rank naming each rank's call; then routed.py's count
-allgather and the alltoallv of the rows. FP8 payloads travel as byte rows (values | pad to 4 |
+A dispatch: every rank's argument verdict, call descriptor, top_k and fp8 flag are gathered
+in the first words of routed.py's count allgather (on a private duplicate of the communicator), so
+a bad argument raises the same ValueError on every rank naming the rank before any row moves (the
+communicator stays usable), and ranks in different calls raise RuntimeError on every rank naming
+each rank's call; then the alltoallv of the rows. FP8 payloads travel as byte rows (values | pad to 4 |
 scales), BF16 ones as they are. Combine gathers the verdicts the same way, then routed.combine:
 in the token layout each rank reduces its received tokens over its experts (FP32) and one row per
 (token, rank) goes back; in the masked layout one row per pair. Every wait runs under the
@@ -81,11 +81,23 @@ class AlltoallvEpComm:
         with self._watchdog.guard(what):
             self._mpi.Request.Waitall(reqs)
 
-    def _agree_call(self, call, err, top_k=0, fp8=0):
-        """Every rank's verdict and call, gathered: raises the same error on every rank."""
+    def _head(self, call, err, top_k=0, fp8=0):
+        """This rank's verdict and call as header words, the check of every rank's, and the wait's name."""
         self._call_seq += 1
-        rows = self._t.allgather({self.rank: _header(err, (CALLS.index(call), self._call_seq, top_k, fp8))},
-                                 f"the other ranks to reach {call} (call {self._call_seq})")
+        head = _header(err, (CALLS.index(call), self._call_seq, top_k, fp8))
+        return {self.rank: head}, self._check_heads, f"the other ranks to reach {call} (call {self._call_seq})"
+
+    def _agree_call(self, call, err):
+        """Every rank's verdict and call, gathered alone: raises the same error on every rank. The
+        row has a dispatch's length (its head, then counts), so ranks in different calls still
+        take part in one allgather of one size and are named."""
+        head, check, what = self._head(call, err)
+        words = head[self.rank].size
+        row = np.zeros(words + self.size + self.num_experts, np.int64)
+        row[:words] = head[self.rank]
+        check(self._t.allgather({self.rank: row}, what)[:, :words])
+
+    def _check_heads(self, rows):
         codes = rows[:, 2]
         if np.any(codes != codes[0]):
             raise _calls_out_of_order(codes, self._call_seq)
@@ -127,17 +139,20 @@ class AlltoallvEpComm:
 
     def _dispatch(self, call, check, fp8, layout, async_op):
         checked, err = _local_check(check)
-        self._agree_call(call, err, checked[1].shape[1] if err is None else 0, int(bool(fp8)))
-        xx, ids, w, T = checked
+        # The verdict and call ride in routed's count allgather; a bad rank takes part with no tokens.
+        agree = self._head(call, err, checked[1].shape[1] if err is None else 0, int(bool(fp8)))
+        xx, ids, w, T = checked if err is None else (np.zeros((0, self.hidden), BF16), np.zeros((0, 1), np.int64),
+                                                      None, 0)
         rows, vb, sc_col = _pack(xx, bool(fp8), self.hidden)
         me = {self.rank: rows}, {self.rank: ids}, {self.rank: np.zeros(ids.shape, F32) if w is None else w}
         if layout == "masked":
-            res = routed.low_latency_results(self._t, *me, self.num_experts, self.max_tokens,
-                                             out_dim=self.hidden)[self.rank]
+            res = routed.low_latency_results(self._t, *me, self.num_experts, self.max_tokens or 1,
+                                             out_dim=self.hidden, agree=agree)[self.rank]
             xv, xs = _unpack(res.x, vb, sc_col)
             out = LowLatencyOut(xv, xs, res.counts, res.handle)
         else:
-            res = routed.dispatch_results(self._t, *me, self.num_experts, layout=layout, out_dim=self.hidden)[self.rank]
+            res = routed.dispatch_results(self._t, *me, self.num_experts, layout=layout, out_dim=self.hidden,
+                                          agree=agree)[self.rank]
             xv, xs = _unpack(res.x, vb, sc_col)
             records = res.x.view(np.uint8).reshape(res.x.shape[0], res.x.shape[1] * res.x.itemsize) \
                 if layout == "token" else None

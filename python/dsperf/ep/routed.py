@@ -64,20 +64,27 @@ def _rows(transport, r, x, idx):
     return transport.gather(r, x, idx.astype(np.int32))
 
 
-def _plan(transport, hids, n_experts, epr, layout, cap, dim):
-    """Every rank's counts gathered (one allgather) and the plan every rank computes from them."""
+def _plan(transport, hids, n_experts, epr, layout, cap, dim, agree):
+    """Every rank's counts gathered (one allgather) and the plan every rank computes from them.
+    agree: None or (head {rank: int64 words}, check): the heads ride first in the same allgather and
+    check(heads [nranks, words]) runs before anything moves (what it raises, every rank raises)."""
     n = transport.nranks
     rows = {}
     for r in transport.ranks:
         to_rank = np.zeros((hids[r].shape[0], n), bool)
         to_rank[np.arange(hids[r].shape[0])[:, None], hids[r] // epr] = True
-        rows[r] = np.concatenate([to_rank.sum(axis=0), np.bincount(hids[r].ravel(), minlength=n_experts)])
-    got = transport.allgather(rows)
+        head = np.zeros(0, np.int64) if agree is None else np.asarray(agree[0][r], np.int64)
+        rows[r] = np.concatenate([head, to_rank.sum(axis=0), np.bincount(hids[r].ravel(), minlength=n_experts)])
+    got = transport.allgather(rows, None if agree is None else agree[2])
+    if agree is not None:
+        words = len(agree[0][transport.ranks[0]])
+        agree[1](got[:, :words])
+        got = got[:, words:]
     top_k = hids[transport.ranks[0]].shape[1]
     return _make_plan(got[:, :n], got[:, n:], n, epr, cap, layout, False, dim, top_k)
 
 
-def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, out_dim=None):
+def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, out_dim=None, agree=None):
     hids, epr = _check(transport, xs, ids, weights, n_experts)
     n, ranks = transport.nranks, transport.ranks
     cap = 1
@@ -88,7 +95,7 @@ def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, o
                 raise ValueError(f"rank {r} has {hids[r].shape[0]} tokens, more than max_tokens = {mt}")
         cap = n * mt
     dim = xs[ranks[0]].shape[1]
-    plan = _plan(transport, hids, n_experts, epr, layout, cap, dim)
+    plan = _plan(transport, hids, n_experts, epr, layout, cap, dim, agree)
     pairs = plan.PE.reshape(n, n, epr).sum(axis=2)              # [source, dest] pairs
     entries, sends, sc, rc, extra = {}, {}, {}, {}, ({}, {})
     for r in ranks:
@@ -121,12 +128,13 @@ def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, o
                                  topk_ids=lid, topk_weights=wts[r], source=source[:offsets[epr]].astype(np.int64))
             continue
         got = np.concatenate([returned_rows(plan, s, r, epr, False) for s in range(n)])
-        place = np.full(int(plan.pair_rows[r]), got.size, np.int64)  # masked padding: the zero row
-        place[got] = np.arange(got.size)
-        x = _rows(transport, r, recv[r], place)
-        if layout == "masked":
+        if layout == "masked":      # zero past each expert's count
+            x = transport.place(r, recv[r], got, int(plan.pair_rows[r]))
             out[r] = LowLatencyOut(x.reshape(epr, cap, dim), None, counts.astype(np.int32), handle)
         else:
+            place = np.empty(got.size, np.int64)       # every row is filled
+            place[got] = np.arange(got.size)
+            x = _rows(transport, r, recv[r], place)
             out[r] = DispatchOut(x, None, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                                  int(plan.n_recv[r]), handle, layout="expert")
     return out
@@ -152,20 +160,22 @@ def _handle(transport, plan, r, entries, weights, dim, dtype, epr, counts, out_d
                           plan=plan)
 
 
-def dispatch_results(transport, xs, ids, weights, n_experts, *, layout="expert", out_dim=None):
+def dispatch_results(transport, xs, ids, weights, n_experts, *, layout="expert", out_dim=None, agree=None):
     """Normal dispatch: xs[rank] [T, dim] rows (BF16; any dtype moves as bytes), ids[rank] int
     [T, K] global expert ids, weights[rank] FP32 [T, K]. Returns {rank: DispatchOut} in the
     "expert" or "token" layout, its handle an ExchangeHandle. out_dim: the width of the expert
-    outputs combine takes (default dim; differs where the rows are packed bytes)."""
+    outputs combine takes (default dim; differs where the rows are packed bytes). agree: (heads
+    {rank: int64 words}, check(heads of every rank), what): values every rank must see before rows
+    move (verdicts, call descriptors), carried in the count allgather."""
     if layout not in ("expert", "token"):
         raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
-    return _exchange(transport, xs, ids, weights, n_experts, layout, out_dim=out_dim)
+    return _exchange(transport, xs, ids, weights, n_experts, layout, out_dim=out_dim, agree=agree)
 
 
-def low_latency_results(transport, xs, ids, weights, n_experts, max_tokens, *, out_dim=None):
+def low_latency_results(transport, xs, ids, weights, n_experts, max_tokens, *, out_dim=None, agree=None):
     """Low-latency dispatch into the masked layout: {rank: LowLatencyOut} (x [epr, nranks *
     max_tokens, dim], zero past counts[e]); weights are kept in the handle for combine."""
-    return _exchange(transport, xs, ids, weights, n_experts, "masked", max_tokens, out_dim)
+    return _exchange(transport, xs, ids, weights, n_experts, "masked", max_tokens, out_dim, agree)
 
 
 def dispatch(transport, xs, ids, weights, n_experts, *, layout="expert"):

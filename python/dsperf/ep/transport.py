@@ -14,6 +14,8 @@ process per GPU). Arguments and results are dicts keyed by the local ranks.
     barrier(), abort(why)                every rank waits; end every rank with an error
     to_rank(rank, a), host(a)            an array on the rank's memory, and back on the host
     gather(rank, x, idx)                 x[idx] on the rank
+    place(rank, rows, idx, n)            [n, ...] zero rows with rows[i] at row idx[i] (rows ends in a
+                                         zero pad row: alltoallv's pad_rows=1)
     weighted_sum(rank, y, position, w)   FP32 [T, dim] = sum_k w[t, k] * y[position[t, k]], slot order
 
 The shared-memory window exchange (exchange.WindowEpComm) is the tuned intranode transport: it
@@ -48,6 +50,11 @@ class Transport:
     def abort(self, why):
         raise RuntimeError(f"dsperf.ep: {why}")
 
+    def place(self, rank, rows, idx, n):
+        src = np.full(n, len(idx), np.int64)       # the pad row: zero
+        src[np.asarray(idx, np.int64)] = np.arange(len(idx))
+        return self.gather(rank, rows, src.astype(np.int32))
+
 
 class HostRows:
     """Rows in host memory (numpy): the row operations of the simulated and MPI transports."""
@@ -60,6 +67,11 @@ class HostRows:
 
     def gather(self, rank, x, idx):
         return x[np.asarray(idx, np.int64)]
+
+    def place(self, rank, rows, idx, n):
+        out = np.zeros((n,) + tuple(rows.shape[1:]), rows.dtype)   # pages untouched stay unmapped
+        out[np.asarray(idx, np.int64)] = rows[:len(idx)]
+        return out
 
     def weighted_sum(self, rank, y, position, weights):
         return K.moe_unpermute(np.ascontiguousarray(y, np.float32), np.ascontiguousarray(position, np.int32),

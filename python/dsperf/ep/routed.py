@@ -66,8 +66,8 @@ def _rows(transport, r, x, idx):
 
 def _plan(transport, hids, n_experts, epr, layout, cap, dim, agree):
     """Every rank's counts gathered (one allgather) and the plan every rank computes from them.
-    agree: None or (head {rank: int64 words}, check): the heads ride first in the same allgather and
-    check(heads [nranks, words]) runs before anything moves (what it raises, every rank raises)."""
+    agree: None or (head {rank: int64 words}, check, what): the heads ride first in the same allgather
+    and check(heads [nranks, words]) runs before anything moves (what it raises, every rank raises)."""
     n = transport.nranks
     rows = {}
     for r in transport.ranks:

@@ -200,8 +200,9 @@ def bench_ep(rows, iters, size, rng):
         d_us = timed_us(dispatch, iters)
         ys = {r: DeviceArray.zeros(state["x"][r].shape, np.float32, r) for r in range(n)}
         c_us = timed_us(lambda: N.combine(t, ys, state["h"]), iters)
-        # The same bytes as the low-latency slabs, one raw grouped send/recv round.
-        slab = (E // n) * T
+        # About the bytes the low-latency dispatch moves (its pairs, spread evenly over the peers),
+        # one raw grouped send/recv round.
+        slab = -(-T * topk // n)
         raw = {r: DeviceArray((n * slab, D), BF16, r) for r in range(n)}
         raw_us = timed_us(lambda: N.alltoall_baseline(t, raw), iters)
     rows.append(dict(kernel=f"LL dispatch EP{n} T={T} top{topk} d={D}", time_us=d_us, tflops=None,

@@ -37,3 +37,15 @@ def assert_dot_close(actual, expected, abs_bound, eps):
     assert actual.shape == expected.shape
     excess = np.abs(actual - expected) - eps * abs_bound - 1e-30
     assert (excess <= 0).all(), f"max excess {excess.max():.3g} at {np.unravel_index(excess.argmax(), excess.shape)}"
+
+
+def make_ranks(rng, n, E, tokens, top_k=4, dim=64):
+    """Expert-parallel inputs of n ranks: {rank: BF16 x [tokens[r], dim]}, {rank: int32 distinct
+    top-k ids in [0, E)}, {rank: FP32 weights}."""
+    xs, ids, ws = {}, {}, {}
+    for r in range(n):
+        T = tokens[r]
+        xs[r] = rand_bf16(rng, T, dim)
+        ids[r] = np.argsort(rng.random((T, E)), axis=1)[:, :top_k].astype(np.int32)
+        ws[r] = rng.random((T, top_k)).astype(np.float32)
+    return xs, ids, ws

@@ -383,6 +383,42 @@ def test_nccl_transport_offsets_move_the_right_rows(fake, low_latency):
         np.testing.assert_allclose(out[r].numpy(), ws[r].sum(1, keepdims=True) * f32(xs[r]), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("layout", ["expert", "token", "masked"])
+def test_nccl_transport_gives_the_simulated_layouts_and_handles(fake, layout):
+    """The one exchange (dsperf.ep.routed) over NCCL (a fake driver moving the bytes) and over the
+    simulated transport: the same rows, the same ExchangeHandle fields, the same sums."""
+    from dsperf.ep.plan import ExchangeHandle
+    from kernel_helpers import make_ranks
+    rng = np.random.default_rng(8)
+    n, E, M = 2, 8, 7
+    xs, ids, ws = make_ranks(rng, n, E, [7, 4], top_k=3, dim=32)
+    sim = cuda_nccl.SimulatedTransport(n)
+    with cuda_nccl.Communicator.local([0, 1]) as comm:
+        t = cuda_nccl.NcclTransport(comm)
+        dx, dw = ({r: dev(a[r], r) for r in range(n)} for a in (xs, ws))
+        if layout == "masked":
+            got, want = (cuda_nccl.low_latency_results(tr, x, ids, w, E, M)
+                         for tr, x, w in ((t, dx, dw), (sim, xs, ws)))
+        else:
+            got, want = (cuda_nccl.dispatch_results(tr, x, ids, w, E, layout=layout)
+                         for tr, x, w in ((t, dx, dw), (sim, xs, ws)))
+        for r in range(n):
+            g, w = got[r], want[r]
+            assert type(g.handle) is type(w.handle) is ExchangeHandle
+            np.testing.assert_array_equal(g.x.numpy().view(np.uint16), w.x.view(np.uint16))
+            for f in ("tok_peer", "tok_row", "pair_peer", "pair_row", "send_counts", "recv_counts", "pair_rows"):
+                np.testing.assert_array_equal(getattr(g.handle, f), getattr(w.handle, f))
+            if layout == "token":
+                np.testing.assert_array_equal(g.topk_ids, w.topk_ids)
+                np.testing.assert_array_equal(g.topk_weights.numpy(), w.topk_weights)
+                np.testing.assert_array_equal(g.source, w.source)
+        rows = {r: (f32(want[r].x)[want[r].source] if layout == "token" else f32(want[r].x)) for r in range(n)}
+        out = cuda_nccl.combine(t, {r: dev(rows[r], r) for r in range(n)}, {r: got[r].handle for r in range(n)})
+        ref = cuda_nccl.combine(sim, rows, {r: want[r].handle for r in range(n)})
+    for r in range(n):
+        np.testing.assert_array_equal(out[r].numpy(), ref[r])
+
+
 # ---- graphs --------------------------------------------------------------------------------------
 def test_a_captured_graph_runs_at_replay_with_new_inputs(fake):
     rng = np.random.default_rng(7)

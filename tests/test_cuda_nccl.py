@@ -5,22 +5,12 @@ import numpy as np
 import pytest
 
 from dsperf import cuda, cuda_nccl as N
-from kernel_helpers import f32, rand_bf16
+from kernel_helpers import f32, make_ranks
 
 OK, WHY = N.available()
 GPUS = cuda.device_count() if OK else 0
 needs_2_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs >= 2 GPUs with NCCL: "
                                   f"{WHY or f'{GPUS} GPU(s) present'}")
-
-
-def make_ranks(rng, n, E, tokens, top_k=4, dim=64):
-    xs, ids, ws = {}, {}, {}
-    for r in range(n):
-        T = tokens[r]
-        xs[r] = rand_bf16(rng, T, dim)
-        ids[r] = np.argsort(rng.random((T, E)), axis=1)[:, :top_k].astype(np.int32)
-        ws[r] = rng.random((T, top_k)).astype(np.float32)
-    return xs, ids, ws
 
 
 def expected_rows(xs, ids, g):

@@ -58,11 +58,14 @@ def test_written_arguments_must_be_contiguous_and_aligned():
 
 def test_expert_rows_of_the_expert_layout_any_hidden():
     # FP8 rows already in the per-expert layout, hidden not a multiple of 4.
-    from dsperf.ep.alltoall import DispatchHandle, DispatchOut
+    from dsperf.ep.alltoall import DispatchOut
+    from dsperf.ep.routed import dispatch_results
+    from dsperf.ep.transport import SimulatedTransport
     rng = np.random.default_rng(3)
     x = rng.standard_normal((5, 130)).astype(np.float32).astype(BF16)
     q, s = kernels.act_quant(x)
-    handle = DispatchHandle(0, np.zeros(1, np.int64), np.zeros((0, 1), np.int64), np.zeros(1, np.int64),
-                            np.zeros((0, 1), np.int32), np.zeros((0, 1), np.float32), 130, {})
+    ids = np.zeros((0, 1), np.int32)     # a handle of a dispatch of no tokens, hidden 130
+    none = {0: np.zeros((0, 1), np.float32)}
+    handle = dispatch_results(SimulatedTransport(1), {0: x[:0]}, {0: ids}, none, 2)[0].handle
     d = DispatchOut(q, s, np.array([0, 2, 5], np.int64), 5, handle, layout="expert")
     assert np.array_equal(d.expert_rows_bf16().view(np.uint16), dequant_rows(q, s).view(np.uint16))

@@ -180,6 +180,32 @@ def test_previous_exchange_still_equals_single_process(np_, mode, fp8, overlap, 
 
 
 @pytest.mark.parametrize("np_", [2, 4])
+def test_alltoallv_exchange_layouts_row_by_row(np_):
+    # The alltoallv exchange is dsperf.ep.routed over the MPI transport: the same layouts.
+    for skew in (0, 1):
+        for r in result(np_, "layout", "--skew", skew, "--seed", np_ + 20, "--exchange", "alltoallv"):
+            assert r["errors"] == []
+
+
+@pytest.mark.parametrize("mode", ["normal", "low_latency"])
+def test_alltoallv_exchange_bad_ids_fail_on_every_rank(mode):
+    for r in result(4, "bad_ids", "--mode", mode, "--exchange", "alltoallv"):
+        msg, ok_after = r["error"]
+        assert msg.startswith("rank 1: topk_ids must lie in [0, num_experts = 16)") and ok_after
+
+
+@pytest.mark.parametrize("mode, needle", [("normal", "rank 0 called dispatch(normal), rank 1 called dispatch(low_latency)"),
+                                          ("per_token", "rank 0 called combine(normal), rank 1 called dispatch(normal)")])
+def test_alltoallv_exchange_names_ranks_in_different_calls(tmp_path, mode, needle):
+    p, elapsed = run(2, "out_of_order", "--mode", mode, "--timeout", 50, "--out", tmp_path, "--exchange", "alltoallv",
+                     plain=True)
+    for r in range(2):
+        text = (tmp_path / f"rank{r}.txt").read_text()
+        assert text.startswith("dsperf.ep: calls out of order") and needle in text, (r, text)
+    assert p.returncode != 0 and elapsed < 20 and "no progress" not in p.stderr
+
+
+@pytest.mark.parametrize("np_", [2, 4])
 def test_outputs_in_the_combine_buffer_equal_copied_ones(np_):
     per_rank = result(np_, "inplace", "--seed", np_)
     for r in per_rank:

@@ -1,5 +1,8 @@
 """Expert parallelism across processes: EPLB (no MPI needed), and, over MPI (mpi4py), all-to-all
 dispatch/combine in DeepEP's normal and low-latency layouts, an EP MoE layer and two-batch overlap.
+One dispatch/combine (routed.py) over a transport interface (transport.py: MPI, simulated; NCCL in
+dsperf.cuda.nccl), one plan and handle (plan.py), and the shared-memory window exchange
+(exchange.py) as the tuned intranode path with the same plan and handle.
 
     mpirun -np 4 python -m dsperf.ep.bench [--quick]
 
@@ -22,9 +25,15 @@ def __getattr__(name):
     if name in ("EpComm", "choose_exchange"):
         from . import comm
         return getattr(comm, name)
-    if name in ("WindowEpComm", "ExchangeHandle"):
+    if name == "WindowEpComm":
         from . import exchange
-        return getattr(exchange, name)
+        return exchange.WindowEpComm
+    if name == "ExchangeHandle":
+        from .plan import ExchangeHandle
+        return ExchangeHandle
+    if name in ("Transport", "SimulatedTransport", "MpiTransport"):
+        from . import transport
+        return getattr(transport, name)
     if name in ("AlltoallvEpComm", "DispatchHandle", "LowLatencyHandle", "raw_alltoallv"):
         from . import alltoall
         return getattr(alltoall, name)

@@ -213,7 +213,7 @@ def _exchange_call(comm, mode, ep_n, T, rng, exchange):
     y = None
     if not in_place:   # DeepEP's low-latency combine takes BF16 outputs; data in the rows it reads
         y = np.zeros(lo.x.shape, BF16)
-        y.reshape(-1, HIDDEN)[lo.handle.recv_slot] = 1
+        y.reshape(-1, HIDDEN)[lo.handle.own_slots] = 1
 
     def run():
         h = ep_l.low_latency_dispatch(q, ids).handle

@@ -39,140 +39,17 @@ invalidates the windows (never reused stale) and, uncaught, ends the job through
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
-                       _check_array, _displs, _header, _header_words, _local_check, _parse_headers, check_tokens,
-                       open_ep_comm)
+                       _check_array, _displs, _Done, _header, _header_words, _local_check, _parse_headers,
+                       check_tokens, open_ep_comm)
+from .plan import ExchangeHandle, _make_plan, _pair_slots, _ranks_within, _token_rows, source_entries
 from .window import ShmTransport, WindowBroken
 
 _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
-
-
-@dataclass
-class ExchangeHandle:
-    """What combine needs from a dispatch, for every mode and layout (one handle type).
-
-    Rows this rank's tokens occupy at the other ranks, so combine can read them in place:
-    tok_peer/tok_row [tokens, ranks]: the rank and row of each token's record (per-token partials,
-    rank order; peer -1: not sent there); pair_peer/pair_row [tokens, top_k]: the rank and row of
-    each (token, expert) pair in that rank's per-expert (normal) or masked (low-latency) rows.
-    Peers are ranks of this rank's node (local index), and `locals` (the node's size) stands for the
-    rows that come back over the rail from other nodes. tok_rows/pair_rows [node ranks]: how many
-    rows each node rank's combine buffer holds per kind. rail: the forwarding side (None on one node)."""
-    mode: str                  # "normal" or "low_latency"
-    layout: str                # "token", "expert" or "masked"
-    turn: int                  # which of the two buffer sets (two micro-batches in flight)
-    num_tokens: int
-    top_k: int
-    hidden: int
-    tok_peer: np.ndarray
-    tok_row: np.ndarray
-    tok_rows: np.ndarray
-    pair_peer: np.ndarray
-    pair_row: np.ndarray
-    pair_rows: np.ndarray
-    weights: np.ndarray | None         # FP32 [tokens, top_k] (normal mode), summed by combine
-    send_counts: np.ndarray            # [ranks] tokens (normal) or pairs (low latency) sent to each rank
-    recv_counts: np.ndarray            # [ranks] tokens or pairs received from each rank
-    own_slots: np.ndarray | None       # low latency: this rank's filled rows of the masked layout
-    wire_bytes: dict                   # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
-    passes: dict = field(default_factory=dict)   # copy passes per payload byte, by phase
-    rail: dict | None = None
-
-
-class _Done:
-    """A finished or deferred step with DeepEP's async interface: wait() returns the result."""
-
-    def __init__(self, finish):
-        self._finish, self._done, self._result = finish, False, None
-
-    def test(self):
-        return self._done
-
-    def wait(self):
-        if not self._done:
-            self._result = self._finish()
-            self._done = True
-        return self._result
-
-
-def _row_layout(hidden, fp8):
-    """(value bytes, scale bytes) of one payload row."""
-    return (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
-
-
-@dataclass
-class _Plan:
-    """Where every token and pair of a dispatch lands, from the counts every rank agreed on."""
-    N: np.ndarray              # [source, dest] tokens
-    PE: np.ndarray             # [source, expert] pairs
-    tok_off: np.ndarray        # [source, dest] first record row of the source's tokens at the dest
-    n_recv: np.ndarray         # [dest] records received
-    expert_base: np.ndarray    # [expert] first row of the expert in its rank's pair rows
-    pair_off: np.ndarray       # [source, expert] first row of the source's pairs within the expert
-    pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)
-    layout: str
-    fp8: bool
-    K: int
-    vb: int                    # value bytes of a row
-    sb: int                    # scale bytes of a row
-    sc_col: int                # scales' column in a record
-    rec: int                   # record bytes: values | pad | scales | K local ids | K weights
-
-    @property
-    def id_col(self):
-        return self.sc_col + self.sb
-
-
-def _make_plan(N, PE, W, E_loc, cap, layout, fp8, hidden, K):
-    vb, sb = (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
-    sc_col = vb + (-vb % 4)
-    totals = PE.sum(axis=0)
-    if layout == "masked":
-        expert_base = (np.arange(W * E_loc) % E_loc) * cap
-        pair_rows = np.full(W, E_loc * cap, np.int64)
-    else:
-        per_rank = totals.reshape(W, E_loc)
-        expert_base = (np.cumsum(per_rank, axis=1) - per_rank).ravel()
-        pair_rows = per_rank.sum(axis=1)
-    return _Plan(N, PE, np.cumsum(N, axis=0) - N, N.sum(axis=0), expert_base, np.cumsum(PE, axis=0) - PE, pair_rows,
-                 layout, fp8, K, vb, sb, sc_col, sc_col + sb + 8 * K)
-
-
-def _pair_slots(plan, s, ids):
-    """Row of every pair (i, k) of source s's tokens `ids` [n, K] (global experts, tokens ascending
-    as the source holds them) in its destination's pair rows."""
-    flat = ids.ravel()
-    if flat.size == 0:
-        return np.zeros(ids.shape, np.int64)
-    order = np.argsort(flat, kind="stable")                  # by expert, then token
-    g = flat[order]
-    cnt = np.bincount(g, minlength=plan.expert_base.size)
-    j = np.arange(flat.size) - np.repeat(_displs(cnt), cnt)
-    out = np.empty(flat.size, np.int64)
-    out[order] = plan.expert_base[g] + plan.pair_off[s, g] + j
-    return out.reshape(ids.shape)
-
-
-def _ranks_within(counts):
-    """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ...: each item's place within its group."""
-    counts = np.asarray(counts, np.int64)
-    return np.arange(int(counts.sum())) - np.repeat(_displs(counts), counts)
-
-
-def _token_rows(plan, s, dest, ranks):
-    """[n, len(ranks)]: does token i go to ranks[c] (any of its experts there), and its record row
-    there (the source's block, tokens ascending)."""
-    hit = np.zeros((dest.shape[0], len(ranks)), bool)
-    for c, d in enumerate(ranks):
-        hit[:, c] = np.any(dest == d, axis=1)
-    rows = plan.tok_off[s, ranks][None, :] + np.cumsum(hit, axis=0) - 1
-    return hit, rows
 
 
 class WindowEpComm:
@@ -424,10 +301,7 @@ class WindowEpComm:
             self._zero_masked(call, key, views, plan, turn, fp8, cap)
 
         # Where combine finds this rank's tokens: records (per token) and pair rows, at every rank.
-        dest = ids // E_loc
-        hit, trow = _token_rows(plan, me, dest, np.arange(W))
-        tok_peer = np.where(hit, np.arange(W)[None, :], -1).astype(np.int64)
-        pair_row = _pair_slots(plan, me, ids)
+        dest, hit, tok_peer, trow, pair_row = source_entries(plan, me, ids, E_loc, W)
         pair_peer = dest.astype(np.int64)
 
         # Own tokens into this node's windows; tokens for other nodes once per node along the rail.
@@ -579,7 +453,7 @@ class WindowEpComm:
             own_slots = (np.repeat(np.arange(E_loc) * cap, counts) + _ranks_within(counts)).astype(np.int64)
         handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv[nr].copy(), pair_peer,
                                 pair_row, plan.pair_rows[nr].copy(), None if w is None else np.ascontiguousarray(w, F32),
-                                send_counts, recv_counts, own_slots, wire, passes, rail)
+                                send_counts, recv_counts, own_slots, wire, passes, rail, plan)
         nsc = sb // 4
         own = views[li]
         if layout == "masked":

@@ -177,7 +177,7 @@ class DispatchOut:
     scales: np.ndarray | None
     offsets: np.ndarray
     num_recv_tokens: int
-    handle: object             # alltoall.DispatchHandle or exchange.ExchangeHandle
+    handle: object             # plan.ExchangeHandle (every exchange)
     layout: str = "expert"
     topk_ids: np.ndarray | None = None
     topk_weights: np.ndarray | None = None
@@ -212,7 +212,23 @@ class LowLatencyOut:
     x: np.ndarray
     scales: np.ndarray | None
     counts: np.ndarray
-    handle: object             # alltoall.LowLatencyHandle or exchange.ExchangeHandle
+    handle: object             # plan.ExchangeHandle (every exchange)
+
+
+class _Done:
+    """A finished or deferred step with DeepEP's async interface: wait() returns the result."""
+
+    def __init__(self, finish):
+        self._finish, self._done, self._result = finish, False, None
+
+    def test(self):
+        return self._done
+
+    def wait(self):
+        if not self._done:
+            self._result = self._finish()
+            self._done = True
+        return self._result
 
 
 def _byte_rows(a):

@@ -1,0 +1,166 @@
+"""The routing plan of a dispatch, written once for every exchange: from the counts every rank
+agreed on (tokens per (source, destination) rank, (token, expert) pairs per (source, expert)),
+where each token's record and each pair's row lands at its destination, in the three layouts
+(token: records per source, source-major; expert: contiguous per local expert, sources in rank
+order within an expert; masked: [local experts, ranks * max_tokens] rows, zero past each count),
+and the handle combine reads it back with (ExchangeHandle, one type for every mode, layout and
+transport). The window exchange (exchange.py) and the transport exchange (routed.py, over MPI,
+NCCL or the simulated transport) both plan with these functions."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .protocol import _displs
+
+@dataclass
+class ExchangeHandle:
+    """What combine needs from a dispatch, for every mode and layout (one handle type).
+
+    Rows this rank's tokens occupy at the other ranks, so combine can read them in place:
+    tok_peer/tok_row [tokens, ranks]: the rank and row of each token's record (per-token partials,
+    rank order; peer -1: not sent there); pair_peer/pair_row [tokens, top_k]: the rank and row of
+    each (token, expert) pair in that rank's per-expert (normal) or masked (low-latency) rows.
+    Peers are ranks of this rank's node (local index), and `locals` (the node's size) stands for the
+    rows that come back over the rail from other nodes. tok_rows/pair_rows [node ranks]: how many
+    rows each node rank's combine buffer holds per kind. rail: the forwarding side (None on one node).
+    The window exchange (exchange.py) and the transport exchanges (routed.py: MPI, NCCL, simulated)
+    fill it alike: on one node the two give the same fields for the same inputs."""
+    mode: str                  # "normal" or "low_latency"
+    layout: str                # "token", "expert" or "masked"
+    turn: int                  # which of the two buffer sets (two micro-batches in flight)
+    num_tokens: int
+    top_k: int
+    hidden: int
+    tok_peer: np.ndarray
+    tok_row: np.ndarray
+    tok_rows: np.ndarray
+    pair_peer: np.ndarray
+    pair_row: np.ndarray
+    pair_rows: np.ndarray
+    weights: np.ndarray | None         # FP32 [tokens, top_k] (normal mode), summed by combine
+    send_counts: np.ndarray            # [ranks] tokens (normal) or pairs (low latency) sent to each rank
+    recv_counts: np.ndarray            # [ranks] tokens or pairs received from each rank
+    own_slots: np.ndarray | None       # low latency: this rank's filled rows of the masked layout
+    wire_bytes: dict                   # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
+    passes: dict = field(default_factory=dict)   # copy passes per payload byte, by phase
+    rail: dict | None = None
+    plan: "_Plan | None" = None        # the agreed counts and row offsets (transport exchanges' combine reads them)
+    received: dict | None = None       # transport exchanges, token layout: position/weights [received, top_k]
+
+
+
+@dataclass
+class _Plan:
+    """Where every token and pair of a dispatch lands, from the counts every rank agreed on."""
+    N: np.ndarray              # [source, dest] tokens
+    PE: np.ndarray             # [source, expert] pairs
+    tok_off: np.ndarray        # [source, dest] first record row of the source's tokens at the dest
+    n_recv: np.ndarray         # [dest] records received
+    expert_base: np.ndarray    # [expert] first row of the expert in its rank's pair rows
+    pair_off: np.ndarray       # [source, expert] first row of the source's pairs within the expert
+    pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)
+    layout: str
+    fp8: bool
+    K: int
+    vb: int                    # value bytes of a row
+    sb: int                    # scale bytes of a row
+    sc_col: int                # scales' column in a record
+    rec: int                   # record bytes: values | pad | scales | K local ids | K weights
+
+    @property
+    def id_col(self):
+        return self.sc_col + self.sb
+
+
+def _make_plan(N, PE, W, E_loc, cap, layout, fp8, hidden, K):
+    vb, sb = (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
+    sc_col = vb + (-vb % 4)
+    totals = PE.sum(axis=0)
+    if layout == "masked":
+        expert_base = (np.arange(W * E_loc) % E_loc) * cap
+        pair_rows = np.full(W, E_loc * cap, np.int64)
+    else:
+        per_rank = totals.reshape(W, E_loc)
+        expert_base = (np.cumsum(per_rank, axis=1) - per_rank).ravel()
+        pair_rows = per_rank.sum(axis=1)
+    return _Plan(N, PE, np.cumsum(N, axis=0) - N, N.sum(axis=0), expert_base, np.cumsum(PE, axis=0) - PE, pair_rows,
+                 layout, fp8, K, vb, sb, sc_col, sc_col + sb + 8 * K)
+
+
+def _pair_slots(plan, s, ids):
+    """Row of every pair (i, k) of source s's tokens `ids` [n, K] (global experts, tokens ascending
+    as the source holds them) in its destination's pair rows."""
+    flat = ids.ravel()
+    if flat.size == 0:
+        return np.zeros(ids.shape, np.int64)
+    order = np.argsort(flat, kind="stable")                  # by expert, then token
+    g = flat[order]
+    cnt = np.bincount(g, minlength=plan.expert_base.size)
+    j = np.arange(flat.size) - np.repeat(_displs(cnt), cnt)
+    out = np.empty(flat.size, np.int64)
+    out[order] = plan.expert_base[g] + plan.pair_off[s, g] + j
+    return out.reshape(ids.shape)
+
+
+def _ranks_within(counts):
+    """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ...: each item's place within its group."""
+    counts = np.asarray(counts, np.int64)
+    return np.arange(int(counts.sum())) - np.repeat(_displs(counts), counts)
+
+
+def _token_rows(plan, s, dest, ranks):
+    """[n, len(ranks)]: does token i go to ranks[c] (any of its experts there), and its record row
+    there (the source's block, tokens ascending)."""
+    hit = np.zeros((dest.shape[0], len(ranks)), bool)
+    for c, d in enumerate(ranks):
+        hit[:, c] = np.any(dest == d, axis=1)
+    rows = plan.tok_off[s, ranks][None, :] + np.cumsum(hit, axis=0) - 1
+    return hit, rows
+
+
+def source_entries(plan, s, ids, local_experts, ranks):
+    """Where source s's tokens (global expert ids [n, K], tokens ascending) land at every rank:
+    (dest [n, K] rank of each pair's expert, hit [n, ranks] token sent to the rank, tok_peer [n, ranks]
+    (the rank where hit, else -1), tok_row [n, ranks] its record row there, pair_row [n, K] each pair's
+    row in its rank's per-expert or masked rows)."""
+    dest = ids // local_experts
+    hit, trow = _token_rows(plan, s, dest, np.arange(ranks))
+    tok_peer = np.where(hit, np.arange(ranks)[None, :], -1).astype(np.int64)
+    return dest, hit, tok_peer, trow, _pair_slots(plan, s, ids)
+
+
+def returned_rows(plan, s, d, local_experts, per_token):
+    """The rows of rank d's layout that hold source s's tokens (per_token: its records) or pairs, in
+    the order s sent them: what d sends back to s at combine."""
+    if per_token:
+        first = int(plan.tok_off[s, d])
+        return np.arange(first, first + int(plan.N[s, d]), dtype=np.int64)
+    g = np.arange(d * local_experts, (d + 1) * local_experts)
+    cnt = plan.PE[s, g]
+    return np.repeat(plan.expert_base[g] + plan.pair_off[s, g], cnt) + _ranks_within(cnt)
+
+
+def returned_position(plan, s, key, row, per_token):
+    """Each entry's row in what source s receives back at combine (one block per peer in rank order,
+    each in returned_rows order). per_token: key = tok_peer [n, ranks] (-1: not sent, row 0);
+    else key = the pairs' global experts [n, K] (a rank's experts are consecutive, so the pairs s
+    sent before expert g's are those of experts 0 .. g - 1)."""
+    if per_token:
+        ok = key >= 0
+        p = np.where(ok, key, 0)
+        pos = _displs(plan.N[s])[p] + row - plan.tok_off[s, p]
+        return np.where(ok, pos, 0).astype(np.int64)
+    g = key
+    return (_displs(plan.PE[s])[g] + row - plan.expert_base[g] - plan.pair_off[s, g]).astype(np.int64)
+
+
+def pair_experts(plan, peer, row, local_experts):
+    """The global expert of each pair, from its rank and its row in that rank's pair rows (a rank's
+    experts are consecutive, each expert's rows start at expert_base; empty experts share a start
+    with the next one, so the last start at or before the row is the pair's expert)."""
+    span = (int(plan.pair_rows.max()) if plan.pair_rows.size else 0) + 1
+    ranks = np.repeat(np.arange(plan.pair_rows.size), local_experts)
+    starts = ranks * span + plan.expert_base
+    return np.searchsorted(starts, np.asarray(peer, np.int64) * span + row, side="right") - 1

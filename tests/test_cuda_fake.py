@@ -362,7 +362,7 @@ def test_nccl_transport_offsets_move_the_right_rows(fake, low_latency):
     ws = {r: rng.random((T[r], 3)).astype(np.float32) for r in range(n)}
     with cuda_nccl.Communicator.local([0, 1]) as comm:
         t = cuda_nccl.NcclTransport(comm)
-        sim = cuda_nccl.SimulatedTransport(n)
+        sim = cuda_nccl.SimulatedTransport(n, combine_dtype=np.float32)  # NCCL combines in FP32
         dx = {r: dev(xs[r], r) for r in range(n)}
         dw = {r: dev(ws[r], r) for r in range(n)}
         if low_latency:
@@ -392,7 +392,7 @@ def test_nccl_transport_gives_the_simulated_layouts_and_handles(fake, layout):
     rng = np.random.default_rng(8)
     n, E, M = 2, 8, 7
     xs, ids, ws = make_ranks(rng, n, E, [7, 4], top_k=3, dim=32)
-    sim = cuda_nccl.SimulatedTransport(n)
+    sim = cuda_nccl.SimulatedTransport(n, combine_dtype=np.float32)  # NCCL combines in FP32
     with cuda_nccl.Communicator.local([0, 1]) as comm:
         t = cuda_nccl.NcclTransport(comm)
         dx, dw = ({r: dev(a[r], r) for r in range(n)} for a in (xs, ws))

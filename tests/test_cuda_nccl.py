@@ -34,7 +34,7 @@ def fake_experts_contiguous(x, offsets, first_expert):
 def test_normal_dispatch_and_combine_route_every_row(n, E, tokens):
     rng = np.random.default_rng(n)
     xs, ids, ws = make_ranks(rng, n, E, tokens)
-    t = N.SimulatedTransport(n)
+    t = N.SimulatedTransport(n, combine_dtype=np.float32)
     xl, offs, handles = N.dispatch(t, xs, ids, ws, E)
     epr = E // n
     ys = {}
@@ -53,7 +53,7 @@ def test_normal_dispatch_and_combine_route_every_row(n, E, tokens):
 def test_low_latency_dispatch_gives_the_masked_layout(n, E, tokens, cap):
     rng = np.random.default_rng(10 + n)
     xs, ids, ws = make_ranks(rng, n, E, tokens)
-    t = N.SimulatedTransport(n)
+    t = N.SimulatedTransport(n, combine_dtype=np.float32)
     xm, counts, handles = N.dispatch_low_latency(t, xs, ids, ws, E, cap)
     epr = E // n
     ys = {}
@@ -74,7 +74,7 @@ def test_low_latency_dispatch_gives_the_masked_layout(n, E, tokens, cap):
 def test_dispatch_rejects_bad_plans():
     rng = np.random.default_rng(0)
     xs, ids, ws = make_ranks(rng, 2, 8, [3, 4])
-    t = N.SimulatedTransport(2)
+    t = N.SimulatedTransport(2, combine_dtype=np.float32)
     with pytest.raises(ValueError, match="split evenly"):
         N.dispatch(t, xs, ids, ws, 7)
     with pytest.raises(ValueError, match="more than max_tokens = 3"):
@@ -107,7 +107,7 @@ def test_nccl_dispatch_and_combine_match_the_simulation(low_latency):
         t = N.NcclTransport(comm)
         dx = {r: cuda.DeviceArray.from_numpy(xs[r], r) for r in range(n)}
         dw = {r: cuda.DeviceArray.from_numpy(ws[r], r) for r in range(n)}
-        sim = N.SimulatedTransport(n)
+        sim = N.SimulatedTransport(n, combine_dtype=np.float32)
         if low_latency:
             got, cnt, h = N.dispatch_low_latency(t, dx, ids, dw, E, 20)
             want, wcnt, _ = N.dispatch_low_latency(sim, xs, ids, ws, E, 20)
@@ -141,7 +141,7 @@ def _mpi_worker():
     E = 8 * n
     rng = np.random.default_rng(7)
     xs, ids, ws = make_ranks(rng, n, E, [int(v) for v in rng.integers(1, 20, n)])
-    sim = N.SimulatedTransport(n)
+    sim = N.SimulatedTransport(n, combine_dtype=np.float32)
     want, _, hs = N.dispatch(sim, xs, ids, ws, E)
     want_y = N.combine(sim, {r: f32(want[r]) for r in range(n)}, hs)
     with N.Communicator.from_unique_id(uid, n, rank, rank) as comm:

@@ -214,7 +214,7 @@ def combine(transport, ys, handles, *, per_token=False):
         rows = np.concatenate(back)
         if rows.size and y.shape[0] <= int(rows.max()):
             raise ValueError(f"ys[{r}] must have the {int(rows.max()) + 1} rows dispatch returned, got {y.shape[0]}")
-        sends[r] = _rows(transport, r, y, rows)
+        sends[r] = transport.wire(r, _rows(transport, r, y, rows))
         sc[r] = np.array([b.size for b in back], np.int64)
         pairs = h.plan.PE[r].reshape(n, epr).sum(axis=1)
         rc[r] = h.plan.N[r] if tokens else pairs

@@ -17,6 +17,8 @@ process per GPU). Arguments and results are dicts keyed by the local ranks.
     place(rank, rows, idx, n)            [n, ...] zero rows with rows[i] at row idx[i] (rows ends in a
                                          zero pad row: alltoallv's pad_rows=1)
     weighted_sum(rank, y, position, w)   FP32 [T, dim] = sum_k w[t, k] * y[position[t, k]], slot order
+    wire(rank, rows)                     combine's rows as they cross: BF16 on the host transports (as
+                                         DeepEP's combine and the window exchange), FP32 on NCCL
 
 The shared-memory window exchange (exchange.WindowEpComm) is the tuned intranode transport: it
 writes rows straight into their final place at the peers instead of calling alltoallv, with the
@@ -36,6 +38,9 @@ class Transport:
 
     nranks: int
     ranks: list
+
+    def wire(self, rank, rows):
+        return rows
 
     def allgather(self, rows, what=None):
         n = self.nranks
@@ -58,6 +63,11 @@ class Transport:
 
 class HostRows:
     """Rows in host memory (numpy): the row operations of the simulated and MPI transports."""
+
+    combine_dtype = K.BF16   # combine's partials cross in BF16: half the bytes of FP32
+
+    def wire(self, rank, rows):
+        return rows if rows.dtype == self.combine_dtype else rows.astype(self.combine_dtype)
 
     def to_rank(self, rank, a):
         return np.ascontiguousarray(a)
@@ -86,8 +96,9 @@ class SimulatedTransport(HostRows, Transport):
     """Every rank in this process with numpy arrays, rows moved by slicing: the stand-in for NCCL
     and MPI in tests (the same dispatch/combine code runs over it)."""
 
-    def __init__(self, nranks):
+    def __init__(self, nranks, combine_dtype=K.BF16):
         self.nranks, self.ranks = int(nranks), list(range(int(nranks)))
+        self.combine_dtype = np.dtype(combine_dtype)  # FP32: as NCCL's transport, for comparing with it
 
     def alltoallv(self, sends, send_counts, recv_counts, pad_rows=0):
         n = self.nranks

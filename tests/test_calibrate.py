@@ -42,8 +42,12 @@ def test_figures_are_sane(quick_run):
     for t in range(1, threads + 1):
         assert 0 < m[f"read_gbps_{t}t"] < 2000 and 0 < m[f"triad_gbps_{t}t"] < 2000
     assert 0 < m["call_overhead_us"] < 1000
-    # Cache-resident data reads at least about as fast as memory (a VM may share the LLC).
-    assert m["cache_read_gbps"] > 0.5 * m[f"read_gbps_{threads}t"]
+    # Cache-resident data reads at least about as fast as memory (a VM may share the LLC), where both
+    # probes were steady: under other jobs a descheduled probe thread reads at a fraction of either,
+    # and the calibration names such probes instead of trusting them.
+    unsteady = m["unsteady_probes"].split(", ")
+    if "cache_read" not in unsteady and f"read_{threads}t" not in unsteady:
+        assert m["cache_read_gbps"] > 0.5 * m[f"read_gbps_{threads}t"]
 
 
 def test_writes_the_fitted_efficiencies(quick_run):

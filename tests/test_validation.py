@@ -195,6 +195,13 @@ def test_cli_predict_prints_the_band():
         assert cli_main(["predict", "--phase", "decode", "--device", "H800", "--batch", "64"]) == 0
     text = out.getvalue()
     assert "tokens/s per GPU" in text and "+/-" in text and "attention_core" in text
+    assert "has no kernel table" not in text
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(["predict", "--device", "B200", "--weight-dtype", "fp4", "--kv-fp8", "--attn-fp8",
+                         "--ep", "8", "--batch", "256", "--kv-len", "2048"]) == 0
+    text = out.getvalue()
+    assert "grouped_fp4" in text and "B200 has no kernel table" in text
 
 
 def test_eplb_imbalance_from_a_routing_distribution():

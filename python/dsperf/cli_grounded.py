@@ -28,6 +28,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--mtp", type=int, default=0, help="decode: MTP draft tokens per step")
     p.add_argument("--mtp-accepted", type=float, default=0.0, help="decode: draft tokens accepted per step")
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache (default BF16)")
+    p.add_argument("--attn-fp8", action="store_true", help="decode: FP8 attention math too (needs --kv-fp8)")
+    p.add_argument("--weight-dtype", choices=("fp8", "bf16", "fp4"), default="fp8",
+                   help="fp4: NVFP4 experts, FP8 elsewhere (a device with FP4 tensor cores)")
     p.add_argument("--imbalance", type=float, default=1.0, help="max / mean routed load per GPU")
     p.add_argument("--format", choices=FORMATS, default="table")
 
@@ -58,11 +61,11 @@ def run_predict(args: argparse.Namespace) -> str:
     from .model import grounded
 
     common = dict(attn_tp=args.attn_tp, redundant_experts=args.redundant_experts, overlap=args.overlap,
-                  imbalance=args.imbalance)
+                  imbalance=args.imbalance, weight_dtype=args.weight_dtype)
     if args.phase == "decode":
         r = grounded.decode(args.model, args.device, batch=args.batch, kv_len=args.kv_len,
                             ep=128 if args.ep is None else args.ep, mtp=args.mtp, mtp_accepted=args.mtp_accepted,
-                            kv_fp8=args.kv_fp8, **common)
+                            kv_fp8=args.kv_fp8, attn_fp8=args.attn_fp8, **common)
     else:
         r = grounded.prefill(args.model, args.device, tokens=args.tokens, prompt_len=args.prompt_len,
                              cached_prefix=args.cached_prefix, ep=32 if args.ep is None else args.ep, **common)
@@ -79,6 +82,9 @@ def run_predict(args: argparse.Namespace) -> str:
                      f"{r['batch_limit']:.0f} requests per GPU at this context ({'fits' if r['fits_memory'] else 'does NOT fit'})")
     lines.append(f"calls priced from a table row: {r['calls_from_table']}, clamped to a table's edge: "
                  f"{r['calls_clamped']}, at the default efficiency (no row): {r['calls_default']}")
+    if grounded.kernel_table_name(args.device) is None:
+        lines.append(f"{r['device']} has no kernel table: its compute runs at the default efficiency, and the band, "
+                     "drawn from devices with tables, does not cover it (see the B200 points of `dsperf validate`)")
     return text + "\n".join(lines) + "\n"
 
 
@@ -98,7 +104,7 @@ def add_explore_parser(sub) -> None:
                    help="price per GPU-hour for every device (default: dsperf.explore.DEFAULT_GPU_HOUR_USD)")
     e.add_argument("--request-rate", type=float, default=None,
                    help="requests/s to serve: adds the xPyD plan (decode and prefill instances, total GPUs)")
-    e.add_argument("--weight-dtype", default="fp8", help="weight dtypes to search, comma-separated: fp8,bf16")
+    e.add_argument("--weight-dtype", default="fp8", help="weight dtypes to search, comma-separated: fp8,bf16,fp4 (NVFP4 experts)")
     e.add_argument("--dense-tp", default="1", help="dense-MLP TP sizes to search, comma-separated (1: data-parallel)")
     e.add_argument("--moe-tp", default="1", help="MoE TP sizes to search, comma-separated (1: each expert whole)")
     e.add_argument("--routing-zipf", type=float, default=None,

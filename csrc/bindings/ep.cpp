@@ -178,7 +178,7 @@ void bind_window(py::module_& m) {
         return flags_wait(ptrs.data(), int64_t(ptrs.size()), target, timeout_s, spin_s);
     }, py::arg("flags"), py::arg("target"), py::arg("timeout_s"), py::arg("spin_s"));
     m.def("pull_weighted_sum", [](std::vector<Raw<uint16_t>> rows, Raw<int32_t> peer, Raw<int64_t> row,
-                                  py::object weights, Raw<float> out) {
+                                  py::object weights, Raw<float> out, int threads) {
         expect(peer.ndim() == 2 && row.ndim() == 2 && out.ndim() == 2, "peer, row and out must be 2-D");
         expect(row.shape(0) == peer.shape(0) && row.shape(1) == peer.shape(1), "row must match peer");
         expect(out.shape(0) == peer.shape(0), "out must have one row per token");
@@ -205,8 +205,9 @@ void bind_window(py::module_& m) {
             wp = w.data();
         }
         py::gil_scoped_release release;
-        pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data());
-    }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert());
+        pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data(), threads);
+    }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert(),
+       py::arg("threads") = 0);
     // values/scales: byte rows (the payload, or received records); dst: the destination's records.
     m.def("write_records", [](Raw<uint8_t> values, int64_t vcol, int64_t vb, py::object scales, int64_t scol, int64_t sb,
                               Raw<int64_t> token, Raw<int64_t> ids, py::object weights, int64_t dest,
@@ -277,7 +278,8 @@ void bind_window_plan(py::module_& m) {
                                py::object weights, int64_t source, Raw<int64_t> rows, int64_t local_experts, int layout,
                                int64_t cap, int64_t vb, int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col,
                                Raw<int64_t> local_of, Raw<int64_t> dst_addr, Raw<int64_t> dst_bytes,
-                               Raw<int32_t> tok_peer, Raw<int64_t> tok_row, Raw<int32_t> pair_peer, Raw<int64_t> pair_row) {
+                               Raw<int32_t> tok_peer, Raw<int64_t> tok_row, Raw<int32_t> pair_peer, Raw<int64_t> pair_row,
+                               int threads) {
         expect(values.ndim() == 2 && ids.ndim() == 2 && rows.ndim() == 2, "values, ids and rows must be 2-D");
         const int64_t n = ids.shape(0), K = ids.shape(1), W = rows.shape(0), L = dst_addr.size();
         expect(K >= 1 && K <= 64, "top_k must be in [1, 64]");
@@ -316,12 +318,12 @@ void bind_window_plan(py::module_& m) {
         return window_scatter(values.data() + vcol, values.shape(1), sp, sstride, ip, wp, n, K, source, rows.data(),
                               rows.shape(1), W, local_experts, WindowLayout(layout), cap, vb, sb, rec, sc_col, id_col,
                               local_of.data(), dst.data(), dst_bytes.data(), tok_peer.mutable_data(),
-                              tok_row.mutable_data(), pair_peer.mutable_data(), pair_row.mutable_data());
+                              tok_row.mutable_data(), pair_peer.mutable_data(), pair_row.mutable_data(), threads);
     }, py::arg("values"), py::arg("vcol"), py::arg("scales"), py::arg("scol"), py::arg("ids"), py::arg("weights"),
        py::arg("source"), py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("vb"),
        py::arg("sb"), py::arg("rec"), py::arg("sc_col"), py::arg("id_col"), py::arg("local_of"), py::arg("dst_addr"),
        py::arg("dst_bytes"), py::arg("tok_peer").noconvert(), py::arg("tok_row").noconvert(),
-       py::arg("pair_peer").noconvert(), py::arg("pair_row").noconvert());
+       py::arg("pair_peer").noconvert(), py::arg("pair_row").noconvert(), py::arg("threads") = 0);
     // ctrl_addr: each rank's control segment (int64 words; word 0 the flag); base + row_words
     // must lie within segment_words (checked).
     m.def("ctrl_sync", [](Raw<int64_t> ctrl_addr, int64_t segment_words, int64_t me, int64_t seq, int64_t base,

@@ -4,6 +4,9 @@
 #include <immintrin.h>
 #endif
 #include <sched.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -47,6 +50,14 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
 }
 
 namespace {
+
+int omp_threads() {
+#if defined(_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
 
 // One token: dst[0:dim) = sum over k < n, in order, of w[k] * f32(src[k][0:dim)), each product added
 // with one rounding (a fused multiply-add, also where no FMA instruction is used). The sum of a
@@ -116,9 +127,10 @@ RowSum pick_row_sum() {
 }  // namespace
 
 void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int64_t* row, const float* weights,
-                       int64_t tokens, int64_t entries, int64_t dim, float* out) {
+                       int64_t tokens, int64_t entries, int64_t dim, float* out, int threads) {
     static const RowSum row_sum = pick_row_sum();
-#pragma omp parallel
+    if (threads <= 0) threads = omp_threads();
+#pragma omp parallel num_threads(threads) if (threads > 1 && tokens * entries * dim > (int64_t(1) << 18))
     {
         std::vector<const bf16_t*> src(entries);
         std::vector<float> w(entries);
@@ -261,7 +273,7 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
                        int64_t stride, int64_t W, int64_t E_loc, WindowLayout layout, int64_t cap, int64_t vb,
                        int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col, const int64_t* local_of,
                        uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row,
-                       int32_t* pair_peer, int64_t* pair_row) {
+                       int32_t* pair_peer, int64_t* pair_row, int threads) {
     const PlanCore p = plan_core(rows, stride, W, E_loc, layout, cap, s);
     for (int64_t d = 0; d < W; ++d) {
         const int64_t l = local_of[d];
@@ -292,7 +304,9 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
     for (int64_t d = 0; d < W; ++d) scale_at[d] = (p.pair_rows[d] * vb + 63) / 64 * 64;
     int64_t written = 0;
     const bool token = layout == WindowLayout::kToken;
-#pragma omp parallel for schedule(static) reduction(+ : written) if (n * K * vb > (int64_t(1) << 20))
+    if (threads <= 0) threads = omp_threads();
+#pragma omp parallel for schedule(static) reduction(+ : written) num_threads(threads) \
+    if (threads > 1 && n * K * vb > (int64_t(1) << 18))
     for (int64_t i = 0; i < n; ++i) {
         const uint8_t* v = values + i * vstride;
         const uint8_t* sc = scales ? scales + i * sstride : nullptr;

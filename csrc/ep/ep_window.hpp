@@ -23,9 +23,11 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
 
 // out[t] = sum over m < entries, in order, of weights[t, m] * f32(rows[peer[t, m]][row[t, m]]);
 // entries with peer < 0 are skipped (zero rows where none is left). weights null: all 1.
-// rows[p]: BF16 [*, dim] of peer p, read in place (its shared-memory window).
+// rows[p]: BF16 [*, dim] of peer p, read in place (its shared-memory window). threads: OpenMP
+// threads at most (0: OpenMP's default); large calls only (a parallel region costs more than a
+// small call, and ranks that outnumber the cores must not fork threads that wait for a core).
 void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int64_t* row, const float* weights,
-                       int64_t tokens, int64_t entries, int64_t dim, float* out);
+                       int64_t tokens, int64_t entries, int64_t dim, float* out, int threads = 0);
 
 // Dispatch records for one destination rank, each written in one go: for i < n, record i of dst
 // (rec bytes apart) gets vb value bytes from values[token[i]] (column vcol, rows value_stride bytes
@@ -68,12 +70,13 @@ void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t local_e
 // tok_row[i, d] its record row at d, or -1 and -1 where no expert of i lives on d; pair_peer[i, k]
 // = the rank of expert ids[i, k] and pair_row[i, k] its row in that rank's pair rows. Returns the
 // bytes written. Throws std::invalid_argument, before writing anything, where a destination's
-// rows would not fit its segment (dst_bytes[l] bytes).
+// rows would not fit its segment (dst_bytes[l] bytes). threads: as pull_weighted_sum.
 int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* scales, int64_t sstride,
                        const int64_t* ids, const float* weights, int64_t n, int64_t K, int64_t s, const int64_t* rows,
                        int64_t stride, int64_t W, int64_t local_experts, WindowLayout layout, int64_t cap, int64_t vb,
                        int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col, const int64_t* local_of,
-                       uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row, int32_t* pair_peer, int64_t* pair_row);
+                       uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row,
+                       int32_t* pair_peer, int64_t* pair_row, int threads = 0);
 
 // One sync of the control window: this rank's row (len words, the rest of row_words zeroed) stored
 // at word `base` of its segment ctrl[me], the sequence number seq published at word 0 (release),

@@ -190,6 +190,11 @@ class WindowEpComm:
         ranks = self._node_ranks
         self._t = ShmTransport(node_comm, self._hw + W + self.num_experts + self.nodes, timeout_s=self.timeout_s,
                                label=lambda local: int(ranks[local]))
+        # Threads for the exchange's copies: this rank's share of the node's cores (ranks that
+        # outnumber the cores copy on one thread each; a thread waiting for a core stalls the copy).
+        import os
+        mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._threads = max(1, min(mine, (os.cpu_count() or 1) // self._L))
         self._call_seq = 0
         self._turn = {}
         self._ll_filled = {}      # (turn, fp8) -> rows per local expert the last use filled
@@ -363,7 +368,7 @@ class WindowEpComm:
         written = _C_EP.window_scatter(vsrc, vcol, ssrc if plan.sb else None, scol, ids, w, s, plan.rows,
                                        self.local_experts, plan.code, plan.cap, plan.vb, plan.sb, plan.rec,
                                        plan.sc_col, plan.id_col, self._local_of, segs[0], segs[1], tok_peer, tok_row,
-                                       pair_peer, pair_row)
+                                       pair_peer, pair_row, self._threads)
         return written, tok_peer, tok_row, pair_peer, pair_row
 
     def _write_inbox(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, segs):
@@ -694,7 +699,7 @@ class WindowEpComm:
                     back, moved = self._combine_rail(handle, peers, per_token)
                     peers.append(back)
                 res = np.empty((handle.num_tokens, h), F32) if out is None else out
-                _C_EP.pull_weighted_sum(peers, peer.astype(np.int32, copy=False), row, ww, res)
+                _C_EP.pull_weighted_sum(peers, peer.astype(np.int32, copy=False), row, ww, res, self._threads)
                 pulled = int((peer >= 0).sum()) * 2 * h
                 total = int(handle.wire_bytes["combine_recv"].sum())
                 handle.passes["combine"] = (copied + pulled + moved) / total if total else 0.0

@@ -327,7 +327,7 @@ void bind_window_plan(py::module_& m) {
     // ctrl_addr: each rank's control segment (int64 words; word 0 the flag); base + row_words
     // must lie within segment_words (checked).
     m.def("ctrl_sync", [](Raw<int64_t> ctrl_addr, int64_t segment_words, int64_t me, int64_t seq, int64_t base,
-                          Raw<int64_t> row, double timeout_s, double spin_s, Raw<int64_t> out) {
+                          Raw<int64_t> row, double timeout_s, double spin_s, Raw<int64_t> out, int64_t same_words) {
         const int64_t n = ctrl_addr.size();
         expect(out.ndim() == 2 && out.shape(0) == n, "out must be [ranks, row_words]");
         const int64_t row_words = out.shape(1);
@@ -337,9 +337,9 @@ void bind_window_plan(py::module_& m) {
         for (int64_t r = 0; r < n; ++r) ctrl[r] = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(ctrl_addr.data()[r]));
         py::gil_scoped_release release;
         return ctrl_sync(ctrl.data(), n, me, seq, base, row.data(), row.size(), row_words, timeout_s, spin_s,
-                         out.mutable_data());
+                         out.mutable_data(), same_words);
     }, py::arg("ctrl_addr"), py::arg("segment_words"), py::arg("me"), py::arg("seq"), py::arg("base"), py::arg("row"),
-       py::arg("timeout_s"), py::arg("spin_s"), py::arg("out").noconvert());
+       py::arg("timeout_s"), py::arg("spin_s"), py::arg("out").noconvert(), py::arg("same_words") = 0);
 }
 
 }  // namespace

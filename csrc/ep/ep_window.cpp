@@ -343,7 +343,7 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
 }
 
 int64_t ctrl_sync(int64_t* const* ctrl, int64_t n, int64_t me, int64_t seq, int64_t base, const int64_t* row,
-                  int64_t len, int64_t row_words, double timeout_s, double spin_s, int64_t* out) {
+                  int64_t len, int64_t row_words, double timeout_s, double spin_s, int64_t* out, int64_t same_words) {
     int64_t* mine = ctrl[me] + base;
     std::memcpy(mine, row, size_t(8 * len));
     std::fill(mine + len, mine + row_words, int64_t(0));
@@ -351,6 +351,9 @@ int64_t ctrl_sync(int64_t* const* ctrl, int64_t n, int64_t me, int64_t seq, int6
     const int64_t late = flags_wait(ctrl, n, seq, timeout_s, spin_s);
     if (late >= 0) return late;
     for (int64_t r = 0; r < n; ++r) std::memcpy(out + r * row_words, ctrl[r] + base, size_t(8 * row_words));
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < std::min(same_words, len); ++j)
+            if (out[r * row_words + j] != row[j]) return -2;
     return -1;
 }
 

@@ -81,8 +81,11 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
 // One sync of the control window: this rank's row (len words, the rest of row_words zeroed) stored
 // at word `base` of its segment ctrl[me], the sequence number seq published at word 0 (release),
 // every segment's flag awaited (acquire; bounded as flags_wait), then every rank's row copied into
-// out [n, row_words]. Returns -1, or the index of a rank that did not arrive within timeout_s.
+// out [n, row_words]. Returns the index of a rank that did not arrive within timeout_s, else -2
+// where some rank's first same_words words differ from this rank's row (a verdict, call or value
+// to look at), else -1.
 int64_t ctrl_sync(int64_t* const* ctrl, int64_t n, int64_t me, int64_t seq, int64_t base, const int64_t* row,
-                  int64_t len, int64_t row_words, double timeout_s, double spin_s, int64_t* out);
+                  int64_t len, int64_t row_words, double timeout_s, double spin_s, int64_t* out,
+                  int64_t same_words = 0);
 
 }  // namespace dsperf::ep

@@ -186,7 +186,8 @@ class WindowEpComm:
             self._rail = self._calls.Split(self._li, int(node[self.rank]))
             self._rail_ranks = np.array(self._rail.allgather(self.rank), np.int64)   # global rank per node
         self._hw = _header_words(len(_VALUES))
-        self._ok_head = _header(None, (0,) * len(_VALUES))
+        self._ok_row = np.zeros(self._hw + W + self.num_experts + self.nodes, np.int64)
+        self._ok_row[:self._hw] = _header(None, (0,) * len(_VALUES))
         ranks = self._node_ranks
         self._t = ShmTransport(node_comm, self._hw + W + self.num_experts + self.nodes, timeout_s=self.timeout_s,
                                label=lambda local: int(ranks[local]))
@@ -230,13 +231,26 @@ class WindowEpComm:
     def _sync(self, call, err=None, values=(0, 0), counts=(), world=False):
         """Publish (verdict, call, counts), wait for every rank of the node (world=True: of the
         communicator, by MPI_Allgather); raises the same error on every rank for a bad argument
-        anywhere or ranks in different calls. Returns (values, counts) rows."""
-        if err is None:
-            # The header of a good verdict differs from call to call only in its first words.
-            row = np.empty(self._hw + len(counts), np.int64)
-            row[:self._hw] = self._ok_head
+        anywhere or ranks in different calls. Returns (values, counts) rows; _same_values tells
+        whether every rank's values were the same."""
+        self._same_values = False
+        if err is None and not world:
+            # The header of a good verdict differs from call to call only in its first words (a kept
+            # row: the sync copies it into the control window).
+            row = self._ok_row
+            row[2], row[3], row[4], row[5] = CALLS.index(call), self._call_seq, values[0], values[1]
+            n = self._hw + len(counts)
+            if len(counts):
+                row[self._hw:n] = counts
+            rows, same = self._t.sync(row[:n], call, 6)
+            if same:
+                # Every rank good, in this call, with the same top_k and fp8: nothing to parse.
+                self._same_values = True
+                return rows[:, 2:6], rows[:, self._hw:]
+            row = row[:n].copy()
+        elif err is None:
+            row = np.concatenate([self._ok_row[:self._hw], np.asarray(counts, np.int64)])
             row[2:6] = (CALLS.index(call), self._call_seq, *values)
-            row[self._hw:] = counts
         else:
             head = _header(err, (CALLS.index(call), self._call_seq, *values))
             row = np.concatenate([head, np.asarray(counts, np.int64)]) if len(counts) else head
@@ -246,11 +260,8 @@ class WindowEpComm:
             full[:row.size] = row
             rows = np.empty((self.size, full.size), np.int64)
             self._waitall([self._calls.Iallgather(full, rows)], f"the other ranks to reach {call}")
-        else:
+        elif err is not None:
             rows = self._t.sync(row, call)
-        if err is None and (rows[:, :6] == row[:6]).all():
-            # Every rank good, in this call, with the same top_k and fp8: nothing to parse.
-            return rows[:, 2:6], rows[:, self._hw:]
         codes, seqs = rows[:, 2], rows[:, 3]
         if np.any(codes != codes[0]) or np.any(seqs != seqs[0]):
             ranks = np.arange(self.size) if world else self._node_ranks
@@ -337,7 +348,7 @@ class WindowEpComm:
             xx, ids, w, T, K = None, np.zeros((0, 1), np.int64), None, 0, 0
             counts = np.zeros(W + E + self.nodes, np.int64)
         vals, rows = self._guarded(lambda: self._sync(call, err, (K, int(fp8)), counts, world=self.nodes > 1))
-        if err is not None or not (vals[:, 2:4] == vals[0, 2:4]).all():
+        if not self._same_values:
             _agree(vals, _VALUES, {"top_k", "fp8"})
         cap = W * (self.max_tokens or 1)
         rows = np.ascontiguousarray(rows[:, :W + E + self.nodes])
@@ -590,7 +601,7 @@ class WindowEpComm:
         combine, which then copies nothing. Valid until the next combine of the same turn."""
         h = handle.hidden
         rows = int(handle.tok_rows[self._li] if per_token else handle.pair_rows[self._li])
-        seg = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))[self._li]
+        seg = self._t.views(("pub", handle.turn))[self._li]
         out = seg[:rows * 2 * h].view(BF16).reshape(rows, h)
         if handle.mode == "low_latency":
             out = out.reshape(self.local_experts, -1, h)
@@ -655,7 +666,7 @@ class WindowEpComm:
             # a later sync: if none has happened since, take one before overwriting.
             if self._pub_read.get(handle.turn) == self._t._seq:
                 self._sync("barrier")
-            seg = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))[li]
+            seg = self._t.views(("pub", handle.turn))[li]
             pub = seg[:n * 2 * h].view(np.uint16).reshape(n, h)
             if err is not None:
                 return 0
@@ -687,7 +698,7 @@ class WindowEpComm:
                     self._sync(call, err, world=True)   # a bad argument on any node, raised everywhere
                 self._sync(call, err)                   # this node's outputs are in place
                 self._pub_read[handle.turn] = self._t._seq
-                segs = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))
+                segs = self._t.views(("pub", handle.turn))
                 rows_at = handle.tok_rows if per_token else handle.pair_rows
                 if handle.mode == "low_latency":
                     rows_at = np.full(self._L, n, np.int64)

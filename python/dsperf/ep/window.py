@@ -94,7 +94,7 @@ class ShmTransport:
         self._check()
         sizes = np.asarray(sizes, np.int64)
         have = self._windows.get(name)
-        if have is not None and np.all(have[1] >= sizes):
+        if have is not None and (have[1] >= sizes).all():
             return have[2]
         old = have[1] if have is not None else np.zeros(self.size, np.int64)
         grown = np.maximum(old, np.array([_round_up(s * 5 // 4, _PAGE) if s > o else o
@@ -112,6 +112,11 @@ class ShmTransport:
         self._windows[name] = (win, grown, views, addr, np.array([v.size for v in views], np.int64))
         return views
 
+    def views(self, name):
+        """The segments of window `name` as they are (it must exist: regions made it)."""
+        self._check()
+        return self._windows[name][2]
+
     def segments(self, name):
         """(addresses int64 [ranks], bytes int64 [ranks]) of the segments of window `name` (after
         regions), for the C++ copies that write into them (which check every row against the bytes)."""
@@ -125,8 +130,9 @@ class ShmTransport:
         seg[:seg.size if nbytes is None else nbytes] = 0
 
     # -- synchronisation -------------------------------------------------------------------------
-    def sync(self, row, what):
-        """Publish row (int64 [<= row_words]) and wait for every rank's; returns [ranks, row_words].
+    def sync(self, row, what, same_words=0):
+        """Publish row (int64 [<= row_words]) and wait for every rank's; returns [ranks, row_words]
+        (and, with same_words > 0, (rows, whether every rank's first same_words words equal row's)).
         A peer that does not arrive within timeout_s ends the job, named."""
         self._check()
         self._seq += 1
@@ -136,11 +142,11 @@ class ShmTransport:
         out = np.empty((self.size, self.row_words), np.int64)
         # Store the row, publish the sequence number, wait for every rank's, copy their rows: one call.
         late = _C_EP.ctrl_sync(self._ctrl_addr, self._ctrl_words, self.rank, self._seq, base,
-                               np.ascontiguousarray(row, np.int64), self.timeout_s, self.spin_s, out)
+                               np.ascontiguousarray(row, np.int64), self.timeout_s, self.spin_s, out, same_words)
         if late >= 0:
             self._abort(f"no progress for {self.timeout_s:g} s while waiting for rank {self._label(late)} "
                         f"to reach {what} (it may have died, raised or be stuck)")
-        return out
+        return (out, late == -1) if same_words else out
 
     def _abort(self, why):
         sys.stderr.write(f"dsperf.ep: rank {self._label(self.rank)}: {why}; aborting the job\n")

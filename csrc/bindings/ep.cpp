@@ -88,7 +88,7 @@ void bind_copies(py::module_& m) {
         weighted_sum_bf16_rows(rows.data(), rows.shape(0), rows.shape(1), position.data(), weights.data(),
                                position.shape(0), position.shape(1), out.mutable_data());
     }, py::arg("rows"), py::arg("position"), py::arg("weights"), py::arg("out").noconvert());
-    m.def("gather_rows_to_bf16", [](Raw<float> y, py::object index, Raw<uint16_t> out) {
+    m.def("gather_rows_to_bf16", [](Raw<float> y, py::object index, Raw<uint16_t> out, int threads) {
         expect(y.ndim() == 2 && out.ndim() == 2 && out.shape(1) == y.shape(1), "y and out must be 2-D of one width");
         Raw<int64_t> idx;
         const int64_t* ip = nullptr;
@@ -98,8 +98,8 @@ void bind_copies(py::module_& m) {
             ip = idx.data();
         }
         py::gil_scoped_release release;
-        gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), ip, out.shape(0), out.mutable_data());
-    }, py::arg("y"), py::arg("index"), py::arg("out").noconvert());
+        gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), ip, out.shape(0), out.mutable_data(), threads);
+    }, py::arg("y"), py::arg("index"), py::arg("out").noconvert(), py::arg("threads") = 0);
     m.def("combine_reduce", [](Raw<uint16_t> rows, Raw<int64_t> token_rows, Raw<float> out) {
         expect(rows.ndim() == 2 && token_rows.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
         expect(out.shape(0) == token_rows.shape(0) && out.shape(1) == rows.shape(1),
@@ -137,7 +137,7 @@ void bind_copies(py::module_& m) {
         dequant_gather_rows(values.data(), dim, scales.data(), scales.shape(1), n, dim, nullptr, n, out.mutable_data());
     }, py::arg("values"), py::arg("scales"), py::arg("out").noconvert());
     m.def("copy_rows", [](Raw<uint8_t> src, int64_t src_col, py::object src_index, Raw<uint8_t> dst, int64_t dst_col,
-                          py::object dst_index, int64_t n, int64_t width) {
+                          py::object dst_index, int64_t n, int64_t width, int threads) {
         expect(src.ndim() == 2 && dst.ndim() == 2, "src and dst must be 2-D byte arrays");
         Raw<int64_t> si, di;
         const int64_t* sp = nullptr;
@@ -156,9 +156,9 @@ void bind_copies(py::module_& m) {
         if (!dp) expect(n <= dst.shape(0), "n exceeds the destination rows");
         py::gil_scoped_release release;
         copy_rows(src.data(), src.shape(0), src.shape(1), src_col, sp, dst.mutable_data(), dst.shape(0), dst.shape(1),
-                  dst_col, dp, n, width);
+                  dst_col, dp, n, width, threads);
     }, py::arg("src"), py::arg("src_col"), py::arg("src_index"), py::arg("dst").noconvert(), py::arg("dst_col"),
-       py::arg("dst_index"), py::arg("n"), py::arg("width"));
+       py::arg("dst_index"), py::arg("n"), py::arg("width"), py::arg("threads") = 0);
 }
 
 // The window exchange's flags and pull-side reduction (dsperf/ep/window.py, exchange.py). Arrays

@@ -484,9 +484,10 @@ class WindowEpComm:
         for sel in picks:
             if sel.size:
                 blk = send[at:at + sel.size]
-                _C_EP.copy_rows(vrows, 0, sel.astype(np.int64), blk, 0, None, sel.size, plan.vb)
+                _C_EP.copy_rows(vrows, 0, sel.astype(np.int64), blk, 0, None, sel.size, plan.vb, self._threads)
                 if plan.sb:
-                    _C_EP.copy_rows(srows, 0, sel.astype(np.int64), blk, plan.sc_col, None, sel.size, plan.sb)
+                    _C_EP.copy_rows(srows, 0, sel.astype(np.int64), blk, plan.sc_col, None, sel.size, plan.sb,
+                                    self._threads)
                 blk[:, plan.id_col:plan.id_col + 4 * K] = ids[sel].astype(np.int32).view(np.uint8).reshape(sel.size, 4 * K)
                 wk = w[sel] if w is not None else np.zeros((sel.size, K), F32)
                 blk[:, plan.id_col + 4 * K:] = wk.astype(F32).view(np.uint8).reshape(sel.size, 4 * K)
@@ -676,17 +677,18 @@ class WindowEpComm:
             if handle.own_slots is not None:               # masked: only the filled rows
                 slots = handle.own_slots
                 if yy.dtype == BF16:
-                    _C_EP.copy_rows(_byte_rows(yy), 0, slots, pub.view(np.uint8), 0, slots, slots.size, 2 * h)
+                    _C_EP.copy_rows(_byte_rows(yy), 0, slots, pub.view(np.uint8), 0, slots, slots.size, 2 * h,
+                                    self._threads)
                 else:
                     starts = np.nonzero(np.diff(np.concatenate([[-2], slots])) != 1)[0]
                     for a, b in zip(starts, np.append(starts[1:], slots.size)):
                         lo, hi = int(slots[a]), int(slots[b - 1]) + 1
-                        _C_EP.gather_rows_to_bf16(yy[lo:hi], None, pub[lo:hi])
+                        _C_EP.gather_rows_to_bf16(yy[lo:hi], None, pub[lo:hi], self._threads)
                 return slots.size * 2 * h
             if yy.dtype == BF16:
                 pub[:] = yy[:n].view(np.uint16)
             else:
-                _C_EP.gather_rows_to_bf16(yy, None, pub)
+                _C_EP.gather_rows_to_bf16(yy, None, pub, self._threads)
             return n * 2 * h
 
         copied = self._guarded(write) if isinstance(handle, ExchangeHandle) else 0
@@ -734,7 +736,7 @@ class WindowEpComm:
                 pick = np.nonzero(loc == p)[0]
                 if pick.size:
                     _C_EP.copy_rows(peers[p].view(np.uint8), 0, row[pick], send, 0, (at + pick).astype(np.int64),
-                                    pick.size, 2 * h)
+                                    pick.size, 2 * h, self._threads)
             at += loc.size
         recv_rows = handle.rail["back_tok" if per_token else "back_pair"]
         back = self._rail_exchange(send.reshape(-1), send_rows * 2 * h, ("rail_crecv", handle.turn),

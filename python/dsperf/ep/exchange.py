@@ -79,10 +79,21 @@ class ExchangeHandle:
     weights: np.ndarray | None         # FP32 [tokens, top_k] (normal mode), summed by combine
     send_counts: np.ndarray            # [ranks] tokens (normal) or pairs (low latency) sent to each rank
     recv_counts: np.ndarray            # [ranks] tokens or pairs received from each rank
-    own_slots: np.ndarray | None       # low latency: this rank's filled rows of the masked layout
+    expert_counts: np.ndarray | None   # low latency: rows filled per local expert of the masked layout
     wire_bytes: dict                   # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
     passes: dict = field(default_factory=dict)   # copy passes per payload byte, by phase
     rail: dict | None = None
+    capacity: int = 0                  # low latency: rows per local expert of the masked layout
+
+    @property
+    def own_slots(self):
+        """Low latency: this rank's filled rows of the masked layout (flat row indices), else None."""
+        c = self.expert_counts
+        if c is None:
+            return None
+        if getattr(self, "_slots", None) is None:
+            self._slots = (np.repeat(np.arange(c.size) * self.capacity, c) + _ranks_within(c)).astype(np.int64)
+        return self._slots
 
 
 class _Done:
@@ -562,12 +573,11 @@ class WindowEpComm:
         total = int(wire["dispatch_send"].sum())
         passes = dict(dispatch=(sent + quant) / total if total else 0.0)
         counts = plan.counts
-        own_slots = None
-        if layout == "masked":
-            own_slots = (np.repeat(np.arange(E_loc) * cap, counts) + _ranks_within(counts)).astype(np.int64)
-        handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv[nr], pair_peer,
-                                pair_row, plan.pair_rows[nr], None if w is None else np.ascontiguousarray(w, F32),
-                                send_counts, recv_counts, own_slots, wire, passes, rail)
+        one = self.nodes == 1
+        handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv if one else plan.n_recv[nr],
+                                pair_peer, pair_row, plan.pair_rows if one else plan.pair_rows[nr],
+                                None if w is None else np.ascontiguousarray(w, F32), send_counts, recv_counts,
+                                counts if layout == "masked" else None, wire, passes, rail, cap)
         nsc = sb // 4
         own = views[li]
         if layout == "masked":

@@ -204,6 +204,7 @@ class WindowEpComm:
                                label=lambda local: int(ranks[local]))
         # Threads for the exchange's copies: this rank's share of the node's cores (ranks that
         # outnumber the cores copy on one thread each; a thread waiting for a core stalls the copy).
+        # dsperf.ep.bench.rate_probes probes the copy rate on the same share.
         import os
         mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self._threads = max(1, min(mine, (os.cpu_count() or 1) // self._L))

@@ -88,7 +88,7 @@ void bind_copies(py::module_& m) {
         weighted_sum_bf16_rows(rows.data(), rows.shape(0), rows.shape(1), position.data(), weights.data(),
                                position.shape(0), position.shape(1), out.mutable_data());
     }, py::arg("rows"), py::arg("position"), py::arg("weights"), py::arg("out").noconvert());
-    m.def("gather_rows_to_bf16", [](Raw<float> y, py::object index, Raw<uint16_t> out) {
+    m.def("gather_rows_to_bf16", [](Raw<float> y, py::object index, Raw<uint16_t> out, int threads) {
         expect(y.ndim() == 2 && out.ndim() == 2 && out.shape(1) == y.shape(1), "y and out must be 2-D of one width");
         Raw<int64_t> idx;
         const int64_t* ip = nullptr;
@@ -98,8 +98,8 @@ void bind_copies(py::module_& m) {
             ip = idx.data();
         }
         py::gil_scoped_release release;
-        gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), ip, out.shape(0), out.mutable_data());
-    }, py::arg("y"), py::arg("index"), py::arg("out").noconvert());
+        gather_rows_to_bf16(y.data(), y.shape(0), y.shape(1), ip, out.shape(0), out.mutable_data(), threads);
+    }, py::arg("y"), py::arg("index"), py::arg("out").noconvert(), py::arg("threads") = 0);
     m.def("combine_reduce", [](Raw<uint16_t> rows, Raw<int64_t> token_rows, Raw<float> out) {
         expect(rows.ndim() == 2 && token_rows.ndim() == 2 && out.ndim() == 2, "2-D arrays expected");
         expect(out.shape(0) == token_rows.shape(0) && out.shape(1) == rows.shape(1),
@@ -137,7 +137,7 @@ void bind_copies(py::module_& m) {
         dequant_gather_rows(values.data(), dim, scales.data(), scales.shape(1), n, dim, nullptr, n, out.mutable_data());
     }, py::arg("values"), py::arg("scales"), py::arg("out").noconvert());
     m.def("copy_rows", [](Raw<uint8_t> src, int64_t src_col, py::object src_index, Raw<uint8_t> dst, int64_t dst_col,
-                          py::object dst_index, int64_t n, int64_t width) {
+                          py::object dst_index, int64_t n, int64_t width, int threads) {
         expect(src.ndim() == 2 && dst.ndim() == 2, "src and dst must be 2-D byte arrays");
         Raw<int64_t> si, di;
         const int64_t* sp = nullptr;
@@ -156,9 +156,9 @@ void bind_copies(py::module_& m) {
         if (!dp) expect(n <= dst.shape(0), "n exceeds the destination rows");
         py::gil_scoped_release release;
         copy_rows(src.data(), src.shape(0), src.shape(1), src_col, sp, dst.mutable_data(), dst.shape(0), dst.shape(1),
-                  dst_col, dp, n, width);
+                  dst_col, dp, n, width, threads);
     }, py::arg("src"), py::arg("src_col"), py::arg("src_index"), py::arg("dst").noconvert(), py::arg("dst_col"),
-       py::arg("dst_index"), py::arg("n"), py::arg("width"));
+       py::arg("dst_index"), py::arg("n"), py::arg("width"), py::arg("threads") = 0);
 }
 
 // The window exchange's flags and pull-side reduction (dsperf/ep/window.py, exchange.py). Arrays
@@ -178,7 +178,7 @@ void bind_window(py::module_& m) {
         return flags_wait(ptrs.data(), int64_t(ptrs.size()), target, timeout_s, spin_s);
     }, py::arg("flags"), py::arg("target"), py::arg("timeout_s"), py::arg("spin_s"));
     m.def("pull_weighted_sum", [](std::vector<Raw<uint16_t>> rows, Raw<int32_t> peer, Raw<int64_t> row,
-                                  py::object weights, Raw<float> out) {
+                                  py::object weights, Raw<float> out, int threads) {
         expect(peer.ndim() == 2 && row.ndim() == 2 && out.ndim() == 2, "peer, row and out must be 2-D");
         expect(row.shape(0) == peer.shape(0) && row.shape(1) == peer.shape(1), "row must match peer");
         expect(out.shape(0) == peer.shape(0), "out must have one row per token");
@@ -205,8 +205,9 @@ void bind_window(py::module_& m) {
             wp = w.data();
         }
         py::gil_scoped_release release;
-        pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data());
-    }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert());
+        pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data(), threads);
+    }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert(),
+       py::arg("threads") = 0);
     // values/scales: byte rows (the payload, or received records); dst: the destination's records.
     m.def("write_records", [](Raw<uint8_t> values, int64_t vcol, int64_t vb, py::object scales, int64_t scol, int64_t sb,
                               Raw<int64_t> token, Raw<int64_t> ids, py::object weights, int64_t dest,
@@ -246,6 +247,101 @@ void bind_window(py::module_& m) {
        py::arg("dst").noconvert(), py::arg("sc_col"), py::arg("id_col"));
 }
 
+
+// The window dispatch's per-call planning (dsperf/ep/exchange.py): one call each, no Python loops.
+// Segments of the shared-memory windows are passed as addresses (int64, taken once per window by
+// window.py) with their sizes; the functions check every row against those sizes before writing.
+void bind_window_plan(py::module_& m) {
+    m.def("dispatch_counts", [](Raw<int64_t> ids, int64_t num_experts, int64_t local_experts, Raw<int64_t> node,
+                                int64_t nodes, Raw<int64_t> out) {
+        expect(ids.ndim() == 2 && node.ndim() == 1 && out.ndim() == 1, "ids 2-D, node and out 1-D");
+        const int64_t W = node.shape(0);
+        expect(local_experts >= 1 && num_experts == W * local_experts, "num_experts must be ranks * local_experts");
+        expect(out.shape(0) == W + num_experts + nodes, "out must hold ranks + experts + nodes counts");
+        for (int64_t r = 0; r < W; ++r) expect(node.data()[r] >= 0 && node.data()[r] < nodes, "node out of range");
+        py::gil_scoped_release release;
+        return dispatch_counts(ids.data(), ids.shape(0), ids.shape(1), num_experts, W, local_experts, node.data(), nodes,
+                               out.mutable_data());
+    }, py::arg("ids"), py::arg("num_experts"), py::arg("local_experts"), py::arg("node"), py::arg("nodes"),
+       py::arg("out").noconvert());
+    m.def("window_plan", [](Raw<int64_t> rows, int64_t local_experts, int layout, int64_t cap, int64_t me,
+                            Raw<int64_t> out) {
+        expect(rows.ndim() == 2 && out.ndim() == 1, "rows 2-D, out 1-D");
+        const int64_t W = rows.shape(0);
+        expect(local_experts >= 1 && rows.shape(1) >= W + W * local_experts, "rows must hold W + E counts per rank");
+        expect(me >= 0 && me < W && layout >= 0 && layout <= 2, "me or layout out of range");
+        expect(out.shape(0) == 6 * W + local_experts, "out must hold 6 ranks + local_experts words");
+        window_plan(rows.data(), rows.shape(1), W, local_experts, WindowLayout(layout), cap, me, out.mutable_data());
+    }, py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("me"),
+       py::arg("out").noconvert());
+    m.def("window_scatter", [](Raw<uint8_t> values, int64_t vcol, py::object scales, int64_t scol, Raw<int64_t> ids,
+                               py::object weights, int64_t source, Raw<int64_t> rows, int64_t local_experts, int layout,
+                               int64_t cap, int64_t vb, int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col,
+                               Raw<int64_t> local_of, Raw<int64_t> dst_addr, Raw<int64_t> dst_bytes,
+                               Raw<int32_t> tok_peer, Raw<int64_t> tok_row, Raw<int32_t> pair_peer, Raw<int64_t> pair_row,
+                               int threads) {
+        expect(values.ndim() == 2 && ids.ndim() == 2 && rows.ndim() == 2, "values, ids and rows must be 2-D");
+        const int64_t n = ids.shape(0), K = ids.shape(1), W = rows.shape(0), L = dst_addr.size();
+        expect(K >= 1 && K <= 64, "top_k must be in [1, 64]");
+        expect(local_experts >= 1 && rows.shape(1) >= W + W * local_experts, "rows must hold W + E counts per rank");
+        expect(source >= 0 && source < W && layout >= 0 && layout <= 2, "source or layout out of range");
+        expect(values.shape(0) >= n && vcol >= 0 && vb >= 0 && vcol + vb <= values.shape(1), "value columns out of range");
+        expect(local_of.size() == W && dst_bytes.size() == L, "local_of [ranks], dst_bytes [node ranks]");
+        for (int64_t d = 0; d < W; ++d) expect(local_of.data()[d] < L, "local_of out of range");
+        expect(tok_peer.ndim() == 2 && tok_peer.shape(0) == n && tok_peer.shape(1) == W && tok_row.ndim() == 2 &&
+               tok_row.shape(0) == n && tok_row.shape(1) == W, "tok_peer and tok_row must be [tokens, ranks]");
+        expect(pair_peer.ndim() == 2 && pair_peer.shape(0) == n && pair_peer.shape(1) == K && pair_row.ndim() == 2 &&
+               pair_row.shape(0) == n && pair_row.shape(1) == K, "pair_peer and pair_row must be [tokens, top_k]");
+        if (layout == 0) expect(vb <= sc_col && sc_col + sb <= id_col && id_col + 8 * K == rec, "record columns do not fit");
+        const int64_t E = W * local_experts;
+        const int64_t* ip = ids.data();
+        for (int64_t i = 0; i < n * K; ++i) expect(ip[i] >= 0 && ip[i] < E, "ids out of range");
+        Raw<uint8_t> sc;
+        const uint8_t* sp = nullptr;
+        int64_t sstride = 0;
+        if (sb) {
+            sc = scales.cast<Raw<uint8_t>>();
+            expect(sc.ndim() == 2 && sc.shape(0) >= n && scol >= 0 && scol + sb <= sc.shape(1), "scale columns out of range");
+            sp = sc.data() + scol;
+            sstride = sc.shape(1);
+        }
+        Raw<float> w;
+        const float* wp = nullptr;
+        if (!weights.is_none()) {
+            w = weights.cast<Raw<float>>();
+            expect(w.ndim() == 2 && w.shape(0) == n && w.shape(1) == K, "weights must match ids");
+            wp = w.data();
+        }
+        std::vector<uint8_t*> dst(static_cast<size_t>(L));
+        for (int64_t l = 0; l < L; ++l) dst[l] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(dst_addr.data()[l]));
+        py::gil_scoped_release release;
+        return window_scatter(values.data() + vcol, values.shape(1), sp, sstride, ip, wp, n, K, source, rows.data(),
+                              rows.shape(1), W, local_experts, WindowLayout(layout), cap, vb, sb, rec, sc_col, id_col,
+                              local_of.data(), dst.data(), dst_bytes.data(), tok_peer.mutable_data(),
+                              tok_row.mutable_data(), pair_peer.mutable_data(), pair_row.mutable_data(), threads);
+    }, py::arg("values"), py::arg("vcol"), py::arg("scales"), py::arg("scol"), py::arg("ids"), py::arg("weights"),
+       py::arg("source"), py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("vb"),
+       py::arg("sb"), py::arg("rec"), py::arg("sc_col"), py::arg("id_col"), py::arg("local_of"), py::arg("dst_addr"),
+       py::arg("dst_bytes"), py::arg("tok_peer").noconvert(), py::arg("tok_row").noconvert(),
+       py::arg("pair_peer").noconvert(), py::arg("pair_row").noconvert(), py::arg("threads") = 0);
+    // ctrl_addr: each rank's control segment (int64 words; word 0 the flag); base + row_words
+    // must lie within segment_words (checked).
+    m.def("ctrl_sync", [](Raw<int64_t> ctrl_addr, int64_t segment_words, int64_t me, int64_t seq, int64_t base,
+                          Raw<int64_t> row, double timeout_s, double spin_s, Raw<int64_t> out, int64_t same_words) {
+        const int64_t n = ctrl_addr.size();
+        expect(out.ndim() == 2 && out.shape(0) == n, "out must be [ranks, row_words]");
+        const int64_t row_words = out.shape(1);
+        expect(me >= 0 && me < n && base >= 1 && base + row_words <= segment_words, "row slot out of the segment");
+        expect(row.size() <= row_words, "row longer than row_words");
+        std::vector<int64_t*> ctrl(static_cast<size_t>(n));
+        for (int64_t r = 0; r < n; ++r) ctrl[r] = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(ctrl_addr.data()[r]));
+        py::gil_scoped_release release;
+        return ctrl_sync(ctrl.data(), n, me, seq, base, row.data(), row.size(), row_words, timeout_s, spin_s,
+                         out.mutable_data(), same_words);
+    }, py::arg("ctrl_addr"), py::arg("segment_words"), py::arg("me"), py::arg("seq"), py::arg("base"), py::arg("row"),
+       py::arg("timeout_s"), py::arg("spin_s"), py::arg("out").noconvert(), py::arg("same_words") = 0);
+}
+
 }  // namespace
 
 void bind_ep(py::module_& root) {
@@ -254,5 +350,6 @@ void bind_ep(py::module_& root) {
           py::arg("num_nodes"), py::arg("num_gpus"), py::arg("policy"));
     bind_copies(m);
     bind_window(m);
+    bind_window_plan(m);
     m.def("imbalance", &imbalance, py::arg("load"), py::arg("phy2log"), py::arg("logcnt"), py::arg("num_gpus"));
 }

@@ -104,7 +104,10 @@ EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t ex
 // every byte moved by a rank's copy. local_bytes: dispatch writes each record (token layout) or pair
 // row (expert, masked) once into its destination's window (read at the source, written there);
 // combine reads each BF16 row once from the peers' windows and writes each FP32 token once.
-// exchanges: 3 syncs (counts, dispatch done, combine).
+// exchanges: 3 syncs (counts, dispatch done, combine). The fixed cost per call (the syncs' waits and
+// the host code) is no constant here: the caller passes it as overhead_us, measured as an exchange
+// of no tokens (dsperf.ep.bench does, per run; docs/EP.md: 91-130 us at 2 ranks and 327-348 us at 4
+// ranks on 2 cores since the planning moved into C++, from 254-278 and 888-949 us).
 EpExchange ep_window_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, int64_t ranks,
                               EpLayout layout, bool fp8);
 

@@ -5,6 +5,9 @@
 #include "kernels/cpu/linear.hpp"
 
 #include <cstring>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +21,14 @@ using dsperf::kernels::fp8_t;
 namespace {
 
 // Checks run inside per-element loops: a literal message must not build a std::string each time.
+int omp_threads() {
+#if defined(_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 void require(bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(what);
 }
@@ -74,13 +85,14 @@ void weighted_sum_bf16_rows(const bf16_t* rows, int64_t n, int64_t dim, const in
     }
 }
 
-void gather_rows_to_bf16(const float* y, int64_t rows, int64_t dim, const int64_t* index, int64_t n, bf16_t* out) {
+void gather_rows_to_bf16(const float* y, int64_t rows, int64_t dim, const int64_t* index, int64_t n, bf16_t* out,
+                         int threads) {
     if (index) {
         for (int64_t i = 0; i < n; ++i) require(index[i] >= 0 && index[i] < rows, "index entries must index rows of y");
     } else {
         require(n <= rows, "n must not exceed the rows of y");
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_threads())
     for (int64_t i = 0; i < n; ++i) {
         const float* src = y + (index ? index[i] : i) * dim;
         bf16_t* dst = out + i * dim;
@@ -137,7 +149,7 @@ void dequant_gather_rows(const uint8_t* values, int64_t value_stride, const floa
 
 void copy_rows(const uint8_t* src, int64_t src_rows, int64_t src_stride, int64_t src_col, const int64_t* src_index,
                uint8_t* dst, int64_t dst_rows, int64_t dst_stride, int64_t dst_col, const int64_t* dst_index, int64_t n,
-               int64_t width) {
+               int64_t width, int threads) {
     require(src_col >= 0 && width >= 0 && src_col + width <= src_stride, "source columns out of range");
     require(dst_col >= 0 && dst_col + width <= dst_stride, "destination columns out of range");
     for (int64_t i = 0; i < n; ++i) {
@@ -145,7 +157,7 @@ void copy_rows(const uint8_t* src, int64_t src_rows, int64_t src_stride, int64_t
         require(s >= 0 && s < src_rows, "source row index out of range");
         require(d >= 0 && d < dst_rows, "destination row index out of range");
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_threads())
     for (int64_t i = 0; i < n; ++i) {
         const int64_t s = src_index ? src_index[i] : i, d = dst_index ? dst_index[i] : i;
         std::memcpy(dst + d * dst_stride + dst_col, src + s * src_stride + src_col, size_t(width));

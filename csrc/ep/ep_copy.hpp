@@ -22,7 +22,9 @@ void weighted_sum_bf16_rows(const bf16_t* rows, int64_t n, int64_t dim, const in
                             int64_t tokens, int64_t top_k, float* out);
 
 // out[i] = bf16(y[index[i]]) for i < n (y FP32 [rows, dim]); a null index means the identity.
-void gather_rows_to_bf16(const float* y, int64_t rows, int64_t dim, const int64_t* index, int64_t n, bf16_t* out);
+// threads: OpenMP threads at most (0: OpenMP's default), here and in copy_rows.
+void gather_rows_to_bf16(const float* y, int64_t rows, int64_t dim, const int64_t* index, int64_t n, bf16_t* out,
+                         int threads = 0);
 
 // Combine's receive side in one pass: out[t] = sum over ranks r in order of f32(rows[token_rows[t, r]])
 // (entries < 0 skipped; zero where a token has none). Each output row is written once and each
@@ -40,6 +42,6 @@ void dequant_gather_rows(const uint8_t* values, int64_t value_stride, const floa
 // A null index means the identity. Rows are dst_stride / src_stride bytes apart.
 void copy_rows(const uint8_t* src, int64_t src_rows, int64_t src_stride, int64_t src_col, const int64_t* src_index,
                uint8_t* dst, int64_t dst_rows, int64_t dst_stride, int64_t dst_col, const int64_t* dst_index, int64_t n,
-               int64_t width);
+               int64_t width, int threads = 0);
 
 }  // namespace dsperf::ep

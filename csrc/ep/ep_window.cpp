@@ -4,12 +4,17 @@
 #include <immintrin.h>
 #endif
 #include <sched.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include <cmath>
 #include <cstring>
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace dsperf::ep {
@@ -45,6 +50,14 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
 }
 
 namespace {
+
+int omp_threads() {
+#if defined(_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
 
 // One token: dst[0:dim) = sum over k < n, in order, of w[k] * f32(src[k][0:dim)), each product added
 // with one rounding (a fused multiply-add, also where no FMA instruction is used). The sum of a
@@ -114,9 +127,10 @@ RowSum pick_row_sum() {
 }  // namespace
 
 void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int64_t* row, const float* weights,
-                       int64_t tokens, int64_t entries, int64_t dim, float* out) {
+                       int64_t tokens, int64_t entries, int64_t dim, float* out, int threads) {
     static const RowSum row_sum = pick_row_sum();
-#pragma omp parallel
+    if (threads <= 0) threads = omp_threads();
+#pragma omp parallel num_threads(threads) if (threads > 1 && tokens * entries * dim > (int64_t(1) << 18))
     {
         std::vector<const bf16_t*> src(entries);
         std::vector<float> w(entries);
@@ -154,6 +168,193 @@ void write_records(const uint8_t* values, int64_t value_stride, int64_t vcol, in
         std::memcpy(r + id_col, lid, size_t(4 * top_k));
         std::memcpy(r + id_col + 4 * top_k, w, size_t(4 * top_k));
     }
+}
+
+
+int dispatch_counts(const int64_t* ids, int64_t n, int64_t K, int64_t E, int64_t W, int64_t local_experts,
+                    const int64_t* node, int64_t nodes, int64_t* out) {
+    std::fill(out, out + W + E + nodes, int64_t(0));
+    int64_t* to_rank = out;
+    int64_t* to_expert = out + W;
+    int64_t* to_node = out + W + E;
+    std::vector<int64_t> seen_rank(size_t(W), -1), seen_node(size_t(nodes), -1);
+    int rc = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t* t = ids + i * K;
+        for (int64_t k = 0; k < K; ++k) {
+            const int64_t e = t[k];
+            if (e < 0 || e >= E) return 1;
+            for (int64_t j = 0; j < k; ++j)
+                if (t[j] == e) rc = 2;
+            ++to_expert[e];
+            const int64_t d = e / local_experts;
+            if (seen_rank[d] != i) seen_rank[d] = i, ++to_rank[d];
+            const int64_t nd = node[d];
+            if (seen_node[nd] != i) seen_node[nd] = i, ++to_node[nd];
+        }
+    }
+    return rc;
+}
+
+namespace {
+
+// Where each rank's rows start and how many it holds, from the agreed rows.
+struct PlanCore {
+    std::vector<int64_t> tok_off, n_recv, expert_base, pair_off, pair_rows;
+};
+
+PlanCore plan_core(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, WindowLayout layout, int64_t cap,
+                   int64_t s) {
+    const int64_t E = W * E_loc;
+    PlanCore p;
+    p.tok_off.assign(size_t(W), 0);
+    p.n_recv.assign(size_t(W), 0);
+    p.expert_base.assign(size_t(E), 0);
+    p.pair_off.assign(size_t(E), 0);
+    p.pair_rows.assign(size_t(W), 0);
+    std::vector<int64_t> totals(size_t(E), 0);
+    for (int64_t r = 0; r < W; ++r) {
+        const int64_t* N = rows + r * stride;
+        const int64_t* PE = N + W;
+        for (int64_t d = 0; d < W; ++d) {
+            if (r < s) p.tok_off[d] += N[d];
+            p.n_recv[d] += N[d];
+        }
+        for (int64_t e = 0; e < E; ++e) {
+            if (r < s) p.pair_off[e] += PE[e];
+            totals[e] += PE[e];
+        }
+    }
+    for (int64_t d = 0; d < W; ++d) {
+        int64_t at = 0;
+        for (int64_t j = 0; j < E_loc; ++j) {
+            const int64_t e = d * E_loc + j;
+            if (layout == WindowLayout::kMasked) {
+                p.expert_base[e] = j * cap;
+            } else {
+                p.expert_base[e] = at;
+                at += totals[e];
+            }
+        }
+        p.pair_rows[d] = layout == WindowLayout::kMasked ? E_loc * cap : at;
+    }
+    return p;
+}
+
+}  // namespace
+
+void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, WindowLayout layout, int64_t cap,
+                 int64_t me, int64_t* out) {
+    const PlanCore p = plan_core(rows, stride, W, E_loc, layout, cap, me);
+    int64_t* n_recv = out;
+    int64_t* pair_rows = out + W;
+    int64_t* send = out + 2 * W;
+    int64_t* recv = out + 3 * W;
+    int64_t* pair_send = out + 4 * W;
+    int64_t* pair_recv = out + 5 * W;
+    int64_t* counts = out + 6 * W;
+    std::fill(pair_send, pair_send + 2 * W + E_loc, int64_t(0));
+    for (int64_t d = 0; d < W; ++d) {
+        n_recv[d] = p.n_recv[d];
+        pair_rows[d] = p.pair_rows[d];
+        send[d] = rows[me * stride + d];
+        recv[d] = rows[d * stride + me];
+        for (int64_t j = 0; j < E_loc; ++j) {
+            pair_send[d] += rows[me * stride + W + d * E_loc + j];
+            const int64_t in = rows[d * stride + W + me * E_loc + j];
+            pair_recv[d] += in;
+            counts[j] += in;
+        }
+    }
+}
+
+int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* scales, int64_t sstride,
+                       const int64_t* ids, const float* weights, int64_t n, int64_t K, int64_t s, const int64_t* rows,
+                       int64_t stride, int64_t W, int64_t E_loc, WindowLayout layout, int64_t cap, int64_t vb,
+                       int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col, const int64_t* local_of,
+                       uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row,
+                       int32_t* pair_peer, int64_t* pair_row, int threads) {
+    const PlanCore p = plan_core(rows, stride, W, E_loc, layout, cap, s);
+    for (int64_t d = 0; d < W; ++d) {
+        const int64_t l = local_of[d];
+        if (l < 0) continue;
+        const int64_t need = layout == WindowLayout::kToken ? p.n_recv[d] * rec
+                                                            : (p.pair_rows[d] * vb + 63) / 64 * 64 + p.pair_rows[d] * sb;
+        if (need > dst_bytes[l])
+            throw std::invalid_argument("window_scatter: rank " + std::to_string(d) + "'s rows need " +
+                                        std::to_string(need) + " bytes, its segment has " + std::to_string(dst_bytes[l]));
+    }
+    // The places: one pass over the pairs in token order (each expert's rows from this source are
+    // its tokens ascending; each destination's records too).
+    std::vector<int64_t> next_pair(p.pair_off.size()), next_tok(p.tok_off);
+    for (size_t e = 0; e < next_pair.size(); ++e) next_pair[e] = p.expert_base[e] + p.pair_off[e];
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t* tp = tok_peer + i * W;
+        int64_t* tr = tok_row + i * W;
+        for (int64_t d = 0; d < W; ++d) tp[d] = -1, tr[d] = -1;
+        for (int64_t k = 0; k < K; ++k) {
+            const int64_t e = ids[i * K + k], d = e / E_loc;
+            pair_peer[i * K + k] = int32_t(d);
+            pair_row[i * K + k] = next_pair[e]++;
+            if (tp[d] < 0) tp[d] = int32_t(d), tr[d] = next_tok[d]++;
+        }
+    }
+    // The copies, each row once, straight into the destination's segment.
+    std::vector<int64_t> scale_at(size_t(W), 0);
+    for (int64_t d = 0; d < W; ++d) scale_at[d] = (p.pair_rows[d] * vb + 63) / 64 * 64;
+    int64_t written = 0;
+    const bool token = layout == WindowLayout::kToken;
+    if (threads <= 0) threads = omp_threads();
+#pragma omp parallel for schedule(static) reduction(+ : written) num_threads(threads) \
+    if (threads > 1 && n * K * vb > (int64_t(1) << 18))
+    for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* v = values + i * vstride;
+        const uint8_t* sc = scales ? scales + i * sstride : nullptr;
+        if (token) {
+            for (int64_t d = 0; d < W; ++d) {
+                const int64_t l = local_of[d];
+                if (l < 0 || tok_peer[i * W + d] < 0) continue;
+                uint8_t* r = dst[l] + tok_row[i * W + d] * rec;
+                std::memcpy(r, v, size_t(vb));
+                if (sb) std::memcpy(r + sc_col, sc, size_t(sb));
+                int32_t lid[64];
+                float w[64];
+                for (int64_t k = 0; k < K; ++k) {
+                    const int64_t e = ids[i * K + k];
+                    lid[k] = e / E_loc == d ? int32_t(e % E_loc) : -1;
+                    w[k] = weights ? weights[i * K + k] : 0.0f;
+                }
+                std::memcpy(r + id_col, lid, size_t(4 * K));
+                std::memcpy(r + id_col + 4 * K, w, size_t(4 * K));
+                written += rec;
+            }
+        } else {
+            for (int64_t k = 0; k < K; ++k) {
+                const int64_t d = pair_peer[i * K + k], l = local_of[d];
+                if (l < 0) continue;
+                const int64_t row = pair_row[i * K + k];
+                std::memcpy(dst[l] + row * vb, v, size_t(vb));
+                if (sb) std::memcpy(dst[l] + scale_at[d] + row * sb, sc, size_t(sb));
+                written += vb + sb;
+            }
+        }
+    }
+    return written;
+}
+
+int64_t ctrl_sync(int64_t* const* ctrl, int64_t n, int64_t me, int64_t seq, int64_t base, const int64_t* row,
+                  int64_t len, int64_t row_words, double timeout_s, double spin_s, int64_t* out, int64_t same_words) {
+    int64_t* mine = ctrl[me] + base;
+    std::memcpy(mine, row, size_t(8 * len));
+    std::fill(mine + len, mine + row_words, int64_t(0));
+    flag_publish(ctrl[me], seq);
+    const int64_t late = flags_wait(ctrl, n, seq, timeout_s, spin_s);
+    if (late >= 0) return late;
+    for (int64_t r = 0; r < n; ++r) std::memcpy(out + r * row_words, ctrl[r] + base, size_t(8 * row_words));
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < std::min(same_words, len); ++j)
+            if (out[r * row_words + j] != row[j]) return -2;
+    return -1;
 }
 
 }  // namespace dsperf::ep

@@ -39,17 +39,61 @@ invalidates the windows (never reused stale) and, uncaught, ends the job through
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
                        _check_array, _displs, _Done, _header, _header_words, _local_check, _parse_headers,
                        check_tokens, open_ep_comm)
-from .plan import ExchangeHandle, _make_plan, _pair_slots, _ranks_within, _token_rows, source_entries
+from .plan import ExchangeHandle, _ranks_within
 from .window import ShmTransport, WindowBroken
 
 _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
+
+
+_LAYOUT_CODE = {"token": 0, "expert": 1, "masked": 2}       # dsperf._C.ep.WindowLayout
+
+
+@dataclass
+class _WindowPlan:
+    """Where every token and pair of a dispatch lands, from the counts every rank agreed on. The
+    rows and places themselves are worked out in C++ (window_plan, window_scatter) from `rows`."""
+    rows: np.ndarray           # [ranks, ranks + experts + nodes] the agreed counts (C-contiguous)
+    n_recv: np.ndarray         # [dest] records received
+    pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)
+    send: np.ndarray           # [ranks] tokens this rank sends each rank
+    recv: np.ndarray           # [ranks] tokens this rank receives from each rank
+    pair_send: np.ndarray      # [ranks] pairs this rank sends each rank
+    pair_recv: np.ndarray      # [ranks] pairs this rank receives from each rank
+    counts: np.ndarray         # [local experts] pairs into each of this rank's experts
+    layout: str
+    fp8: bool
+    K: int
+    cap: int
+    vb: int                    # value bytes of a row
+    sb: int                    # scale bytes of a row
+    sc_col: int                # scales' column in a record
+    rec: int                   # record bytes: values | pad | scales | K local ids | K weights
+
+    @property
+    def id_col(self):
+        return self.sc_col + self.sb
+
+    @property
+    def code(self):
+        return _LAYOUT_CODE[self.layout]
+
+
+def _window_plan(rows, W, E_loc, cap, layout, fp8, hidden, K, me):
+    vb, sb = (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
+    sc_col = vb + (-vb % 4)
+    out = np.empty(6 * W + E_loc, np.int64)
+    _C_EP.window_plan(rows, E_loc, _LAYOUT_CODE[layout], cap, me, out)
+    return _WindowPlan(rows, out[:W], out[W:2 * W], out[2 * W:3 * W], out[3 * W:4 * W], out[4 * W:5 * W],
+                       out[5 * W:6 * W], out[6 * W:], layout, fp8, K, cap, vb, sb, sc_col, sc_col + sb + 8 * K)
 
 
 class WindowEpComm:
@@ -84,9 +128,17 @@ class WindowEpComm:
             self._rail = self._calls.Split(self._li, int(node[self.rank]))
             self._rail_ranks = np.array(self._rail.allgather(self.rank), np.int64)   # global rank per node
         self._hw = _header_words(len(_VALUES))
+        self._ok_row = np.zeros(self._hw + W + self.num_experts + self.nodes, np.int64)
+        self._ok_row[:self._hw] = _header(None, (0,) * len(_VALUES))
         ranks = self._node_ranks
         self._t = ShmTransport(node_comm, self._hw + W + self.num_experts + self.nodes, timeout_s=self.timeout_s,
                                label=lambda local: int(ranks[local]))
+        # Threads for the exchange's copies: this rank's share of the node's cores (ranks that
+        # outnumber the cores copy on one thread each; a thread waiting for a core stalls the copy).
+        # dsperf.ep.bench.rate_probes probes the copy rate on the same share.
+        import os
+        mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._threads = max(1, min(mine, (os.cpu_count() or 1) // self._L))
         self._call_seq = 0
         self._turn = {}
         self._ll_filled = {}      # (turn, fp8) -> rows per local expert the last use filled
@@ -122,16 +174,36 @@ class WindowEpComm:
     def _sync(self, call, err=None, values=(0, 0), counts=(), world=False):
         """Publish (verdict, call, counts), wait for every rank of the node (world=True: of the
         communicator, by MPI_Allgather); raises the same error on every rank for a bad argument
-        anywhere or ranks in different calls. Returns (values, counts) rows."""
-        head = _header(err, (CALLS.index(call), self._call_seq, *values))
-        row = np.concatenate([head, np.asarray(counts, np.int64)]) if len(counts) else head
+        anywhere or ranks in different calls. Returns (values, counts) rows; _same_values tells
+        whether every rank's values were the same."""
+        self._same_values = False
+        if err is None and not world:
+            # The header of a good verdict differs from call to call only in its first words (a kept
+            # row: the sync copies it into the control window).
+            row = self._ok_row
+            row[2], row[3], row[4], row[5] = CALLS.index(call), self._call_seq, values[0], values[1]
+            n = self._hw + len(counts)
+            if len(counts):
+                row[self._hw:n] = counts
+            rows, same = self._t.sync(row[:n], call, 6)
+            if same:
+                # Every rank good, in this call, with the same top_k and fp8: nothing to parse.
+                self._same_values = True
+                return rows[:, 2:6], rows[:, self._hw:]
+            row = row[:n].copy()
+        elif err is None:
+            row = np.concatenate([self._ok_row[:self._hw], np.asarray(counts, np.int64)])
+            row[2:6] = (CALLS.index(call), self._call_seq, *values)
+        else:
+            head = _header(err, (CALLS.index(call), self._call_seq, *values))
+            row = np.concatenate([head, np.asarray(counts, np.int64)]) if len(counts) else head
         if world:
             self._t._check()
             full = np.zeros(self._t.row_words, np.int64)
             full[:row.size] = row
             rows = np.empty((self.size, full.size), np.int64)
             self._waitall([self._calls.Iallgather(full, rows)], f"the other ranks to reach {call}")
-        else:
+        elif err is not None:
             rows = self._t.sync(row, call)
         codes, seqs = rows[:, 2], rows[:, 3]
         if np.any(codes != codes[0]) or np.any(seqs != seqs[0]):
@@ -175,7 +247,7 @@ class WindowEpComm:
         def check():
             if layout not in ("expert", "token"):
                 raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
-            return check_tokens(x, topk_ids, topk_weights, fp8, True, self.hidden, self.num_experts)
+            return check_tokens(x, topk_ids, topk_weights, fp8, True, self.hidden, self.num_experts, False)
 
         return self._dispatch("dispatch(normal)", check, fp8, layout, async_op)
 
@@ -185,7 +257,7 @@ class WindowEpComm:
         def check():
             if self.max_tokens is None:
                 raise ValueError("the low-latency mode needs EpComm(max_tokens=...)")
-            out = check_tokens(x, topk_ids, None, fp8, False, self.hidden, self.num_experts)
+            out = check_tokens(x, topk_ids, None, fp8, False, self.hidden, self.num_experts, False)
             if out[3] > self.max_tokens:
                 raise ValueError(f"x has {out[3]} tokens, more than max_tokens = {self.max_tokens}")
             return out
@@ -195,27 +267,36 @@ class WindowEpComm:
     def _dispatch(self, call, check, fp8, layout, async_op):
         W, E, E_loc = self.size, self.num_experts, self.local_experts
         fp8 = bool(fp8)
-        checked, err = _local_check(check)
+
+        def check_and_count():
+            out = check()
+            ids = out[1]
+            # Counts (tokens per rank, pairs per expert, tokens per node) and the ids' values checked
+            # in one pass.
+            counts = np.empty(W + E + self.nodes, np.int64)
+            rc = _C_EP.dispatch_counts(ids, E, E_loc, self._node, self.nodes, counts)
+            if rc == 1:
+                raise ValueError(f"topk_ids must lie in [0, num_experts = {E}), "
+                                 f"got values in [{ids.min()}, {ids.max()}]")
+            if rc == 2:
+                raise ValueError("topk_ids must not repeat an expert within a token")
+            return out, counts
+
+        checked, err = _local_check(check_and_count)
         self._call_seq += 1
         if err is None:
-            xx, ids, w, T = checked
+            (xx, ids, w, T), counts = checked
             K = ids.shape[1]
-            dest = ids // E_loc
-            to_rank = np.zeros((T, W), bool)
-            to_rank[np.arange(T)[:, None], dest] = True
-            to_node = np.zeros((T, self.nodes), bool)
-            to_node[np.arange(T)[:, None], self._node[dest]] = True
-            counts = np.concatenate([to_rank.sum(axis=0), np.bincount(ids.ravel(), minlength=E),
-                                     to_node.sum(axis=0)]).astype(np.int64)
         else:
             xx, ids, w, T, K = None, np.zeros((0, 1), np.int64), None, 0, 0
             counts = np.zeros(W + E + self.nodes, np.int64)
         vals, rows = self._guarded(lambda: self._sync(call, err, (K, int(fp8)), counts, world=self.nodes > 1))
-        _agree(vals, _VALUES, {"top_k", "fp8"})
+        if not self._same_values:
+            _agree(vals, _VALUES, {"top_k", "fp8"})
         cap = W * (self.max_tokens or 1)
-        plan = _make_plan(rows[:, :W], rows[:, W:W + E], W, E_loc, cap, layout, fp8, self.hidden, K)
-        node_counts = rows[:, W + E:W + E + self.nodes]
-        return self._guarded(lambda: self._dispatch_write(call, plan, node_counts, xx, ids, w, T, cap, async_op))
+        rows = np.ascontiguousarray(rows[:, :W + E + self.nodes])
+        plan = _window_plan(rows, W, E_loc, cap, layout, fp8, self.hidden, K, self.rank)
+        return self._guarded(lambda: self._dispatch_write(call, plan, xx, ids, w, T, async_op))
 
     def _payload(self, xx, fp8):
         """(value rows, scale rows or None) as byte matrices, and the bytes quantising wrote."""
@@ -229,57 +310,35 @@ class WindowEpComm:
             vals, scales, quant = xx, None, 0
         return _byte_rows(vals), (_byte_rows(scales) if scales is not None else None), quant
 
-    def _write_inbox(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, views, known=None):
+    def _scatter(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, segs):
         """Write source s's tokens (payload rows vsrc/ssrc at columns vcol/scol, global expert ids
-        [n, K], weights [n, K] or None) into the windows of this node's destination ranks, each row
-        once, straight to its final place. Returns (bytes written, per-token entries, pair entries):
-        the (local rank, row) where combine finds each token's rows on this node, row-major.
-        known: (dest, hit, rows, slots) already worked out over this node's ranks."""
-        E_loc, nr = self.local_experts, self._node_ranks
-        n = ids.shape[0]
-        if known is None:
-            dest = ids // E_loc
-            hit, trow = _token_rows(plan, s, dest, nr)
-            slots = _pair_slots(plan, s, ids)
-        else:
-            dest, hit, trow, slots = known
-        on_node = self._local_of[dest] >= 0
-        written = 0
-        if n:
-            for c, d in enumerate(nr):
-                view = views[c]
-                if plan.layout == "token":
-                    sel = np.nonzero(hit[:, c])[0]
-                    if sel.size == 0:
-                        continue
-                    first = int(plan.tok_off[s, d])
-                    recs = view[:plan.n_recv[d] * plan.rec].reshape(int(plan.n_recv[d]), plan.rec)[first:first + sel.size]
-                    _C_EP.write_records(vsrc, vcol, plan.vb, ssrc, scol, plan.sb, sel.astype(np.int64), ids, w, int(d),
-                                        E_loc, recs, plan.sc_col, plan.id_col)
-                    written += sel.size * plan.rec
-                else:
-                    ii, kk = np.nonzero(dest == d)
-                    if ii.size == 0:
-                        continue
-                    r_d = int(plan.pair_rows[d])
-                    xb = -(-r_d * plan.vb // 64) * 64
-                    sl = slots[ii, kk].astype(np.int64)
-                    ii = ii.astype(np.int64)
-                    _C_EP.copy_rows(vsrc, vcol, ii, view[:r_d * plan.vb].reshape(r_d, plan.vb), 0, sl, ii.size, plan.vb)
-                    if plan.sb:
-                        _C_EP.copy_rows(ssrc, scol, ii, view[xb:xb + r_d * plan.sb].reshape(r_d, plan.sb), 0, sl,
-                                        ii.size, plan.sb)
-                    written += ii.size * (plan.vb + plan.sb)
-        if known is not None:
-            return written, None, None           # own tokens: combine works from the global rows
-        ti, tc = np.nonzero(hit)
-        tok_entries = (tc.astype(np.int32), trow[ti, tc].astype(np.int64))
-        pi, pk = np.nonzero(on_node)
-        pair_entries = (self._local_of[dest[pi, pk]].astype(np.int32), slots[pi, pk].astype(np.int64))
+        [n, K], weights [n, K] or None) into the windows of this node's destination ranks (segs:
+        their addresses and bytes), each row once, straight to its final place (C++, one call).
+        Returns (bytes written, tok_peer, tok_row [n, ranks], pair_peer, pair_row [n, K]): where
+        every token's record and every pair's row is at every rank (global ranks; -1: none)."""
+        n, K, W = ids.shape[0], plan.K, self.size
+        tok_peer, tok_row = np.empty((n, W), np.int32), np.empty((n, W), np.int64)
+        pair_peer, pair_row = np.empty((n, K), np.int32), np.empty((n, K), np.int64)
+        written = _C_EP.window_scatter(vsrc, vcol, ssrc if plan.sb else None, scol, ids, w, s, plan.rows,
+                                       self.local_experts, plan.code, plan.cap, plan.vb, plan.sb, plan.rec,
+                                       plan.sc_col, plan.id_col, self._local_of, segs[0], segs[1], tok_peer, tok_row,
+                                       pair_peer, pair_row, self._threads)
+        return written, tok_peer, tok_row, pair_peer, pair_row
+
+    def _write_inbox(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, segs):
+        """Forwarded tokens of source s (another node) written into this node's windows. Returns
+        (bytes written, per-token entries, pair entries): the (local rank, row) where combine finds
+        each token's rows on this node, row-major."""
+        written, tok_peer, tok_row, pair_peer, pair_row = self._scatter(plan, s, vsrc, vcol, ssrc, scol, ids, w, segs)
+        here = self._local_of >= 0
+        ti, td = np.nonzero((tok_peer >= 0) & here[None, :])
+        tok_entries = (self._local_of[td].astype(np.int32), tok_row[ti, td])
+        pi, pk = np.nonzero(here[pair_peer])
+        pair_entries = (self._local_of[pair_peer[pi, pk]].astype(np.int32), pair_row[pi, pk])
         return written, tok_entries, pair_entries
 
-    def _dispatch_write(self, call, plan, node_counts, xx, ids, w, T, cap, async_op):
-        W, E_loc, h, me = self.size, self.local_experts, self.hidden, self.rank
+    def _dispatch_write(self, call, plan, xx, ids, w, T, async_op):
+        h, me = self.hidden, self.rank
         layout, fp8 = plan.layout, plan.fp8
         mode = "low_latency" if layout == "masked" else "normal"
         turn = self._next_turn(mode)
@@ -287,44 +346,40 @@ class WindowEpComm:
         if xx is not None and T:
             vrows, srows, quant = self._payload(xx, fp8)
         else:
-            vrows, srows, quant = np.zeros((0, plan.vb), np.uint8), np.zeros((0, max(plan.sb, 1)), np.uint8), 0
+            vrows, srows, quant = np.zeros((0, plan.vb), np.uint8), np.zeros((0, plan.sb or 1), np.uint8), 0
 
         # This node's windows: receive buffers of this kind and turn, and the combine buffer.
+        n_recv, pair_rows = (plan.n_recv, plan.pair_rows) if self.nodes == 1 else (plan.n_recv[nr], plan.pair_rows[nr])
         if layout == "token":
-            key, sizes = ("tok", turn), plan.n_recv[nr] * plan.rec
+            key, sizes = ("tok", turn), n_recv * plan.rec
         else:
-            rows = plan.pair_rows[nr]
-            key, sizes = (layout, turn, fp8), -(-rows * plan.vb // 64) * 64 + rows * plan.sb
+            key, sizes = (layout, turn, fp8), -(-pair_rows * plan.vb // 64) * 64 + pair_rows * plan.sb
         views = self._t.regions(key, sizes)
-        self._t.regions(("pub", turn), np.maximum(plan.n_recv[nr], plan.pair_rows[nr]) * 2 * h)
+        self._t.regions(("pub", turn), np.maximum(n_recv, pair_rows) * 2 * h)
         if layout == "masked":
-            self._zero_masked(call, key, views, plan, turn, fp8, cap)
+            self._zero_masked(call, key, views, plan, turn, fp8)
+        segs = self._t.segments(key)
 
-        # Where combine finds this rank's tokens: records (per token) and pair rows, at every rank.
-        dest, hit, tok_peer, trow, pair_row = source_entries(plan, me, ids, E_loc, W)
-        pair_peer = dest.astype(np.int64)
-
-        # Own tokens into this node's windows; tokens for other nodes once per node along the rail.
-        nr = self._node_ranks
-        sent, _, _ = self._write_inbox(plan, me, vrows, 0, srows, 0, ids, w, views,
-                                       known=(dest, hit[:, nr], trow[:, nr], pair_row))
+        # Own tokens into this node's windows, and where combine finds them (records per token,
+        # pair rows) at every rank; tokens for other nodes once per node along the rail.
+        sent, tok_peer, tok_row, pair_peer, pair_row = self._scatter(plan, me, vrows, 0, srows, 0, ids, w, segs)
         rail = None
         if self._rail is not None:
-            sent_rail, rail = self._forward(plan, node_counts, vrows, srows, ids, w, views, turn)
+            sent_rail, rail = self._forward(plan, vrows, srows, ids, w, segs, turn)
             sent += sent_rail
-        if rail is not None:
             # How many of this rank's entries come back along the rail from each node.
-            for key, nodes in (("back_tok", self._node[np.nonzero(hit)[1]]), ("back_pair", self._node[dest.ravel()])):
+            for key_, nodes in (("back_tok", self._node[np.nonzero(tok_peer >= 0)[1]]),
+                                ("back_pair", self._node[pair_peer.ravel()])):
                 back = np.bincount(nodes, minlength=self.nodes).astype(np.int64)
                 back[self._node[me]] = 0
-                rail[key] = back
-        # Peers as combine reads them: a rank of this node, or (L) the rows back along the rail.
-        tok_peer, tok_row = self._local_entries(tok_peer, trow, hit)
-        pair_peer, pair_row = self._local_entries(pair_peer, pair_row, np.ones(pair_row.shape, bool))
+                rail[key_] = back
+            # Peers as combine reads them: a rank of this node, or (L) the rows back along the rail.
+            tok_peer, tok_row = self._local_entries(tok_peer, tok_row, tok_peer >= 0)
+            pair_peer, pair_row = self._local_entries(pair_peer, pair_row, np.ones(pair_row.shape, bool))
 
         def finish():
             return self._guarded(lambda: self._dispatch_finish(call, plan, turn, T, w, views, tok_peer, tok_row,
-                                                               pair_peer, pair_row, sent, quant, cap, rail))
+                                                               pair_peer, pair_row, sent, quant, rail))
 
         pending = _Done(finish)
         return pending if async_op else pending.wait()
@@ -352,11 +407,12 @@ class WindowEpComm:
                 start += k
         return out_peer, out_row
 
-    def _forward(self, plan, node_counts, vrows, srows, ids, w, views, turn):
+    def _forward(self, plan, vrows, srows, ids, w, segs, turn):
         """The internode step of dispatch: this rank's tokens for each other node, once per node, to
         the rank of its local index there (rail records: payload, global ids, weights), and the
         tokens the rail brings written into this node's windows. Returns (bytes written, rail)."""
         E_loc, K, me = self.local_experts, plan.K, self.rank
+        node_counts = plan.rows[:, self.size + self.num_experts:]
         my_node = int(self._node[me])
         dest_node = self._node[ids // E_loc] if ids.size else np.zeros(ids.shape, np.int64)
         rec = plan.rec
@@ -371,9 +427,10 @@ class WindowEpComm:
         for sel in picks:
             if sel.size:
                 blk = send[at:at + sel.size]
-                _C_EP.copy_rows(vrows, 0, sel.astype(np.int64), blk, 0, None, sel.size, plan.vb)
+                _C_EP.copy_rows(vrows, 0, sel.astype(np.int64), blk, 0, None, sel.size, plan.vb, self._threads)
                 if plan.sb:
-                    _C_EP.copy_rows(srows, 0, sel.astype(np.int64), blk, plan.sc_col, None, sel.size, plan.sb)
+                    _C_EP.copy_rows(srows, 0, sel.astype(np.int64), blk, plan.sc_col, None, sel.size, plan.sb,
+                                    self._threads)
                 blk[:, plan.id_col:plan.id_col + 4 * K] = ids[sel].astype(np.int32).view(np.uint8).reshape(sel.size, 4 * K)
                 wk = w[sel] if w is not None else np.zeros((sel.size, K), F32)
                 blk[:, plan.id_col + 4 * K:] = wk.astype(F32).view(np.uint8).reshape(sel.size, 4 * K)
@@ -396,20 +453,20 @@ class WindowEpComm:
             src = int(self._rail_ranks[n])
             g_ids = recs[:, plan.id_col:plan.id_col + 4 * K].view(np.int32).astype(np.int64)
             wts = recs[:, plan.id_col + 4 * K:].view(F32)
-            wr, tok_e, pair_e = self._write_inbox(plan, src, recs, 0, recs, plan.sc_col, g_ids, wts, views)
+            wr, tok_e, pair_e = self._write_inbox(plan, src, recs, 0, recs, plan.sc_col, g_ids, wts, segs)
             written += wr
             fwd_tok.append(tok_e)
             fwd_pair.append(pair_e)
         return written, dict(fwd_tok=fwd_tok, fwd_pair=fwd_pair)
 
-    def _zero_masked(self, call, key, views, plan, turn, fp8, cap):
+    def _zero_masked(self, call, key, views, plan, turn, fp8):
         """The masked layout is zero past each expert's count: zero a fresh buffer whole (then sync,
         before peers write), and afterwards only the rows the last use filled past today's count."""
-        E_loc, li = self.local_experts, self._li
+        E_loc, li, cap = self.local_experts, self._li, plan.cap
         if self._ll_filled.get((turn, fp8)) is None:
             self._t.zero_own(key)
             self._sync(call)                 # every rank is fresh together
-        now = plan.PE.sum(axis=0).reshape(self.size, E_loc)[self.rank]
+        now = plan.counts
         before = self._ll_filled.get((turn, fp8), np.zeros(E_loc, np.int64))
         xv = views[li][:E_loc * cap * plan.vb].reshape(E_loc, cap, plan.vb)
         xb = -(-E_loc * cap * plan.vb // 64) * 64
@@ -423,37 +480,39 @@ class WindowEpComm:
         self._ll_filled[(turn, fp8)] = now.copy()
 
     def _dispatch_finish(self, call, plan, turn, T, w, views, tok_peer, tok_row, pair_peer, pair_row, sent, quant,
-                         cap, rail):
-        W, E_loc, h, me, li = self.size, self.local_experts, self.hidden, self.rank, self._li
+                         rail):
+        E_loc, h, me, li = self.local_experts, self.hidden, self.rank, self._li
         self._sync(call)                 # every write into this node's windows is in place
         layout, fp8, K, nr = plan.layout, plan.fp8, plan.K, self._node_ranks
         vb, sb, rec = plan.vb, plan.sb, plan.rec
         nrecv = int(plan.n_recv[me])
         mode = "low_latency" if layout == "masked" else "normal"
-        pairs = plan.PE.reshape(W, W, E_loc)
-        pair_send, pair_recv = pairs[me].sum(axis=1), pairs[:, me].sum(axis=1)
+        cap = plan.cap
+        pair_send, pair_recv = plan.pair_send, plan.pair_recv
         if layout == "masked":
             send_counts, recv_counts = pair_send, pair_recv
             wire = dict(dispatch_send=pair_send * (vb + sb), dispatch_recv=pair_recv * (vb + sb),
                         combine_send=pair_recv * 2 * h, combine_recv=pair_send * 2 * h)
         elif layout == "token":
-            send_counts, recv_counts = plan.N[me].copy(), plan.N[:, me].copy()
+            send_counts, recv_counts = plan.send, plan.recv
             # DeepEP's combine: a BF16 per-token partial back per (token, rank).
             wire = dict(dispatch_send=send_counts * rec, dispatch_recv=recv_counts * rec,
                         combine_send=recv_counts * 2 * h, combine_recv=send_counts * 2 * h)
         else:
-            send_counts, recv_counts = plan.N[me].copy(), plan.N[:, me].copy()
+            send_counts, recv_counts = plan.send, plan.recv
             wire = dict(dispatch_send=pair_send * (vb + sb), dispatch_recv=pair_recv * (vb + sb),
                         combine_send=pair_recv * 2 * h, combine_recv=pair_send * 2 * h)
         total = int(wire["dispatch_send"].sum())
         passes = dict(dispatch=(sent + quant) / total if total else 0.0)
-        counts = pairs[:, me].sum(axis=0)
+        counts = plan.counts
+        one = self.nodes == 1
         own_slots = None
         if layout == "masked":
             own_slots = (np.repeat(np.arange(E_loc) * cap, counts) + _ranks_within(counts)).astype(np.int64)
-        handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv[nr].copy(), pair_peer,
-                                pair_row, plan.pair_rows[nr].copy(), None if w is None else np.ascontiguousarray(w, F32),
-                                send_counts, recv_counts, own_slots, wire, passes, rail, plan)
+        handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv if one else plan.n_recv[nr],
+                                pair_peer, pair_row, plan.pair_rows if one else plan.pair_rows[nr],
+                                None if w is None else np.ascontiguousarray(w, F32), send_counts, recv_counts,
+                                own_slots, wire, passes, rail)
         nsc = sb // 4
         own = views[li]
         if layout == "masked":
@@ -488,7 +547,7 @@ class WindowEpComm:
         combine, which then copies nothing. Valid until the next combine of the same turn."""
         h = handle.hidden
         rows = int(handle.tok_rows[self._li] if per_token else handle.pair_rows[self._li])
-        seg = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))[self._li]
+        seg = self._t.views(("pub", handle.turn))[self._li]
         out = seg[:rows * 2 * h].view(BF16).reshape(rows, h)
         if handle.mode == "low_latency":
             out = out.reshape(self.local_experts, -1, h)
@@ -553,7 +612,7 @@ class WindowEpComm:
             # a later sync: if none has happened since, take one before overwriting.
             if self._pub_read.get(handle.turn) == self._t._seq:
                 self._sync("barrier")
-            seg = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))[li]
+            seg = self._t.views(("pub", handle.turn))[li]
             pub = seg[:n * 2 * h].view(np.uint16).reshape(n, h)
             if err is not None:
                 return 0
@@ -563,17 +622,18 @@ class WindowEpComm:
             if handle.own_slots is not None:               # masked: only the filled rows
                 slots = handle.own_slots
                 if yy.dtype == BF16:
-                    _C_EP.copy_rows(_byte_rows(yy), 0, slots, pub.view(np.uint8), 0, slots, slots.size, 2 * h)
+                    _C_EP.copy_rows(_byte_rows(yy), 0, slots, pub.view(np.uint8), 0, slots, slots.size, 2 * h,
+                                    self._threads)
                 else:
                     starts = np.nonzero(np.diff(np.concatenate([[-2], slots])) != 1)[0]
                     for a, b in zip(starts, np.append(starts[1:], slots.size)):
                         lo, hi = int(slots[a]), int(slots[b - 1]) + 1
-                        _C_EP.gather_rows_to_bf16(yy[lo:hi], None, pub[lo:hi])
+                        _C_EP.gather_rows_to_bf16(yy[lo:hi], None, pub[lo:hi], self._threads)
                 return slots.size * 2 * h
             if yy.dtype == BF16:
                 pub[:] = yy[:n].view(np.uint16)
             else:
-                _C_EP.gather_rows_to_bf16(yy, None, pub)
+                _C_EP.gather_rows_to_bf16(yy, None, pub, self._threads)
             return n * 2 * h
 
         copied = self._guarded(write) if isinstance(handle, ExchangeHandle) else 0
@@ -585,7 +645,7 @@ class WindowEpComm:
                     self._sync(call, err, world=True)   # a bad argument on any node, raised everywhere
                 self._sync(call, err)                   # this node's outputs are in place
                 self._pub_read[handle.turn] = self._t._seq
-                segs = self._t.regions(("pub", handle.turn), np.zeros(self._L, np.int64))
+                segs = self._t.views(("pub", handle.turn))
                 rows_at = handle.tok_rows if per_token else handle.pair_rows
                 if handle.mode == "low_latency":
                     rows_at = np.full(self._L, n, np.int64)
@@ -597,7 +657,7 @@ class WindowEpComm:
                     back, moved = self._combine_rail(handle, peers, per_token)
                     peers.append(back)
                 res = np.empty((handle.num_tokens, h), F32) if out is None else out
-                _C_EP.pull_weighted_sum(peers, peer.astype(np.int32, copy=False), row, ww, res)
+                _C_EP.pull_weighted_sum(peers, peer.astype(np.int32, copy=False), row, ww, res, self._threads)
                 pulled = int((peer >= 0).sum()) * 2 * h
                 total = int(handle.wire_bytes["combine_recv"].sum())
                 handle.passes["combine"] = (copied + pulled + moved) / total if total else 0.0
@@ -621,7 +681,7 @@ class WindowEpComm:
                 pick = np.nonzero(loc == p)[0]
                 if pick.size:
                     _C_EP.copy_rows(peers[p].view(np.uint8), 0, row[pick], send, 0, (at + pick).astype(np.int64),
-                                    pick.size, 2 * h)
+                                    pick.size, 2 * h, self._threads)
             at += loc.size
         recv_rows = handle.rail["back_tok" if per_token else "back_pair"]
         back = self._rail_exchange(send.reshape(-1), send_rows * 2 * h, ("rail_crecv", handle.turn),

@@ -123,12 +123,12 @@ def _token_rows(plan, s, dest, ranks):
 def source_entries(plan, s, ids, local_experts, ranks):
     """Where source s's tokens (global expert ids [n, K], tokens ascending) land at every rank:
     (dest [n, K] rank of each pair's expert, hit [n, ranks] token sent to the rank, tok_peer [n, ranks]
-    (the rank where hit, else -1), tok_row [n, ranks] its record row there, pair_row [n, K] each pair's
-    row in its rank's per-expert or masked rows)."""
+    (the rank where hit, else -1), tok_row [n, ranks] its record row there (-1 where not sent, as the
+    window exchange gives it), pair_row [n, K] each pair's row in its rank's per-expert or masked rows)."""
     dest = ids // local_experts
     hit, trow = _token_rows(plan, s, dest, np.arange(ranks))
     tok_peer = np.where(hit, np.arange(ranks)[None, :], -1).astype(np.int64)
-    return dest, hit, tok_peer, trow, _pair_slots(plan, s, ids)
+    return dest, hit, tok_peer, np.where(hit, trow, -1).astype(np.int64), _pair_slots(plan, s, ids)
 
 
 def returned_rows(plan, s, d, local_experts, per_token):

@@ -22,7 +22,7 @@ process per GPU). Arguments and results are dicts keyed by the local ranks.
 
 The shared-memory window exchange (exchange.WindowEpComm) is the tuned intranode transport: it
 writes rows straight into their final place at the peers instead of calling alltoallv, with the
-same plan (plan.py) and handle (plan.ExchangeHandle).
+same rows (its plan worked out in C++) and handle (plan.ExchangeHandle).
 """
 from __future__ import annotations
 

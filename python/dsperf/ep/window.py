@@ -65,6 +65,8 @@ class ShmTransport:
         self._ctrl = [np.frombuffer(v, np.int64, count=words) for v in ctrl]
         self._ctrl[self.rank][:] = 0
         self._flags = [c[:1] for c in self._ctrl]
+        self._ctrl_words = words
+        self._ctrl_addr = np.array([c.ctypes.data for c in self._ctrl], np.int64)   # for ctrl_sync
         self._seq = 0
         # Spin on the flags (keep the core) while this machine has a core per rank of the node;
         # with more ranks than cores, offer the core at once: the peer may be waiting for it.
@@ -92,7 +94,7 @@ class ShmTransport:
         self._check()
         sizes = np.asarray(sizes, np.int64)
         have = self._windows.get(name)
-        if have is not None and np.all(have[1] >= sizes):
+        if have is not None and (have[1] >= sizes).all():
             return have[2]
         old = have[1] if have is not None else np.zeros(self.size, np.int64)
         grown = np.maximum(old, np.array([_round_up(s * 5 // 4, _PAGE) if s > o else o
@@ -106,8 +108,21 @@ class ShmTransport:
         for w in self._retired:
             w.Free()
         self._retired = [have[0]] if have is not None else []
-        self._windows[name] = (win, grown, views)
+        addr = np.array([v.ctypes.data for v in views], np.int64)
+        self._windows[name] = (win, grown, views, addr, np.array([v.size for v in views], np.int64))
         return views
+
+    def views(self, name):
+        """The segments of window `name` as they are (it must exist: regions made it)."""
+        self._check()
+        return self._windows[name][2]
+
+    def segments(self, name):
+        """(addresses int64 [ranks], bytes int64 [ranks]) of the segments of window `name` (after
+        regions), for the C++ copies that write into them (which check every row against the bytes)."""
+        self._check()
+        have = self._windows[name]
+        return have[3], have[4]
 
     def zero_own(self, name, nbytes=None):
         """Zero this rank's segment of window `name` (before peers write into it: call sync after)."""
@@ -115,23 +130,23 @@ class ShmTransport:
         seg[:seg.size if nbytes is None else nbytes] = 0
 
     # -- synchronisation -------------------------------------------------------------------------
-    def sync(self, row, what):
-        """Publish row (int64 [<= row_words]) and wait for every rank's; returns [ranks, row_words].
+    def sync(self, row, what, same_words=0):
+        """Publish row (int64 [<= row_words]) and wait for every rank's; returns [ranks, row_words]
+        (and, with same_words > 0, (rows, whether every rank's first same_words words equal row's)).
         A peer that does not arrive within timeout_s ends the job, named."""
         self._check()
         self._seq += 1
         # Two row slots, alternating: a peer may still read our previous row until it reaches this
         # sync, and we only reuse a slot after the sync that follows it.
         base = _FLAG_WORDS + (self._seq & 1) * self.row_words
-        mine = self._ctrl[self.rank]
-        mine[base:base + len(row)] = row
-        mine[base + len(row):base + self.row_words] = 0
-        _C_EP.flag_publish(self._flags[self.rank], self._seq)
-        late = _C_EP.flags_wait(self._flags, self._seq, self.timeout_s, self.spin_s)
+        out = np.empty((self.size, self.row_words), np.int64)
+        # Store the row, publish the sequence number, wait for every rank's, copy their rows: one call.
+        late = _C_EP.ctrl_sync(self._ctrl_addr, self._ctrl_words, self.rank, self._seq, base,
+                               np.ascontiguousarray(row, np.int64), self.timeout_s, self.spin_s, out, same_words)
         if late >= 0:
             self._abort(f"no progress for {self.timeout_s:g} s while waiting for rank {self._label(late)} "
                         f"to reach {what} (it may have died, raised or be stuck)")
-        return np.stack([c[base:base + self.row_words] for c in self._ctrl])
+        return (out, late == -1) if same_words else out
 
     def _abort(self, why):
         sys.stderr.write(f"dsperf.ep: rank {self._label(self.rank)}: {why}; aborting the job\n")
@@ -158,8 +173,8 @@ class ShmTransport:
             return
         for w in self._retired:
             w.Free()
-        for win, _, _ in self._windows.values():
-            win.Free()
+        for have in self._windows.values():
+            have[0].Free()
         self._ctrl_win.Free()
         self._retired, self._windows = [], {}
         self._broken = "freed"

@@ -205,6 +205,12 @@ void experts_masked(const bf16_t* x, int64_t capacity, const int32_t* counts, co
     }
 }
 
+namespace {
+// moe_layer keeps its permuted rows and outputs between calls up to this size (1 GiB: 4,096 tokens
+// of DeepSeek-V3's top-8 take 1.4 GiB and are freed after each call).
+constexpr size_t kKeptBufferBytes = size_t(1) << 30;
+}  // namespace
+
 void moe_layer(const bf16_t* x, int64_t tokens, const bf16_t* gate_w, const float* gate_bias, const GateConfig& cfg,
                const ExpertWeights& routed, const ExpertWeights& shared, float* y) {
     routed.validate();
@@ -216,11 +222,22 @@ void moe_layer(const bf16_t* x, int64_t tokens, const bf16_t* gate_w, const floa
     linear_bf16(x, D, gate_w, D, logits.data(), E, tokens, E, D);
     moe_gate(logits.data(), tokens, E, gate_bias, cfg, weights.data(), ids.data());
     moe_route(ids.data(), tokens, K, E, offsets.data(), position.data(), source.data());
-    std::vector<bf16_t> x_perm(static_cast<size_t>(tokens * K * D));
-    moe_permute(x, D, source.data(), tokens * K, x_perm.data());
-    std::vector<float> y_perm(static_cast<size_t>(tokens * K * D));
-    experts_contiguous(x_perm.data(), offsets.data(), routed, y_perm.data());
-    moe_unpermute(y_perm.data(), D, position.data(), weights.data(), tokens, K, y, false);
+    // The permuted rows and their outputs (175 MB at 512 tokens of DeepSeek-V3) in buffers kept
+    // between calls: fresh ones are zeroed and page-faulted on every call, which on this project's
+    // VMs cost more than the experts' GEMMs at 512 tokens (the host backs freed pages lazily).
+    // Fully written before they are read; buffers past kKeptBufferBytes are freed after the call.
+    thread_local std::vector<bf16_t> x_perm_kept;
+    thread_local std::vector<float> y_perm_kept;
+    const size_t rows = static_cast<size_t>(tokens * K), n = rows * static_cast<size_t>(D);
+    if (x_perm_kept.size() < n) x_perm_kept.resize(n);
+    if (y_perm_kept.size() < n) y_perm_kept.resize(n);
+    moe_permute(x, D, source.data(), tokens * K, x_perm_kept.data());
+    experts_contiguous(x_perm_kept.data(), offsets.data(), routed, y_perm_kept.data());
+    moe_unpermute(y_perm_kept.data(), D, position.data(), weights.data(), tokens, K, y, false);
+    if (n * (sizeof(bf16_t) + sizeof(float)) > kKeptBufferBytes) {
+        std::vector<bf16_t>().swap(x_perm_kept);
+        std::vector<float>().swap(y_perm_kept);
+    }
     if (shared.w13) {
         shared.validate();
         require(shared.dim == D, "shared expert dim must equal the routed experts' dim");

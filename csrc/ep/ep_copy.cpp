@@ -1,6 +1,7 @@
 #include "ep/ep_copy.hpp"
 
 #include <algorithm>
+#include "kernels/common/parallel.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/linear.hpp"
 
@@ -20,15 +21,9 @@ using dsperf::kernels::fp8_t;
 
 namespace {
 
-// Checks run inside per-element loops: a literal message must not build a std::string each time.
-int omp_threads() {
-#if defined(_OPENMP)
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
+using kernels::max_threads;
 
+// Checks run inside per-element loops: a literal message must not build a std::string each time.
 void require(bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(what);
 }
@@ -92,7 +87,7 @@ void gather_rows_to_bf16(const float* y, int64_t rows, int64_t dim, const int64_
     } else {
         require(n <= rows, "n must not exceed the rows of y");
     }
-#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_threads())
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : max_threads())
     for (int64_t i = 0; i < n; ++i) {
         const float* src = y + (index ? index[i] : i) * dim;
         bf16_t* dst = out + i * dim;
@@ -157,7 +152,7 @@ void copy_rows(const uint8_t* src, int64_t src_rows, int64_t src_stride, int64_t
         require(s >= 0 && s < src_rows, "source row index out of range");
         require(d >= 0 && d < dst_rows, "destination row index out of range");
     }
-#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_threads())
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : max_threads())
     for (int64_t i = 0; i < n; ++i) {
         const int64_t s = src_index ? src_index[i] : i, d = dst_index ? dst_index[i] : i;
         std::memcpy(dst + d * dst_stride + dst_col, src + s * src_stride + src_col, size_t(width));

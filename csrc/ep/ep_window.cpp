@@ -1,5 +1,7 @@
 #include "ep/ep_window.hpp"
 
+#include "kernels/common/parallel.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -51,13 +53,7 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
 
 namespace {
 
-int omp_threads() {
-#if defined(_OPENMP)
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
+using kernels::max_threads;
 
 // One token: dst[0:dim) = sum over k < n, in order, of w[k] * f32(src[k][0:dim)), each product added
 // with one rounding (a fused multiply-add, also where no FMA instruction is used). The sum of a
@@ -129,7 +125,7 @@ RowSum pick_row_sum() {
 void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int64_t* row, const float* weights,
                        int64_t tokens, int64_t entries, int64_t dim, float* out, int threads) {
     static const RowSum row_sum = pick_row_sum();
-    if (threads <= 0) threads = omp_threads();
+    if (threads <= 0) threads = max_threads();
 #pragma omp parallel num_threads(threads) if (threads > 1 && tokens * entries * dim > (int64_t(1) << 18))
     {
         std::vector<const bf16_t*> src(entries);
@@ -304,7 +300,7 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
     for (int64_t d = 0; d < W; ++d) scale_at[d] = (p.pair_rows[d] * vb + 63) / 64 * 64;
     int64_t written = 0;
     const bool token = layout == WindowLayout::kToken;
-    if (threads <= 0) threads = omp_threads();
+    if (threads <= 0) threads = max_threads();
 #pragma omp parallel for schedule(static) reduction(+ : written) num_threads(threads) \
     if (threads > 1 && n * K * vb > (int64_t(1) << 18))
     for (int64_t i = 0; i < n; ++i) {

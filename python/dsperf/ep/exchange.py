@@ -47,7 +47,7 @@ from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
                        _check_array, _displs, _Done, _header, _header_words, _local_check, _parse_headers,
                        check_tokens, open_ep_comm)
-from .plan import ExchangeHandle, _ranks_within
+from .plan import ExchangeHandle, RowFormat, _ranks_within, row_format
 from .window import ShmTransport, WindowBroken
 
 _C_EP = _C.ep
@@ -58,7 +58,7 @@ _LAYOUT_CODE = {"token": 0, "expert": 1, "masked": 2}       # dsperf._C.ep.Windo
 
 
 @dataclass
-class _WindowPlan:
+class _WindowPlan(RowFormat):
     """Where every token and pair of a dispatch lands, from the counts every rank agreed on. The
     rows and places themselves are worked out in C++ (window_plan, window_scatter) from `rows`."""
     rows: np.ndarray           # [ranks, ranks + experts + nodes] the agreed counts (C-contiguous)
@@ -69,18 +69,7 @@ class _WindowPlan:
     pair_send: np.ndarray      # [ranks] pairs this rank sends each rank
     pair_recv: np.ndarray      # [ranks] pairs this rank receives from each rank
     counts: np.ndarray         # [local experts] pairs into each of this rank's experts
-    layout: str
-    fp8: bool
-    K: int
-    cap: int
-    vb: int                    # value bytes of a row
-    sb: int                    # scale bytes of a row
-    sc_col: int                # scales' column in a record
-    rec: int                   # record bytes: values | pad | scales | K local ids | K weights
-
-    @property
-    def id_col(self):
-        return self.sc_col + self.sb
+    cap: int                   # rows per local expert of the masked layout
 
     @property
     def code(self):
@@ -88,12 +77,11 @@ class _WindowPlan:
 
 
 def _window_plan(rows, W, E_loc, cap, layout, fp8, hidden, K, me):
-    vb, sb = (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
-    sc_col = vb + (-vb % 4)
     out = np.empty(6 * W + E_loc, np.int64)
     _C_EP.window_plan(rows, E_loc, _LAYOUT_CODE[layout], cap, me, out)
-    return _WindowPlan(rows, out[:W], out[W:2 * W], out[2 * W:3 * W], out[3 * W:4 * W], out[4 * W:5 * W],
-                       out[5 * W:6 * W], out[6 * W:], layout, fp8, K, cap, vb, sb, sc_col, sc_col + sb + 8 * K)
+    return _WindowPlan(**row_format(layout, fp8, hidden, K), rows=rows, n_recv=out[:W], pair_rows=out[W:2 * W],
+                       send=out[2 * W:3 * W], recv=out[3 * W:4 * W], pair_send=out[4 * W:5 * W],
+                       pair_recv=out[5 * W:6 * W], counts=out[6 * W:], cap=cap)
 
 
 class WindowEpComm:

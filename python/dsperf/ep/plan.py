@@ -4,8 +4,9 @@ where each token's record and each pair's row lands at its destination, in the t
 (token: records per source, source-major; expert: contiguous per local expert, sources in rank
 order within an expert; masked: [local experts, ranks * max_tokens] rows, zero past each count),
 and the handle combine reads it back with (ExchangeHandle, one type for every mode, layout and
-transport). The window exchange (exchange.py) and the transport exchange (routed.py, over MPI,
-NCCL or the simulated transport) both plan with these functions."""
+transport). The transport exchange (routed.py, over MPI, NCCL or the simulated transport) plans
+with these functions; the window exchange (exchange.py) works the same rows out in C++ (window_plan)
+and shares RowFormat and ExchangeHandle."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,15 +53,8 @@ class ExchangeHandle:
 
 
 @dataclass
-class _Plan:
-    """Where every token and pair of a dispatch lands, from the counts every rank agreed on."""
-    N: np.ndarray              # [source, dest] tokens
-    PE: np.ndarray             # [source, expert] pairs
-    tok_off: np.ndarray        # [source, dest] first record row of the source's tokens at the dest
-    n_recv: np.ndarray         # [dest] records received
-    expert_base: np.ndarray    # [expert] first row of the expert in its rank's pair rows
-    pair_off: np.ndarray       # [source, expert] first row of the source's pairs within the expert
-    pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)
+class RowFormat:
+    """How a dispatch's rows are laid out in bytes; every exchange's plan carries it."""
     layout: str
     fp8: bool
     K: int
@@ -74,9 +68,26 @@ class _Plan:
         return self.sc_col + self.sb
 
 
-def _make_plan(N, PE, W, E_loc, cap, layout, fp8, hidden, K):
+def row_format(layout, fp8, hidden, K) -> dict:
+    """RowFormat's fields for rows of `hidden` values (FP8 + one FP32 scale per 128, or BF16)."""
     vb, sb = (hidden, 4 * -(-hidden // 128)) if fp8 else (2 * hidden, 0)
     sc_col = vb + (-vb % 4)
+    return dict(layout=layout, fp8=fp8, K=K, vb=vb, sb=sb, sc_col=sc_col, rec=sc_col + sb + 8 * K)
+
+
+@dataclass
+class _Plan(RowFormat):
+    """Where every token and pair of a dispatch lands, from the counts every rank agreed on."""
+    N: np.ndarray              # [source, dest] tokens
+    PE: np.ndarray             # [source, expert] pairs
+    tok_off: np.ndarray        # [source, dest] first record row of the source's tokens at the dest
+    n_recv: np.ndarray         # [dest] records received
+    expert_base: np.ndarray    # [expert] first row of the expert in its rank's pair rows
+    pair_off: np.ndarray       # [source, expert] first row of the source's pairs within the expert
+    pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)
+
+
+def _make_plan(N, PE, W, E_loc, cap, layout, fp8, hidden, K):
     totals = PE.sum(axis=0)
     if layout == "masked":
         expert_base = (np.arange(W * E_loc) % E_loc) * cap
@@ -85,8 +96,9 @@ def _make_plan(N, PE, W, E_loc, cap, layout, fp8, hidden, K):
         per_rank = totals.reshape(W, E_loc)
         expert_base = (np.cumsum(per_rank, axis=1) - per_rank).ravel()
         pair_rows = per_rank.sum(axis=1)
-    return _Plan(N, PE, np.cumsum(N, axis=0) - N, N.sum(axis=0), expert_base, np.cumsum(PE, axis=0) - PE, pair_rows,
-                 layout, fp8, K, vb, sb, sc_col, sc_col + sb + 8 * K)
+    return _Plan(**row_format(layout, fp8, hidden, K), N=N, PE=PE, tok_off=np.cumsum(N, axis=0) - N,
+                 n_recv=N.sum(axis=0), expert_base=expert_base, pair_off=np.cumsum(PE, axis=0) - PE,
+                 pair_rows=pair_rows)
 
 
 def _pair_slots(plan, s, ids):

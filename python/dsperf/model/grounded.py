@@ -169,8 +169,8 @@ _check_bool = flag
 
 
 def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128, tokens=16384, prompt_len=4096,
-                cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
-                dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
+                cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
+                attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
                 dense_tp=1, moe_tp=1) -> "SM.Deployment":
     d = SM.Deployment()
     d.phase = phase
@@ -247,8 +247,9 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
     kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
     cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; no table rows: the default efficiency);
-    weight_dtype: "fp8", "bf16" or "fp4" (NVFP4 experts, FP8 elsewhere; a device with fp4_tflops); dense_tp: the dense MLP split over this many GPUs (1: DP); moe_tp:
-    each routed expert split over this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP)."""
+    weight_dtype: "fp8", "bf16" or "fp4" (NVFP4 experts, FP8 elsewhere; a device with fp4_tflops);
+    dense_tp: the dense MLP split over this many GPUs (1: DP); moe_tp: each routed expert split over
+    this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP)."""
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,
                       kv_fp8=kv_fp8, attn_fp8=attn_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance,
@@ -289,8 +290,8 @@ def lockstep_step_ms(decode_step_ms, chunk_ms, emitted_per_step, *, isl, osl, ch
 
 def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, osl=2048, batch=128, kv_len=None,
                max_num_tokens=None, ep=8, attn_tp=1, redundant_experts=0, overlap="none", mtp=0, mtp_accepted=0.0,
-               kv_fp8=False, attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, weight_dtype="fp8", dense_tp=1,
-               moe_tp=1, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+               kv_fp8=False, attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, weight_dtype="fp8",
+               dense_tp=1, moe_tp=1, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """Aggregated serving (prefill and decode on the same GPUs, DP attention over the EP group):
     output tokens/s per GPU and per user, with every rank's decode step held by the prompt chunks
     of any rank (lockstep_step_ms).

@@ -98,3 +98,8 @@ def test_mpi_simulated_and_window_exchanges_agree(np_, seed):
     assert len(per_rank) == np_ and any(r["tokens"] == 0 for r in per_rank)
     for r in per_rank:
         assert r["errors"] == [], r
+
+
+def test_simulated_transport_refuses_a_wire_dtype_it_cannot_sum():
+    with pytest.raises(ValueError, match="combine_dtype"):
+        T.SimulatedTransport(2, combine_dtype=np.int8)

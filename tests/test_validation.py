@@ -332,3 +332,28 @@ def test_fp8_attention_math():
         grounded.decode("DeepSeek-V3", "H800", attn_fp8=True, kv_fp8=False)
     with pytest.raises(TypeError, match="attn_fp8"):
         grounded.decode("DeepSeek-V3", "H800", attn_fp8="yes", kv_fp8=True)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(chunk_tokens=0), "chunk_tokens"), (dict(ranks=0), "ranks"), (dict(osl=float("nan")), "osl"),
+    (dict(isl=-1), "isl"),
+])
+def test_lockstep_bad_input_names_the_argument(kwargs, name):
+    args = dict(isl=1024, osl=2048, chunk_tokens=1024, ranks=8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=name):
+        grounded.lockstep_step_ms(40.0, 100.0, 128.0, **args)
+    with pytest.raises(ValueError, match="chunk_ms"):
+        grounded.lockstep_step_ms(40.0, -1.0, 128.0, isl=1024, osl=2048, chunk_tokens=1024, ranks=8)
+    # A NaN step (an infeasible row of the explorer) stays NaN.
+    step, _ = grounded.lockstep_step_ms(float("nan"), 100.0, 128.0, isl=1024, osl=2048, chunk_tokens=1024, ranks=8)
+    assert math.isnan(step)
+
+
+def test_points_file_refuses_a_boolean_that_is_not_true_or_false(monkeypatch, tmp_path):
+    text = validation._points_path().read_text().replace(",true,", ",yes,", 1)
+    bad = tmp_path / "points.csv"
+    bad.write_text(text)
+    monkeypatch.setattr(validation, "_points_path", lambda: bad)
+    with pytest.raises(ValueError, match="must be true or false"):
+        validation.load_points()

@@ -144,6 +144,25 @@ void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int
     }
 }
 
+namespace {
+// One token's record for rank `dest`: payload values, scales, then its K local expert ids (-1 where
+// the expert lives elsewhere) and K weights (0 without weights).
+inline void write_record(uint8_t* r, const uint8_t* v, const uint8_t* sc, int64_t vb, int64_t sb, int64_t sc_col,
+                         int64_t id_col, const int64_t* ids, const float* weights, int64_t K, int64_t E_loc,
+                         int64_t dest) {
+    std::memcpy(r, v, size_t(vb));
+    if (sb) std::memcpy(r + sc_col, sc, size_t(sb));
+    int32_t lid[64];
+    float w[64];
+    for (int64_t k = 0; k < K; ++k) {
+        lid[k] = ids[k] / E_loc == dest ? int32_t(ids[k] % E_loc) : -1;
+        w[k] = weights ? weights[k] : 0.0f;
+    }
+    std::memcpy(r + id_col, lid, size_t(4 * K));
+    std::memcpy(r + id_col + 4 * K, w, size_t(4 * K));
+}
+}  // namespace
+
 void write_records(const uint8_t* values, int64_t value_stride, int64_t vcol, int64_t vb, const uint8_t* scales,
                    int64_t scale_stride, int64_t scol, int64_t sb, const int64_t* token, int64_t n, const int64_t* ids,
                    const float* weights, int64_t top_k, int64_t dest, int64_t local_experts, uint8_t* dst, int64_t rec,
@@ -151,18 +170,9 @@ void write_records(const uint8_t* values, int64_t value_stride, int64_t vcol, in
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = token[i];
-        uint8_t* r = dst + i * rec;
-        std::memcpy(r, values + t * value_stride + vcol, size_t(vb));
-        if (sb) std::memcpy(r + sc_col, scales + t * scale_stride + scol, size_t(sb));
-        int32_t lid[64];
-        float w[64];
-        for (int64_t k = 0; k < top_k; ++k) {
-            const int64_t e = ids[t * top_k + k];
-            lid[k] = e / local_experts == dest ? int32_t(e % local_experts) : -1;
-            w[k] = weights ? weights[t * top_k + k] : 0.0f;
-        }
-        std::memcpy(r + id_col, lid, size_t(4 * top_k));
-        std::memcpy(r + id_col + 4 * top_k, w, size_t(4 * top_k));
+        write_record(dst + i * rec, values + t * value_stride + vcol, sb ? scales + t * scale_stride + scol : nullptr,
+                     vb, sb, sc_col, id_col, ids + t * top_k, weights ? weights + t * top_k : nullptr, top_k,
+                     local_experts, dest);
     }
 }
 
@@ -310,18 +320,8 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
             for (int64_t d = 0; d < W; ++d) {
                 const int64_t l = local_of[d];
                 if (l < 0 || tok_peer[i * W + d] < 0) continue;
-                uint8_t* r = dst[l] + tok_row[i * W + d] * rec;
-                std::memcpy(r, v, size_t(vb));
-                if (sb) std::memcpy(r + sc_col, sc, size_t(sb));
-                int32_t lid[64];
-                float w[64];
-                for (int64_t k = 0; k < K; ++k) {
-                    const int64_t e = ids[i * K + k];
-                    lid[k] = e / E_loc == d ? int32_t(e % E_loc) : -1;
-                    w[k] = weights ? weights[i * K + k] : 0.0f;
-                }
-                std::memcpy(r + id_col, lid, size_t(4 * K));
-                std::memcpy(r + id_col + 4 * K, w, size_t(4 * K));
+                write_record(dst[l] + tok_row[i * W + d] * rec, v, sc, vb, sb, sc_col, id_col, ids + i * K,
+                             weights ? weights + i * K : nullptr, K, E_loc, d);
                 written += rec;
             }
         } else {

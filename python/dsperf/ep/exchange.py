@@ -47,7 +47,7 @@ from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
                        _check_array, _displs, _Done, _header, _header_words, _local_check, _parse_headers,
                        check_tokens, open_ep_comm)
-from .plan import ExchangeHandle, RowFormat, _ranks_within, row_format
+from .plan import ExchangeHandle, RowFormat, _ranks_within, masked_slots, row_format
 from .window import ShmTransport, WindowBroken
 
 _C_EP = _C.ep
@@ -494,9 +494,7 @@ class WindowEpComm:
         passes = dict(dispatch=(sent + quant) / total if total else 0.0)
         counts = plan.counts
         one = self.nodes == 1
-        own_slots = None
-        if layout == "masked":
-            own_slots = (np.repeat(np.arange(E_loc) * cap, counts) + _ranks_within(counts)).astype(np.int64)
+        own_slots = masked_slots(counts, cap) if layout == "masked" else None
         handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv if one else plan.n_recv[nr],
                                 pair_peer, pair_row, plan.pair_rows if one else plan.pair_rows[nr],
                                 None if w is None else np.ascontiguousarray(w, F32), send_counts, recv_counts,

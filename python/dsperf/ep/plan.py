@@ -116,6 +116,12 @@ def _pair_slots(plan, s, ids):
     return out.reshape(ids.shape)
 
 
+def masked_slots(counts, cap):
+    """The filled rows of a masked layout, flat: expert e's first counts[e] of its cap rows."""
+    counts = np.asarray(counts, np.int64)
+    return (np.repeat(np.arange(counts.size) * cap, counts) + _ranks_within(counts)).astype(np.int64)
+
+
 def _ranks_within(counts):
     """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ...: each item's place within its group."""
     counts = np.asarray(counts, np.int64)

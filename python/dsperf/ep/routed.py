@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import _arrays as A
 from .. import kernels as K
-from .plan import (ExchangeHandle, _make_plan, _ranks_within, pair_experts, returned_position, returned_rows,
+from .plan import (ExchangeHandle, _make_plan, masked_slots, pair_experts, returned_position, returned_rows,
                    source_entries)
 from .protocol import F32, DispatchOut, LowLatencyOut
 
@@ -147,13 +147,14 @@ def _handle(transport, plan, r, entries, weights, dim, dtype, epr, counts, out_d
     if layout == "masked":
         send, recv = pairs[r], pairs[:, r]
         cap = int(plan.pair_rows[r]) // epr
-        own = (np.repeat(np.arange(epr) * cap, counts) + _ranks_within(counts)).astype(np.int64)
+        own = masked_slots(counts, cap)
     else:
         send, recv, own = plan.N[r].copy(), plan.N[:, r].copy(), None
     row_b = dim * np.dtype(dtype).itemsize
+    wire_b = out_dim * np.dtype(transport.combine_dtype).itemsize   # combine's rows as they cross
     moved_out, moved_in = (plan.N[r], plan.N[:, r]) if layout == "token" else (pairs[r], pairs[:, r])
     wire = dict(dispatch_send=moved_out * row_b, dispatch_recv=moved_in * row_b,
-                combine_send=moved_in * 4 * out_dim, combine_recv=moved_out * 4 * out_dim)
+                combine_send=moved_in * wire_b, combine_recv=moved_out * wire_b)
     return ExchangeHandle("low_latency" if layout == "masked" else "normal", layout, 0, int(dest.shape[0]),
                           int(dest.shape[1]), int(out_dim), tok_peer.astype(np.int32), trow, plan.n_recv.copy(),
                           dest.astype(np.int32), pair_row, plan.pair_rows.copy(), weights, send, recv, own, wire,

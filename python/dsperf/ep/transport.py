@@ -38,6 +38,7 @@ class Transport:
 
     nranks: int
     ranks: list
+    combine_dtype = np.dtype(np.float32)   # combine's rows as they cross (wire)
 
     def wire(self, rank, rows):
         return rows
@@ -64,7 +65,7 @@ class Transport:
 class HostRows:
     """Rows in host memory (numpy): the row operations of the simulated and MPI transports."""
 
-    combine_dtype = K.BF16   # combine's partials cross in BF16: half the bytes of FP32
+    combine_dtype = np.dtype(K.BF16)   # combine's partials cross in BF16: half the bytes of FP32
 
     def wire(self, rank, rows):
         return rows if rows.dtype == self.combine_dtype else rows.astype(self.combine_dtype)
@@ -99,6 +100,8 @@ class SimulatedTransport(HostRows, Transport):
     def __init__(self, nranks, combine_dtype=K.BF16):
         self.nranks, self.ranks = int(nranks), list(range(int(nranks)))
         self.combine_dtype = np.dtype(combine_dtype)  # FP32: as NCCL's transport, for comparing with it
+        if self.combine_dtype not in (np.dtype(np.float32), np.dtype(K.BF16)):
+            raise ValueError(f"combine_dtype must be float32 or bfloat16, got {self.combine_dtype}")
 
     def alltoallv(self, sends, send_counts, recv_counts, pad_rows=0):
         n = self.nranks

@@ -245,13 +245,14 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     pre = [{"tokens_per_gpu_s": chosen[label]["prefill_tokens_per_gpu_s"], "step_ms": chosen[label]["ttft_ms"],
             "ep": chosen[label]["prefill_ep"], "tokens": chosen[label]["prefill_tokens"]} for label in labels]
     tps = cols["tokens_per_gpu_s"]
-    ratio = (isl / osl) * tps / per_dev([p["tokens_per_gpu_s"] for p in pre])  # prefill GPUs per decode GPU
+    pre_tps = per_dev([p["tokens_per_gpu_s"] for p in pre])  # each row's device's prefill tokens/s per GPU
+    ratio = (isl / osl) * tps / pre_tps  # prefill GPUs per decode GPU
     served = tps / (1 + ratio)
     # Aggregated serving: the decode GPUs also run the prompts, one prompt a chunk at the device's
     # prefill rate, and the MoE all-to-all lock-steps the DP ranks (grounded.lockstep_step_ms).
     emitted = cols["batch"] * (1 + cols["mtp_accepted"])
     lockstep_ranks = np.maximum(1, np.where(cols["kind"] == 1, cols["attn_gpus"], cols["ep"]) // cols["attn_tp"])
-    prompt_ms = isl / per_dev([p["tokens_per_gpu_s"] for p in pre]) * 1e3
+    prompt_ms = isl / pre_tps * 1e3
     step_aggregated, _ = grounded.lockstep_step_ms(cols["step_ms"], prompt_ms, emitted, isl=isl, osl=osl,
                                                    chunk_tokens=isl, ranks=lockstep_ranks)
     # Disaggregated serving hands each request's KV cache from the prefill to the decode instance
@@ -301,7 +302,6 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     )
     if request_rate is not None:
         rate = _positive("request_rate", request_rate, 1e9)
-        pre_tps = per_dev([p["tokens_per_gpu_s"] for p in pre])
         with np.errstate(divide="ignore", invalid="ignore"):
             data["decode_instances"] = np.ceil(rate * osl / (tps * gpus))
             data["prefill_instances"] = np.ceil(rate * isl / (pre_tps * data["prefill_ep"]))

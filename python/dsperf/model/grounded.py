@@ -282,6 +282,15 @@ def lockstep_step_ms(decode_step_ms, chunk_ms, emitted_per_step, *, isl, osl, ch
     layers' all-to-all lock-steps the ranks, so a chunk on any rank holds every rank's step: a
     step costs the decode step plus, with the chance that at least one rank runs a chunk, the
     chunk's layers (`chunk_ms`). With one rank this is the prefill share of each output token."""
+    # The per-row inputs may hold NaN (the explorer's infeasible rows), which stays NaN in the result;
+    # the request's sizes must be numbers.
+    for name, v, low in (("decode_step_ms", decode_step_ms, 0), ("chunk_ms", chunk_ms, 0),
+                         ("emitted_per_step", emitted_per_step, 0), ("ranks", ranks, 1)):
+        if (np.asarray(v, dtype=float) < low).any():
+            raise ValueError(f"{name} must be >= {low}")
+    for name, v in (("isl", isl), ("osl", osl), ("chunk_tokens", chunk_tokens)):
+        if not (np.isfinite(np.asarray(v, dtype=float)).all() and (np.asarray(v, dtype=float) >= 1).all()):
+            raise ValueError(f"{name} must be finite and >= 1")
     chunks_per_prompt = np.ceil(isl / chunk_tokens)
     per_rank = np.minimum(1.0, chunks_per_prompt * emitted_per_step / osl)  # chance a rank runs a chunk
     any_rank = 1 - (1 - per_rank) ** ranks

@@ -36,6 +36,8 @@ def load_points() -> list[dict]:
             if v == "":
                 continue
             if k in ("kv_fp8", "attn_fp8"):
+                if v not in ("true", "false"):
+                    raise ValueError(f"{_points_path()}, row {i}: field '{k}' must be true or false, got {v!r}")
                 p[k] = v == "true"
             elif k in ("point", "source", "device", "phase", "metric", "kind", "overlap", "weight_dtype", "assumed",
                        "missing"):

@@ -88,13 +88,47 @@ def test_dispatch_counts_counts_and_checks_the_ids():
     assert _C.ep.dispatch_counts(np.array([[3, 3]], np.int64), 8, 2, node, 2, out) == 2
 
 
+def _streamed_hidden(rows):
+    """A hidden size at which `rows` rows of FP32 (or of FP8 values) pass a quarter of the
+    last-level cache, where the row kernels switch to streaming stores (a multiple of 128, plus
+    16 + 3 so the vector loops also run their partial last group)."""
+    from dsperf.predict.harness import l3_bytes
+    return -(-(l3_bytes() // 4 // rows + 1) // 128) * 128 + 19
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_pull_weighted_sum_matches_numpy_with_plain_and_streaming_stores(streamed):
+    """Plain stores for outputs inside the cache, streaming ones past it: the same sums either way,
+    also into an output that does not start on a 64-byte line (the head before the first aligned
+    line) and with a partial last group of columns."""
+    rng = np.random.default_rng(5)
+    T, P = 6, 3
+    dim = _streamed_hidden(T * 4) if streamed else 200
+    peers = [rng.standard_normal((4, dim)).astype(np.float32).astype(BF16) for _ in range(P)]
+    peer = rng.integers(-1, P, (T, 2)).astype(np.int32)
+    row = rng.integers(0, 4, (T, 2)).astype(np.int64)
+    w = rng.choice(np.array([0.5, 1.0, 2.0], np.float32), (T, 2))    # exact products: fma = mul + add
+    store = np.full(T * dim + 1, np.nan, np.float32)
+    out = store[1:].reshape(T, dim)                                  # 4 bytes past a 64-byte line
+    _C.ep.pull_weighted_sum([p.view(np.uint16) for p in peers], peer, row, w, out, 1)
+    want = np.zeros((T, dim), np.float32)
+    for t in range(T):
+        for m in range(2):
+            if peer[t, m] >= 0:
+                want[t] += w[t, m] * peers[peer[t, m]][row[t, m]].astype(np.float32)
+    assert np.array_equal(out, want)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("layout", ["token", "expert", "masked"])
-def test_window_scatter_places_every_row_as_the_numpy_definition(layout):
+def test_window_scatter_places_every_row_as_the_numpy_definition(layout, streamed):
     """Every source's rows land where the definition puts them: records of a destination in source
     order, tokens ascending; per-expert rows by expert, then source, then token; masked rows at
-    expert * capacity + the rows of lower sources + the token's place among its source's."""
+    expert * capacity + the rows of lower sources + the token's place among its source's. streamed:
+    rows so wide that a source's copies pass the cache (streaming stores, records off 64-byte lines)."""
     rng = np.random.default_rng(3)
-    W, E_loc, K, h = 3, 4, 3, 256
+    W, E_loc, K = 3, 4, 3
+    h = _streamed_hidden(5) // 128 * 128 if streamed else 256
     E, tokens = W * E_loc, [5, 0, 7]
     ids = _routing(rng, W, tokens, E, K)
     vb, sb = h, 4 * (h // 128)

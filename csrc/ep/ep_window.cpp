@@ -1,6 +1,8 @@
 #include "ep/ep_window.hpp"
 
+#include "kernels/common/cache.hpp"
 #include "kernels/common/parallel.hpp"
+#include "kernels/common/stream_copy.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -53,6 +55,7 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
 
 namespace {
 
+using kernels::last_level_cache_bytes;
 using kernels::max_threads;
 
 // One token: dst[0:dim) = sum over k < n, in order, of w[k] * f32(src[k][0:dim)), each product added
@@ -61,22 +64,38 @@ using kernels::max_threads;
 // output written once: the loop runs at memory speed, not at the speed of an L1 round trip per
 // source. AVX-512 and AVX2 versions are picked at run time.
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void weighted_row_sum_avx512(const bf16_t* const* src, const float* w, int64_t n,
-                                                                 int64_t dim, float* dst) {
-    int64_t d = 0;
-    for (; d + 16 <= dim; d += 16) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t k = 0; k < n; ++k) {
-            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k] + d));
-            const __m512 x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(w[k]), x, acc);
-        }
-        _mm512_storeu_ps(dst + d, acc);
+// kStream: the output goes past the caches (combine of many tokens), so its full lines are written
+// with non-temporal stores: a plain store first reads every output line it fills (the
+// read-for-ownership), a third more memory traffic on a loop that runs at memory speed.
+#define DSPERF_AVX512_SUM __attribute__((target("avx512f,avx512bw,avx512vl")))
+// Columns [d, d + 16) of the weighted sum (lanes outside m read as zero).
+DSPERF_AVX512_SUM inline __m512 weighted_sum16(const bf16_t* const* src, const float* w, int64_t n, int64_t d,
+                                               __mmask16 m) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; ++k) {
+        const __m256i raw = _mm256_maskz_loadu_epi16(m, src[k] + d);
+        const __m512 x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(w[k]), x, acc);
     }
-    for (; d < dim; ++d) {
-        float acc = 0.0f;
-        for (int64_t k = 0; k < n; ++k) acc = std::fma(w[k], bf16_to_f32(src[k][d]), acc);
-        dst[d] = acc;
+    return acc;
+}
+
+template <bool kStream>
+DSPERF_AVX512_SUM void weighted_row_sum_avx512(const bf16_t* const* src, const float* w, int64_t n, int64_t dim,
+                                               float* dst) {
+    int64_t d = 0;
+    if (kStream) {
+        // Plain stores up to the first 64-byte boundary of dst (streaming stores need it).
+        const int64_t head = std::min<int64_t>(dim, ((64 - int64_t(reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 4);
+        if (head) _mm512_mask_storeu_ps(dst, __mmask16((1u << head) - 1), weighted_sum16(src, w, n, 0, __mmask16((1u << head) - 1)));
+        d = head;
+        if ((reinterpret_cast<uintptr_t>(dst + d) & 63) == 0)
+            for (; d + 16 <= dim; d += 16) _mm512_stream_ps(dst + d, weighted_sum16(src, w, n, d, 0xffff));
+    }
+    for (; d + 16 <= dim; d += 16) _mm512_storeu_ps(dst + d, weighted_sum16(src, w, n, d, 0xffff));
+    if (d < dim) {
+        const __mmask16 m = __mmask16((1u << (dim - d)) - 1);
+        _mm512_mask_storeu_ps(dst + d, m, weighted_sum16(src, w, n, d, m));
     }
 }
 
@@ -111,10 +130,11 @@ void weighted_row_sum_portable(const bf16_t* const* src, const float* w, int64_t
 
 using RowSum = void (*)(const bf16_t* const*, const float*, int64_t, int64_t, float*);
 
-RowSum pick_row_sum() {
+RowSum pick_row_sum(bool stream) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return weighted_row_sum_avx512;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+        return stream ? weighted_row_sum_avx512<true> : weighted_row_sum_avx512<false>;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return weighted_row_sum_avx2;
 #endif
     return weighted_row_sum_portable;
@@ -124,7 +144,11 @@ RowSum pick_row_sum() {
 
 void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int64_t* row, const float* weights,
                        int64_t tokens, int64_t entries, int64_t dim, float* out, int threads) {
-    static const RowSum row_sum = pick_row_sum();
+    static const RowSum plain = pick_row_sum(false), streamed = pick_row_sum(true);
+    // Stream the output past the caches when it is over a quarter of the last-level cache: measured
+    // on a 32 MiB L3 (2 sources per token, hidden 7168), plain stores were 2x faster at 3.7 MB of
+    // output, the two even at 7.3 MB, streaming 2.1x faster at 29 MB and 1.4x at 117 MB.
+    const RowSum row_sum = tokens * dim * int64_t(sizeof(float)) > last_level_cache_bytes() / 4 ? streamed : plain;
     if (threads <= 0) threads = max_threads();
 #pragma omp parallel num_threads(threads) if (threads > 1 && tokens * entries * dim > (int64_t(1) << 18))
     {
@@ -141,6 +165,9 @@ void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int
             }
             row_sum(src.data(), w.data(), n, dim, out + t * dim);
         }
+#if defined(__x86_64__)
+        _mm_sfence();  // every thread's streaming stores are visible before the caller reads out
+#endif
     }
 }
 
@@ -149,8 +176,8 @@ namespace {
 // the expert lives elsewhere) and K weights (0 without weights).
 inline void write_record(uint8_t* r, const uint8_t* v, const uint8_t* sc, int64_t vb, int64_t sb, int64_t sc_col,
                          int64_t id_col, const int64_t* ids, const float* weights, int64_t K, int64_t E_loc,
-                         int64_t dest) {
-    std::memcpy(r, v, size_t(vb));
+                         int64_t dest, bool stream = false) {
+    kernels::copy_bytes(r, v, vb, stream);
     if (sb) std::memcpy(r + sc_col, sc, size_t(sb));
     int32_t lid[64];
     float w[64];
@@ -310,30 +337,44 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
     for (int64_t d = 0; d < W; ++d) scale_at[d] = (p.pair_rows[d] * vb + 63) / 64 * 64;
     int64_t written = 0;
     const bool token = layout == WindowLayout::kToken;
+    // Rows past the caches when this call writes over a quarter of the last-level cache (see
+    // pull_weighted_sum).
+    int64_t total = 0;
+    if (token) {
+        for (int64_t i = 0; i < n * W; ++i) total += tok_peer[i] >= 0 && local_of[i % W] >= 0 ? rec : 0;
+    } else {
+        for (int64_t i = 0; i < n * K; ++i) total += local_of[pair_peer[i]] >= 0 ? vb : 0;
+    }
+    const bool stream = total > last_level_cache_bytes() / 4;
     if (threads <= 0) threads = max_threads();
-#pragma omp parallel for schedule(static) reduction(+ : written) num_threads(threads) \
-    if (threads > 1 && n * K * vb > (int64_t(1) << 18))
-    for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* v = values + i * vstride;
-        const uint8_t* sc = scales ? scales + i * sstride : nullptr;
-        if (token) {
-            for (int64_t d = 0; d < W; ++d) {
-                const int64_t l = local_of[d];
-                if (l < 0 || tok_peer[i * W + d] < 0) continue;
-                write_record(dst[l] + tok_row[i * W + d] * rec, v, sc, vb, sb, sc_col, id_col, ids + i * K,
-                             weights ? weights + i * K : nullptr, K, E_loc, d);
-                written += rec;
-            }
-        } else {
-            for (int64_t k = 0; k < K; ++k) {
-                const int64_t d = pair_peer[i * K + k], l = local_of[d];
-                if (l < 0) continue;
-                const int64_t row = pair_row[i * K + k];
-                std::memcpy(dst[l] + row * vb, v, size_t(vb));
-                if (sb) std::memcpy(dst[l] + scale_at[d] + row * sb, sc, size_t(sb));
-                written += vb + sb;
+#pragma omp parallel num_threads(threads) if (threads > 1 && n * K * vb > (int64_t(1) << 18))
+    {
+#pragma omp for schedule(static) reduction(+ : written)
+        for (int64_t i = 0; i < n; ++i) {
+            const uint8_t* v = values + i * vstride;
+            const uint8_t* sc = scales ? scales + i * sstride : nullptr;
+            if (token) {
+                for (int64_t d = 0; d < W; ++d) {
+                    const int64_t l = local_of[d];
+                    if (l < 0 || tok_peer[i * W + d] < 0) continue;
+                    write_record(dst[l] + tok_row[i * W + d] * rec, v, sc, vb, sb, sc_col, id_col, ids + i * K,
+                                 weights ? weights + i * K : nullptr, K, E_loc, d, stream);
+                    written += rec;
+                }
+            } else {
+                for (int64_t k = 0; k < K; ++k) {
+                    const int64_t d = pair_peer[i * K + k], l = local_of[d];
+                    if (l < 0) continue;
+                    const int64_t row = pair_row[i * K + k];
+                    kernels::copy_bytes(dst[l] + row * vb, v, vb, stream);
+                    if (sb) std::memcpy(dst[l] + scale_at[d] + row * sb, sc, size_t(sb));
+                    written += vb + sb;
+                }
             }
         }
+#if defined(__x86_64__)
+        if (stream) _mm_sfence();  // every thread's streaming stores land before the sync that follows
+#endif
     }
     return written;
 }

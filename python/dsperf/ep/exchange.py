@@ -47,7 +47,7 @@ from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
                        _check_array, _displs, _Done, _header, _header_words, _local_check, _parse_headers,
                        check_tokens, open_ep_comm)
-from .plan import ExchangeHandle, RowFormat, _ranks_within, masked_slots, row_format
+from .plan import ExchangeHandle, RowFormat, _ranks_within, row_format
 from .window import ShmTransport, WindowBroken
 
 _C_EP = _C.ep
@@ -455,16 +455,15 @@ class WindowEpComm:
             self._t.zero_own(key)
             self._sync(call)                 # every rank is fresh together
         now = plan.counts
-        before = self._ll_filled.get((turn, fp8), np.zeros(E_loc, np.int64))
-        xv = views[li][:E_loc * cap * plan.vb].reshape(E_loc, cap, plan.vb)
-        xb = -(-E_loc * cap * plan.vb // 64) * 64
-        sv = views[li][xb:xb + E_loc * cap * plan.sb].reshape(E_loc, cap, plan.sb) if plan.sb else None
-        stale = np.maximum(before - now, 0)                  # rows per expert to zero again
-        if stale.any():
+        before = self._ll_filled.get((turn, fp8))
+        stale = np.maximum(before - now, 0) if before is not None else None   # rows per expert to zero again
+        if stale is not None and stale.any():
+            xv = views[li][:E_loc * cap * plan.vb].reshape(E_loc * cap, plan.vb)
             rows = np.repeat(np.arange(E_loc) * cap + now, stale) + _ranks_within(stale)
-            xv.reshape(E_loc * cap, plan.vb)[rows] = 0
-            if sv is not None:
-                sv.reshape(E_loc * cap, plan.sb)[rows] = 0
+            xv[rows] = 0
+            if plan.sb:
+                xb = -(-E_loc * cap * plan.vb // 64) * 64
+                views[li][xb:xb + E_loc * cap * plan.sb].reshape(E_loc * cap, plan.sb)[rows] = 0
         self._ll_filled[(turn, fp8)] = now.copy()
 
     def _dispatch_finish(self, call, plan, turn, T, w, views, tok_peer, tok_row, pair_peer, pair_row, sent, quant,
@@ -494,11 +493,11 @@ class WindowEpComm:
         passes = dict(dispatch=(sent + quant) / total if total else 0.0)
         counts = plan.counts
         one = self.nodes == 1
-        own_slots = masked_slots(counts, cap) if layout == "masked" else None
+        masked = (counts, cap) if layout == "masked" else None
         handle = ExchangeHandle(mode, layout, turn, T, K, h, tok_peer, tok_row, plan.n_recv if one else plan.n_recv[nr],
                                 pair_peer, pair_row, plan.pair_rows if one else plan.pair_rows[nr],
                                 None if w is None else np.ascontiguousarray(w, F32), send_counts, recv_counts,
-                                own_slots, wire, passes, rail)
+                                masked, wire, passes, rail)
         nsc = sb // 4
         own = views[li]
         if layout == "masked":

@@ -43,13 +43,23 @@ class ExchangeHandle:
     weights: np.ndarray | None         # FP32 [tokens, top_k] (normal mode), summed by combine
     send_counts: np.ndarray            # [ranks] tokens (normal) or pairs (low latency) sent to each rank
     recv_counts: np.ndarray            # [ranks] tokens or pairs received from each rank
-    own_slots: np.ndarray | None       # low latency: this rank's filled rows of the masked layout
+    masked: tuple | None               # low latency: (pairs per local expert of this rank, rows per expert)
     wire_bytes: dict                   # bytes per peer: dispatch_send, dispatch_recv, combine_send, combine_recv
     passes: dict = field(default_factory=dict)   # copy passes per payload byte, by phase
     rail: dict | None = None
     plan: "_Plan | None" = None        # the agreed counts and row offsets (transport exchanges' combine reads them)
     received: dict | None = None       # transport exchanges, token layout: position/weights [received, top_k]
+    _slots: np.ndarray | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def own_slots(self) -> np.ndarray | None:
+        """Low latency: this rank's filled rows of the masked layout, flat (built on first use: the
+        in-place combine never needs them)."""
+        if self.masked is None:
+            return None
+        if self._slots is None:
+            self._slots = masked_slots(*self.masked)
+        return self._slots
 
 
 @dataclass

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import _arrays as A
 from .. import kernels as K
-from .plan import (ExchangeHandle, _make_plan, masked_slots, pair_experts, returned_position, returned_rows,
+from .plan import (ExchangeHandle, _make_plan, pair_experts, returned_position, returned_rows,
                    source_entries)
 from .protocol import F32, DispatchOut, LowLatencyOut
 
@@ -146,8 +146,7 @@ def _handle(transport, plan, r, entries, weights, dim, dtype, epr, counts, out_d
     pairs = plan.PE.reshape(n, n, epr).sum(axis=2)
     if layout == "masked":
         send, recv = pairs[r], pairs[:, r]
-        cap = int(plan.pair_rows[r]) // epr
-        own = masked_slots(counts, cap)
+        own = (np.asarray(counts, np.int64), int(plan.pair_rows[r]) // epr)
     else:
         send, recv, own = plan.N[r].copy(), plan.N[:, r].copy(), None
     row_b = dim * np.dtype(dtype).itemsize

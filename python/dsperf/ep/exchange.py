@@ -521,7 +521,8 @@ class WindowEpComm:
         xb = -(-r_me * vb // 64) * 64
         xv = own[:r_me * vb].view(FP8 if fp8 else BF16).reshape(r_me, h)
         xs = own[xb:xb + r_me * sb].view(F32).reshape(r_me, nsc) if sb else None
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        offsets = np.zeros(E_loc + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
         return DispatchOut(xv, xs, offsets, nrecv, handle, layout="expert")
 
     # -- combine ---------------------------------------------------------------------------------

@@ -27,7 +27,10 @@ def rng():
 
 
 SHAPES = [(1, 64, 3), (1, 75, 130), (3, 129, 257), (8, 7168, 40), (7, 2048, 131), (max(SPLIT - 1, 1), 200, 9),
-          (max(SPLIT, 1), 200, 9), (16, 96, 13), (37, 1000, 25), (64, 8192 + 300, 14), (5, 8192 + 64, 7)]
+          (max(SPLIT, 1), 200, 9), (16, 96, 13), (37, 1000, 25), (64, 8192 + 300, 14), (5, 8192 + 64, 7),
+          # The stream kernel's K blocks (x's block fits L1: 1024 columns at 8 rows, 512 at 16) with a
+          # partial last step, and several row tiles carrying their sums between blocks.
+          (6, 3000, 37), (16, 4000, 9), (20, 1100, 130)]
 
 
 @pytest.mark.parametrize("m, k, n", SHAPES)

@@ -1,16 +1,18 @@
 // The streaming decode GEMM (see gemm_avx512.hpp).
 //
-// A thread walks its slice of w two rows (a panel) at a time along the whole of K, and every row
-// of x (up to 8 in one tile, DeepSeek-V3's decode batch per expert) meets each weight vector as
-// soon as it arrives: w crosses the memory bus once, and the bus is never idle while a second
-// tile of x re-reads the panel from cache. Per 64-wide K step the tile turns one 64-byte load
+// A thread walks its slice of w two rows (a panel) at a time, and every row of x (up to 8 in one
+// tile, DeepSeek-V3's decode batch per expert) meets each weight vector as soon as it arrives: w
+// crosses the memory bus once. K is walked in blocks small enough that the block of x (M rows)
+// stays in L1 while every panel of the slice passes it (stream_k_block); the accumulators of each
+// (panel, tile) wait in L2 between blocks. Per 64-wide K step the tile turns one 64-byte load
 // (FP8) or two (BF16) per weight row into two BF16 vectors, then loads each row of x's two vectors
 // once (from L1, 64-byte aligned) for 2 x 2 VDPBF16PS: 2 x 8 accumulators, 4 weight vectors and the
 // FP8 table fit the 32 registers, and loads stay at half the dot products (a 3-row panel with x as
-// memory operands needed one load per dot product and ran ~25% slower on Zen 4). For FP8 the 128-code
-// table of the current 128 x 128 block (4 vectors) is reloaded every 128 columns from the slice's
-// tables, built once per call; x was permuted once so that its order matches the order the byte
-// lookups leave the weights in.
+// memory operands needed one load per dot product and ran ~25% slower on Zen 4). The rows two
+// panels ahead are prefetched into L2 at the columns being read. For FP8 the 128-code table of the
+// current 128 x 128 block (4 vectors) is reloaded every 128 columns from the slice's tables, built
+// once per call; x was permuted once so that its order matches the order the byte lookups leave the
+// weights in.
 #include "kernels/cpu/gemm_avx512.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -30,6 +32,11 @@ namespace dsperf::kernels::avx512 {
 namespace {
 
 constexpr int kMR = 8, kNR = 2;
+// Measured on Zen 4 (BF16, N 4096 x K 7168 streamed, 2 threads): prefetching both lines of the
+// panel two ahead, and nothing further along the current rows, read 27-31 GB/s at 1 row of x and
+// 18.5-22 at 8 rows, against 22-26 and 14-16.5 with one line of the next panel and 4 KB ahead in
+// the current rows (which, with K blocked, fetched columns the thread reads only a block later).
+constexpr int kPrefetchPanels = 2;
 constexpr int64_t kStep = 64;
 
 DSPERF_AVX512 inline __mmask64 first_n64(int64_t n) {
@@ -51,7 +58,6 @@ template <bool FP8>
 DSPERF_AVX512 __attribute__((always_inline)) inline void load_weights(const void* src, int64_t valid, __m512i tlo0,
                                                                       __m512i tlo1, __m512i thi0, __m512i thi1,
                                                                       __m512i& b0, __m512i& b1) {
-    _mm_prefetch(static_cast<const char*>(src) + 4096, _MM_HINT_T0);  // the hardware prefetcher's head start
     if constexpr (FP8) {
         const fp8_t* s8 = static_cast<const fp8_t*>(src);
         if (valid == kStep) {
@@ -95,8 +101,11 @@ DSPERF_AVX512 __attribute__((always_inline)) inline void stream_step(__m512 (&c)
 #pragma GCC unroll 2
     for (int j = 0; j < kNR; ++j) {
         load_weights<FP8>(row[j] + size_t(k) * elem, valid, tlo0, tlo1, thi0, thi1, b[j][0], b[j][1]);
-        // The next panel's rows, one panel ahead, into L2: twice the rows in flight from memory.
+        // The rows kPrefetchPanels panels ahead, at the same columns, into L2: every line of them
+        // (a BF16 step spans two). What a thread reads next is that panel, not the next bytes of
+        // this row, once K is blocked.
         _mm_prefetch(next[j] + size_t(k) * elem, _MM_HINT_T1);
+        if constexpr (!FP8) _mm_prefetch(next[j] + size_t(k) * elem + 64, _MM_HINT_T1);
     }
     // Each vector of x is loaded once and meets both weight rows: 16 loads per 32 VDPBF16PS.
 #pragma GCC unroll 8
@@ -110,27 +119,45 @@ DSPERF_AVX512 __attribute__((always_inline)) inline void stream_step(__m512 (&c)
     }
 }
 
-// MR rows of xs (stride ldx) times the nr rows of w from `w` (stride ldw, in elements) over K;
-// FP8 with one Fp8ByteTable per 128 columns. Rows of w past nr repeat the last one (their sums
-// are not stored).
+// MR rows of xs (stride ldx) times the nr rows of w from `w` (stride ldw, in elements) over the
+// columns [k0, k1) of K; FP8 with one Fp8ByteTable per 128 columns. Rows of w past nr repeat the
+// last one (their sums are not stored). The accumulators start at zero (k0 = 0) or from `acc`, and
+// go back to `acc` (k1 < K) or, summed, to y (k1 = K): a K-block at a time, so that the block of x
+// stays in L1 while the slice's panels stream past it.
 template <int MR, bool FP8>
 DSPERF_AVX512 void stream_tile(const bf16_t* xs, int64_t ldx, const void* w, int64_t ldw, const Fp8ByteTable* tables,
-                               int64_t K, float* y, int64_t ldy, int nr, bool accumulate) {
+                               int64_t k0, int64_t k1, int64_t K, float* acc, float* y, int64_t ldy, int nr,
+                               bool accumulate) {
     const size_t elem = FP8 ? 1 : 2;
     const char* row[kNR] = {};
     for (int j = 0; j < kNR; ++j) row[j] = static_cast<const char*>(w) + size_t(std::min(j, nr - 1) * ldw) * elem;
     // Prefetches never fault: past the last panel these point at nothing in use.
     const char* next[kNR];
-    for (int j = 0; j < kNR; ++j) next[j] = row[j] + size_t(kNR * ldw) * elem;
+    for (int j = 0; j < kNR; ++j) next[j] = row[j] + size_t(kPrefetchPanels * kNR * ldw) * elem;
     __m512 c[MR][kNR];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 2
-        for (int j = 0; j < kNR; ++j) c[i][j] = _mm512_setzero_ps();
+        for (int j = 0; j < kNR; ++j) c[i][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * kNR + j) * 16);
     __m512i tlo0 = _mm512_setzero_si512(), tlo1 = tlo0, thi0 = tlo0, thi1 = tlo0;
-    const int64_t full = K / kStep * kStep;
-    for (int64_t k = 0; k < full; k += kStep) stream_step<MR, FP8>(c, xs, ldx, row, next, tables, k, kStep, tlo0, tlo1, thi0, thi1);
-    if (full < K) stream_step<MR, FP8>(c, xs, ldx, row, next, tables, full, K - full, tlo0, tlo1, thi0, thi1);
+    if constexpr (FP8) {
+        if (k0 % 128 != 0) {  // blocks start on 128-column boundaries; this is for safety only
+            const Fp8ByteTable& t = tables[k0 / 128];
+            tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
+            thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
+        }
+    }
+    const int64_t full = std::min(k1, K / kStep * kStep);
+    for (int64_t k = k0; k < full; k += kStep)
+        stream_step<MR, FP8>(c, xs, ldx, row, next, tables, k, kStep, tlo0, tlo1, thi0, thi1);
+    if (k1 == K && full < K) stream_step<MR, FP8>(c, xs, ldx, row, next, tables, full, K - full, tlo0, tlo1, thi0, thi1);
+    if (k1 < K) {
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+            for (int j = 0; j < kNR; ++j) _mm512_storeu_ps(acc + (i * kNR + j) * 16, c[i][j]);
+        return;
+    }
     // Sums with constant indices (a loop to nr would keep the accumulators in memory throughout).
     float sums[MR][kNR];
 #pragma GCC unroll 8
@@ -141,8 +168,8 @@ DSPERF_AVX512 void stream_tile(const bf16_t* xs, int64_t ldx, const void* w, int
         for (int j = 0; j < nr; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + sums[i][j] : sums[i][j];
 }
 
-using StreamFn = void (*)(const bf16_t*, int64_t, const void*, int64_t, const Fp8ByteTable*, int64_t, float*, int64_t,
-                          int, bool);
+using StreamFn = void (*)(const bf16_t*, int64_t, const void*, int64_t, const Fp8ByteTable*, int64_t, int64_t, int64_t,
+                          float*, float*, int64_t, int, bool);
 template <bool FP8, int... MR>
 constexpr std::array<StreamFn, sizeof...(MR)> stream_tiles(std::integer_sequence<int, MR...>) {
     return {&stream_tile<MR + 1, FP8>...};
@@ -167,28 +194,53 @@ void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bf16
     }
 }
 
+// Columns of K per block: the block of x (one tile, up to kMR rows of BF16) fills at most half of a
+// 32 KiB L1, so it stays there while every panel of the slice passes (a whole row of x for 8 rows
+// is 114 KB at K = 7168: read from L2 once per 2-row panel, it held the kernel at about half the
+// dot-product rate even with w in cache). Multiples of 128 (the FP8 scale blocks).
+int64_t stream_k_block(int64_t M, int64_t K) {
+    constexpr int64_t kXBlockBytes = 16 << 10;
+    const int64_t rows = std::min<int64_t>(std::max<int64_t>(M, 1), kMR);
+    const int64_t cols = std::max<int64_t>(128, kXBlockBytes / (2 * rows) / 128 * 128);
+    return cols >= K ? K : cols;
+}
+
 void linear_stream_rows(const bf16_t* xs, const GemmWeights& w, float* y, int64_t ldy, int64_t M, int64_t n0,
                         int64_t n1, int64_t K, bool accumulate) {
     const int64_t ldx = stream_x_stride(K), k_blocks = (K + 127) / 128;
+    const int64_t kb = stream_k_block(M, K);
+    const int64_t panels = (n1 - n0 + kNR - 1) / kNR;
     thread_local std::vector<Fp8ByteTable> tables;
+    // The accumulators of every panel between K-blocks: 1 KB each, in L2.
+    thread_local std::vector<float> acc;
+    const size_t acc_floats = size_t(panels * kMR * kNR * 16);
+    if (kb < K && acc.size() < acc_floats) acc.resize(acc_floats);
     int64_t table_row = -1;  // the 128-row block whose tables are built
-    for (int64_t n = n0; n < n1; n += kNR) {
-        const int nr = int(std::min<int64_t>(kNR, n1 - n));
-        const void* wp = nullptr;
-        if (w.fp8) {
-            if (n / 128 != table_row) {  // slices start on 128-row boundaries, so panels stay in one block
-                table_row = n / 128;
-                if (tables.size() < size_t(k_blocks)) tables.resize(size_t(k_blocks));
-                for (int64_t kb = 0; kb < k_blocks; ++kb) tables[size_t(kb)].build(w.scale[table_row * k_blocks + kb]);
+    // A tile of x at a time over the whole slice: with more than kMR rows the slice's weights
+    // (1.8 MB of BF16 at K = 7168) are read again per tile, from L2/L3, rather than cutting K into
+    // blocks so short that each call's set-up outweighs its dot products.
+    for (int64_t m = 0; m < M; m += kMR) {
+        const int mr = int(std::min<int64_t>(kMR, M - m));
+        const StreamFn tile = (w.fp8 ? kFp8Tiles : kBf16Tiles)[size_t(mr - 1)];
+        for (int64_t k0 = 0; k0 < K; k0 += kb) {
+            const int64_t k1 = std::min(K, k0 + kb);
+            for (int64_t n = n0; n < n1; n += kNR) {
+                const int nr = int(std::min<int64_t>(kNR, n1 - n));
+                const void* wp = nullptr;
+                if (w.fp8) {
+                    if (n / 128 != table_row) {  // slices start on 128-row boundaries: panels stay in one block
+                        table_row = n / 128;
+                        if (tables.size() < size_t(k_blocks)) tables.resize(size_t(k_blocks));
+                        for (int64_t b = 0; b < k_blocks; ++b) tables[size_t(b)].build(w.scale[table_row * k_blocks + b]);
+                    }
+                    wp = w.fp8 + n * K;
+                } else {
+                    wp = w.bf16 + n * w.ld;
+                }
+                float* a = kb < K ? acc.data() + (n - n0) / kNR * kMR * kNR * 16 : nullptr;
+                tile(xs + m * ldx, ldx, wp, w.fp8 ? K : w.ld, tables.data(), k0, k1, K, a, y + m * ldy + n, ldy, nr,
+                     accumulate);
             }
-            wp = w.fp8 + n * K;
-        } else {
-            wp = w.bf16 + n * w.ld;
-        }
-        for (int64_t m = 0; m < M; m += kMR) {
-            const int mr = int(std::min<int64_t>(kMR, M - m));
-            (w.fp8 ? kFp8Tiles : kBf16Tiles)[size_t(mr - 1)](xs + m * ldx, ldx, wp, w.fp8 ? K : w.ld, tables.data(), K,
-                                                             y + m * ldy + n, ldy, nr, accumulate);
         }
     }
 }

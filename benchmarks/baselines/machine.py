@@ -54,6 +54,24 @@ def median(fn, repeats: int) -> float:
     return float(np.median(run_times(fn, repeats)))
 
 
+def median_with_read_probes(fn, repeats: int, kernels, probe_bytes: int = 512 << 20) -> tuple:
+    """(median seconds of fn, median streaming-read GB/s) with a read probe between every two runs
+    of fn: the memory rate of the same minutes. This machine's read rate drifts (probes of one
+    minute here: 26-32 GB/s typical, 45-49 GB/s at times), so a memory-bound kernel is compared
+    with both the best probe and the rate around it."""
+    fn()  # warm-up, untimed
+    import time
+
+    times, rates = [], []
+    for _ in range(repeats):
+        rates.append(kernels.probe_read_bandwidth_gbps(probe_bytes, 1))
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    rates.append(kernels.probe_read_bandwidth_gbps(probe_bytes, 1))
+    return float(np.median(times)), float(np.median(rates))
+
+
 def probed_peaks(kernels, tries: int = 6, seconds: float = 0.25) -> tuple:
     """(VDPBF16PS GFLOPS, FP32 FMA GFLOPS, streaming-read GB/s) of this machine, each the best of
     `tries` short probes: a peak is a maximum, and on a shared machine a probe that another process

@@ -140,7 +140,7 @@ def test_request_rate_plans_instances():
     assert len(f) and (f["decode_instances"] >= 1).all() and (f["prefill_instances"] >= 1).all()
     # Enough decode instances for the output tokens the rate asks for.
     assert (f["decode_instances"] * f["gpus"] * f["tokens_per_gpu_s"] >= 100 * 1024 - 1e-6).all()
-    assert (f["total_gpus"] == f["decode_instances"] * f["gpus"] + f["prefill_instances"] * 32).all()
+    assert (f["total_gpus"] == f["decode_instances"] * f["gpus"] + f["prefill_instances"] * f["prefill_ep"]).all()
     with pytest.raises(ValueError, match="request_rate"):
         explore.search(devices=["H800"], batch=(64.0,), request_rate=-1.0)
 

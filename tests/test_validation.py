@@ -40,6 +40,15 @@ def test_deepseek_profile_decode_within_10_percent(table):
     assert abs(row["error"]) <= 0.10
 
 
+def test_deepseek_profile_prefill_within_10_percent(table):
+    row = table.set_index("point").loc["deepseek_profile_prefill"]
+    assert abs(row["error"]) <= 0.10
+
+
+def test_median_error_over_every_peak_point_within_15_percent(table):
+    assert validation.summary(table)["median_abs_error"] <= 0.15
+
+
 def test_decode_points_median_error_within_15_percent(table):
     decode = table[(table["kind"] == "peak") & (table["phase"] == "decode")]
     assert len(decode) >= 8
@@ -314,6 +323,33 @@ def test_nvfp4_experts_on_blackwell():
         grounded.decode("DeepSeek-V3", "H800", weight_dtype="fp4")
     with pytest.raises(ValueError, match="weight_dtype"):
         grounded.decode("DeepSeek-V3", "B200", weight_dtype="nvfp4")
+
+
+def test_sustained_clock_prices_the_flops_not_the_bytes(tmp_path):
+    """sustained_clock_ratio (the SM clock under a sustained full load over the clock the kernel
+    tables ran at) slows compute-bound calls by its inverse and leaves memory-bound ones alone."""
+    h800 = grounded.load_device("H800")
+    assert h800.sustained_clock_ratio == pytest.approx(1575 / 1980, rel=1e-3)
+    assert grounded.load_device("H20").sustained_clock_ratio == 1.0       # no published clock reading
+    big = grounded.SM.table_work("gemm_fp8", grounded.SM.KernelShape(m=8192, n=7168, k=7168))
+    thin = grounded.SM.table_work("gemm_fp8", grounded.SM.KernelShape(m=1, n=7168, k=7168))
+    r = h800.sustained_clock_ratio
+    assert grounded.SM.datasheet_roofline_s(big, h800, r) == pytest.approx(grounded.SM.datasheet_roofline_s(big, h800) / r)
+    assert grounded.SM.datasheet_roofline_s(thin, h800, r) == grounded.SM.datasheet_roofline_s(thin, h800)
+    # The same device at the tables' own clock: prefill (compute-bound) faster by about 1 / r,
+    # decode (memory-bound) nearly unchanged.
+    text = (resources.files("dsperf") / "data" / "devices" / "H800.toml").read_text()
+    at_boost = tmp_path / "H800_boost.toml"
+    at_boost.write_text(re.sub(r"(?m)^sustained_clock_ratio = .*$", "sustained_clock_ratio = 1.0", text))
+    pre, pre_boost = grounded.prefill(device="H800"), grounded.prefill(device=str(at_boost))
+    assert 1.15 < pre_boost["tokens_per_gpu_s"] / pre["tokens_per_gpu_s"] < 1 / r
+    dec, dec_boost = grounded.decode(device="H800"), grounded.decode(device=str(at_boost))
+    assert dec_boost["tokens_per_gpu_s"] / dec["tokens_per_gpu_s"] < 1.02
+    for bad in ("0", "1.5", "nan"):
+        bad_file = tmp_path / f"bad_{bad}.toml"
+        bad_file.write_text(re.sub(r"(?m)^sustained_clock_ratio = .*$", f"sustained_clock_ratio = {bad}", text))
+        with pytest.raises(ValueError, match="sustained_clock_ratio"):
+            grounded.load_device(str(bad_file))
 
 
 def test_fp8_attention_math():

@@ -83,7 +83,8 @@ void bind_step_model(py::module_& root) {
              py::arg("bytes") = 0.0, py::arg("ep") = 1.0, py::arg("tp") = 1.0, py::arg("fp8") = true);
 
     m.def("table_work", [](const std::string& f, const KernelShape& s) { return table_work(table_family_from_name(f), s); });
-    m.def("datasheet_roofline_s", &datasheet_roofline_s, py::arg("work"), py::arg("device"));
+    m.def("datasheet_roofline_s", &datasheet_roofline_s, py::arg("work"), py::arg("device"),
+          py::arg("clock_ratio") = 1.0);
 
     py::class_<KernelTables>(m, "KernelTables")
         .def(py::init([](double default_efficiency) {

@@ -139,8 +139,9 @@ const std::vector<std::string>& table_row_fields(TableFamily f) {
     }
 }
 
-double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d) {
-    const double peak = (w.fp4 && d.fp4_tflops > 0 ? d.fp4_tflops : w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) * 1e12;
+double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d, double clock_ratio) {
+    const double peak = (w.fp4 && d.fp4_tflops > 0 ? d.fp4_tflops : w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) *
+                        1e12 * clock_ratio;
     return std::max(w.flops / peak, w.bytes / (d.mem_bw_gbps * 1e9));
 }
 

@@ -80,7 +80,8 @@ TableKeys table_keys(TableFamily f, const KernelShape& s);
 const std::vector<std::string>& table_row_fields(TableFamily f);
 
 // Datasheet roofline of one call, seconds: no derating, no discount (the tables carry those).
-double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d);
+// clock_ratio < 1 prices the FLOPs at a lower SM clock (the memory side is unchanged).
+double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d, double clock_ratio = 1.0);
 
 struct TableLookup {
     double value = 0;      // efficiency (compute) or GB/s (communication)

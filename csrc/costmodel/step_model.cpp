@@ -43,7 +43,9 @@ public:
         const TableLookup e = t_.lookup(f, s);
         c.flops = w.flops, c.bytes = w.bytes;
         c.efficiency = e.value, c.from_table = e.found, c.clamped = e.clamped;
-        double us = datasheet_roofline_s(w, d_) / e.value * 1e6;
+        // The table's efficiency is against the datasheet roofline at the clock its benchmarks ran
+        // at; a deployment under sustained load runs its FLOPs at sustained_clock_ratio of it.
+        double us = datasheet_roofline_s(w, d_, d_.sustained_clock_ratio) / e.value * 1e6;
         if (!e.found) us = std::max(us, kMinKernelUs);
         c.us = us * slowdown_;
         add(c);

@@ -38,6 +38,8 @@ void DeviceSpec::validate() const {
     require(fp8_tflops >= 0, name, "fp8_tflops", "must be >= 0");
     require(fp4_tflops >= 0, name, "fp4_tflops", "must be >= 0");
     require(compute_derate > 0 && compute_derate <= 1, name, "compute_derate", "must lie in (0, 1]");
+    require(sustained_clock_ratio > 0 && sustained_clock_ratio <= 1, name, "sustained_clock_ratio",
+            "must lie in (0, 1]");
     require(mem_gb > 0, name, "mem_gb", "must be positive");
     require(mem_bw_gbps > 0, name, "mem_bw_gbps", "must be positive");
     require(nvlink_gbps > 0, name, "nvlink_gbps", "must be positive");

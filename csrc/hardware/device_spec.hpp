@@ -22,6 +22,10 @@ namespace dsperf {
     X(double, fp4_tflops, 0, false)                                                                   \
     /* sustained / datasheet peak (the seed uses 0.8) */                                              \
     X(double, compute_derate, 1.0, true)                                                              \
+    /* grounded model: the SM clock under a sustained full load (computation and communication        \
+       overlapped, at the power limit) over the clock the kernel tables ran at; the FLOPs of every    \
+       call are priced at it (1: no lower clock known) */                                             \
+    X(double, sustained_clock_ratio, 1.0, false)                                                      \
     /* device memory, GB as printed on the datasheet; its bandwidth, GB/s */                          \
     X(double, mem_gb, 0, true)                                                                        \
     X(double, mem_bw_gbps, 0, true)                                                                   \

@@ -6,6 +6,7 @@ import math
 import re
 from importlib import resources
 
+import numpy as np
 import pytest
 
 from dsperf import grounded, validation
@@ -325,31 +326,45 @@ def test_nvfp4_experts_on_blackwell():
         grounded.decode("DeepSeek-V3", "B200", weight_dtype="nvfp4")
 
 
-def test_sustained_clock_prices_the_flops_not_the_bytes(tmp_path):
+def _at_clock(tmp_path, name, ratio):
+    text = (resources.files("dsperf") / "data" / "devices" / f"{name}.toml").read_text()
+    path = tmp_path / f"{name}_{ratio}.toml"
+    path.write_text(re.sub(r"(?m)^sustained_clock_ratio = .*$", f"sustained_clock_ratio = {ratio}", text))
+    return str(path)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_sustained_clock_prices_the_flops_not_the_bytes(tmp_path, phase):
     """sustained_clock_ratio (the SM clock under a sustained full load over the clock the kernel
-    tables ran at) slows compute-bound calls by its inverse and leaves memory-bound ones alone."""
+    tables ran at) prices each call's FLOPs at that clock, against the tables' efficiencies taken at
+    the datasheet roofline: call by call, a compute-bound call (table row or default efficiency)
+    takes 1 / ratio of its time at the tables' clock, a memory-bound call and a transfer the same."""
     h800 = grounded.load_device("H800")
-    assert h800.sustained_clock_ratio == pytest.approx(1575 / 1980, rel=1e-3)
-    assert grounded.load_device("H20").sustained_clock_ratio == 1.0       # no published clock reading
-    big = grounded.SM.table_work("gemm_fp8", grounded.SM.KernelShape(m=8192, n=7168, k=7168))
-    thin = grounded.SM.table_work("gemm_fp8", grounded.SM.KernelShape(m=1, n=7168, k=7168))
     r = h800.sustained_clock_ratio
-    assert grounded.SM.datasheet_roofline_s(big, h800, r) == pytest.approx(grounded.SM.datasheet_roofline_s(big, h800) / r)
-    assert grounded.SM.datasheet_roofline_s(thin, h800, r) == grounded.SM.datasheet_roofline_s(thin, h800)
-    # The same device at the tables' own clock: prefill (compute-bound) faster by about 1 / r,
-    # decode (memory-bound) nearly unchanged.
-    text = (resources.files("dsperf") / "data" / "devices" / "H800.toml").read_text()
-    at_boost = tmp_path / "H800_boost.toml"
-    at_boost.write_text(re.sub(r"(?m)^sustained_clock_ratio = .*$", "sustained_clock_ratio = 1.0", text))
-    pre, pre_boost = grounded.prefill(device="H800"), grounded.prefill(device=str(at_boost))
-    assert 1.15 < pre_boost["tokens_per_gpu_s"] / pre["tokens_per_gpu_s"] < 1 / r
-    dec, dec_boost = grounded.decode(device="H800"), grounded.decode(device=str(at_boost))
-    assert dec_boost["tokens_per_gpu_s"] / dec["tokens_per_gpu_s"] < 1.02
+    assert r == pytest.approx(1575 / 1980, rel=1e-3)
+    assert grounded.load_device("H20").sustained_clock_ratio == 1.0       # no published clock reading
+    kw = dict(mtp=1, mtp_accepted=0.8, kv_fp8=True) if phase == "decode" else {}
+    run = grounded.prefill if phase == "prefill" else grounded.decode
+    now = grounded.calls_frame(run(device="H800", **kw)).set_index("kernel")
+    boost = grounded.calls_frame(run(device=_at_clock(tmp_path, "H800", 1.0), **kw)).set_index("kernel")
+    assert (now.index == boost.index).all()
+    comm = now["family"].isin(["dispatch_normal", "combine_normal", "dispatch_low_latency", "combine_low_latency",
+                               "all_reduce"]) | (now["flops"] == 0)
+    fp8 = now["family"].str.contains("fp8") | now["family"].str.startswith("grouped")
+    flops_s = now["flops"] / (fp8.map({True: h800.fp8_tflops, False: h800.fp16_tflops}) * 1e12)
+    bytes_s = now["bytes"] / (h800.mem_bw_gbps * 1e9)
+    # What the roofline says the clock does to each call: max(FLOPs at the boost clock, bytes) over
+    # max(FLOPs at the sustained clock, bytes).
+    expected = (np.maximum(flops_s, bytes_s) / np.maximum(flops_s / r, bytes_s)).where(~comm, 1.0)
+    ratio = boost["us"] / now["us"]
+    assert (expected[~comm] == r).sum() >= 1 and (expected[~comm] == 1).sum() >= 1
+    assert ratio.to_numpy() == pytest.approx(expected.to_numpy(), rel=1e-9)
+
+
+def test_sustained_clock_must_lie_in_0_1(tmp_path):
     for bad in ("0", "1.5", "nan"):
-        bad_file = tmp_path / f"bad_{bad}.toml"
-        bad_file.write_text(re.sub(r"(?m)^sustained_clock_ratio = .*$", f"sustained_clock_ratio = {bad}", text))
         with pytest.raises(ValueError, match="sustained_clock_ratio"):
-            grounded.load_device(str(bad_file))
+            grounded.load_device(_at_clock(tmp_path, "H800", bad))
 
 
 def test_fp8_attention_math():

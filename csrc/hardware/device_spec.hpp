@@ -20,11 +20,11 @@ namespace dsperf {
     X(double, fp8_tflops, 0, true)                                                                    \
     /* dense FP4 (NVFP4) tensor peak, datasheet (0: no FP4 tensor cores) */                          \
     X(double, fp4_tflops, 0, false)                                                                   \
-    /* sustained / datasheet peak (the seed uses 0.8) */                                              \
+    /* sustained / datasheet peak (the seed uses 0.8; the seed model and kernel_cost only) */         \
     X(double, compute_derate, 1.0, true)                                                              \
     /* grounded model: the SM clock under a sustained full load (computation and communication        \
        overlapped, at the power limit) over the clock the kernel tables ran at; the FLOPs of every    \
-       call are priced at it (1: no lower clock known) */                                             \
+       call are priced at it (1: no lower clock known); the seed model does not read it */            \
     X(double, sustained_clock_ratio, 1.0, false)                                                      \
     /* device memory, GB as printed on the datasheet; its bandwidth, GB/s */                          \
     X(double, mem_gb, 0, true)                                                                        \

@@ -82,6 +82,10 @@ def run_predict(args: argparse.Namespace) -> str:
                      f"{r['batch_limit']:.0f} requests per GPU at this context ({'fits' if r['fits_memory'] else 'does NOT fit'})")
     lines.append(f"calls priced from a table row: {r['calls_from_table']}, clamped to a table's edge: "
                  f"{r['calls_clamped']}, at the default efficiency (no row): {r['calls_default']}")
+    if r["sustained_clock_ratio"] < 1:
+        lines.append(f"FLOPs priced at {r['sustained_clock_ratio']:.4g} of the clock the kernel tables ran at (the device's "
+                     "sustained_clock_ratio, an assumption: docs/VALIDATION.md), so `us` of a compute-bound call is its "
+                     "table time / that ratio")
     if grounded.kernel_table_name(args.device) is None:
         lines.append(f"{r['device']} has no kernel table: its compute runs at the default efficiency, and the band, "
                      "drawn from devices with tables, does not cover it (see the B200 points of `dsperf validate`)")

@@ -4,8 +4,8 @@ system runs, each at the efficiency a published kernel benchmark measured at tha
 The C++ core (csrc/costmodel/step_model.cpp) lists the calls of one layer (every MLA GEMM, the
 attention core, norms, gate, dispatch, shared and routed experts, combine, dense MLP, LM head, MTP
 drafts), prices each from its FLOPs and bytes (the kernel cost model's work functions) on the
-device's datasheet roofline divided by the efficiency read from data/efficiency/<table>.csv, and
-schedules them on a compute and a communication stream (two-batch overlap, single-batch overlap
+device's datasheet roofline (its FLOPs at the device's sustained_clock_ratio of the clock the
+tables ran at) divided by the efficiency read from data/efficiency/<table>.csv, and schedules them on a compute and a communication stream (two-batch overlap, single-batch overlap
 or none). Where a family has no table row, the roofline at a default efficiency prices it and the
 result counts the call as such (``calls_default``).
 
@@ -207,6 +207,7 @@ def _run(model, device, dep, default_efficiency):
     spec = load_device(device, "corrected") if not isinstance(device, DeviceSpec) else device
     out = SM.step(m, spec, kernel_tables(device, default_efficiency), dep)  # validates the deployment (names the field)
     out["device"] = spec.name
+    out["sustained_clock_ratio"] = spec.sustained_clock_ratio
     out["error_band"] = math.nan if _VALIDATING else error_band(dep.phase)
     return out
 
@@ -335,7 +336,8 @@ def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, os
 def calls_frame(result: Mapping) -> pd.DataFrame:
     """The priced calls of a step as a table: one row per kernel of a layer, its time per call,
     calls per step, the share of the step, its efficiency (of the datasheet roofline, or GB/s for
-    communication) and whether a table row priced it."""
+    communication; `us` prices the FLOPs at the device's sustained_clock_ratio on top) and whether a
+    table row priced it."""
     df = pd.DataFrame(result["calls"])
     df["ms_per_step"] = df["us"] * df["calls_per_step"] / 1e3
     return df

@@ -263,7 +263,13 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0, exchanges=("auto",
             rounds[key].append(v)
         for (ex, ep_n), mode in ((c, m) for c in comms.items() for m in (MODES if T <= ll_max else MODES[:2])):
             run, _ = _exchange_call(comm, mode, ep_n, T, rng, ex)
+            t_one = time.perf_counter()
             _, handle = run()
+            # Rows of well under a millisecond get more samples (about 0.2 s of calls, at most
+            # 201), so that their medians are as steady as the large rows'; every rank takes the
+            # same count (the timed calls are collective).
+            t_one = comm.allreduce(time.perf_counter() - t_one, op=_max())
+            reps = int(min(201, max(repeats, 0.2 / max(t_one, 1e-6))))
             wb = handle.wire_bytes
             passes = getattr(handle, "passes", None) or {}
             # Send buffers that hold data: never-written zeros all map the kernel's one zero page,
@@ -275,7 +281,7 @@ def comm_table(comm, token_list, repeats, ll_max=256, seed=0, exchanges=("auto",
                 for sb, sc, rb, rc in bufs:
                     raw_alltoallv(comm, sb, sc, rb, rc)
             # Ours and the raw exchange alternate, so that both see the same load from other work.
-            ours, raw_t = _median_times(comm, (run, raw), repeats)
+            ours, raw_t = _median_times(comm, (run, raw), reps)
             _close(run)
             # Bytes leaving this rank for other ranks, dispatch + combine, the largest over ranks.
             remote = np.array(wb["dispatch_send"] + wb["combine_send"], np.int64)

@@ -1,5 +1,6 @@
 // ISA, CPU features, the roofline probes and the AMX self-checks.
 #include "bindings/kernel_args.hpp"
+#include "kernels/common/cache.hpp"
 
 namespace dsperf::bindings {
 
@@ -37,6 +38,8 @@ void bind_cpu_info(py::module_& m) {
         return 1;
 #endif
     }, "OpenMP threads the kernels use");
+    m.def("last_level_cache_bytes", &last_level_cache_bytes,
+          "The last-level cache size the kernels choose streaming stores by (sysfs, then sysconf, then 32 MiB)");
     m.def("linear_fma_min_rows", &linear_fma_min_rows,
           "Rows from which GEMMs use the widened FP32-FMA kernel instead of BF16 dot products (0: one kernel)");
 

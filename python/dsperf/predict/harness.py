@@ -27,15 +27,11 @@ from ..ops.inputs import Pool, random_bf16, random_fp8  # noqa: F401
 
 
 def l3_bytes() -> int:
-    """The last-level cache size from sysfs (64 MiB if it cannot be read)."""
-    for index in (3, 2):
-        try:
-            text = Path(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size").read_text().strip()
-            mult = {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
-            return int(text.rstrip("KM")) * mult
-        except (OSError, ValueError):
-            continue
-    return 64 << 20
+    """The last-level cache size, as the kernels read it (sysfs, then sysconf, then 32 MiB:
+    kernels/common/cache.hpp)."""
+    from .. import _C
+
+    return int(_C.kernels.last_level_cache_bytes())
 
 
 def build(family: str, params: Mapping, pool: Pool) -> tuple[Callable[[], object], dict]:

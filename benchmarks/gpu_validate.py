@@ -1,6 +1,6 @@
 """Validate and measure dsperf's CUDA kernels on a GPU machine.
 
-    python benchmarks/gpu_validate.py [--size full|quick|tiny] [--skip-tests] [--iters N]
+    python benchmarks/gpu_validate.py [--size full|quick|tiny] [--skip-tests] [--iters N] [--clock-seconds S]
 
 1. Runs the GPU tests (tests/test_cuda*.py) and prints their outcome.
 2. Times the kernels at DeepSeek-V3 shapes and prints achieved TFLOPS and GB/s beside
@@ -12,6 +12,11 @@
      raw NCCL all-to-all of the same bytes for dispatch/combine.
    The issue's targets are printed as ratios: MLA decode >= 50% of FlashMLA's figure, grouped GEMM
    BF16 >= 60% of cuBLAS, dispatch/combine <= 1.5x the raw all-to-all.
+
+3. Holds GPU 0 under back-to-back cuBLAS BF16 GEMMs for --clock-seconds (default 20; 0: skip)
+   while nvidia-smi samples its SM clock and power, and prints the median SM clock under that
+   sustained load over the GPU's maximum SM clock: the device file's `sustained_clock_ratio`
+   (docs/VALIDATION.md), which the shipped H800/H100/H200 files take from one published reading.
 
 Without a GPU it says why and exits 0 (there is nothing to measure).
 Times are means over --iters back-to-back launches after a warm-up, with launches asynchronous
@@ -215,13 +220,80 @@ def bench_ep(rows, iters, size, rng):
                      target="<= 1.5x raw all-to-all"))
 
 
+def parse_smi_sample(line):
+    """One line of `nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit
+    --format=csv,noheader,nounits`: (SM MHz, max SM MHz, watts, power limit W); a field nvidia-smi
+    cannot read ('[N/A]', '[Not Supported]') is NaN."""
+    fields = [f.strip() for f in line.split(",")]
+    if len(fields) != 4:
+        raise ValueError(f"expected 4 comma-separated fields from nvidia-smi, got {line!r}")
+
+    def num(text):
+        try:
+            return float(text)
+        except ValueError:
+            return float("nan")
+    return tuple(num(f) for f in fields)
+
+
+def bench_clock(seconds, size, rng, device=0):
+    """The SM clock under a sustained compute-bound load: (median MHz over the load's second half,
+    max SM MHz, median watts, power limit W, samples), or None where nvidia-smi is missing."""
+    import shutil
+    import threading
+    if shutil.which("nvidia-smi") is None:
+        print("clock: nvidia-smi not found; the sustained clock is not measured")
+        return None
+    from dsperf import cuda
+    from dsperf.cuda_array import BF16, DeviceArray
+    E, m, N, Kd = SIZES[size]["gemm"]
+    a = DeviceArray.from_numpy(rand_like((E, m, Kd), BF16, rng))
+    b = DeviceArray.from_numpy(rand_like((E, N, Kd), BF16, rng, 0.05))
+    c = DeviceArray((E, m, N), np.float32)
+    gemm = lambda: cuda._G.cublas_gemm_bf16(a.ptr, b.ptr, c.ptr, m, N, Kd, E, m * Kd, N * Kd, m * N, 0)  # noqa: E731
+    samples, stop = [], threading.Event()
+
+    def sample():
+        cmd = ["nvidia-smi", "-i", str(device), "--query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit",
+               "--format=csv,noheader,nounits"]
+        while not stop.is_set():
+            out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+            if out:
+                samples.append((time.perf_counter(), parse_smi_sample(out.splitlines()[0])))
+            stop.wait(0.25)
+
+    gemm()
+    cuda.synchronize(device)
+    thread = threading.Thread(target=sample, daemon=True)
+    t0 = time.perf_counter()
+    thread.start()
+    while time.perf_counter() - t0 < seconds:
+        with cuda.async_launches(device):
+            for _ in range(20):
+                gemm()
+        cuda.synchronize(device)
+    stop.set()
+    thread.join()
+    late = [v for t, v in samples if t - t0 >= seconds / 2]  # the clock after it has settled
+    if not late:
+        print("clock: nvidia-smi gave no samples during the load")
+        return None
+    arr = np.array(late, dtype=float)
+    return (float(np.nanmedian(arr[:, 0])), float(np.nanmax(arr[:, 1])), float(np.nanmedian(arr[:, 2])),
+            float(np.nanmax(arr[:, 3])), len(late))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", choices=sorted(SIZES), default="full")
     ap.add_argument("--quick", action="store_true", help="the same as --size quick")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--clock-seconds", type=float, default=20.0,
+                    help="seconds of sustained GEMMs for the SM-clock reading (0: skip)")
     args = ap.parse_args(argv)
+    if not args.clock_seconds >= 0:
+        ap.error(f"--clock-seconds must be >= 0, got {args.clock_seconds}")
     size = "quick" if args.quick else args.size
     from dsperf import cuda
     ok, why = cuda.available()
@@ -244,6 +316,15 @@ def main(argv=None):
     print(df.to_markdown(index=False, floatfmt=".1f"))
     print("Records are their authors' H800 figures; compare ratios with care on other GPUs "
           "(H100 SXM: 3.35 TB/s, 989 dense BF16 TFLOPS).")
+    if args.clock_seconds > 0:
+        clock = bench_clock(args.clock_seconds, size, rng)
+        if clock is not None:
+            mhz, max_mhz, watts, limit, n = clock
+            print(f"clock: {args.clock_seconds:g} s of back-to-back cuBLAS BF16 GEMMs: SM clock {mhz:.0f} MHz "
+                  f"(median of {n} samples over the second half) against {max_mhz:.0f} MHz maximum, "
+                  f"{watts:.0f} W of {limit:.0f} W: sustained_clock_ratio {mhz / max_mhz:.4f} on this GPU "
+                  "(GEMMs alone; overlapped communication adds HBM and NVLink power; the shipped "
+                  "H800/H100/H200 files assume 0.7955)")
     return status
 
 

@@ -8,8 +8,10 @@ composes the expert FFN, plans and feeds MLA decode, moves dispatch/combine rows
 transport's offsets, and records / replays a CUDA graph. The CUDA kernels themselves are not
 exercised (they need a GPU: tests/test_cuda.py)."""
 import ctypes
+import math
 
 import numpy as np
+
 import pytest
 
 from dsperf import _C, cuda, cuda_array, cuda_nccl, kernels as K
@@ -461,9 +463,23 @@ def test_gpu_validate_runs_end_to_end_on_the_fake_device(fake, capsys):
     spec = importlib.util.spec_from_file_location("gpu_validate", path)
     gv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gv)
-    assert gv.main(["--size", "tiny", "--skip-tests", "--iters", "1"]) == 0
+    assert gv.main(["--size", "tiny", "--skip-tests", "--iters", "1", "--clock-seconds", "0"]) == 0
     out = capsys.readouterr().out
     for row in ("MLA decode", "CUDA graph replay", "grouped GEMM BF16 contiguous", "grouped GEMM BF16 masked",
                 "grouped GEMM FP8 contiguous", "LL dispatch EP2", "LL combine EP2"):
         assert row in out, row
     assert "failed" not in out
+
+
+def test_gpu_validate_reads_nvidia_smi_clock_samples():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validate.py"
+    spec = importlib.util.spec_from_file_location("gpu_validate", path)
+    gv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gv)
+    assert gv.parse_smi_sample("1575, 1980, 699.12, 700.00") == (1575.0, 1980.0, 699.12, 700.0)
+    mhz, max_mhz, watts, limit = gv.parse_smi_sample("1755, 1980, [N/A], 700.00")
+    assert (mhz, max_mhz, limit) == (1755.0, 1980.0, 700.0) and math.isnan(watts)
+    with pytest.raises(ValueError, match="4 comma-separated"):
+        gv.parse_smi_sample("1575, 1980")

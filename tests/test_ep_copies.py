@@ -89,11 +89,13 @@ def test_dispatch_counts_counts_and_checks_the_ids():
 
 
 def _streamed_hidden(rows):
-    """A hidden size at which `rows` rows of FP32 (or of FP8 values) pass a quarter of the
-    last-level cache, where the row kernels switch to streaming stores (a multiple of 128, plus
-    16 + 3 so the vector loops also run their partial last group)."""
-    from dsperf.predict.harness import l3_bytes
-    return -(-(l3_bytes() // 4 // rows + 1) // 128) * 128 + 19
+    """A hidden size at which `rows` rows of FP32 (or of FP8 values) are written with streaming
+    stores (the kernels' own rule, _C.kernels.writes_past_cache): a multiple of 128, plus 16 + 3 so
+    the vector loops also run their partial last group."""
+    hidden = 128
+    while not _C.kernels.writes_past_cache(rows * (hidden // 128 * 128)):
+        hidden *= 2
+    return hidden + 19
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -365,6 +365,10 @@ def test_sustained_clock_must_lie_in_0_1(tmp_path):
     for bad in ("0", "1.5", "nan"):
         with pytest.raises(ValueError, match="sustained_clock_ratio"):
             grounded.load_device(_at_clock(tmp_path, "H800", bad))
+    work = grounded.SM.table_work("gemm_fp8", grounded.SM.KernelShape(m=16, n=4096, k=7168))
+    for bad in (0.0, 1.5, math.nan, -1.0):
+        with pytest.raises(ValueError, match="clock_ratio"):
+            grounded.SM.datasheet_roofline_s(work, grounded.load_device("H800"), bad)
 
 
 def test_fp8_attention_math():

@@ -40,6 +40,8 @@ void bind_cpu_info(py::module_& m) {
     }, "OpenMP threads the kernels use");
     m.def("last_level_cache_bytes", &last_level_cache_bytes,
           "The last-level cache size the kernels choose streaming stores by (sysfs, then sysconf, then 32 MiB)");
+    m.def("writes_past_cache", &writes_past_cache, py::arg("bytes"),
+          "Whether a kernel call writing this many bytes writes them with streaming stores");
     m.def("linear_fma_min_rows", &linear_fma_min_rows,
           "Rows from which GEMMs use the widened FP32-FMA kernel instead of BF16 dot products (0: one kernel)");
 

@@ -4,6 +4,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "costmodel/explore.hpp"
 #include "costmodel/step_model.hpp"
 
@@ -83,8 +86,11 @@ void bind_step_model(py::module_& root) {
              py::arg("bytes") = 0.0, py::arg("ep") = 1.0, py::arg("tp") = 1.0, py::arg("fp8") = true);
 
     m.def("table_work", [](const std::string& f, const KernelShape& s) { return table_work(table_family_from_name(f), s); });
-    m.def("datasheet_roofline_s", &datasheet_roofline_s, py::arg("work"), py::arg("device"),
-          py::arg("clock_ratio") = 1.0);
+    m.def("datasheet_roofline_s", [](const KernelWork& w, const DeviceSpec& d, double clock_ratio) {
+        if (!(clock_ratio > 0 && clock_ratio <= 1))
+            throw std::invalid_argument("clock_ratio must lie in (0, 1], got " + std::to_string(clock_ratio));
+        return datasheet_roofline_s(w, d, clock_ratio);
+    }, py::arg("work"), py::arg("device"), py::arg("clock_ratio") = 1.0);
 
     py::class_<KernelTables>(m, "KernelTables")
         .def(py::init([](double default_efficiency) {

@@ -55,7 +55,6 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
 
 namespace {
 
-using kernels::last_level_cache_bytes;
 using kernels::max_threads;
 
 // One token: dst[0:dim) = sum over k < n, in order, of w[k] * f32(src[k][0:dim)), each product added
@@ -145,10 +144,7 @@ RowSum pick_row_sum(bool stream) {
 void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int64_t* row, const float* weights,
                        int64_t tokens, int64_t entries, int64_t dim, float* out, int threads) {
     static const RowSum plain = pick_row_sum(false), streamed = pick_row_sum(true);
-    // Stream the output past the caches when it is over a quarter of the last-level cache: measured
-    // on a 32 MiB L3 (2 sources per token, hidden 7168), plain stores were 2x faster at 3.7 MB of
-    // output, the two even at 7.3 MB, streaming 2.1x faster at 29 MB and 1.4x at 117 MB.
-    const RowSum row_sum = tokens * dim * int64_t(sizeof(float)) > last_level_cache_bytes() / 4 ? streamed : plain;
+    const RowSum row_sum = kernels::writes_past_cache(tokens * dim * int64_t(sizeof(float))) ? streamed : plain;
     if (threads <= 0) threads = max_threads();
 #pragma omp parallel num_threads(threads) if (threads > 1 && tokens * entries * dim > (int64_t(1) << 18))
     {
@@ -337,15 +333,14 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
     for (int64_t d = 0; d < W; ++d) scale_at[d] = (p.pair_rows[d] * vb + 63) / 64 * 64;
     int64_t written = 0;
     const bool token = layout == WindowLayout::kToken;
-    // Rows past the caches when this call writes over a quarter of the last-level cache (see
-    // pull_weighted_sum).
+    // Rows past the caches when this call writes more than the cache keeps (kernels/common/cache.hpp).
     int64_t total = 0;
     if (token) {
         for (int64_t i = 0; i < n * W; ++i) total += tok_peer[i] >= 0 && local_of[i % W] >= 0 ? rec : 0;
     } else {
         for (int64_t i = 0; i < n * K; ++i) total += local_of[pair_peer[i]] >= 0 ? vb : 0;
     }
-    const bool stream = total > last_level_cache_bytes() / 4;
+    const bool stream = kernels::writes_past_cache(total);
     if (threads <= 0) threads = max_threads();
 #pragma omp parallel num_threads(threads) if (threads > 1 && n * K * vb > (int64_t(1) << 18))
     {

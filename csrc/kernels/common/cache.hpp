@@ -34,4 +34,10 @@ inline int64_t last_level_cache_bytes() {
     return bytes;
 }
 
+// Whether a call that writes `bytes` should write them past the caches. Measured on a 32 MiB L3
+// (the exchange's weighted row sum: 2 BF16 sources per token, hidden 7168, FP32 out): plain stores
+// were 2x faster at 3.7 MB of output, the two even at 7.3 MB, streaming 2.1x faster at 29 MB and
+// 1.4x at 117 MB; a quarter of the cache sits between.
+inline bool writes_past_cache(int64_t bytes) { return bytes > last_level_cache_bytes() / 4; }
+
 }  // namespace dsperf::kernels

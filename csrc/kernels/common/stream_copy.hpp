@@ -2,6 +2,7 @@
 // last-level cache (kernels/common/cache.hpp), non-temporal stores skip the read of every line a
 // plain store fills. Copies that the reader takes from the cache next stay plain (std::memcpy).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #if defined(__x86_64__)

@@ -140,13 +140,7 @@ DSPERF_AVX512 void stream_tile(const bf16_t* xs, int64_t ldx, const void* w, int
 #pragma GCC unroll 2
         for (int j = 0; j < kNR; ++j) c[i][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * kNR + j) * 16);
     __m512i tlo0 = _mm512_setzero_si512(), tlo1 = tlo0, thi0 = tlo0, thi1 = tlo0;
-    if constexpr (FP8) {
-        if (k0 % 128 != 0) {  // blocks start on 128-column boundaries; this is for safety only
-            const Fp8ByteTable& t = tables[k0 / 128];
-            tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
-            thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
-        }
-    }
+    // k0 is a multiple of 128 (stream_k_block), so the first step loads its block's FP8 table.
     const int64_t full = std::min(k1, K / kStep * kStep);
     for (int64_t k = k0; k < full; k += kStep)
         stream_step<MR, FP8>(c, xs, ldx, row, next, tables, k, kStep, tlo0, tlo1, thi0, thi1);

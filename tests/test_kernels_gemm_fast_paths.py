@@ -30,7 +30,11 @@ SHAPES = [(1, 64, 3), (1, 75, 130), (3, 129, 257), (8, 7168, 40), (7, 2048, 131)
           (max(SPLIT, 1), 200, 9), (16, 96, 13), (37, 1000, 25), (64, 8192 + 300, 14), (5, 8192 + 64, 7),
           # The stream kernel's K blocks (x's block fits L1: 1024 columns at 8 rows, 512 at 16) with a
           # partial last step, and several row tiles carrying their sums between blocks.
-          (6, 3000, 37), (16, 4000, 9), (20, 1100, 130)]
+          (6, 3000, 37), (16, 4000, 9), (20, 1100, 130),
+          # The packed kernel: odd K (the last pair's zero half), N over several 48-row slices with a
+          # partial one and FP8 row groups on both sides of a 128-row scale boundary, an odd K past
+          # the 8192-wide block, rows that are not whole 8-row tiles.
+          (max(SPLIT, 1) + 5, 75, 130), (max(SPLIT, 1) + 8, 129, 257), (max(SPLIT, 1) + 1, 8192 + 129, 50)]
 
 
 @pytest.mark.parametrize("m, k, n", SHAPES)

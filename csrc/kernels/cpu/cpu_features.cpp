@@ -44,11 +44,14 @@ CpuFeatures probe() {
         const unsigned long long xcr0 = osxsave ? xgetbv0() : 0;
         const bool zmm_state = (xcr0 & 0xe6) == 0xe6;  // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM
         __cpuid_count(7, 0, a, b, c, d);
-        const bool f512 = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+        const bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+        const bool vbmi = (c >> 1) & 1;  // the FP8 kernels' byte permutes (VPERMT2B)
         const bool amx_tile = (d >> 24) & 1, amx_bf16 = (d >> 22) & 1;
         __cpuid_count(7, 1, a, b, c, d);
         const bool bf16 = (a >> 5) & 1;
-        f.avx512 = zmm_state && f512 && bw && vl;
+        // Every AVX-512 kernel is compiled for F, BW, VL, DQ and VBMI: a CPU without one of them
+        // (Cooper Lake has BF16 but no VBMI) takes the portable path instead of faulting.
+        f.avx512 = zmm_state && f512 && dq && bw && vl && vbmi;
         f.avx512_bf16 = f.avx512 && bf16;
         const bool tile_state = (xcr0 & (3ull << 17)) == (3ull << 17);
         f.amx_bf16 = amx_tile && amx_bf16 && tile_state && request_amx_permission();

@@ -1,8 +1,9 @@
 // The AVX512-BF16 GEMM kernels behind linear(): y[M, n0:n1] (+)= x[M, K] w[n0:n1, K]^T, every
 // product on VDPBF16PS (32 BF16 pairs into 16 FP32 lanes per instruction).
 //  - packed (prefill, many rows): each thread packs a slice of w (48 rows x up to 8192 K) into
-//    contiguous 6-row panels in L2 once, dequantising FP8 blocks on the way in, and every 4-row tile
-//    of x reuses it: compute-bound.
+//    the VNNI pair layout of gemm_bf16_vnni in L2 once, dequantising FP8 blocks on the way in, and
+//    every 8-row tile of x reuses it, broadcasting its pairs against 3 vectors of the panel (no
+//    horizontal sums): compute-bound.
 //  - stream (decode, few rows): w is read once, straight from memory, 4 rows at a time; FP8 codes
 //    become BF16 in registers (permute-table lookups, fp8_convert_avx512.hpp): memory-bound.
 // The caller (linear.cpp) splits N across threads and checks the sizes.

@@ -1,220 +1,127 @@
-// The packed prefill GEMM (see gemm_avx512.hpp).
+// The packed prefill GEMM (see gemm_avx512.hpp) and the VNNI-layout kernel it shares with attention.
 //
 // Blocking: a thread owns a slice of kPackedSliceRows (48) rows of w. For each K block of up to
 // kKBlock columns (a multiple of 128, so FP8 scale blocks never straddle two K blocks; every
-// DeepSeek-V3 GEMM fits in one) the slice is packed into panels of 6 rows laid out step by step:
-// panel[step][row][32 BF16]. A 48 x 7168 slice is 688 KB and stays in L2 while every 4-row tile of
-// x streams past it (x comes from L3 once per slice: 48-row slices read it a quarter as often as
-// 12-row ones, which ran 5-10% slower on the expert FFN with the L3 shared). The tile keeps 4 x 6 FP32 accumulators in registers along the whole K block;
-// per 32-wide K step it loads 4 vectors of x and 6 of the panel (one contiguous 384-byte run) for
-// 24 VDPBF16PS. Measured on a 2-core Zen 4 (M = 256, N = 4096, K = 7168): whole-K blocks of 12 to 48
-// rows ran at 370-410 GFLOPS, 2048-wide K blocks whose partial sums go through memory at 260-340.
-// Partial sums carry across K blocks (K > kKBlock) in a per-thread buffer; the last block sums
-// each accumulator's 16 lanes into y.
+// DeepSeek-V3 GEMM fits in one) the slice is packed into the VNNI pair layout of gemm_bf16_vnni,
+// with the slice's rows as its 48 columns: pair p of row j at packed[(p * 48 + j) * 2], so one K
+// pair of the whole slice is 192 contiguous bytes. A 48 x 7168 slice is 688 KB and stays in L2
+// while every 8-row tile of x passes it (x comes from L3 once per slice). The tile keeps 8 x 3
+// FP32 accumulators (8 rows x 48 columns) in registers along the whole K block; per K pair it loads
+// 3 vectors of the panel and broadcasts one pair of each of the 8 rows for 24 VDPBF16PS, and ends
+// with plain stores: no horizontal sums. Partial sums carry across K blocks (K > kKBlock) in y.
+// Measured on a 2-core Zen 4 against the previous design (4 x 6 tiles of dot products along K over
+// 6-row panels, each accumulator summed across its lanes at the end), 8 experts' weights streamed
+// from memory, M = 256: N 4096 x K 7168 383-403 -> 415-423 GFLOPS, N 7168 x K 2048 376-379 ->
+// 421-429 (of a 466 GFLOPS VDPBF16PS peak).
 #include "kernels/cpu/gemm_avx512.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <array>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "kernels/cpu/fp8_convert_avx512.hpp"
+#include "kernels/cpu/linear.hpp"
 
 #define DSPERF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
 
 namespace dsperf::kernels::avx512 {
-
 namespace {
-
-constexpr int kMR = 4, kNR = 6, kStep = 32;
-constexpr int64_t kKBlock = 8192;
-constexpr int64_t kPanels = kPackedSliceRows / kNR;
-static_assert(kPackedSliceRows % kNR == 0, "a slice is whole panels");
-
-DSPERF_AVX512 inline __mmask32 first_n(int64_t n) {
-    return n >= 32 ? __mmask32(~0u) : static_cast<__mmask32>((1u << n) - 1);
+DSPERF_AVX512 inline __m512i load_pairs(const bf16_t* src, bool partial, __mmask32 mask) {
+    return partial ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_loadu_si512(src);
 }
 
-// BF16 rows [0, rows) of w, columns [0, klen), into `panels` panels of `steps` steps (zeros past
-// the last row and column).
-DSPERF_AVX512 void pack_bf16(const bf16_t* w, int64_t ldw, int64_t rows, int64_t klen, int64_t steps,
-                             bf16_t* dst) {
-    const int64_t panels = (rows + kNR - 1) / kNR;
-    for (int64_t p = 0; p < panels; ++p)
-        for (int j = 0; j < kNR; ++j) {
-            const int64_t r = p * kNR + j;
-            bf16_t* out = dst + (p * steps * kNR + j) * kStep;
-            if (r >= rows) {
-                for (int64_t s = 0; s < steps; ++s) _mm512_store_si512(out + s * kNR * kStep, _mm512_setzero_si512());
-                continue;
-            }
-            const bf16_t* src = w + r * ldw;
-            for (int64_t s = 0; s < steps; ++s)
-                _mm512_store_si512(out + s * kNR * kStep, _mm512_maskz_loadu_epi16(first_n(klen - s * kStep), src + s * kStep));
-        }
-}
-
-// FP8 rows [n, n + rows) of w, columns [k0, k0 + klen) (k0 a multiple of 128): each 128 x 128
-// block is dequantised with its own scale's table as it is packed, once per slice and K block.
-DSPERF_AVX512 void pack_fp8(const fp8_t* w, const float* scale, int64_t K, int64_t n, int64_t rows, int64_t k0,
-                            int64_t klen, int64_t steps, bf16_t* dst) {
-    const int64_t k_blocks = (K + 127) / 128, panels = (rows + kNR - 1) / kNR;
-    for (int64_t r = rows; r < panels * kNR; ++r) {  // padding rows
-        bf16_t* out = dst + ((r / kNR) * steps * kNR + r % kNR) * kStep;
-        for (int64_t s = 0; s < steps; ++s) _mm512_store_si512(out + s * kNR * kStep, _mm512_setzero_si512());
-    }
-    for (int64_t kb0 = 0; kb0 < klen; kb0 += 128) {
-        const int64_t kb = (k0 + kb0) / 128;
-        int64_t block_row = n / 128;
-        Fp8WordTable table(scale[block_row * k_blocks + kb]);
-        for (int64_t r = 0; r < rows; ++r) {
-            if ((n + r) / 128 != block_row) {  // a new 128-row block: its scale's table
-                block_row = (n + r) / 128;
-                table = Fp8WordTable(scale[block_row * k_blocks + kb]);
-            }
-            const fp8_t* src = w + (n + r) * K + k0 + kb0;
-            bf16_t* out = dst + ((r / kNR) * steps * kNR + r % kNR) * kStep;
-            for (int64_t c = kb0; c < std::min(klen, kb0 + 128); c += kStep) {
-                const __mmask32 m = first_n(klen - c);
-                const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + (c - kb0)));
-                // Columns past K are zeros, not the value of code 0 (which a NaN scale makes NaN).
-                _mm512_store_si512(out + (c / kStep) * kNR * kStep, _mm512_maskz_mov_epi16(m, table.convert(idx)));
-            }
-        }
-    }
-}
-
-// {sum of a's 16 lanes, of b's, of c's, of d's}.
-DSPERF_AVX512 inline __m128 sum_lanes4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3], the same for c and d.
-    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    // Per lane: [a, b, c, d] summed over the lane's four elements.
-    const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
-    // Across the four lanes.
-    const __m512 v = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
-    const __m512 w = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm512_castps512_ps128(w);
-}
-
-// One 4 x 6 (or smaller) tile over one K block. x rows are masked past klen; the panel is
-// zero-padded. Accumulators: from acc (or zero) at the start, to acc, or summed into y (nr
-// columns) on the last K block.
-template <int MR>
-DSPERF_AVX512 void tile(const bf16_t* x, int64_t ldx, const bf16_t* panel, int64_t klen, float* acc, bool first,
-                        bool last, float* y, int64_t ldy, int nr, bool accumulate) {
-    __m512 c[MR][kNR];
+// MR rows of x times ND 16-column blocks of B: MR x ND accumulators, ND vectors of B and one
+// broadcast pair of x live in registers; K advances two at a time.
+template <int MR, int ND>
+DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int64_t N, float* y, int64_t ldy,
+                             int64_t K, bool accumulate, __mmask16 last_mask) {
+    __m512 c[MR][ND];
+    #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < kNR; ++j) c[i][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (i * kNR + j) * 16);
-    const int64_t full = klen / kStep;
-    for (int64_t s = 0; s < full; ++s) {
-        __m512i a[MR];
-        for (int i = 0; i < MR; ++i) a[i] = _mm512_loadu_si512(x + i * ldx + s * kStep);
-        const bf16_t* b = panel + s * kNR * kStep;
-        for (int j = 0; j < kNR; ++j) {
-            const __m512i bj = _mm512_load_si512(b + j * kStep);
-            for (int i = 0; i < MR; ++i) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a[i], (__m512bh)bj);
+        #pragma GCC unroll 8
+        for (int j = 0; j < ND; ++j) {
+            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
+            c[i][j] = accumulate ? _mm512_maskz_loadu_ps(mk, y + i * ldy + j * 16) : _mm512_setzero_ps();
+        }
+    // The last block may be partial: its loads stop at column N (two BF16 per column).
+    const int tail_cols = __builtin_popcount(unsigned(last_mask));
+    const __mmask32 last_pairs = static_cast<__mmask32>(tail_cols >= 16 ? ~0ull : (1ull << (2 * tail_cols)) - 1);
+    const int64_t pairs = K / 2;
+    for (int64_t kp = 0; kp < pairs; ++kp) {
+        __m512i b[ND];
+        #pragma GCC unroll 8
+        for (int j = 0; j < ND; ++j) b[j] = load_pairs(bp + (kp * N + j * 16) * 2, j == ND - 1, last_pairs);
+        #pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            int32_t pair;
+            __builtin_memcpy(&pair, x + i * ldx + 2 * kp, 4);
+            const __m512i a = _mm512_set1_epi32(pair);
+            #pragma GCC unroll 8
+            for (int j = 0; j < ND; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a, (__m512bh)b[j]);
         }
     }
-    if (full * kStep < klen) {
-        const __mmask32 m = first_n(klen - full * kStep);
-        __m512i a[MR];
-        for (int i = 0; i < MR; ++i) a[i] = _mm512_maskz_loadu_epi16(m, x + i * ldx + full * kStep);
-        const bf16_t* b = panel + full * kNR * kStep;
-        for (int j = 0; j < kNR; ++j) {
-            const __m512i bj = _mm512_load_si512(b + j * kStep);
-            for (int i = 0; i < MR; ++i) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a[i], (__m512bh)bj);
+    if (K % 2) {  // the last x column pairs with B's zero row
+        __m512i b[ND];
+        #pragma GCC unroll 8
+        for (int j = 0; j < ND; ++j) b[j] = load_pairs(bp + (pairs * N + j * 16) * 2, j == ND - 1, last_pairs);
+        #pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            const __m512i a = _mm512_set1_epi32(int32_t(x[i * ldx + K - 1]));
+            #pragma GCC unroll 8
+            for (int j = 0; j < ND; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a, (__m512bh)b[j]);
         }
     }
-    if (!last) {
-        for (int i = 0; i < MR; ++i)
-            for (int j = 0; j < kNR; ++j) _mm512_store_ps(acc + (i * kNR + j) * 16, c[i][j]);
-        return;
-    }
-    // The 16 lanes of each accumulator summed four accumulators at a time (13 instructions per
-    // four sums instead of about 8 per sum): short products such as attention's 576-deep scores
-    // spend a noticeable part of their time here.
-    constexpr int kAcc = MR * kNR, kGroups = (kAcc + 3) / 4;
-    alignas(16) float sums[kGroups * 4];
-#pragma GCC unroll 8
-    for (int g = 0; g < kGroups; ++g) {
-        __m512 v[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; ++t) {
-            const int k = 4 * g + t;
-            v[t] = k < kAcc ? c[k / kNR][k % kNR] : _mm512_setzero_ps();
-        }
-        _mm_store_ps(sums + 4 * g, sum_lanes4(v[0], v[1], v[2], v[3]));
-    }
+    #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < nr; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + sums[i * kNR + j] : sums[i * kNR + j];
+        #pragma GCC unroll 8
+        for (int j = 0; j < ND; ++j) {
+            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
+            _mm512_mask_storeu_ps(y + i * ldy + j * 16, mk, c[i][j]);
+        }
 }
 
-using TileFn = void (*)(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, bool, bool, float*, int64_t, int, bool);
-constexpr std::array<TileFn, kMR> kTiles = {&tile<1>, &tile<2>, &tile<3>, &tile<4>};
-
-// 64-byte aligned scratch that grows and is kept between calls (every element used is written
-// before it is read).
-template <typename T>
-T* scratch(std::vector<T>& v, size_t n) {
-    const size_t pad = 64 / sizeof(T);
-    if (v.size() < n + pad) v.resize(n + pad);
-    const auto addr = reinterpret_cast<uintptr_t>(v.data());
-    return v.data() + ((64 - addr % 64) % 64) / sizeof(T);
+using VnniFn = void (*)(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, int64_t, int64_t, bool, __mmask16);
+// 8 rows x 3 column blocks: 24 accumulators, 3 vectors of B and a broadcast pair of x. A 48-column
+// panel of B for a 256-deep product is 24 KB and stays in L1 while every 8-row tile passes it.
+constexpr int kVMR = 8, kVND = 3;
+template <int MR, int... ND>
+constexpr std::array<VnniFn, sizeof...(ND)> vnni_row(std::integer_sequence<int, ND...>) {
+    return {&vnni_tile<MR, ND + 1>...};
 }
-
+const std::array<VnniFn, kVND> kVnni[kVMR] = {
+    vnni_row<1>(std::make_integer_sequence<int, kVND>{}), vnni_row<2>(std::make_integer_sequence<int, kVND>{}),
+    vnni_row<3>(std::make_integer_sequence<int, kVND>{}), vnni_row<4>(std::make_integer_sequence<int, kVND>{}),
+    vnni_row<5>(std::make_integer_sequence<int, kVND>{}), vnni_row<6>(std::make_integer_sequence<int, kVND>{}),
+    vnni_row<7>(std::make_integer_sequence<int, kVND>{}), vnni_row<8>(std::make_integer_sequence<int, kVND>{}),
+};
 }  // namespace
 
-void linear_packed_rows(const bf16_t* x, int64_t ldx, const GemmWeights& w, float* y, int64_t ldy, int64_t M,
-                        int64_t n0, int64_t n1, int64_t K, bool accumulate) {
-    thread_local std::vector<bf16_t> packed_store;
-    thread_local std::vector<float> acc_store;
-    const int64_t m_tiles = (M + kMR - 1) / kMR;
-    const int64_t max_steps = (std::min(K, kKBlock) + kStep - 1) / kStep;
-    bf16_t* packed = scratch(packed_store, size_t(kPanels * max_steps * kNR * kStep));
-    float* acc = K > kKBlock ? scratch(acc_store, size_t(m_tiles * kPanels * kMR * kNR * 16)) : nullptr;
-    for (int64_t nc = n0; nc < n1; nc += kPackedSliceRows) {
-        const int64_t rows = std::min(kPackedSliceRows, n1 - nc), panels = (rows + kNR - 1) / kNR;
-        for (int64_t kc = 0; kc < K; kc += kKBlock) {
-            const int64_t klen = std::min(kKBlock, K - kc), steps = (klen + kStep - 1) / kStep;
-            const bool first = kc == 0, last = kc + klen >= K;
-            if (w.fp8) pack_fp8(w.fp8, w.scale, K, nc, rows, kc, klen, steps, packed);
-            else pack_bf16(w.bf16 + nc * w.ld + kc, w.ld, rows, klen, steps, packed);
-            for (int64_t mt = 0; mt < m_tiles; ++mt) {
-                const int64_t m = mt * kMR;
-                const int mr = int(std::min<int64_t>(kMR, M - m));
-                for (int64_t p = 0; p < panels; ++p) {
-                    const int nr = int(std::min<int64_t>(kNR, rows - p * kNR));
-                    kTiles[size_t(mr - 1)](x + m * ldx + kc, ldx, packed + p * steps * kNR * kStep, klen,
-                                           acc ? acc + (mt * kPanels + p) * kMR * kNR * 16 : nullptr, first, last,
-                                           y + m * ldy + nc + p * kNR, ldy, nr, accumulate);
-                }
-            }
+void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
+                    int64_t K, bool accumulate) {
+    // Column blocks outside, rows inside: a 48-column panel of B (K / 2 x 192 bytes, 24 KB for a
+    // 256-key attention chunk) stays in L1 while every 8-row tile of x passes it; rows outside
+    // would stream the whole of B from L2 or beyond once per tile of rows.
+    const int64_t blocks = (N + 15) / 16;
+    for (int64_t jb = 0; jb < blocks; jb += kVND) {
+        const int nd = int(blocks - jb < kVND ? blocks - jb : kVND);
+        const int64_t tail = N - (jb + nd - 1) * 16;  // columns in the last block of this tile
+        const __mmask16 last = static_cast<__mmask16>(tail >= 16 ? 0xffff : (1u << tail) - 1);
+        for (int64_t m = 0; m < M; m += kVMR) {
+            const int mr = int(M - m < kVMR ? M - m : kVMR);
+            kVnni[mr - 1][nd - 1](x + m * ldx, ldx, bp + jb * 16 * 2, N, y + m * ldy + jb * 16, ldy, K, accumulate,
+                                  last);
         }
     }
 }
 
-DSPERF_AVX512 void interleave_rows(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
-    // Word i of the first output is a[i / 2] (even i) or b[i / 2] (odd i); of the second, 16 on.
-    alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    for (int64_t d = 0; d < n; d += 32) {
-        const __mmask32 m = first_n(n - d);
-        const __m512i va = _mm512_maskz_loadu_epi16(m, a + d);
-        const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + d) : _mm512_setzero_si512();
-        const int64_t left = 2 * (n - d);  // output words still to write
-        _mm512_mask_storeu_epi16(dst + 2 * d, first_n(left), _mm512_permutex2var_epi16(va, lo, vb));
-        if (left > 32) _mm512_mask_storeu_epi16(dst + 2 * d + 32, first_n(left - 32), _mm512_permutex2var_epi16(va, hi, vb));
-    }
-}
 
 namespace {
+
 // r[i] = column i of the 16 x 16 matrix of 32-bit words whose row i was r[i].
 DSPERF_AVX512 inline void transpose16x16(__m512i r[16]) {
     __m512i t[16];
@@ -238,7 +145,118 @@ DSPERF_AVX512 inline void transpose16x16(__m512i r[16]) {
         r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
     }
 }
+
+constexpr int64_t kKBlock = 8192;
+constexpr int64_t kSlicePairsAlign = 16;  // the packed panel holds whole 16-pair (32-column) steps
+
+// 16 rows of w, 32 columns each (as 16 registers of 16 pairs, row i in rows[i]), transposed into
+// the pair layout: pair p0 + i of the 16 rows at dst + ((p0 + i) * width + j0) * 2. `n` rows of
+// the 16 are real; the stores stop there (columns past `width` belong to no row).
+DSPERF_AVX512 inline void store_pairs16(__m512i rows[16], int64_t p0, int64_t width, int64_t j0, int n, bf16_t* dst) {
+    transpose16x16(rows);
+    const __mmask16 m = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
+    for (int i = 0; i < 16; ++i)
+        _mm512_mask_storeu_epi32(dst + ((p0 + i) * width + j0) * 2, m, rows[i]);
+}
+
+DSPERF_AVX512 inline __mmask32 first_n(int64_t n) {
+    return n >= 32 ? __mmask32(~0u) : n <= 0 ? __mmask32(0) : static_cast<__mmask32>((1u << n) - 1);
+}
+
+// BF16 rows [0, rows) of w (stride ldw), columns [0, klen), into the pair layout of width `rows`
+// (zeros past klen, so an odd klen's last pair is (w, 0), as gemm_bf16_vnni reads it).
+DSPERF_AVX512 void pack_bf16(const bf16_t* w, int64_t ldw, int64_t rows, int64_t klen, bf16_t* dst) {
+    for (int64_t j0 = 0; j0 < rows; j0 += 16) {
+        const int n = int(std::min<int64_t>(16, rows - j0));
+        for (int64_t c = 0; c < klen; c += 32) {
+            const __mmask32 m = first_n(klen - c);
+            __m512i r[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = i < n ? _mm512_maskz_loadu_epi16(m, w + (j0 + i) * ldw + c) : _mm512_setzero_si512();
+            store_pairs16(r, c / 2, rows, j0, n, dst);
+        }
+    }
+}
+
+// FP8 rows [n, n + rows) of w (row stride K), columns [k0, k0 + klen) (k0 a multiple of 128), into
+// the same layout: each 128 x 128 block dequantised with its own scale's table as it is packed. A
+// 16-row group never straddles two 128-row blocks (n is a multiple of 16).
+DSPERF_AVX512 void pack_fp8(const fp8_t* w, const float* scale, int64_t K, int64_t n, int64_t rows, int64_t k0,
+                            int64_t klen, bf16_t* dst) {
+    const int64_t k_blocks = (K + 127) / 128;
+    for (int64_t j0 = 0; j0 < rows; j0 += 16) {
+        const int cnt = int(std::min<int64_t>(16, rows - j0));
+        const int64_t block_row = (n + j0) / 128;
+        for (int64_t kb0 = 0; kb0 < klen; kb0 += 128) {
+            const Fp8WordTable table(scale[block_row * k_blocks + (k0 + kb0) / 128]);
+            for (int64_t c = kb0; c < std::min(klen, kb0 + 128); c += 32) {
+                const __mmask32 m = first_n(klen - c);
+                __m512i r[16];
+                for (int i = 0; i < 16; ++i) {
+                    if (i >= cnt) {
+                        r[i] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, w + (n + j0 + i) * K + k0 + c));
+                    // Columns past K are zeros, not the value of code 0 (which a NaN scale makes NaN).
+                    r[i] = _mm512_maskz_mov_epi16(m, table.convert(idx));
+                }
+                store_pairs16(r, c / 2, rows, j0, cnt, dst);
+            }
+        }
+    }
+}
+
+// 64-byte aligned scratch that grows and is kept between calls (every element used is written
+// before it is read).
+template <typename T>
+T* scratch(std::vector<T>& v, size_t n) {
+    const size_t pad = 64 / sizeof(T);
+    if (v.size() < n + pad) v.resize(n + pad);
+    const auto addr = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + ((64 - addr % 64) % 64) / sizeof(T);
+}
+
 }  // namespace
+
+void linear_packed_rows(const bf16_t* x, int64_t ldx, const GemmWeights& w, float* y, int64_t ldy, int64_t M,
+                        int64_t n0, int64_t n1, int64_t K, bool accumulate) {
+    thread_local std::vector<bf16_t> packed_store;
+    const int64_t max_pairs = (std::min(K, kKBlock) + 2 * kSlicePairsAlign - 1) / (2 * kSlicePairsAlign) * kSlicePairsAlign;
+    bf16_t* packed = scratch(packed_store, size_t(max_pairs * kPackedSliceRows * 2));
+    for (int64_t nc = n0; nc < n1; nc += kPackedSliceRows) {
+        const int64_t rows = std::min(kPackedSliceRows, n1 - nc);
+        const int nd = int((rows + 15) / 16);
+        const __mmask16 last = static_cast<__mmask16>(rows % 16 == 0 ? 0xffff : (1u << (rows % 16)) - 1);
+        for (int64_t kc = 0; kc < K; kc += kKBlock) {
+            const int64_t klen = std::min(kKBlock, K - kc);
+            if (w.fp8) pack_fp8(w.fp8, w.scale, K, nc, rows, kc, klen, packed);
+            else pack_bf16(w.bf16 + nc * w.ld + kc, w.ld, rows, klen, packed);
+            // Later K blocks add to the partial sums the earlier ones left in y.
+            const bool acc = accumulate || kc > 0;
+            for (int64_t m = 0; m < M; m += kVMR) {
+                const int mr = int(std::min<int64_t>(kVMR, M - m));
+                kVnni[mr - 1][nd - 1](x + m * ldx + kc, ldx, packed, rows, y + m * ldy + nc, ldy, klen, acc, last);
+            }
+        }
+    }
+}
+
+DSPERF_AVX512 void interleave_rows(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
+    // Word i of the first output is a[i / 2] (even i) or b[i / 2] (odd i); of the second, 16 on.
+    alignas(64) static constexpr uint16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t d = 0; d < n; d += 32) {
+        const __mmask32 m = first_n(n - d);
+        const __m512i va = _mm512_maskz_loadu_epi16(m, a + d);
+        const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + d) : _mm512_setzero_si512();
+        const int64_t left = 2 * (n - d);  // output words still to write
+        _mm512_mask_storeu_epi16(dst + 2 * d, first_n(left), _mm512_permutex2var_epi16(va, lo, vb));
+        if (left > 32) _mm512_mask_storeu_epi16(dst + 2 * d + 32, first_n(left - 32), _mm512_permutex2var_epi16(va, hi, vb));
+    }
+}
+
 
 DSPERF_AVX512 void transpose_pairs(const bf16_t* src, int64_t ld, int64_t n, int64_t pairs, bf16_t* dst) {
     // A pair of BF16 values is one 32-bit word: a 32-bit transpose, 16 x 16 words in registers.
@@ -278,6 +296,7 @@ void linear_packed_rows(const bf16_t*, int64_t, const GemmWeights&, float*, int6
                         int64_t, bool) {}
 void interleave_rows(const bf16_t*, const bf16_t*, int64_t, bf16_t*) {}
 void transpose_pairs(const bf16_t*, int64_t, int64_t, int64_t, bf16_t*) {}
+void gemm_bf16_vnni(const bf16_t*, int64_t, const bf16_t*, float*, int64_t, int64_t, int64_t, int64_t, bool) {}
 }  // namespace dsperf::kernels::avx512
 
 #endif

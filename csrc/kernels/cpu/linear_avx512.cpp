@@ -138,95 +138,6 @@ DSPERF_AVX512 void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float sca
 }
 
 namespace {
-DSPERF_AVX512 inline __m512i load_pairs(const bf16_t* src, bool partial, __mmask32 mask) {
-    return partial ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_loadu_si512(src);
-}
-
-// MR rows of x times ND 16-column blocks of B: MR x ND accumulators, ND vectors of B and one
-// broadcast pair of x live in registers; K advances two at a time.
-template <int MR, int ND>
-DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int64_t N, float* y, int64_t ldy,
-                             int64_t K, bool accumulate, __mmask16 last_mask) {
-    __m512 c[MR][ND];
-    #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-        #pragma GCC unroll 8
-        for (int j = 0; j < ND; ++j) {
-            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
-            c[i][j] = accumulate ? _mm512_maskz_loadu_ps(mk, y + i * ldy + j * 16) : _mm512_setzero_ps();
-        }
-    // The last block may be partial: its loads stop at column N (two BF16 per column).
-    const int tail_cols = __builtin_popcount(unsigned(last_mask));
-    const __mmask32 last_pairs = static_cast<__mmask32>(tail_cols >= 16 ? ~0ull : (1ull << (2 * tail_cols)) - 1);
-    const int64_t pairs = K / 2;
-    for (int64_t kp = 0; kp < pairs; ++kp) {
-        __m512i b[ND];
-        #pragma GCC unroll 8
-        for (int j = 0; j < ND; ++j) b[j] = load_pairs(bp + (kp * N + j * 16) * 2, j == ND - 1, last_pairs);
-        #pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-            int32_t pair;
-            __builtin_memcpy(&pair, x + i * ldx + 2 * kp, 4);
-            const __m512i a = _mm512_set1_epi32(pair);
-            #pragma GCC unroll 8
-            for (int j = 0; j < ND; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a, (__m512bh)b[j]);
-        }
-    }
-    if (K % 2) {  // the last x column pairs with B's zero row
-        __m512i b[ND];
-        #pragma GCC unroll 8
-        for (int j = 0; j < ND; ++j) b[j] = load_pairs(bp + (pairs * N + j * 16) * 2, j == ND - 1, last_pairs);
-        #pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-            const __m512i a = _mm512_set1_epi32(int32_t(x[i * ldx + K - 1]));
-            #pragma GCC unroll 8
-            for (int j = 0; j < ND; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a, (__m512bh)b[j]);
-        }
-    }
-    #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-        #pragma GCC unroll 8
-        for (int j = 0; j < ND; ++j) {
-            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
-            _mm512_mask_storeu_ps(y + i * ldy + j * 16, mk, c[i][j]);
-        }
-}
-
-using VnniFn = void (*)(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, int64_t, int64_t, bool, __mmask16);
-// 8 rows x 3 column blocks: 24 accumulators, 3 vectors of B and a broadcast pair of x. A 48-column
-// panel of B for a 256-deep product is 24 KB and stays in L1 while every 8-row tile passes it.
-constexpr int kVMR = 8, kVND = 3;
-template <int MR, int... ND>
-constexpr std::array<VnniFn, sizeof...(ND)> vnni_row(std::integer_sequence<int, ND...>) {
-    return {&vnni_tile<MR, ND + 1>...};
-}
-const std::array<VnniFn, kVND> kVnni[kVMR] = {
-    vnni_row<1>(std::make_integer_sequence<int, kVND>{}), vnni_row<2>(std::make_integer_sequence<int, kVND>{}),
-    vnni_row<3>(std::make_integer_sequence<int, kVND>{}), vnni_row<4>(std::make_integer_sequence<int, kVND>{}),
-    vnni_row<5>(std::make_integer_sequence<int, kVND>{}), vnni_row<6>(std::make_integer_sequence<int, kVND>{}),
-    vnni_row<7>(std::make_integer_sequence<int, kVND>{}), vnni_row<8>(std::make_integer_sequence<int, kVND>{}),
-};
-}  // namespace
-
-void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
-                    int64_t K, bool accumulate) {
-    // Column blocks outside, rows inside: a 48-column panel of B (K / 2 x 192 bytes, 24 KB for a
-    // 256-key attention chunk) stays in L1 while every 8-row tile of x passes it; rows outside
-    // would stream the whole of B from L2 or beyond once per tile of rows.
-    const int64_t blocks = (N + 15) / 16;
-    for (int64_t jb = 0; jb < blocks; jb += kVND) {
-        const int nd = int(blocks - jb < kVND ? blocks - jb : kVND);
-        const int64_t tail = N - (jb + nd - 1) * 16;  // columns in the last block of this tile
-        const __mmask16 last = static_cast<__mmask16>(tail >= 16 ? 0xffff : (1u << tail) - 1);
-        for (int64_t m = 0; m < M; m += kVMR) {
-            const int mr = int(M - m < kVMR ? M - m : kVMR);
-            kVnni[mr - 1][nd - 1](x + m * ldx, ldx, bp + jb * 16 * 2, N, y + m * ldy + jb * 16, ldy, K, accumulate,
-                                  last);
-        }
-    }
-}
-
-namespace {
 constexpr int kPanel = 32;  // output columns per panel: two vectors of 16
 constexpr int kFmaMR = 12;  // rows per tile: 24 accumulators + 2 panel vectors + 1 broadcast
 
@@ -297,7 +208,6 @@ namespace dsperf::kernels::avx512 {
 void linear_bf16_rows(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, int64_t, int64_t, int64_t, int64_t,
                       int64_t, bool) {}
 void fp8_block_to_bf16(const fp8_t*, int64_t, float, bf16_t*, int64_t, int64_t, int64_t) {}
-void gemm_bf16_vnni(const bf16_t*, int64_t, const bf16_t*, float*, int64_t, int64_t, int64_t, int64_t, bool) {}
 void linear_bf16_rows_fma(const float*, const bf16_t*, int64_t, float*, int64_t, int64_t, int64_t, int64_t, int64_t,
                           bool) {}
 }  // namespace dsperf::kernels::avx512

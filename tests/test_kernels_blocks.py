@@ -89,10 +89,13 @@ def test_embedding(rng):
         K.embedding(table, np.array([3, 100], np.int32))
 
 
-def test_silu_mul(rng):
-    gu = rng.standard_normal((4, 2 * 300)).astype(np.float32)
+@pytest.mark.parametrize("inter", [1, 16, 300])
+def test_silu_mul(rng, inter):
+    gu = rng.standard_normal((4, 2 * inter)).astype(np.float32) * 4
+    gu[0, :inter] = np.resize(np.array([100, -100, 88.5, -87.5, 0, np.nan], np.float32), inter)  # clamp, NaN
     got, ref = f32(K.silu_mul(gu)), f32(R.silu_mul(gu))
     np.testing.assert_allclose(got, ref, rtol=2 * EPS_BF16, atol=1e-6)
+    assert np.isnan(got).sum() == np.isnan(ref).sum()
 
 
 def test_inputs_are_not_modified(rng):

@@ -2,8 +2,12 @@
 
 #include "kernels/common/fast_math.hpp"
 #include "kernels/common/parallel.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 
 #include <algorithm>
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -107,13 +111,64 @@ void embedding(const bf16_t* table, int64_t vocab, int64_t dim, const int32_t* i
         std::copy(table + int64_t(ids[t]) * dim, table + int64_t(ids[t] + 1) * dim, out + t * dim);
 }
 
+#if defined(__x86_64__) || defined(_M_X64)
+// GCC 12 warns that its own unmasked AVX-512 intrinsics read an uninitialised __Y once inlined
+// here (a known false positive of -Wmaybe-uninitialized on _mm512_undefined_ps).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace {
+#define DSPERF_AVX512_EW __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+// exp_approx on 16 lanes, step for step (the same clamp, rounding, polynomial and exponent bits).
+DSPERF_AVX512_EW inline __m512 exp_approx16(__m512 x) {
+    // MAX/MIN return their second operand when either is NaN: NaN stays NaN through the clamp.
+    const __m512 c = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
+    const __mmask16 num = _mm512_cmp_ps_mask(c, c, _CMP_ORD_Q);
+    const __m512 t = _mm512_mul_ps(_mm512_maskz_mov_ps(num, c), _mm512_set1_ps(1.44269504f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_add_ps(_mm512_sub_ps(c, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
+                                   _mm512_mul_ps(n, _mm512_set1_ps(2.12194440e-4f)));
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    for (const float k : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(k));
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+// Rows [t0, t1) of silu_mul, 16 columns at a time. VCVTNEPS2BF16 rounds to nearest even, as
+// f32_to_bf16 does (it flushes FP32 denormals, below 1.2e-38, to zero).
+DSPERF_AVX512_EW void silu_mul_avx512(const float* gu, int64_t t0, int64_t t1, int64_t inter, bf16_t* out) {
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* g = gu + t * 2 * inter;
+        const float* u = g + inter;
+        for (int64_t i = 0; i < inter; i += 16) {
+            const __mmask16 m = static_cast<__mmask16>(inter - i >= 16 ? 0xffff : (1u << (inter - i)) - 1);
+            const __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
+            const __m512 e = exp_approx16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+            const __m512 v = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), uv);
+            _mm256_mask_storeu_epi16(out + t * inter + i, m, (__m256i)_mm512_cvtneps_pbh(v));
+        }
+    }
+}
+}  // namespace
+#pragma GCC diagnostic pop
+#endif
+
 void silu_mul(const float* gu, int64_t tokens, int64_t inter, bf16_t* out) {
     require(tokens >= 0 && inter >= 0, "silu_mul: tokens and inter must be >= 0");
+#if defined(__x86_64__) || defined(_M_X64)
+    // The portable loop below is not vectorised for generic x86-64 (the rounding's NaN branch):
+    // 4.6 ns per element, 4% of a 256-token expert FFN.
+    if (cpu_features().isa == "avx512_bf16") {
+#pragma omp parallel for schedule(static) if (worth_threads(tokens * inter))
+        for (int64_t t = 0; t < tokens; ++t) silu_mul_avx512(gu, t, t + 1, inter, out);
+        return;
+    }
+#endif
 #pragma omp parallel for schedule(static) if (worth_threads(tokens * inter))
     for (int64_t t = 0; t < tokens; ++t) {
         const float* g = gu + t * 2 * inter;
         const float* u = g + inter;
-        // silu(g) = g / (1 + e^-g); exp_approx keeps the loop vectorisable.
+        // silu(g) = g / (1 + e^-g).
         for (int64_t i = 0; i < inter; ++i) out[t * inter + i] = f32_to_bf16(g[i] / (1.0f + exp_approx(-g[i])) * u[i]);
     }
 }

@@ -118,7 +118,8 @@ void embedding(const bf16_t* table, int64_t vocab, int64_t dim, const int32_t* i
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace {
 #define DSPERF_AVX512_EW __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-// exp_approx on 16 lanes, step for step (the same clamp, rounding, polynomial and exponent bits).
+// exp_approx on 16 lanes: the same clamp, rounding, polynomial and exponent bits (the compiler may
+// fuse the polynomial's multiply-adds, so a result can differ from the scalar one by an ulp).
 DSPERF_AVX512_EW inline __m512 exp_approx16(__m512 x) {
     // MAX/MIN return their second operand when either is NaN: NaN stays NaN through the clamp.
     const __m512 c = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
@@ -135,7 +136,7 @@ DSPERF_AVX512_EW inline __m512 exp_approx16(__m512 x) {
 }
 
 // Rows [t0, t1) of silu_mul, 16 columns at a time. VCVTNEPS2BF16 rounds to nearest even, as
-// f32_to_bf16 does (it flushes FP32 denormals, below 1.2e-38, to zero).
+// f32_to_bf16 does; unlike it, the instruction flushes FP32 denormals (below 1.2e-38) to zero.
 DSPERF_AVX512_EW void silu_mul_avx512(const float* gu, int64_t t0, int64_t t1, int64_t inter, bf16_t* out) {
     for (int64_t t = t0; t < t1; ++t) {
         const float* g = gu + t * 2 * inter;

@@ -147,6 +147,9 @@ DSPERF_AVX512 inline void transpose16x16(__m512i r[16]) {
 }
 
 constexpr int64_t kKBlock = 8192;
+// A slice is whole 16-row transpose groups (so an FP8 group never straddles a 128-row scale block)
+// and at most one 8 x 3 tile wide.
+static_assert(kPackedSliceRows % 16 == 0 && kPackedSliceRows <= 16 * kVND, "a slice is one panel of whole groups");
 constexpr int64_t kSlicePairsAlign = 16;  // the packed panel holds whole 16-pair (32-column) steps
 
 // 16 rows of w, 32 columns each (as 16 registers of 16 pairs, row i in rows[i]), transposed into

@@ -57,7 +57,7 @@ int64_t linear_fma_min_rows() { return use_avx512() ? prefill_min_rows() : 0; }
 
 namespace {
 
-// Threads split N in slices of whole 4-row tiles (and whole 128-row blocks for FP8).
+// Threads split N in slices of `align` rows (the kernel's slice: 48 rows packed, 128 streamed).
 template <typename F>
 void for_n_slices(int64_t N, int64_t align, F&& body) {
     const int64_t blocks = (N + align - 1) / align;

@@ -51,9 +51,10 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
                   const int32_t* blocks, int64_t seqlen, int64_t k0, int64_t k1, float scale, float* out, float* lse) {
     constexpr int64_t kChunk = 256;
     const int64_t rows = q_len * heads, L = c.kv_lora, R = c.rope_dim, BS = c.block_size, W = L + R;
-    // Per-thread buffers kept between calls (one call per request and split): fresh ones of this
-    // size are page-faulted and zeroed by the kernel on every call, 7% of a decode step's time.
-    // Those read before written are reset here.
+    // Per-thread buffers kept between calls (one call per request and split): fresh ones (1.3 MB
+    // at 128 heads) are page-faulted and zeroed by the kernel on every call, about a tenth of a
+    // decode step's time. Those read before written are reset here; past kKeptBytes (a long
+    // prefill's q_len x heads rows) they are freed at the end of the call.
     thread_local std::vector<float> m, l, s, o;
     thread_local std::vector<bf16_t> p, vp, keys, kt;
     m.assign(static_cast<size_t>(rows), -INFINITY);
@@ -98,6 +99,12 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         const float inv = softmax_inverse_sum(l[size_t(r)]);
         for (int64_t d = 0; d < L; ++d) out[r * L + d] = o[size_t(r * L + d)] * inv;
         lse[r] = softmax_lse(m[size_t(r)], l[size_t(r)]);
+    }
+    constexpr size_t kKeptBytes = size_t(64) << 20;
+    if ((m.size() + l.size() + s.size() + o.size()) * sizeof(float) +
+            (p.size() + vp.size() + keys.size() + kt.size()) * sizeof(bf16_t) > kKeptBytes) {
+        for (auto* v : {&m, &l, &s, &o}) std::vector<float>().swap(*v);
+        for (auto* v : {&p, &vp, &keys, &kt}) std::vector<bf16_t>().swap(*v);
     }
 }
 

@@ -10,6 +10,7 @@ void bind_cpu_info(py::module_& m) {
         const CpuFeatures& f = cpu_features();
         py::dict d;
         d["avx512"] = f.avx512, d["avx512_bf16"] = f.avx512_bf16, d["amx_bf16"] = f.amx_bf16, d["isa"] = f.isa;
+        d["avx512_bf16_hidden"] = f.avx512_bf16_hidden, d["why"] = f.why;
         return d;
     });
 

@@ -123,7 +123,7 @@ void dequant_gather_rows(const uint8_t* values, int64_t value_stride, const floa
     } else {
         require(n <= src_rows, "n must not exceed the FP8 rows");
     }
-    const bool simd = dsperf::kernels::cpu_features().isa == "avx512_bf16";
+    const bool simd = dsperf::kernels::use_avx512();
     const float* table = dsperf::kernels::fp8_table();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {

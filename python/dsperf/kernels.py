@@ -3,7 +3,9 @@
 Every function checks its arrays (type, dtype, shape, C-contiguity) and raises TypeError or
 ValueError naming the argument; inputs are never modified; outputs are new arrays; the GIL is
 released while the C++ kernels run. ``isa()`` says which micro-kernels this CPU uses
-("avx512_bf16" or "portable"; set DSPERF_ISA=portable to force the portable ones).
+("avx512_bf16" or "portable"; set DSPERF_ISA=portable to force the portable ones, or
+DSPERF_ISA=avx512_bf16 where a virtual machine's CPUID hides BF16 but the CPU runs it;
+``cpu_features()["why"]`` says which rule chose).
 
 The same calls run on the GPU when their arrays live there (dsperf.cuda DeviceArrays, or PyTorch /
 CuPy tensors through __cuda_array_interface__ or DLPack): rmsnorm, apply_rope, silu_mul, act_quant,

@@ -86,7 +86,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void softmax_row_a
 void online_softmax_row(float* s, int64_t n, int64_t k_start, int64_t visible, float scale, float& m, float& l,
                         bf16_t* p, float* o, int64_t dv) {
 #if defined(__x86_64__) || defined(_M_X64)
-    if (cpu_features().isa == "avx512_bf16") return softmax_row_avx512(s, n, k_start, visible, scale, m, l, p, o, dv);
+    if (use_avx512()) return softmax_row_avx512(s, n, k_start, visible, scale, m, l, p, o, dv);
 #endif
     softmax_row_baseline(s, n, k_start, visible, scale, m, l, p, o, dv);
 }

@@ -1,12 +1,16 @@
 #include "kernels/cpu/cpu_features.hpp"
 
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
+#include <immintrin.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #endif
 #define DSPERF_X86 1
@@ -28,6 +32,29 @@ bool request_amx_permission() {
 #if defined(__linux__)
     constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+#else
+    return false;
+#endif
+}
+
+// One VDPBF16PS: 1.0 x 1.0 + 1.0 x 1.0 = 2 in every lane.
+__attribute__((target("avx512f,avx512bf16"))) bool dot_bf16_once() {
+    const __m512bh one = (__m512bh)_mm512_set1_epi16(0x3f80);
+    const __m512 sum = _mm512_dpbf16_ps(_mm512_setzero_ps(), one, one);
+    return _mm512_cmpeq_ps_mask(sum, _mm512_set1_ps(2.0f)) == 0xffff;
+}
+
+// Whether the CPU runs VDPBF16PS, tried in a child process so that an illegal instruction ends
+// the child, not the caller (no signal handler of the host process is touched).
+bool runs_dot_bf16() {
+#if defined(__linux__)
+    const pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) _exit(dot_bf16_once() ? 0 : 1);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return false;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 #else
     return false;
 #endif
@@ -58,8 +85,30 @@ CpuFeatures probe() {
     }
 #endif
     const char* forced = std::getenv("DSPERF_ISA");
-    const bool portable = forced && std::strcmp(forced, "portable") == 0;
-    f.isa = (!portable && f.avx512_bf16) ? "avx512_bf16" : "portable";
+    const std::string want = forced ? forced : "";
+    if (!want.empty() && want != "portable" && want != "avx512_bf16")
+        throw std::invalid_argument("DSPERF_ISA must be portable or avx512_bf16 (or unset), not '" + want + "'");
+    f.isa = "portable";
+    if (want == "portable") {
+        f.why = "DSPERF_ISA=portable";
+    } else if (f.avx512_bf16) {
+        f.isa = "avx512_bf16";
+        f.why = "CPUID: AVX-512 with BF16";
+    } else if (!f.avx512) {
+        f.why = "CPUID: no AVX-512 (F, BW, VL, DQ, VBMI with the zmm state)";
+    } else if (want != "avx512_bf16") {
+        f.why = "CPUID: AVX-512 without BF16 (if a hypervisor hides it, DSPERF_ISA=avx512_bf16 tries it)";
+    } else {
+#ifdef DSPERF_X86
+        f.avx512_bf16_hidden = runs_dot_bf16();
+#endif
+        if (f.avx512_bf16_hidden) {
+            f.isa = "avx512_bf16";
+            f.why = "DSPERF_ISA=avx512_bf16: CPUID hides BF16, and a VDPBF16PS ran in a child process";
+        } else {
+            f.why = "DSPERF_ISA=avx512_bf16 asked, but VDPBF16PS did not run here";
+        }
+    }
     return f;
 }
 

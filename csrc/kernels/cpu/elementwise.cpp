@@ -159,7 +159,7 @@ void silu_mul(const float* gu, int64_t tokens, int64_t inter, bf16_t* out) {
 #if defined(__x86_64__) || defined(_M_X64)
     // The portable loop below is not vectorised for generic x86-64 (the rounding's NaN branch):
     // 4.6 ns per element, 4% of a 256-token expert FFN.
-    if (cpu_features().isa == "avx512_bf16") {
+    if (use_avx512()) {
 #pragma omp parallel for schedule(static) if (worth_threads(tokens * inter))
         for (int64_t t = 0; t < tokens; ++t) silu_mul_avx512(gu, t, t + 1, inter, out);
         return;

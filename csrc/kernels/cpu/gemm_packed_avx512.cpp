@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -150,16 +149,17 @@ constexpr int64_t kKBlock = 8192;
 // A slice is whole 16-row transpose groups (so an FP8 group never straddles a 128-row scale block)
 // and at most one 8 x 3 tile wide.
 static_assert(kPackedSliceRows % 16 == 0 && kPackedSliceRows <= 16 * kVND, "a slice is one panel of whole groups");
-constexpr int64_t kSlicePairsAlign = 16;  // the packed panel holds whole 16-pair (32-column) steps
 
 // 16 rows of w, 32 columns each (as 16 registers of 16 pairs, row i in rows[i]), transposed into
-// the pair layout: pair p0 + i of the 16 rows at dst + ((p0 + i) * width + j0) * 2. `n` rows of
-// the 16 are real; the stores stop there (columns past `width` belong to no row).
-DSPERF_AVX512 inline void store_pairs16(__m512i rows[16], int64_t p0, int64_t width, int64_t j0, int n, bf16_t* dst) {
+// the pair layout: pair p0 + i of the 16 rows at dst + ((p0 + i) * width + j0) * 2, for the pairs
+// below `pairs`. `n` rows of the 16 are real; the stores stop there (columns past `width` belong
+// to no row).
+DSPERF_AVX512 inline void store_pairs16(__m512i rows[16], int64_t p0, int64_t pairs, int64_t width, int64_t j0, int n,
+                                        bf16_t* dst) {
     transpose16x16(rows);
     const __mmask16 m = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
-    for (int i = 0; i < 16; ++i)
-        _mm512_mask_storeu_epi32(dst + ((p0 + i) * width + j0) * 2, m, rows[i]);
+    const int64_t count = std::min<int64_t>(16, pairs - p0);
+    for (int64_t i = 0; i < count; ++i) _mm512_mask_storeu_epi32(dst + ((p0 + i) * width + j0) * 2, m, rows[i]);
 }
 
 DSPERF_AVX512 inline __mmask32 first_n(int64_t n) {
@@ -176,7 +176,7 @@ DSPERF_AVX512 void pack_bf16(const bf16_t* w, int64_t ldw, int64_t rows, int64_t
             __m512i r[16];
             for (int i = 0; i < 16; ++i)
                 r[i] = i < n ? _mm512_maskz_loadu_epi16(m, w + (j0 + i) * ldw + c) : _mm512_setzero_si512();
-            store_pairs16(r, c / 2, rows, j0, n, dst);
+            store_pairs16(r, c / 2, (klen + 1) / 2, rows, j0, n, dst);
         }
     }
 }
@@ -204,7 +204,7 @@ DSPERF_AVX512 void pack_fp8(const fp8_t* w, const float* scale, int64_t K, int64
                     // Columns past K are zeros, not the value of code 0 (which a NaN scale makes NaN).
                     r[i] = _mm512_maskz_mov_epi16(m, table.convert(idx));
                 }
-                store_pairs16(r, c / 2, rows, j0, cnt, dst);
+                store_pairs16(r, c / 2, (klen + 1) / 2, rows, j0, cnt, dst);
             }
         }
     }
@@ -225,7 +225,7 @@ T* scratch(std::vector<T>& v, size_t n) {
 void linear_packed_rows(const bf16_t* x, int64_t ldx, const GemmWeights& w, float* y, int64_t ldy, int64_t M,
                         int64_t n0, int64_t n1, int64_t K, bool accumulate) {
     thread_local std::vector<bf16_t> packed_store;
-    const int64_t max_pairs = (std::min(K, kKBlock) + 2 * kSlicePairsAlign - 1) / (2 * kSlicePairsAlign) * kSlicePairsAlign;
+    const int64_t max_pairs = (std::min(K, kKBlock) + 1) / 2;
     bf16_t* packed = scratch(packed_store, size_t(max_pairs * kPackedSliceRows * 2));
     for (int64_t nc = n0; nc < n1; nc += kPackedSliceRows) {
         const int64_t rows = std::min(kPackedSliceRows, n1 - nc);
@@ -262,32 +262,8 @@ DSPERF_AVX512 void interleave_rows(const bf16_t* a, const bf16_t* b, int64_t n, 
 
 
 DSPERF_AVX512 void transpose_pairs(const bf16_t* src, int64_t ld, int64_t n, int64_t pairs, bf16_t* dst) {
-    // A pair of BF16 values is one 32-bit word: a 32-bit transpose, 16 x 16 words in registers.
-    const auto word = [](const bf16_t* p) {
-        uint32_t w;
-        std::memcpy(&w, p, sizeof w);
-        return w;
-    };
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        int64_t p = 0;
-        for (; p + 16 <= pairs; p += 16) {
-            __m512i r[16];
-            for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + (j + i) * ld + 2 * p);
-            transpose16x16(r);
-            for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + ((p + i) * n + j) * 2, r[i]);
-        }
-        for (; p < pairs; ++p)
-            for (int i = 0; i < 16; ++i) {
-                const uint32_t w = word(src + (j + i) * ld + 2 * p);
-                std::memcpy(dst + (p * n + j + i) * 2, &w, sizeof w);
-            }
-    }
-    for (; j < n; ++j)
-        for (int64_t p = 0; p < pairs; ++p) {
-            const uint32_t w = word(src + j * ld + 2 * p);
-            std::memcpy(dst + (p * n + j) * 2, &w, sizeof w);
-        }
+    // The packed GEMM's layout with the n rows as its columns: the same 16 x 16 word transposes.
+    pack_bf16(src, ld, n, 2 * pairs, dst);
 }
 
 }  // namespace dsperf::kernels::avx512

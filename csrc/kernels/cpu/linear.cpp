@@ -23,8 +23,6 @@ void check_dims(int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64
     if (ldx < K || ldw < K || ldy < N) throw std::invalid_argument("linear: a row stride is shorter than its row");
 }
 
-bool use_avx512() { return cpu_features().isa == "avx512_bf16"; }
-
 // K = 0: every output is an empty sum, 0 (the micro-kernels would leave y unwritten).
 void zero_sum(float* y, int64_t ldy, int64_t M, int64_t N, bool accumulate) {
     if (accumulate) return;

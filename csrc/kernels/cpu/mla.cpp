@@ -29,14 +29,14 @@ void require(bool ok, const char* what) {
 
 // dst[2d] = a[d], dst[2d + 1] = b[d] (0 without b), d < n.
 void interleave_pair(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
-    if (cpu_features().isa == "avx512_bf16") return avx512::interleave_rows(a, b, n, dst);
+    if (use_avx512()) return avx512::interleave_rows(a, b, n, dst);
     for (int64_t d = 0; d < n; ++d) dst[2 * d] = a[d], dst[2 * d + 1] = b ? b[d] : bf16_t(0);
 }
 
 // The keys [n, W] (row stride W) in the pair layout of gemm_bf16_vnni, as its columns: kt[(p * n +
 // j) * 2 + h] = keys[j * W + 2 p + h], a zero second half for an odd W.
 void keys_to_pairs(const bf16_t* keys, int64_t n, int64_t W, bf16_t* kt) {
-    if (cpu_features().isa == "avx512_bf16" && W % 2 == 0) return avx512::transpose_pairs(keys, W, n, W / 2, kt);
+    if (use_avx512() && W % 2 == 0) return avx512::transpose_pairs(keys, W, n, W / 2, kt);
     for (int64_t j = 0; j < n; ++j)
         for (int64_t k = 0; k < W + W % 2; ++k) kt[((k / 2) * n + j) * 2 + k % 2] = k < W ? keys[j * W + k] : bf16_t(0);
 }

@@ -81,7 +81,7 @@ double fma_loop(int64_t iters) {
 double probe_bf16_peak_gflops(double seconds) {
     if (!(seconds > 0)) throw std::invalid_argument("seconds must be positive");
 #ifdef DSPERF_AVX512
-    if (!cpu_features().avx512_bf16) return 0;
+    if (!cpu_features().runs_dot_bf16()) return 0;
     double flops = 0, elapsed = 0;
 #pragma omp parallel reduction(+ : flops) reduction(max : elapsed)
     {
@@ -125,7 +125,7 @@ int thread_count(int threads) {
 
 double probe_dot_to_fma_speed() {
 #ifdef DSPERF_AVX512
-    if (!cpu_features().avx512_bf16) return 0;
+    if (!cpu_features().runs_dot_bf16()) return 0;
     // A few milliseconds on the calling thread: the rates are per core, the ratio is what matters.
     // Each loop runs twice and the faster pass counts (the first also wakes the vector unit).
     auto rate = [](auto loop, int64_t iters) {

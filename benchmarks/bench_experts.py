@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.baselines, run as a script
 
-from benchmarks.baselines.machine import (cache_sizes, describe_caches, median, median_with_read_probes,  # noqa: E402
-                                         probed_peaks, residency)
+from benchmarks.baselines.machine import (cache_sizes, describe_caches, describe_isa, median,  # noqa: E402
+                                         median_with_read_probes, probed_peaks, residency)
 from benchmarks.deepseek_v3.baseline.common import random_bf16  # noqa: E402
 from dsperf import _C  # noqa: E402
 from dsperf import kernels as K  # noqa: E402
@@ -69,7 +69,7 @@ def main():
 
     peak, fma_peak, bw = probed_peaks(_C.kernels)
     split = _C.kernels.linear_fma_min_rows()
-    print(f"isa {K.isa()}; AMX usable: {K.cpu_features()['amx_bf16']}; caches (sysfs): {describe_caches(caches)}")
+    print(f"{describe_isa(K)}; AMX usable: {K.cpu_features()['amx_bf16']}; caches (sysfs): {describe_caches(caches)}")
     print(f"probed peaks (all threads): VDPBF16PS {peak:.1f} GFLOPS, FP32 FMA {fma_peak:.1f} GFLOPS; "
           f"streaming read: {bw:.1f} GB/s (1 GiB buffer); each the best of several probes")
     print(f"dsperf GEMMs change kernel at {split} rows (linear_fma_min_rows); probed VDPBF16PS / FMA peaks "

@@ -19,7 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.baselines, run as a script
 
-from benchmarks.baselines.machine import cache_sizes, describe_caches, median, probed_peaks, residency  # noqa: E402
+from benchmarks.baselines.machine import (cache_sizes, describe_caches, describe_isa, median,  # noqa: E402
+                                         probed_peaks, residency)
 from dsperf import _C  # noqa: E402
 from dsperf import kernels as K  # noqa: E402
 
@@ -55,7 +56,7 @@ def main():
     cache_bytes = latent.nbytes + rope.nbytes + (0 if scale is None else scale.nbytes)
     t_flops, t_bytes = flops / (peak * 1e9), cache_bytes / (bw * 1e9)
     bound = "FLOPs" if t_flops >= t_bytes else "bytes"
-    print(f"isa {K.isa()}; caches (sysfs): {describe_caches(caches)}; probed VDPBF16PS {peak:.1f} GFLOPS, "
+    print(f"{describe_isa(K)}; caches (sysfs): {describe_caches(caches)}; probed VDPBF16PS {peak:.1f} GFLOPS, "
           f"FP32 FMA {fma_peak:.1f} GFLOPS, streaming read {bw:.1f} GB/s")
     print(f"batch {B}, heads {H}, kv_len {N}, splits {a.splits}; cache {cache_bytes / 1e6:.0f} MB "
           f"{'FP8 latent' if a.fp8 else 'BF16'}: {residency(cache_bytes, caches)}")

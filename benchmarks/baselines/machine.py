@@ -80,3 +80,8 @@ def probed_peaks(kernels, tries: int = 6, seconds: float = 0.25) -> tuple:
     fma = max(kernels.probe_fp32_fma_peak_gflops(seconds) for _ in range(tries))
     bw = max(kernels.probe_read_bandwidth_gbps(1 << 30, 3) for _ in range(2))
     return dot, fma, bw
+
+
+def describe_isa(kernels) -> str:
+    """The micro-kernel family in use and the rule that chose it (CPUID, or DSPERF_ISA)."""
+    return f"isa {kernels.isa()} ({kernels.cpu_features()['why']})"

@@ -2,8 +2,9 @@
 stream kernel (fewer rows than linear_fma_min_rows: decode), the packed kernel (prefill; K past its
 8192-wide block carries partial sums), FP8 converted in registers (stream) or dequantised into the
 panels (packed), K tails that are not whole 64- or 32-wide steps, rows that are not whole tiles,
-negative and non-finite scales. The prefill kernel the probe did not pick (FP32 FMAs or dot
-products) runs too, in a subprocess with DSPERF_GEMM forcing it."""
+negative and non-finite scales. The products the probe did not pick (FP32 FMAs or dot products,
+in the prefill kernels and the stream kernel's tiles of 2 rows and more) run too, in a subprocess
+with DSPERF_GEMM forcing them."""
 import os
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def test_experts_masked_stream_path_fp8(rng):
 @pytest.mark.skipif(os.environ.get("DSPERF_GEMM") is not None or SPLIT == 0,
                     reason="already a forced run, or the portable path (no prefill kernel choice)")
 @pytest.mark.parametrize("kernel", ["dot", "fma"])
-def test_both_prefill_kernels(kernel):
+def test_both_product_kernels(kernel):
     env = dict(os.environ, DSPERF_GEMM=kernel)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         str(HERE / "test_kernels_gemm_fast_paths.py"), str(HERE / "test_kernels_blocks.py")],

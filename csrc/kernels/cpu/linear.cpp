@@ -29,12 +29,13 @@ void zero_sum(float* y, int64_t ldy, int64_t M, int64_t N, bool accumulate) {
     for (int64_t m = 0; m < M; ++m) std::fill(y + m * ldy, y + m * ldy + N, 0.0f);
 }
 
-// Which kernel runs the GEMMs of many rows (prefill) on AVX512-BF16 CPUs: the packed VDPBF16PS
-// kernel, or widening to FP32 FMAs. CPUs differ: some issue VDPBF16PS at twice the FP32 FMA rate
-// (so the dot products win by 2x), others issue FMAs on two ports and VDPBF16PS on one. A short
-// single-thread probe of both decides once; DSPERF_GEMM=dot or =fma forces one (the tests run
-// both).
-bool prefill_on_dot_products() {
+// Which instruction does the GEMMs' products on AVX512-BF16 CPUs: VDPBF16PS, or FP32 FMAs on
+// widened BF16. CPUs differ: some issue VDPBF16PS at twice the FP32 FMA rate (so the dot products
+// win by 2x: Zen 4), others issue FMAs on two ports and VDPBF16PS on one (Sapphire and Emerald
+// Rapids: FMAs win by 2x). Many rows (prefill): the packed VDPBF16PS kernel or the FMA kernel; few
+// rows (decode): the stream kernel on either. A short single-thread probe of both decides once;
+// DSPERF_GEMM=dot or =fma forces one (the tests run both).
+bool gemm_on_dot_products() {
     static const bool dot = [] {
         const char* forced = std::getenv("DSPERF_GEMM");
         if (forced && std::strcmp(forced, "dot") == 0) return true;
@@ -67,7 +68,7 @@ void for_n_slices(int64_t N, int64_t align, F&& body) {
 // without AVX-512, where the BF16 kernels read x directly.
 std::vector<float> widen_for_fma(const bf16_t* x, int64_t ldx, int64_t M, int64_t K) {
     std::vector<float> xf;
-    if (!use_avx512() || M < kFmaMinRows || prefill_on_dot_products()) return xf;
+    if (!use_avx512() || M < kFmaMinRows || gemm_on_dot_products()) return xf;
     xf.resize(static_cast<size_t>(M * K));
 #pragma omp parallel for schedule(static) if (worth_threads(M * K))
     for (int64_t m = 0; m < M; ++m)
@@ -108,11 +109,17 @@ void linear_stream(const bf16_t* x, int64_t ldx, const avx512::GemmWeights& w, f
                    int64_t N, int64_t K, bool accumulate) {
     // 64-byte aligned (rows are whole 128-byte steps): a 64-byte load that straddles two cache
     // lines costs two.
-    std::vector<bf16_t> store(static_cast<size_t>(M * avx512::stream_x_stride(K) + 32));
-    bf16_t* xs = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64 / sizeof(bf16_t);
-    avx512::stream_x(x, ldx, M, K, w.fp8 != nullptr, xs);
+    // x as BF16 for the dot products, as FP32 (twice the bytes) for the FMAs. One row of x is
+    // memory-bound either way and the dot products take fewer instructions per weight (Emerald
+    // Rapids, w in L2: 45 GFLOPS on dot products against 36 on FMAs at 1 row; 94 against 80 at 3).
+    constexpr int64_t kStreamFmaMinRows = 2;
+    const bool fma = M >= kStreamFmaMinRows && !gemm_on_dot_products();
+    const size_t x_bytes = size_t(M * avx512::stream_x_stride(K)) * (fma ? sizeof(float) : sizeof(bf16_t));
+    std::vector<char> store(x_bytes + 64);
+    void* xs = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+    avx512::stream_x(x, ldx, M, K, w.fp8 != nullptr, fma, xs);
     for_n_slices(N, avx512::kStreamSliceRows, [&](int64_t n0, int64_t n1) {
-        avx512::linear_stream_rows(xs, w, y, ldy, M, n0, n1, K, accumulate);
+        avx512::linear_stream_rows(xs, fma, w, y, ldy, M, n0, n1, K, accumulate);
     });
 }
 }  // namespace
@@ -128,7 +135,7 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     avx512::GemmWeights gw;
     gw.bf16 = w, gw.ld = ldw;
     if (M < prefill_min_rows()) return linear_stream(x, ldx, gw, y, ldy, M, N, K, accumulate);
-    if (prefill_on_dot_products()) {
+    if (gemm_on_dot_products()) {
         for_n_slices(N, avx512::kPackedSliceRows, [&](int64_t n0, int64_t n1) {
             avx512::linear_packed_rows(x, ldx, gw, y, ldy, M, n0, n1, K, accumulate);
         });
@@ -175,7 +182,7 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
         // Few rows: FP8 codes converted in registers as they stream in. Many rows: each 128 x 128
         // block dequantised once into the packed panels.
         if (M < prefill_min_rows()) return linear_stream(x, ldx, gw, y, ldy, M, N, K, accumulate);
-        if (prefill_on_dot_products()) {
+        if (gemm_on_dot_products()) {
             for_n_slices(N, avx512::kPackedSliceRows, [&](int64_t n0, int64_t n1) {
                 avx512::linear_packed_rows(x, ldx, gw, y, ldy, M, n0, n1, K, accumulate);
             });

@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/fp8_convert_avx512.hpp"
 #include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/transpose_avx512.hpp"
 
 #define DSPERF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
 
@@ -120,30 +121,6 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
 
 
 namespace {
-
-// r[i] = column i of the 16 x 16 matrix of 32-bit words whose row i was r[i].
-DSPERF_AVX512 inline void transpose16x16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) {
-        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int i = 0; i < 2; ++i)
-        for (int k = 0; k < 4; ++k) {
-            t[8 * i + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
-            t[8 * i + 4 + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
-        }
-    for (int k = 0; k < 8; ++k) {
-        r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
-        r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
-    }
-}
 
 constexpr int64_t kKBlock = 8192;
 // A slice is whole 16-row transpose groups (so an FP8 group never straddles a 128-row scale block)

@@ -46,6 +46,9 @@ void bind_cpu_info(py::module_& m) {
     m.def("linear_fma_min_rows", &linear_fma_min_rows,
           "Rows from which GEMMs use the widened FP32-FMA kernel instead of BF16 dot products (0: one kernel)");
 
+    m.def("gemm_products", &gemm_products,
+          "The AVX-512 GEMMs' products: 'dot' (VDPBF16PS) or 'fma' (widened FP32 FMAs), or 'portable'");
+
     m.def("amx_status", &amx::status, "'usable' where the GEMMs run on AMX tiles, else why not");
     // The AMX driver on the scalar emulation of the tile instructions: its packing and tiling are
     // tested on CPUs without AMX.

@@ -54,6 +54,8 @@ int64_t prefill_min_rows() { return kPrefillMinRows; }
 
 int64_t linear_fma_min_rows() { return use_avx512() ? prefill_min_rows() : 0; }
 
+const char* gemm_products() { return !use_avx512() ? "portable" : gemm_on_dot_products() ? "dot" : "fma"; }
+
 namespace {
 
 // Threads split N in slices of `align` rows (the kernel's slice: 48 rows packed, 128 streamed).

@@ -15,6 +15,10 @@ namespace dsperf::kernels {
 // efficiencies on this split. (The name predates the packed kernel.)
 int64_t linear_fma_min_rows();
 
+// The instruction the AVX-512 GEMMs multiply with: "dot" (VDPBF16PS) or "fma" (FP32 FMAs on widened
+// BF16), chosen once by a probe of both (DSPERF_GEMM forces either); "portable" off that path.
+const char* gemm_products();
+
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,
                  int64_t N, int64_t K, bool accumulate = false);
 

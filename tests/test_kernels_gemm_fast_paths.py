@@ -92,3 +92,13 @@ def test_both_product_kernels(kernel):
                         str(HERE / "test_kernels_gemm_fast_paths.py"), str(HERE / "test_kernels_blocks.py")],
                        env=env, capture_output=True, text=True, timeout=600, cwd=HERE)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_gemm_products_names_the_forced_choice():
+    forced, got = os.environ.get("DSPERF_GEMM"), _C.kernels.gemm_products()
+    if K.isa() != "avx512_bf16":
+        assert got == "portable"
+    elif forced:
+        assert got == forced
+    else:
+        assert got in ("dot", "fma")

@@ -162,6 +162,16 @@ def test_attention_ffn_disaggregation_rows():
     assert (ep_rows["gpus"] == ep_rows["ep"]).all()
 
 
+def test_attention_ffn_disaggregation_reasons():
+    """The AFD rows' reasons, set on the Python side, carry the texts of explore.hpp's codes."""
+    df = explore.search(devices=["H800"], ep=(16, 512), batch=(0.5, 32.0), afd=True, afd_attn_gpus=(16,),
+                        afd_micro_batches=(2,), mtp=((0, 0.0),), kv_fp8=(False,), attn_tp=(1,))
+    afd = df[df["kind"] == "afd"].set_index(["ep", "batch"])
+    assert afd.loc[(16, 0.5), "reason"] == "fewer than one token per GPU per micro-batch"
+    assert afd.loc[(512, 32.0), "reason"] == "EP exceeds routed + redundant experts"
+    assert afd.loc[(16, 32.0), "reason"] == "" and afd.loc[(16, 32.0), "feasible"]
+
+
 def test_prefill_layout_follows_the_ttft_target():
     opts = explore.prefill_options(devices=["H800"], isl=4096)
     assert len(opts) == 4 * 4 and (opts["ttft_ms"] > 0).all()

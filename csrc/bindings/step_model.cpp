@@ -177,6 +177,11 @@ void bind_step_model(py::module_& root) {
           py::arg("kv_fp8"), py::arg("overlap"), py::arg("batch"), py::arg("kv_len"), py::arg("imbalance"),
           py::arg("step_overhead_ms"), py::arg("weights_fp8") = true, py::arg("dense_tp") = 1,
           py::arg("moe_tp") = 1, py::arg("experts_fp4") = false);
+    m.def("infeasible_reasons", [] {
+        py::list out;
+        for (const InfeasibleReason& r : kInfeasibleReasons) out.append(py::make_tuple(r.name, r.text));
+        return out;
+    }, "(name, text) of each explorer infeasibility code, by code");
     m.def("expected_remote_nodes", &expected_remote_nodes, py::arg("model"), py::arg("ep"), py::arg("gpus_per_node"));
 
     m.def(

@@ -9,17 +9,41 @@
 
 namespace dsperf {
 
-// Why a point cannot run (0: it can). Memory is reported separately (fits_memory).
+// Why a point cannot run (0: it can), the one list of reasons: the explorer's frame reads the
+// names and texts from here (infeasible_reasons). Two are set by the Python side of the explorer:
+// kTooFewTokens by its attention-FFN disaggregation pricing, kKvDoesNotFit where a feasible point's
+// KV cache does not fit beside the weights (the C++ loop reports memory as fits_memory).
 enum class Infeasible : int32_t {
     kNone = 0,
     kTpDoesNotDivideNode = 1,    // attention TP must divide the GPUs of a node and the heads
     kEpExceedsExperts = 2,       // more GPUs than routed + redundant experts
     kEpNotMultipleOfTp = 3,      // the EP group is made of whole attention-TP groups
     kNoRequest = 4,              // batch x attention TP < 1: a TP group without a request
-    // 5: fewer than one token per GPU per micro-batch (attention-FFN disaggregation, priced in Python)
+    kTooFewTokens = 5,           // fewer than one token per GPU per micro-batch (AFD, in Python)
     kMoeTpDoesNotDivide = 6,     // MoE TP must divide the GPUs of a node and the EP size
     kNoFp4 = 7,                  // FP4 experts on a device without FP4 tensor cores
+    kKvDoesNotFit = 8,           // the KV cache does not fit beside the weights (set in Python)
 };
+
+struct InfeasibleReason {
+    const char* name;  // the code's key for Python
+    const char* text;  // what the explorer's frame prints
+};
+// Indexed by the code.
+inline constexpr InfeasibleReason kInfeasibleReasons[] = {
+    {"none", ""},
+    {"tp_does_not_divide_node", "attention TP must divide the node and the heads"},
+    {"ep_exceeds_experts", "EP exceeds routed + redundant experts"},
+    {"ep_not_multiple_of_tp", "EP must be a multiple of attention TP"},
+    {"no_request", "fewer than one request per attention-TP group"},
+    {"too_few_tokens", "fewer than one token per GPU per micro-batch"},
+    {"moe_tp_does_not_divide", "MoE TP must divide the node and the EP size"},
+    {"no_fp4", "FP4 experts need FP4 tensor cores"},
+    {"kv_does_not_fit", "KV cache does not fit beside the weights"},
+};
+static_assert(sizeof(kInfeasibleReasons) / sizeof(kInfeasibleReasons[0]) ==
+                  static_cast<size_t>(Infeasible::kKvDoesNotFit) + 1,
+              "one reason per code");
 
 struct ExploreGrid {
     std::vector<DeviceSpec> devices;

@@ -42,11 +42,11 @@ DEFAULT_ATTN_TP = (1, 2, 4, 8)
 DEFAULT_MTP = ((0, 0.0), (1, 0.85), (2, 1.55))
 DEFAULT_BATCH = tuple(float(b) for b in (0.125, 0.25, 0.5, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512))
 OVERLAP_CODES = {"none": 0, "two_batch": 1, "single_batch": 2}
-# Why a configuration cannot run, by the C++ code (explore.hpp's Infeasible), then memory.
-REASONS = ["", "attention TP must divide the node and the heads", "EP exceeds routed + redundant experts",
-           "EP must be a multiple of attention TP", "fewer than one request per attention-TP group",
-           "fewer than one token per GPU per micro-batch", "MoE TP must divide the node and the EP size",
-           "FP4 experts need FP4 tensor cores", "KV cache does not fit beside the weights"]
+# Why a configuration cannot run: the texts by code, and the codes by name, from their one home
+# (explore.hpp's Infeasible).
+_REASONS = _C.step_model.infeasible_reasons()
+REASONS = [text for _, text in _REASONS]
+WHY = {name: code for code, (name, _) in enumerate(_REASONS)}
 KINDS = ["ep", "afd"]  # wide-EP decode instances; attention-FFN disaggregation
 # Prefill layouts searched per device: EP size and new prompt tokens per GPU per step.
 DEFAULT_PREFILL_EP = (8, 16, 32, 64)
@@ -264,7 +264,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
                    / (per_dev([spec.scaleout_gbps for _, spec in pairs]) * 1e9) * 1e3)
     ttft = per_dev([p["step_ms"] for p in pre]) + kv_transfer
     reason = cols.pop("infeasible").astype(np.int8)
-    reason[(reason == 0) & ~cols["fits_memory"]] = len(REASONS) - 1
+    reason[(reason == 0) & ~cols["fits_memory"]] = WHY["kv_does_not_fit"]
     gpus = np.where(cols["kind"] == 1, cols["attn_gpus"] + cols["ep"], cols["ep"]).astype(float)
     prefill_gpus = np.ceil(gpus * ratio)
     price = per_dev([prices[label] for label in labels])
@@ -347,11 +347,11 @@ def afd_columns(m, pairs, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_
                         for b in batches:
                             t_attn = b / mb                  # tokens per attention GPU per micro-batch
                             t_ffn = A * b / (mb * F)          # tokens per expert GPU per micro-batch
-                            why = 0
+                            why = WHY["none"]
                             if m.n_routed_experts + r < F:
-                                why = 2
+                                why = WHY["ep_exceeds_experts"]
                             elif t_attn < 1 or t_ffn < 1:
-                                why = 5
+                                why = WHY["too_few_tokens"]
                             limit = max(0.0, (mem - attn_weights) / (kv_per_token[kv] * kv_len))
                             fits = b <= limit and ffn_weights <= mem
                             rows["device_index"].append(di), rows["ep"].append(F), rows["redundant_experts"].append(r)

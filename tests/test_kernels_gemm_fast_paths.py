@@ -3,8 +3,8 @@ stream kernel (fewer rows than linear_fma_min_rows: decode), the packed kernel (
 8192-wide block carries partial sums), FP8 converted in registers (stream) or dequantised into the
 panels (packed), K tails that are not whole 64- or 32-wide steps, rows that are not whole tiles,
 negative and non-finite scales. The products the probe did not pick (FP32 FMAs or dot products,
-in the prefill kernels and the stream kernel's tiles of 2 rows and more) run too, in a subprocess
-with DSPERF_GEMM forcing them."""
+in the prefill kernels, the stream kernel's tiles of 2 rows and more and attention's VNNI-layout
+GEMM) run too, in a subprocess with DSPERF_GEMM forcing them."""
 import os
 import subprocess
 import sys
@@ -89,7 +89,8 @@ def test_experts_masked_stream_path_fp8(rng):
 def test_both_product_kernels(kernel):
     env = dict(os.environ, DSPERF_GEMM=kernel)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        str(HERE / "test_kernels_gemm_fast_paths.py"), str(HERE / "test_kernels_blocks.py")],
+                        str(HERE / "test_kernels_gemm_fast_paths.py"), str(HERE / "test_kernels_blocks.py"),
+                        str(HERE / "test_kernels_mla.py")],
                        env=env, capture_output=True, text=True, timeout=600, cwd=HERE)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 

@@ -158,7 +158,7 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
     if (K == 0) return zero_sum(y, ldy, M, N, accumulate);
     if (use_avx512() && M >= amx::kMinRows && amx::usable())
         return amx::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
-    if (use_avx512()) return avx512::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
+    if (use_avx512()) return avx512::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate, !gemm_on_dot_products());
     for (int64_t m = 0; m < M; ++m) {
         float* row = y + m * ldy;
         if (!accumulate) std::fill(row, row + N, 0.0f);

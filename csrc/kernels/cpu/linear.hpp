@@ -46,8 +46,9 @@ void linear_bf16_rows(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw
                       int64_t n0, int64_t n1, int64_t K, bool accumulate);
 void fp8_block_to_bf16(const fp8_t* src, int64_t ld_src, float scale, bf16_t* dst, int64_t ld_dst, int64_t rows,
                        int64_t cols);
+// fma: the products on FP32 FMAs over x and B widened (where they outrun VDPBF16PS).
 void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
-                    int64_t K, bool accumulate);
+                    int64_t K, bool accumulate, bool fma);
 // Output columns [n0, n1) of y = x w^T with x already widened to FP32 (xf [M, K]) and w BF16: w is
 // widened a 32-column panel at a time and multiplied with FP32 FMAs (twice VDPBF16PS's rate on CPUs
 // that run two FMA ports but one BF16 dot port).

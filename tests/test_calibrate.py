@@ -66,6 +66,22 @@ def test_second_call_reuses_the_file(quick_run):
     assert m["reused"] and time.perf_counter() - t0 < 5
 
 
+def test_a_file_measured_on_other_kernels_is_measured_again(quick_run, tmp_path):
+    """DSPERF_ISA / DSPERF_GEMM pick kernels of other speeds: their calibration is not reused."""
+    path, m = quick_run
+    assert m["kernels"] == cal.kernel_path() and cal.kernel_path() in cal.default_path().name
+    other = tmp_path / "other.toml"
+    text = path.read_text()
+    assert f'kernels = "{m["kernels"]}"' in text
+    other.write_text(text.replace(f'kernels = "{m["kernels"]}"', 'kernels = "avx512_bf16-elsewhere"'))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        _, again = cal.calibrate(quick=True, path=other, points=[("linear", dict(m=1, n=256, k=512, dtype="bf16"))],
+                                 repeats=2, progress=True)
+    assert not again["reused"] and "measured on the avx512_bf16-elsewhere kernels" in err.getvalue()
+    assert cal.calibrate(path=other)[1]["reused"]  # and the new file is this path's
+
+
 def test_cli_calibrate_reports_the_file(quick_run, capsys):
     path, m = quick_run
     from dsperf.cli import main

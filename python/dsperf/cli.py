@@ -56,7 +56,7 @@ def _add_devices(sub):
     c = sub.add_parser("calibrate", help="measure this machine and write it as a device spec")
     c.add_argument("--force", action="store_true", help="measure again even if a calibration is cached")
     c.add_argument("--quick", action="store_true", help="short probes (seconds): noisier figures")
-    c.add_argument("--out", help="device file to write (default ~/.cache/dsperf/cpu-<host>.toml)")
+    c.add_argument("--out", help="device file to write (default ~/.cache/dsperf/cpu-<host>-<kernels>.toml)")
     c.add_argument("--progress", action="store_true",
                    help="progress on stderr (one line per probe group, a bar during the fit sweep); "
                         "on by default when stderr is a terminal")
@@ -68,7 +68,8 @@ def _add_report(sub):
     r.add_argument("--quick", action="store_true", help="the small sweep (a few minutes)")
     r.add_argument("--out", default="report", help="report folder (default ./report)")
     r.add_argument("--recalibrate", action="store_true", help="measure the machine again even if a calibration is cached")
-    r.add_argument("--calibration", help="device file to use or write (default ~/.cache/dsperf/cpu-<host>.toml)")
+    r.add_argument("--calibration",
+                   help="device file to use or write (default ~/.cache/dsperf/cpu-<host>-<kernels>.toml)")
     r.add_argument("--hot", action="store_true", help="cache-resident data (default: caches flushed before each call)")
     r.add_argument("--repeats", type=int, help="timed calls per point (default 5, quick 3)")
     r.add_argument("--no-tables", action="store_true", help="do not print the seed's tables (still written)")

@@ -180,7 +180,8 @@ DSPERF_AVX512 void stream_tile(const void* xs, int64_t ldx, const void* w, int64
     const int64_t full = std::min(k1, K / kStep * kStep);
     for (int64_t k = k0; k < full; k += kStep)
         stream_step<MR, FP8, FMA>(c, xs, ldx, row, next, tables, k, kStep, tlo0, tlo1, thi0, thi1);
-    if (k1 == K && full < K) stream_step<MR, FP8, FMA>(c, xs, ldx, row, next, tables, full, K - full, tlo0, tlo1, thi0, thi1);
+    if (k1 == K && full < K)
+        stream_step<MR, FP8, FMA>(c, xs, ldx, row, next, tables, full, K - full, tlo0, tlo1, thi0, thi1);
     if (k1 < K) {
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i)
@@ -215,7 +216,7 @@ constexpr Tiles kTiles[2][2] = {{stream_tiles<false, false>(kRows), stream_tiles
 // Whole 64-wide steps, and 32 elements more: with a stride that is a multiple of 4 KB (K = 7168 in
 // FP32 is 7 x 4 KB) the 8 rows of a tile fall in the same L1 sets (measured: the FMA tile 2-3%
 // faster with the pad, the dot-product tile unchanged).
-int64_t stream_x_cols(int64_t K) { return (K + kStep - 1) / kStep * kStep; }
+static int64_t stream_x_cols(int64_t K) { return (K + kStep - 1) / kStep * kStep; }
 int64_t stream_x_stride(int64_t K) { return stream_x_cols(K) + 32; }
 
 void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bool fma, void* xs) {

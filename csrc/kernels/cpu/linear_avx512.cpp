@@ -174,10 +174,14 @@ DSPERF_AVX512 void widen_panel(const bf16_t* w, int64_t ldw, int cols, int64_t k
             const int64_t n = klen - k0 < 16 ? klen - k0 : 16;
             const __mmask16 m = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
             __m512i r[16];
-            for (int i = 0; i < 16; ++i)
-                r[i] = j0 + i < cols ? _mm512_slli_epi32(
-                                           _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w + (j0 + i) * ldw + k0)), 16)
-                                     : _mm512_setzero_si512();
+            for (int i = 0; i < 16; ++i) {
+                if (j0 + i >= cols) {  // rows past the panel's last are not read (they may not exist)
+                    r[i] = _mm512_setzero_si512();
+                    continue;
+                }
+                const __m256i row = _mm256_maskz_loadu_epi16(m, w + (j0 + i) * ldw + k0);
+                r[i] = _mm512_slli_epi32(_mm512_cvtepu16_epi32(row), 16);
+            }
             transpose16x16(r);
             for (int64_t kk = 0; kk < n; ++kk) _mm512_storeu_si512(wp + (k0 + kk) * kPanel + j0, r[kk]);
         }

@@ -11,8 +11,9 @@ kernels of the calibration sweep (dsperf.sweeps.fit_points) are timed and the pe
 efficiencies of the kernel cost model fitted to them (dsperf.predict.fit_efficiencies; at most 1,
 values at a bound of the search named). The result is a device TOML (the GPU specs'
 fields, a [calibration] table of the raw measurements and an [efficiency] table per kernel family)
-under ~/.cache/dsperf (or --out), with the fit sweep's CSV beside it, reused until asked to
-re-measure.
+under ~/.cache/dsperf (cpu-<host>-<kernels>.toml, or --out), with the fit sweep's CSV beside it,
+reused until asked to re-measure or until the process runs other kernels (kernel_path: DSPERF_ISA
+and DSPERF_GEMM pick them).
 """
 from __future__ import annotations
 
@@ -52,8 +53,16 @@ def _mem_gb() -> float:
         return 0.0
 
 
+def kernel_path() -> str:
+    """The CPU kernels this process runs: the ISA and, on AVX-512, the GEMMs' products
+    ("portable", "avx512_bf16-dot", "avx512_bf16-fma"). A calibration holds for these only:
+    DSPERF_ISA or DSPERF_GEMM pick others, which run at other speeds."""
+    products = _C.kernels.gemm_products()
+    return K.isa() if products == "portable" else f"{K.isa()}-{products}"
+
+
 def default_path() -> Path:
-    return CACHE_DIR / f"cpu-{socket.gethostname()}.toml"
+    return CACHE_DIR / f"cpu-{socket.gethostname()}-{kernel_path()}.toml"
 
 
 # A probe's figure is its best round: another process taking a core only ever slows a probe (here
@@ -145,7 +154,8 @@ def measure(quick=False, progress=False) -> dict:
     seconds, max_rounds, budget_s = (0.2, 5, 8.0) if quick else (0.6, 8, 30.0)
     buf = (512 << 20) if quick else (1 << 30)  # beyond the L3 either way
     threads = k.max_threads()
-    m = {"cpu_model": _cpu_model(), "isa": K.isa(), "threads": threads, "amx_usable": K.cpu_features()["amx_bf16"]}
+    m = {"cpu_model": _cpu_model(), "isa": K.isa(), "kernels": kernel_path(), "threads": threads,
+         "amx_usable": K.cpu_features()["amx_bf16"]}
     llc = min(64 << 20, max(4 << 20, l3_bytes() // 4))  # inside the last-level cache, beyond L2
     groups = {
         "compute peaks": {"bf16_dot_peak": lambda: k.probe_bf16_peak_gflops(seconds),
@@ -349,8 +359,15 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
         raise ValueError(f"out: '{path}' is a directory; give the path of a .toml file")
     if path.exists() and not force:
         data = _read_toml(path)
-        return path, dict(data.get("calibration", {}), efficiency=efficiencies_from_dict(data.get("efficiency", {})),
-                          spec=load_device(str(path), "corrected"), name=data.get("name"), reused=True)
+        measured_on = data.get("calibration", {}).get("kernels")
+        if measured_on == kernel_path():
+            return path, dict(data.get("calibration", {}),
+                              efficiency=efficiencies_from_dict(data.get("efficiency", {})),
+                              spec=load_device(str(path), "corrected"), name=data.get("name"), reused=True)
+        # Another kernel path's speeds (or a file from before they were recorded) would price this
+        # one's calls wrongly: measure again.
+        _say(progress, f"{path} was measured on the {measured_on or 'unrecorded'} kernels; this process runs "
+                       f"{kernel_path()}: measuring again")
     m = measure(quick=quick, progress=progress)
     name = f"CPU-{socket.gethostname()}"
     m = dict(m, spec=spec_of(m, name), name=name, efficiency={}, reused=False)

@@ -35,12 +35,11 @@ DSPERF_AVX512 inline __m512i load_pairs(const bf16_t* src, bool partial, __mmask
     return partial ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_loadu_si512(src);
 }
 
-// MR rows of x times ND 16-column blocks of B: MR x ND accumulators, ND vectors of B and one
-// broadcast pair of x live in registers; K advances two at a time.
+// A tile's MR x ND accumulators from y (accumulate) or zero, and back to y; the last of the ND
+// 16-column blocks holds the columns of last_mask.
 template <int MR, int ND>
-DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int64_t N, float* y, int64_t ldy,
-                             int64_t K, bool accumulate, __mmask16 last_mask) {
-    __m512 c[MR][ND];
+DSPERF_AVX512 __attribute__((always_inline)) inline void start_tile(__m512 (&c)[MR][ND], const float* y, int64_t ldy,
+                                                                    bool accumulate, __mmask16 last_mask) {
     #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
         #pragma GCC unroll 8
@@ -48,9 +47,32 @@ DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int
             const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
             c[i][j] = accumulate ? _mm512_maskz_loadu_ps(mk, y + i * ldy + j * 16) : _mm512_setzero_ps();
         }
-    // The last block may be partial: its loads stop at column N (two BF16 per column).
+}
+template <int MR, int ND>
+DSPERF_AVX512 __attribute__((always_inline)) inline void end_tile(__m512 (&c)[MR][ND], float* y, int64_t ldy,
+                                                                  __mmask16 last_mask) {
+    #pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+        #pragma GCC unroll 8
+        for (int j = 0; j < ND; ++j) {
+            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
+            _mm512_mask_storeu_ps(y + i * ldy + j * 16, mk, c[i][j]);
+        }
+}
+// The last block may be partial: its loads of B stop at column N (two BF16 per column).
+inline __mmask32 pairs_mask(__mmask16 last_mask) {
     const int tail_cols = __builtin_popcount(unsigned(last_mask));
-    const __mmask32 last_pairs = static_cast<__mmask32>(tail_cols >= 16 ? ~0ull : (1ull << (2 * tail_cols)) - 1);
+    return static_cast<__mmask32>(tail_cols >= 16 ? ~0ull : (1ull << (2 * tail_cols)) - 1);
+}
+
+// MR rows of x times ND 16-column blocks of B: MR x ND accumulators, ND vectors of B and one
+// broadcast pair of x live in registers; K advances two at a time.
+template <int MR, int ND>
+DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int64_t N, float* y, int64_t ldy,
+                             int64_t K, bool accumulate, __mmask16 last_mask) {
+    __m512 c[MR][ND];
+    start_tile<MR, ND>(c, y, ldy, accumulate, last_mask);
+    const __mmask32 last_pairs = pairs_mask(last_mask);
     const int64_t pairs = K / 2;
     for (int64_t kp = 0; kp < pairs; ++kp) {
         __m512i b[ND];
@@ -76,13 +98,7 @@ DSPERF_AVX512 void vnni_tile(const bf16_t* x, int64_t ldx, const bf16_t* bp, int
             for (int j = 0; j < ND; ++j) c[i][j] = _mm512_dpbf16_ps(c[i][j], (__m512bh)a, (__m512bh)b[j]);
         }
     }
-    #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-        #pragma GCC unroll 8
-        for (int j = 0; j < ND; ++j) {
-            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
-            _mm512_mask_storeu_ps(y + i * ldy + j * 16, mk, c[i][j]);
-        }
+    end_tile<MR, ND>(c, y, ldy, last_mask);
 }
 
 // The same tile on FP32 FMAs, for CPUs that issue them at twice the VDPBF16PS rate: x comes widened
@@ -94,15 +110,8 @@ template <int MR, int ND>
 DSPERF_AVX512 void vnni_tile_fma(const float* xf, int64_t ldx, const bf16_t* bp, int64_t N, float* y, int64_t ldy,
                                  int64_t K, bool accumulate, __mmask16 last_mask) {
     __m512 c[MR][ND];
-    #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-        #pragma GCC unroll 8
-        for (int j = 0; j < ND; ++j) {
-            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
-            c[i][j] = accumulate ? _mm512_maskz_loadu_ps(mk, y + i * ldy + j * 16) : _mm512_setzero_ps();
-        }
-    const int tail_cols = __builtin_popcount(unsigned(last_mask));
-    const __mmask32 last_pairs = static_cast<__mmask32>(tail_cols >= 16 ? ~0ull : (1ull << (2 * tail_cols)) - 1);
+    start_tile<MR, ND>(c, y, ldy, accumulate, last_mask);
+    const __mmask32 last_pairs = pairs_mask(last_mask);
     const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
     const int64_t pairs = (K + 1) / 2;  // an odd K's last pair: x's zero pad against B's zero row
     for (int64_t kp = 0; kp < pairs; ++kp) {
@@ -123,13 +132,7 @@ DSPERF_AVX512 void vnni_tile_fma(const float* xf, int64_t ldx, const bf16_t* bp,
             }
         }
     }
-    #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-        #pragma GCC unroll 8
-        for (int j = 0; j < ND; ++j) {
-            const __mmask16 mk = j == ND - 1 ? last_mask : __mmask16(0xffff);
-            _mm512_mask_storeu_ps(y + i * ldy + j * 16, mk, c[i][j]);
-        }
+    end_tile<MR, ND>(c, y, ldy, last_mask);
 }
 
 // x [M, K] widened into FP32 rows of stride ld (>= K rounded up to whole pairs), zero past K.

@@ -16,31 +16,35 @@ SUITE = ["test_kernels_blocks.py", "test_kernels_moe.py", "test_kernels_mla.py",
          "test_kernels_decode_layer.py", "test_kernels_gemm_fast_paths.py"]
 
 
-def isa_under(value: str) -> str:
+def isa_under(value: str) -> tuple[str, str]:
+    """The ISA a process with DSPERF_ISA=value runs, and why."""
     env = dict(os.environ, DSPERF_ISA=value)
-    check = subprocess.run([sys.executable, "-c", "import dsperf.kernels as k; print(k.isa())"], env=env,
-                           capture_output=True, text=True)
+    check = subprocess.run([sys.executable, "-c", "import dsperf.kernels as k; print(k.isa()); "
+                            "print(k.cpu_features()['why'])"], env=env, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
-    return check.stdout.strip()
+    isa, why = check.stdout.strip().split("\n", 1)
+    return isa, why
 
 
 @pytest.mark.parametrize("isa", ["portable", "avx512_bf16"])
 def test_kernel_suite_on_the_other_kernels(isa):
     if kernels.isa() == isa:
         pytest.skip(f"{isa} is this process's own path")
-    got = isa_under(isa)
+    got, why = isa_under(isa)
     if isa == "portable":
         assert got == "portable"
     elif got != isa:
-        pytest.skip(f"this CPU does not run {isa}: {kernels.cpu_features()['why']}")
+        pytest.skip(f"this CPU does not run {isa}: {why}")
     env = dict(os.environ, DSPERF_ISA=isa)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(str(HERE / f) for f in SUITE)],
                        env=env, capture_output=True, text=True, timeout=900, cwd=HERE)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
-def test_an_unknown_isa_is_refused_by_name():
-    env = dict(os.environ, DSPERF_ISA="avx9000")
-    r = subprocess.run([sys.executable, "-c", "import dsperf.kernels as k; k.isa()"], env=env,
-                       capture_output=True, text=True)
-    assert r.returncode != 0 and "DSPERF_ISA" in r.stderr and "avx9000" in r.stderr
+@pytest.mark.parametrize("variable, value", [("DSPERF_ISA", "avx9000"), ("DSPERF_GEMM", "FMA")])
+def test_an_unknown_kernel_choice_is_refused_by_name_at_import(variable, value):
+    """Checked when dsperf.kernels is imported, on that thread: a kernel's OpenMP region could not
+    raise it."""
+    env = dict(os.environ, **{variable: value})
+    r = subprocess.run([sys.executable, "-c", "import dsperf.kernels"], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "ValueError" in r.stderr and variable in r.stderr and value in r.stderr

@@ -26,24 +26,29 @@ enum class Infeasible : int32_t {
 };
 
 struct InfeasibleReason {
+    Infeasible code;
     const char* name;  // the code's key for Python
     const char* text;  // what the explorer's frame prints
 };
-// Indexed by the code.
+// Indexed by the code (checked below).
 inline constexpr InfeasibleReason kInfeasibleReasons[] = {
-    {"none", ""},
-    {"tp_does_not_divide_node", "attention TP must divide the node and the heads"},
-    {"ep_exceeds_experts", "EP exceeds routed + redundant experts"},
-    {"ep_not_multiple_of_tp", "EP must be a multiple of attention TP"},
-    {"no_request", "fewer than one request per attention-TP group"},
-    {"too_few_tokens", "fewer than one token per GPU per micro-batch"},
-    {"moe_tp_does_not_divide", "MoE TP must divide the node and the EP size"},
-    {"no_fp4", "FP4 experts need FP4 tensor cores"},
-    {"kv_does_not_fit", "KV cache does not fit beside the weights"},
+    {Infeasible::kNone, "none", ""},
+    {Infeasible::kTpDoesNotDivideNode, "tp_does_not_divide_node", "attention TP must divide the node and the heads"},
+    {Infeasible::kEpExceedsExperts, "ep_exceeds_experts", "EP exceeds routed + redundant experts"},
+    {Infeasible::kEpNotMultipleOfTp, "ep_not_multiple_of_tp", "EP must be a multiple of attention TP"},
+    {Infeasible::kNoRequest, "no_request", "fewer than one request per attention-TP group"},
+    {Infeasible::kTooFewTokens, "too_few_tokens", "fewer than one token per GPU per micro-batch"},
+    {Infeasible::kMoeTpDoesNotDivide, "moe_tp_does_not_divide", "MoE TP must divide the node and the EP size"},
+    {Infeasible::kNoFp4, "no_fp4", "FP4 experts need FP4 tensor cores"},
+    {Infeasible::kKvDoesNotFit, "kv_does_not_fit", "KV cache does not fit beside the weights"},
 };
-static_assert(sizeof(kInfeasibleReasons) / sizeof(kInfeasibleReasons[0]) ==
-                  static_cast<size_t>(Infeasible::kKvDoesNotFit) + 1,
-              "one reason per code");
+constexpr bool reasons_in_code_order() {
+    int i = 0;
+    for (const InfeasibleReason& r : kInfeasibleReasons)
+        if (static_cast<int>(r.code) != i++) return false;
+    return i == static_cast<int>(Infeasible::kKvDoesNotFit) + 1;
+}
+static_assert(reasons_in_code_order(), "kInfeasibleReasons: one entry per code, at the code's index");
 
 struct ExploreGrid {
     std::vector<DeviceSpec> devices;

@@ -24,6 +24,10 @@ from . import _C
 from ._arrays import BF16, FP8
 
 _K = _C.kernels
+# The kernel path is chosen once, here on the importing thread: the ISA check (DSPERF_ISA) and the
+# dot-product-or-FMA probe (DSPERF_GEMM) would otherwise first run inside a kernel's OpenMP region,
+# where a bad setting cannot raise its ValueError and the other threads would skew the timing.
+_K.gemm_products()
 F32 = np.dtype(np.float32)
 
 

@@ -4,11 +4,13 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 #include <immintrin.h>
 #if defined(__linux__)
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,26 +39,39 @@ bool request_amx_permission() {
 #endif
 }
 
-// One VDPBF16PS: 1.0 x 1.0 + 1.0 x 1.0 = 2 in every lane.
+// One VDPBF16PS: 1.0 x 1.0 + 1.0 x 1.0 = 2 in every lane (the input opaque, so that the compiler
+// cannot fold the instruction away).
 __attribute__((target("avx512f,avx512bf16"))) bool dot_bf16_once() {
-    const __m512bh one = (__m512bh)_mm512_set1_epi16(0x3f80);
-    const __m512 sum = _mm512_dpbf16_ps(_mm512_setzero_ps(), one, one);
+    __m512i one = _mm512_set1_epi16(0x3f80);
+    __asm__ volatile("" : "+v"(one));
+    const __m512 sum = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)one, (__m512bh)one);
     return _mm512_cmpeq_ps_mask(sum, _mm512_set1_ps(2.0f)) == 0xffff;
 }
 
 // Whether the CPU runs VDPBF16PS, tried in a child process so that an illegal instruction ends
-// the child, not the caller (no signal handler of the host process is touched).
-bool runs_dot_bf16() {
+// the child, not the caller (no signal handler of the host process is touched). _Fork runs no
+// atfork handlers (OpenBLAS's would stop its threads); the child dumps no core. Empty when it
+// ran, else why not.
+std::string dot_bf16_fails() {
 #if defined(__linux__)
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    const pid_t pid = _Fork();
+#else
     const pid_t pid = fork();
-    if (pid < 0) return false;
-    if (pid == 0) _exit(dot_bf16_once() ? 0 : 1);
+#endif
+    if (pid < 0) return std::string("the child process could not start (") + std::strerror(errno) + ")";
+    if (pid == 0) {
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        _exit(dot_bf16_once() ? 0 : 1);
+    }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return false;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (errno != EINTR) return std::string("the child process was lost (") + std::strerror(errno) + ")";
+    if (WIFSIGNALED(status)) return std::string("it stopped the child with signal ") + std::to_string(WTERMSIG(status));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+    return "it ran but gave a wrong sum";
 #else
-    return false;
+    return "the check needs Linux";
 #endif
 }
 #endif
@@ -99,14 +114,16 @@ CpuFeatures probe() {
     } else if (want != "avx512_bf16") {
         f.why = "CPUID: AVX-512 without BF16 (if a hypervisor hides it, DSPERF_ISA=avx512_bf16 tries it)";
     } else {
+        std::string fails = "the check needs x86-64";
 #ifdef DSPERF_X86
-        f.avx512_bf16_hidden = runs_dot_bf16();
+        fails = dot_bf16_fails();
 #endif
+        f.avx512_bf16_hidden = fails.empty();
         if (f.avx512_bf16_hidden) {
             f.isa = "avx512_bf16";
             f.why = "DSPERF_ISA=avx512_bf16: CPUID hides BF16, and a VDPBF16PS ran in a child process";
         } else {
-            f.why = "DSPERF_ISA=avx512_bf16 asked, but VDPBF16PS did not run here";
+            f.why = "DSPERF_ISA=avx512_bf16 asked, but a VDPBF16PS in a child process failed: " + fails;
         }
     }
     return f;

@@ -30,11 +30,11 @@ constexpr int64_t kPackedSliceRows = 48;
 void linear_packed_rows(const bf16_t* x, int64_t ldx, const GemmWeights& w, float* y, int64_t ldy, int64_t M,
                         int64_t n0, int64_t n1, int64_t K, bool accumulate);
 
-// The stream kernel reads x from a copy made once per call (stream_x): rows padded with zeros to
-// a multiple of 64 (stream_x_stride elements) and, for FP8 weights, each 64 permuted into the order
-// the in-register conversion leaves the weights in. For the FMA products (fma) the copy is FP32,
-// each 64 as the even and odd halves of its two 32-wide BF16 vectors: 4 bytes an element, 64-byte
-// aligned like the BF16 copy.
+// The stream kernel reads x from a copy made once per call (stream_x): rows zero-padded to whole
+// 64-wide steps, at a row stride of stream_x_stride elements (32 more: a pad that is never read)
+// and, for FP8 weights, each 64 permuted into the order the in-register conversion leaves the
+// weights in. For the FMA products (fma) the copy is FP32, each 64 as the even and odd halves of
+// its two 32-wide BF16 vectors: 4 bytes an element, 64-byte aligned like the BF16 copy.
 int64_t stream_x_stride(int64_t K);
 void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bool fma, void* xs);
 // FP8 slices start on 128-row boundaries (one scale row per slice).

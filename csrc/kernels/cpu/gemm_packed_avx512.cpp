@@ -202,6 +202,8 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
                                       accumulate, last);
         }
     }
+    // Kept between calls up to 64 MB (attention calls it per chunk); a long prefill's rows are freed.
+    if (widened.size() * sizeof(float) > (size_t(64) << 20)) std::vector<float>().swap(widened);
 }
 
 

@@ -15,8 +15,8 @@
 // weights in.
 //
 // On CPUs that issue FP32 FMAs at twice the VDPBF16PS rate (two FMA ports, one for the dot
-// products; the same probe as the prefill kernels decides, linear.cpp), the tile runs on FMAs
-// instead: each BF16 weight vector is widened into its even and odd halves (a shift and a mask),
+// products; the same probe as the prefill kernels decides, linear.cpp), calls of 2 rows and more
+// run on FMAs instead: each BF16 weight vector is widened into its even and odd halves (a shift and a mask),
 // x was widened once per call into the matching FP32 halves, and each dot product becomes two FMAs.
 // At 8 rows of x that is 64 FMAs against 32 dot products per step, at twice the rate, plus 8
 // widenings shared by all rows.
@@ -244,9 +244,9 @@ void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bool
 // 32 KiB L1, so it stays there while every panel of the slice passes (a whole row of x for 8 rows
 // is 114 KB at K = 7168: read from L2 once per 2-row panel, it held the kernel at about half the
 // dot-product rate even with w in cache). Multiples of 128 (the FP8 scale blocks). The FMA
-// products' FP32 copy of the block takes twice the bytes, 32 KB, in the 48 KB L1 of the CPUs that
-// pick them: measured on an Emerald Rapids core (8 rows, w in L2), 132 GFLOPS against 119 with
-// the block halved to 16 KB and 101 with it doubled.
+// products' FP32 copy of the block takes twice the bytes, 32 KB: on an Emerald Rapids core (48 KB
+// L1; 8 rows, w in L2) 132 GFLOPS against 119 with the block halved to 16 KB and 101 with it
+// doubled. A 32 KB L1 (Zen 4, where the probe picks the dot products) would be filled by it.
 int64_t stream_k_block(int64_t M, int64_t K) {
     constexpr int64_t kXBlockBytes = 16 << 10;
     const int64_t rows = std::min<int64_t>(std::max<int64_t>(M, 1), kMR);

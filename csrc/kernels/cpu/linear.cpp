@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
@@ -40,6 +41,8 @@ bool gemm_on_dot_products() {
         const char* forced = std::getenv("DSPERF_GEMM");
         if (forced && std::strcmp(forced, "dot") == 0) return true;
         if (forced && std::strcmp(forced, "fma") == 0) return false;
+        if (forced && *forced)
+            throw std::invalid_argument(std::string("DSPERF_GEMM must be dot or fma (or unset), not '") + forced + "'");
         return probe_dot_to_fma_speed() >= 1.0;
     }();
     return dot;
@@ -54,7 +57,10 @@ int64_t prefill_min_rows() { return kPrefillMinRows; }
 
 int64_t linear_fma_min_rows() { return use_avx512() ? prefill_min_rows() : 0; }
 
-const char* gemm_products() { return !use_avx512() ? "portable" : gemm_on_dot_products() ? "dot" : "fma"; }
+const char* gemm_products() {
+    const bool dot = gemm_on_dot_products();  // checks DSPERF_GEMM on every path
+    return !use_avx512() ? "portable" : dot ? "dot" : "fma";
+}
 
 namespace {
 
@@ -109,11 +115,12 @@ namespace {
 // Few rows (decode): x copied once into the stream kernel's layout, w read once from memory.
 void linear_stream(const bf16_t* x, int64_t ldx, const avx512::GemmWeights& w, float* y, int64_t ldy, int64_t M,
                    int64_t N, int64_t K, bool accumulate) {
-    // 64-byte aligned (rows are whole 128-byte steps): a 64-byte load that straddles two cache
-    // lines costs two.
-    // x as BF16 for the dot products, as FP32 (twice the bytes) for the FMAs. One row of x is
-    // memory-bound either way and the dot products take fewer instructions per weight (Emerald
-    // Rapids, w in L2: 45 GFLOPS on dot products against 36 on FMAs at 1 row; 94 against 80 at 3).
+    // 64-byte aligned (row strides are multiples of 64 bytes): a 64-byte load that straddles two
+    // cache lines costs two.
+    // x as BF16 for the dot products, as FP32 (twice the bytes) for the FMAs, chosen per call. A
+    // call of one row is memory-bound either way and the dot products take fewer instructions per
+    // weight (Emerald Rapids, w in L2: 45 GFLOPS on dot products against 36 on FMAs at 1 row; 80
+    // against 94 at 3). Calls of 9, 17 or 25 rows run their last one-row tile on FMAs too.
     constexpr int64_t kStreamFmaMinRows = 2;
     const bool fma = M >= kStreamFmaMinRows && !gemm_on_dot_products();
     const size_t x_bytes = size_t(M * avx512::stream_x_stride(K)) * (fma ? sizeof(float) : sizeof(bf16_t));

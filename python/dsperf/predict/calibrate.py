@@ -26,6 +26,7 @@ import socket
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .. import _C
@@ -54,11 +55,14 @@ def _mem_gb() -> float:
 
 
 def kernel_path() -> str:
-    """The CPU kernels this process runs: the ISA and, on AVX-512, the GEMMs' products
-    ("portable", "avx512_bf16-dot", "avx512_bf16-fma"). A calibration holds for these only:
-    DSPERF_ISA or DSPERF_GEMM pick others, which run at other speeds."""
+    """The CPU kernels this process runs: the ISA and, on AVX-512, the GEMMs' products, and AMX
+    where its tiles are in use ("portable", "avx512_bf16-dot", "avx512_bf16-fma-amx"). A
+    calibration holds for these only: DSPERF_ISA, DSPERF_GEMM and DSPERF_AMX pick others, which run
+    at other speeds."""
     products = _C.kernels.gemm_products()
-    return K.isa() if products == "portable" else f"{K.isa()}-{products}"
+    if products == "portable":
+        return K.isa()
+    return f"{K.isa()}-{products}" + ("-amx" if K.amx_status() == "usable" else "")
 
 
 def default_path() -> Path:
@@ -365,9 +369,9 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
                               efficiency=efficiencies_from_dict(data.get("efficiency", {})),
                               spec=load_device(str(path), "corrected"), name=data.get("name"), reused=True)
         # Another kernel path's speeds (or a file from before they were recorded) would price this
-        # one's calls wrongly: measure again.
-        _say(progress, f"{path} was measured on the {measured_on or 'unrecorded'} kernels; this process runs "
-                       f"{kernel_path()}: measuring again")
+        # one's calls wrongly: measure again, and say so whether or not progress is shown.
+        warnings.warn(f"{path} was measured on the {measured_on or 'unrecorded'} kernels; this process runs "
+                      f"{kernel_path()}: measuring again and rewriting it", stacklevel=2)
     m = measure(quick=quick, progress=progress)
     name = f"CPU-{socket.gethostname()}"
     m = dict(m, spec=spec_of(m, name), name=name, efficiency={}, reused=False)

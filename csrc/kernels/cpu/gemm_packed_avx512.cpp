@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/bf16_widen_avx512.hpp"
 #include "kernels/cpu/fp8_convert_avx512.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/transpose_avx512.hpp"
@@ -112,15 +113,14 @@ DSPERF_AVX512 void vnni_tile_fma(const float* xf, int64_t ldx, const bf16_t* bp,
     __m512 c[MR][ND];
     start_tile<MR, ND>(c, y, ldy, accumulate, last_mask);
     const __mmask32 last_pairs = pairs_mask(last_mask);
-    const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
     const int64_t pairs = (K + 1) / 2;  // an odd K's last pair: x's zero pad against B's zero row
     for (int64_t kp = 0; kp < pairs; ++kp) {
         __m512 even[ND], odd[ND];
         #pragma GCC unroll 8
         for (int j = 0; j < ND; ++j) {
             const __m512i b = load_pairs(bp + (kp * N + j * 16) * 2, j == ND - 1, last_pairs);
-            even[j] = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
-            odd[j] = _mm512_castsi512_ps(_mm512_and_si512(b, high));
+            even[j] = bf16_pair_first(b);
+            odd[j] = bf16_pair_second(b);
         }
         #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
@@ -141,9 +141,9 @@ DSPERF_AVX512 void widen_rows(const bf16_t* x, int64_t ldx, int64_t M, int64_t K
         for (int64_t k = 0; k < ld; k += 16) {
             const int64_t n = K - k >= 16 ? 16 : K - k > 0 ? K - k : 0;
             const __mmask16 mk = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
-            const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, x + m * ldx + k));
-            _mm512_mask_storeu_ps(xf + m * ld + k, static_cast<__mmask16>(ld - k >= 16 ? 0xffff : (1u << (ld - k)) - 1),
-                                  _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+            const __m512 w = bf16x16_to_f32(_mm256_maskz_loadu_epi16(mk, x + m * ldx + k));
+            const __mmask16 to_ld = static_cast<__mmask16>(ld - k >= 16 ? 0xffff : (1u << (ld - k)) - 1);
+            _mm512_mask_storeu_ps(xf + m * ld + k, to_ld, w);
         }
     }
 }

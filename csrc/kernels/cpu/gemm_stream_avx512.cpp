@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/bf16_widen_avx512.hpp"
 #include "kernels/cpu/fp8_convert_avx512.hpp"
 
 #define DSPERF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
@@ -116,16 +117,15 @@ DSPERF_AVX512 __attribute__((always_inline)) inline void stream_step(__m512 (&c)
         if constexpr (!FP8) _mm_prefetch(next[j] + size_t(k) * elem + 64, _MM_HINT_T1);
     }
     if constexpr (FMA) {
-        // BF16 element 2l of a vector is the low half of its word l, element 2l + 1 the high half:
-        // as FP32, (word << 16) and (word & 0xffff0000). The halves' order is stream_x's.
-        const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
+        // BF16 element 2l of a vector is the low half of its word l, element 2l + 1 the high half.
+        // The halves' order is stream_x's.
         __m512 wf[kNR][4];
 #pragma GCC unroll 2
         for (int j = 0; j < kNR; ++j)
 #pragma GCC unroll 2
             for (int v = 0; v < 2; ++v) {
-                wf[j][2 * v] = _mm512_castsi512_ps(_mm512_slli_epi32(b[j][v], 16));
-                wf[j][2 * v + 1] = _mm512_castsi512_ps(_mm512_and_si512(b[j][v], high));
+                wf[j][2 * v] = bf16_pair_first(b[j][v]);
+                wf[j][2 * v + 1] = bf16_pair_second(b[j][v]);
             }
         const float* xf = static_cast<const float*>(xs);
         // Each x vector is loaded once and meets both weight rows: 32 loads per 64 FMAs at 8 rows.

@@ -3,6 +3,7 @@
 // registers and walks K once, 32 elements a step; each accumulator is summed across its lanes at
 // the end. Loads per step: MR + NR vectors for MR x NR dot instructions.
 #include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/bf16_widen_avx512.hpp"
 #include "kernels/cpu/transpose_avx512.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -180,7 +181,7 @@ DSPERF_AVX512 void widen_panel(const bf16_t* w, int64_t ldw, int cols, int64_t k
                     continue;
                 }
                 const __m256i row = _mm256_maskz_loadu_epi16(m, w + (j0 + i) * ldw + k0);
-                r[i] = _mm512_slli_epi32(_mm512_cvtepu16_epi32(row), 16);
+                r[i] = _mm512_castps_si512(bf16x16_to_f32(row));
             }
             transpose16x16(r);
             for (int64_t kk = 0; kk < n; ++kk) _mm512_storeu_si512(wp + (k0 + kk) * kPanel + j0, r[kk]);

@@ -42,6 +42,10 @@ constexpr int64_t kStreamSliceRows = 128;
 void linear_stream_rows(const void* xs, bool fma, const GemmWeights& w, float* y, int64_t ldy, int64_t M, int64_t n0,
                         int64_t n1, int64_t K, bool accumulate);
 
+// x [M, K] (row stride ldx) widened to FP32 rows of stride ld >= K, zero from K to ld: the FMA
+// kernels' copy of x.
+void widen_rows(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, int64_t ld, float* xf);
+
 // dst[2d] = a[d], dst[2d + 1] = b[d] (0 where b is null), d < n: two rows in the pair layout of
 // gemm_bf16_vnni (attention's values).
 void interleave_rows(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst);

@@ -135,19 +135,6 @@ DSPERF_AVX512 void vnni_tile_fma(const float* xf, int64_t ldx, const bf16_t* bp,
     end_tile<MR, ND>(c, y, ldy, last_mask);
 }
 
-// x [M, K] widened into FP32 rows of stride ld (>= K rounded up to whole pairs), zero past K.
-DSPERF_AVX512 void widen_rows(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, int64_t ld, float* xf) {
-    for (int64_t m = 0; m < M; ++m) {
-        for (int64_t k = 0; k < ld; k += 16) {
-            const int64_t n = K - k >= 16 ? 16 : K - k > 0 ? K - k : 0;
-            const __mmask16 mk = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
-            const __m512 w = bf16x16_to_f32(_mm256_maskz_loadu_epi16(mk, x + m * ldx + k));
-            const __mmask16 to_ld = static_cast<__mmask16>(ld - k >= 16 ? 0xffff : (1u << (ld - k)) - 1);
-            _mm512_mask_storeu_ps(xf + m * ld + k, to_ld, w);
-        }
-    }
-}
-
 using VnniFn = void (*)(const bf16_t*, int64_t, const bf16_t*, int64_t, float*, int64_t, int64_t, bool, __mmask16);
 using VnniFmaFn = void (*)(const float*, int64_t, const bf16_t*, int64_t, float*, int64_t, int64_t, bool, __mmask16);
 // 8 rows x 3 column blocks: 24 accumulators, 3 vectors of B and a broadcast pair of x. A 48-column
@@ -174,6 +161,19 @@ const std::array<VnniFmaFn, kVND> kVnniFma[kVMR] = {
     vnni_fma_row<7>(std::make_integer_sequence<int, kVND>{}), vnni_fma_row<8>(std::make_integer_sequence<int, kVND>{}),
 };
 }  // namespace
+
+// x [M, K] widened into FP32 rows of stride ld (>= K rounded up to whole pairs), zero past K.
+DSPERF_AVX512 void widen_rows(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, int64_t ld, float* xf) {
+    for (int64_t m = 0; m < M; ++m) {
+        for (int64_t k = 0; k < ld; k += 16) {
+            const int64_t n = K - k >= 16 ? 16 : K - k > 0 ? K - k : 0;
+            const __mmask16 mk = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
+            const __m512 w = bf16x16_to_f32(_mm256_maskz_loadu_epi16(mk, x + m * ldx + k));
+            const __mmask16 to_ld = static_cast<__mmask16>(ld - k >= 16 ? 0xffff : (1u << (ld - k)) - 1);
+            _mm512_mask_storeu_ps(xf + m * ld + k, to_ld, w);
+        }
+    }
+}
 
 void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
                     int64_t K, bool accumulate, bool fma) {
@@ -340,6 +340,7 @@ void linear_packed_rows(const bf16_t*, int64_t, const GemmWeights&, float*, int6
 void interleave_rows(const bf16_t*, const bf16_t*, int64_t, bf16_t*) {}
 void transpose_pairs(const bf16_t*, int64_t, int64_t, int64_t, bf16_t*) {}
 void gemm_bf16_vnni(const bf16_t*, int64_t, const bf16_t*, float*, int64_t, int64_t, int64_t, int64_t, bool, bool) {}
+void widen_rows(const bf16_t*, int64_t, int64_t, int64_t, int64_t, float*) {}
 }  // namespace dsperf::kernels::avx512
 
 #endif

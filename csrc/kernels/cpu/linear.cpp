@@ -79,8 +79,7 @@ std::vector<float> widen_for_fma(const bf16_t* x, int64_t ldx, int64_t M, int64_
     if (!use_avx512() || M < kFmaMinRows || gemm_on_dot_products()) return xf;
     xf.resize(static_cast<size_t>(M * K));
 #pragma omp parallel for schedule(static) if (worth_threads(M * K))
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t k = 0; k < K; ++k) xf[size_t(m * K + k)] = bf16_to_f32(x[m * ldx + k]);
+    for (int64_t m = 0; m < M; ++m) avx512::widen_rows(x + m * ldx, ldx, 1, K, K, xf.data() + m * K);
     return xf;
 }
 

@@ -219,23 +219,46 @@ constexpr Tiles kTiles[2][2] = {{stream_tiles<false, false>(kRows), stream_tiles
 static int64_t stream_x_cols(int64_t K) { return (K + kStep - 1) / kStep * kStep; }
 int64_t stream_x_stride(int64_t K) { return stream_x_cols(K) + 32; }
 
-void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bool fma, void* xs) {
+// Which of a step's 64 columns each of its 64 slots in the copy takes, as 16-bit indices for
+// VPERMT2W over the step's two vectors of x: by [fp8][fma]. The dot products' BF16 slot pos holds
+// column pos, or fp8_lane_order(pos) for FP8 weights; the FMAs' FP32 slot 16 * half + lane holds
+// the BF16 slot 32 * (half / 2) + 2 * lane + half % 2 (the (even, odd) halves of each vector).
+struct alignas(64) StreamXOrder {
+    uint16_t col[2][2][64];
+    constexpr StreamXOrder() : col() {
+        for (int fp8 = 0; fp8 < 2; ++fp8)
+            for (int fma = 0; fma < 2; ++fma)
+                for (int slot = 0; slot < 64; ++slot) {
+                    const int pos = fma ? 32 * (slot / 32) + 2 * (slot % 16) + (slot / 16) % 2 : slot;
+                    col[fp8][fma][slot] = uint16_t(fp8 ? fp8_lane_order(pos) : pos);
+                }
+    }
+};
+constexpr StreamXOrder kStreamXOrder{};
+
+DSPERF_AVX512 void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, bool fp8, bool fma, void* xs) {
     const int64_t ld = stream_x_stride(K), cols = stream_x_cols(K);
+    const uint16_t* order = kStreamXOrder.col[fp8][fma];
+    const __m512i first = _mm512_load_si512(order), second = _mm512_load_si512(order + 32);
     for (int64_t m = 0; m < M; ++m) {
         const bf16_t* src = x + m * ldx;
-        for (int64_t k = 0; k < cols; k += kStep)
-            for (int64_t pos = 0; pos < kStep; ++pos) {
-                const int64_t col = k + (fp8 ? fp8_lane_order(pos) : pos);
-                const bf16_t v = col < K ? src[col] : bf16_t(0);
-                if (!fma) {
-                    static_cast<bf16_t*>(xs)[m * ld + k + pos] = v;
-                    continue;
-                }
-                // BF16 lane pos of the step: vector pos / 32, word (pos % 32) / 2, half pos % 2; in
-                // FP32 the step holds (even, odd) halves of the first vector, then of the second.
-                const int64_t half = 2 * (pos / 32) + pos % 2, lane = (pos % 32) / 2;
-                static_cast<float*>(xs)[m * ld + k + 16 * half + lane] = bf16_to_f32(v);
+        for (int64_t k = 0; k < cols; k += kStep) {
+            // The step's columns, zero past K.
+            const __mmask64 valid = first_n64(K - k);
+            const __m512i a = _mm512_maskz_loadu_epi16(__mmask32(valid), src + k);
+            const __m512i b = _mm512_maskz_loadu_epi16(__mmask32(valid >> 32), src + k + 32);
+            const __m512i lo = _mm512_permutex2var_epi16(a, first, b), hi = _mm512_permutex2var_epi16(a, second, b);
+            if (!fma) {
+                bf16_t* dst = static_cast<bf16_t*>(xs) + m * ld + k;
+                _mm512_store_si512(dst, lo), _mm512_store_si512(dst + 32, hi);
+                continue;
             }
+            float* dst = static_cast<float*>(xs) + m * ld + k;
+            _mm512_store_ps(dst, bf16x16_to_f32(_mm512_castsi512_si256(lo)));
+            _mm512_store_ps(dst + 16, bf16x16_to_f32(_mm512_extracti64x4_epi64(lo, 1)));
+            _mm512_store_ps(dst + 32, bf16x16_to_f32(_mm512_castsi512_si256(hi)));
+            _mm512_store_ps(dst + 48, bf16x16_to_f32(_mm512_extracti64x4_epi64(hi, 1)));
+        }
     }
 }
 

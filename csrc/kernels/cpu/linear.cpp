@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -123,8 +124,9 @@ void linear_stream(const bf16_t* x, int64_t ldx, const avx512::GemmWeights& w, f
     constexpr int64_t kStreamFmaMinRows = 2;
     const bool fma = M >= kStreamFmaMinRows && !gemm_on_dot_products();
     const size_t x_bytes = size_t(M * avx512::stream_x_stride(K)) * (fma ? sizeof(float) : sizeof(bf16_t));
-    std::vector<char> store(x_bytes + 64);
-    void* xs = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+    // Not value-initialised: stream_x writes every byte the kernel reads.
+    const std::unique_ptr<char[]> store(new char[x_bytes + 64]);
+    void* xs = store.get() + (64 - reinterpret_cast<uintptr_t>(store.get()) % 64) % 64;
     avx512::stream_x(x, ldx, M, K, w.fp8 != nullptr, fma, xs);
     for_n_slices(N, avx512::kStreamSliceRows, [&](int64_t n0, int64_t n1) {
         avx512::linear_stream_rows(xs, fma, w, y, ldy, M, n0, n1, K, accumulate);

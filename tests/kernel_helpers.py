@@ -1,4 +1,9 @@
-"""Shared helpers of the kernel tests: random BF16/FP8 data and dtype-derived tolerances."""
+"""Shared helpers of the kernel tests: random BF16/FP8 data, dtype-derived tolerances, and the
+kernel path a process would run."""
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 
@@ -49,3 +54,13 @@ def make_ranks(rng, n, E, tokens, top_k=4, dim=64):
         ids[r] = np.argsort(rng.random((T, E)), axis=1)[:, :top_k].astype(np.int32)
         ws[r] = rng.random((T, top_k)).astype(np.float32)
     return xs, ids, ws
+
+
+def isa_under(value: str) -> tuple[str, str]:
+    """The ISA a process with DSPERF_ISA=value runs, and why."""
+    env = dict(os.environ, DSPERF_ISA=value)
+    check = subprocess.run([sys.executable, "-c", "import dsperf.kernels as k; print(k.isa()); "
+                            "print(k.cpu_features()['why'])"], env=env, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    isa, why = check.stdout.strip().split("\n", 1)
+    return isa, why

@@ -10,20 +10,11 @@ from pathlib import Path
 import pytest
 
 import dsperf.kernels as kernels
+from kernel_helpers import isa_under
 
 HERE = Path(__file__).resolve().parent
 SUITE = ["test_kernels_blocks.py", "test_kernels_moe.py", "test_kernels_mla.py", "test_kernels_mla_variants.py",
          "test_kernels_decode_layer.py", "test_kernels_gemm_fast_paths.py"]
-
-
-def isa_under(value: str) -> tuple[str, str]:
-    """The ISA a process with DSPERF_ISA=value runs, and why."""
-    env = dict(os.environ, DSPERF_ISA=value)
-    check = subprocess.run([sys.executable, "-c", "import dsperf.kernels as k; print(k.isa()); "
-                            "print(k.cpu_features()['why'])"], env=env, capture_output=True, text=True)
-    assert check.returncode == 0, check.stderr
-    isa, why = check.stdout.strip().split("\n", 1)
-    return isa, why
 
 
 @pytest.mark.parametrize("isa", ["portable", "avx512_bf16"])

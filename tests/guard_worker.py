@@ -18,7 +18,8 @@ def cases(rng):
     """(name, inputs, call): call(*inputs) runs the kernel; inputs are numpy arrays or plain values."""
     out = []
     # linear: the stream kernel (few rows: 1, a 2-row FMA tile, a full tile, a tile and one more)
-    # and the prefill kernels (40 rows), K and N with tails past every vector width.
+    # and the prefill kernels (40 rows: past linear_fma_min_rows on both products), K and N with
+    # tails past every vector width.
     for M in (1, 2, 8, 9, 40):
         for N, Kd in ((3, 7), (130, 70), (17, 200)):
             x, w = rand_bf16(rng, M, Kd), rand_bf16(rng, N, Kd, scale=0.1)
@@ -55,6 +56,9 @@ def cases(rng):
     out.append(("act_quant", (rand_bf16(rng, 3, 200),), K.act_quant))
     wq, s = rand_fp8_weight(rng, 130, 70)
     out.append(("weight_dequant", (wq, s), K.weight_dequant))
+    out.append(("apply_rope", (rand_bf16(rng, 5, 3, 22), np.arange(5, dtype=np.int32), K.rope_frequencies(22)),
+                K.apply_rope))
+    out.append(("embedding", (rand_bf16(rng, 11, 70), np.array([10, 0, 3], np.int32)), K.embedding))
     return out
 
 

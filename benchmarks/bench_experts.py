@@ -169,8 +169,9 @@ def main():
     print(f"  the decode GEMM ({cap} x {rows} x {D}) with its weights in cache (BF16 "
           f"{residency(wc16.nbytes, caches)}; FP8 {residency(wc8.nbytes, caches)}): BF16 {c16:.1f} GB/s, FP8 "
           f"{c8:.1f} GB/s of weights ({2 * cap * rows * D / tc8 / 1e9:.0f} GFLOPS = "
-          f"{2 * cap * rows * D / tc8 / 1e9 / used_peak:.0%} of the {peak_name} peak): the most these kernels "
-          f"stream at {cap} tokens; FP8 at 80% of the best read needs {0.8 * bw:.1f} GB/s")
+          f"{2 * cap * rows * D / tc8 / 1e9 / used_peak:.0%} of the {peak_name} peak): their rate at {cap} tokens "
+          f"when memory is not the limit (near the streamed rate: the products bound it); FP8 at 80% of the best "
+          f"read needs {0.8 * bw:.1f} GB/s")
     if torch is not None:
         txm = torch_moe.as_torch(torch, xm.reshape(-1, D))
         off_m = np.arange(experts + 1, dtype=np.int64) * cap

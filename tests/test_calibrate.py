@@ -81,6 +81,21 @@ def test_a_file_measured_on_other_kernels_is_measured_again(quick_run, tmp_path)
     assert cal.calibrate(path=other)[1]["reused"]  # and the new file is this path's
 
 
+def test_a_file_measured_on_another_build_is_measured_again(quick_run, tmp_path):
+    """An upgrade or a rebuild changes the kernels' speeds: its calibration is not reused."""
+    path, m = quick_run
+    assert m["kernels_build"] == cal.kernels_build() and len(m["kernels_build"]) == 16
+    other = tmp_path / "older.toml"
+    text = path.read_text()
+    assert f'kernels_build = "{m["kernels_build"]}"' in text
+    other.write_text(text.replace(f'kernels_build = "{m["kernels_build"]}"', 'kernels_build = "0123456789abcdef"'))
+    with pytest.warns(UserWarning, match="measured on build 0123456789abcdef of dsperf's kernels"):
+        _, again = cal.calibrate(quick=True, path=other, points=[("linear", dict(m=1, n=256, k=512, dtype="bf16"))],
+                                 repeats=2)
+    assert not again["reused"] and again["kernels_build"] == cal.kernels_build()
+    assert cal.calibrate(path=other)[1]["reused"]
+
+
 def test_cli_calibrate_reports_the_file(quick_run, capsys):
     path, m = quick_run
     from dsperf.cli import main

@@ -65,6 +65,19 @@ def kernel_path() -> str:
     return f"{K.isa()}-{products}" + ("-amx" if K.amx_status() == "usable" else "")
 
 
+def kernels_build() -> str:
+    """This build of dsperf's compiled module (the first 16 hex digits of its SHA-256): a
+    calibration measured on another build (an upgrade, a rebuild with changed kernels) prices the
+    kernels at speeds they no longer have, so it is measured again rather than reused."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(_C.__file__, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
 def default_path() -> Path:
     return CACHE_DIR / f"cpu-{socket.gethostname()}-{kernel_path()}.toml"
 
@@ -158,7 +171,8 @@ def measure(quick=False, progress=False) -> dict:
     seconds, max_rounds, budget_s = (0.2, 5, 8.0) if quick else (0.6, 8, 30.0)
     buf = (512 << 20) if quick else (1 << 30)  # beyond the L3 either way
     threads = k.max_threads()
-    m = {"cpu_model": _cpu_model(), "isa": K.isa(), "kernels": kernel_path(), "threads": threads,
+    m = {"cpu_model": _cpu_model(), "isa": K.isa(), "kernels": kernel_path(), "kernels_build": kernels_build(),
+         "threads": threads,
          "amx_usable": K.cpu_features()["amx_bf16"]}
     llc = min(64 << 20, max(4 << 20, l3_bytes() // 4))  # inside the last-level cache, beyond L2
     groups = {
@@ -364,14 +378,19 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
     if path.exists() and not force:
         data = _read_toml(path)
         measured_on = data.get("calibration", {}).get("kernels")
-        if measured_on == kernel_path():
+        build = data.get("calibration", {}).get("kernels_build")
+        if measured_on == kernel_path() and build == kernels_build():
             return path, dict(data.get("calibration", {}),
                               efficiency=efficiencies_from_dict(data.get("efficiency", {})),
                               spec=load_device(str(path), "corrected"), name=data.get("name"), reused=True)
-        # Another kernel path's speeds (or a file from before they were recorded) would price this
-        # one's calls wrongly: measure again, and say so whether or not progress is shown.
-        warnings.warn(f"{path} was measured on the {measured_on or 'unrecorded'} kernels; this process runs "
-                      f"{kernel_path()}: measuring again and rewriting it", stacklevel=2)
+        # Another kernel path's speeds, another build's (or a file from before they were recorded)
+        # would price this one's calls wrongly: measure again, and say so whether or not progress
+        # is shown.
+        if measured_on != kernel_path():
+            why = f"was measured on the {measured_on or 'unrecorded'} kernels; this process runs {kernel_path()}"
+        else:
+            why = f"was measured on build {build or 'unrecorded'} of dsperf's kernels; this is build {kernels_build()}"
+        warnings.warn(f"{path} {why}: measuring again and rewriting it", stacklevel=2)
     m = measure(quick=quick, progress=progress)
     name = f"CPU-{socket.gethostname()}"
     m = dict(m, spec=spec_of(m, name), name=name, efficiency={}, reused=False)

@@ -288,7 +288,7 @@ void linear_stream_rows(const void* xs, bool fma, const GemmWeights& w, float* y
     thread_local std::vector<float> acc;
     const size_t acc_floats = size_t(panels * kMR * kNR * 16);
     if (kb < K && acc.size() < acc_floats) acc.resize(acc_floats);
-    int64_t table_row = -1, table_k0 = -1;  // the 128-row block and the K-block whose tables are built
+    int64_t table_row = -1;  // the 128-row block whose tables are built
     // A tile of x at a time over the whole slice: with more than kMR rows the slice's weights
     // (1.8 MB of BF16 at K = 7168) are read again per tile, from L2/L3, rather than cutting K into
     // blocks so short that each call's set-up outweighs its dot products.
@@ -301,14 +301,10 @@ void linear_stream_rows(const void* xs, bool fma, const GemmWeights& w, float* y
                 const int nr = int(std::min<int64_t>(kNR, n1 - n));
                 const void* wp = nullptr;
                 if (w.fp8) {
-                    // Slices start on 128-row boundaries, so a panel lies in one block row; only the
-                    // K-block's tables are built (all 56 of K = 7168 per panel block row and K-block
-                    // took about 4% of an FP8 call).
-                    if (n / 128 != table_row || k0 != table_k0) {
-                        table_row = n / 128, table_k0 = k0;
+                    if (n / 128 != table_row) {  // slices start on 128-row boundaries: panels stay in one block
+                        table_row = n / 128;
                         if (tables.size() < size_t(k_blocks)) tables.resize(size_t(k_blocks));
-                        for (int64_t b = k0 / 128; b < (k1 + 127) / 128; ++b)
-                            tables[size_t(b)].build(w.scale[table_row * k_blocks + b]);
+                        for (int64_t b = 0; b < k_blocks; ++b) tables[size_t(b)].build(w.scale[table_row * k_blocks + b]);
                     }
                     wp = w.fp8 + n * K;
                 } else {

@@ -170,8 +170,10 @@ def main():
           f"{residency(wc16.nbytes, caches)}; FP8 {residency(wc8.nbytes, caches)}): BF16 {c16:.1f} GB/s, FP8 "
           f"{c8:.1f} GB/s of weights ({2 * cap * rows * D / tc8 / 1e9:.0f} GFLOPS = "
           f"{2 * cap * rows * D / tc8 / 1e9 / used_peak:.0%} of the {peak_name} peak): their rate at {cap} tokens "
-          f"when memory is not the limit (near the streamed rate: the products bound it); FP8 at 80% of the best "
-          f"read needs {0.8 * bw:.1f} GB/s")
+          f"when memory is not the limit; FP8 at 80% of the best read needs {0.8 * bw:.1f} GB/s")
+    for name, cached, streamed in (("BF16", c16, gbytes / t_dec), ("FP8", c8, g8 / t_dec8)):
+        bound = "the products, not the memory" if cached < 1.25 * streamed else "the memory"
+        print(f"  {name} decode streams at {streamed / cached:.0%} of its in-cache rate: {bound} bound it here")
     if torch is not None:
         txm = torch_moe.as_torch(torch, xm.reshape(-1, D))
         off_m = np.arange(experts + 1, dtype=np.int64) * cap

@@ -277,7 +277,7 @@ def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None):
     if _on_gpu(x, offsets, w13, w2, w13_scale, w2_scale):
         return _cuda().experts_contiguous(x, offsets, w13, w2, w13_scale, w2_scale)
     _arr("x", x, (BF16,), 2)
-    offsets = _arr("offsets", offsets, (np.dtype(np.int64), np.dtype(np.int32)), 1).astype(np.int64)
+    offsets = _arr("offsets", offsets, (np.dtype(np.int64), np.dtype(np.int32)), 1).astype(np.int64, copy=False)
     w = _expert_weights(w13, w2, w13_scale, w2_scale)
     if offsets.shape[0] != w13.shape[0] + 1:
         raise ValueError(f"offsets must have experts + 1 = {w13.shape[0] + 1} entries, got {offsets.shape[0]}")
@@ -588,8 +588,8 @@ def mla_forward_paged(variant, x, weights, cache, block_table, seqlens, new_toke
     _arr("x", x, (BF16,), 2)
     block_table = _ids("block_table", block_table, 2)
     # Token counts in int64: seqlens + new_tokens must not wrap around in int32.
-    seqlens = _ids("seqlens", seqlens, 1).astype(np.int64)
-    new_tokens = _ids("new_tokens", new_tokens, 1).astype(np.int64)
+    seqlens = _ids("seqlens", seqlens, 1).astype(np.int64, copy=False)
+    new_tokens = _ids("new_tokens", new_tokens, 1).astype(np.int64, copy=False)
     B, bs = block_table.shape[0], cache.latent.shape[1]
     if B == 0:
         raise ValueError("block_table must have a row for at least one request")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import io
 import os
 import platform
@@ -65,6 +66,7 @@ def kernel_path() -> str:
     return f"{K.isa()}-{products}" + ("-amx" if K.amx_status() == "usable" else "")
 
 
+@functools.cache
 def kernels_build() -> str:
     """This build of dsperf's compiled module (the first 16 hex digits of its SHA-256): a
     calibration measured on another build (an upgrade, a rebuild with changed kernels) prices the

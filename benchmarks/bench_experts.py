@@ -173,7 +173,7 @@ def main():
           f"when memory is not the limit; FP8 at 80% of the best read needs {0.8 * bw:.1f} GB/s")
     for name, cached, streamed in (("BF16", c16, gbytes / t_dec), ("FP8", c8, g8 / t_dec8)):
         bound = "the products, not the memory" if cached < 1.25 * streamed else "the memory"
-        print(f"  {name} decode streams at {streamed / cached:.0%} of its in-cache rate: {bound} bound it here")
+        print(f"  {name} decode streams at {streamed / cached:.0%} of its in-cache rate: bound by {bound} here")
     if torch is not None:
         txm = torch_moe.as_torch(torch, xm.reshape(-1, D))
         off_m = np.arange(experts + 1, dtype=np.int64) * cap

@@ -66,34 +66,25 @@ def test_second_call_reuses_the_file(quick_run):
     assert m["reused"] and time.perf_counter() - t0 < 5
 
 
-def test_a_file_measured_on_other_kernels_is_measured_again(quick_run, tmp_path):
-    """DSPERF_ISA / DSPERF_GEMM pick kernels of other speeds: their calibration is not reused."""
+@pytest.mark.parametrize("field, stale, says", [
+    # DSPERF_ISA / DSPERF_GEMM pick kernels of other speeds.
+    ("kernels", "avx512_bf16-elsewhere", "measured on the avx512_bf16-elsewhere kernels"),
+    # An upgrade or a rebuild changes the kernels' speeds.
+    ("kernels_build", "0123456789abcdef", "measured on build 0123456789abcdef of dsperf's kernels"),
+])
+def test_a_file_measured_on_other_kernels_or_another_build_is_measured_again(quick_run, tmp_path, field, stale, says):
     path, m = quick_run
     assert m["kernels"] == cal.kernel_path() and cal.kernel_path() in cal.default_path().name
+    assert m["kernels_build"] == cal.kernels_build() and len(m["kernels_build"]) == 16
     other = tmp_path / "other.toml"
     text = path.read_text()
-    assert f'kernels = "{m["kernels"]}"' in text
-    other.write_text(text.replace(f'kernels = "{m["kernels"]}"', 'kernels = "avx512_bf16-elsewhere"'))
-    with pytest.warns(UserWarning, match="measured on the avx512_bf16-elsewhere kernels"):
+    assert f'{field} = "{m[field]}"' in text
+    other.write_text(text.replace(f'{field} = "{m[field]}"', f'{field} = "{stale}"'))
+    with pytest.warns(UserWarning, match=says):
         _, again = cal.calibrate(quick=True, path=other, points=[("linear", dict(m=1, n=256, k=512, dtype="bf16"))],
                                  repeats=2)
-    assert not again["reused"]
-    assert cal.calibrate(path=other)[1]["reused"]  # and the new file is this path's
-
-
-def test_a_file_measured_on_another_build_is_measured_again(quick_run, tmp_path):
-    """An upgrade or a rebuild changes the kernels' speeds: its calibration is not reused."""
-    path, m = quick_run
-    assert m["kernels_build"] == cal.kernels_build() and len(m["kernels_build"]) == 16
-    other = tmp_path / "older.toml"
-    text = path.read_text()
-    assert f'kernels_build = "{m["kernels_build"]}"' in text
-    other.write_text(text.replace(f'kernels_build = "{m["kernels_build"]}"', 'kernels_build = "0123456789abcdef"'))
-    with pytest.warns(UserWarning, match="measured on build 0123456789abcdef of dsperf's kernels"):
-        _, again = cal.calibrate(quick=True, path=other, points=[("linear", dict(m=1, n=256, k=512, dtype="bf16"))],
-                                 repeats=2)
-    assert not again["reused"] and again["kernels_build"] == cal.kernels_build()
-    assert cal.calibrate(path=other)[1]["reused"]
+    assert not again["reused"] and again[field] == m[field]
+    assert cal.calibrate(path=other)[1]["reused"]  # and the new file is this build's and path's
 
 
 def test_cli_calibrate_reports_the_file(quick_run, capsys):

@@ -68,11 +68,11 @@ def main():
     caches = cache_sizes()
 
     peak, fma_peak, bw = probed_peaks(_C.kernels)
-    split = _C.kernels.linear_fma_min_rows()
+    split = _C.kernels.linear_prefill_min_rows()
     print(f"{describe_isa(K)}; AMX usable: {K.cpu_features()['amx_bf16']}; caches (sysfs): {describe_caches(caches)}")
     print(f"probed peaks (all threads): VDPBF16PS {peak:.1f} GFLOPS, FP32 FMA {fma_peak:.1f} GFLOPS; "
           f"streaming read: {bw:.1f} GB/s (1 GiB buffer); each the best of several probes")
-    print(f"dsperf GEMMs change kernel at {split} rows (linear_fma_min_rows); probed VDPBF16PS / FMA peaks "
+    print(f"dsperf GEMMs change kernel at {split} rows (linear_prefill_min_rows); probed VDPBF16PS / FMA peaks "
           f"{peak / fma_peak:.2f}; products: {_C.kernels.gemm_products()}")
     try:
         torch, torch_moe = load_torch()

@@ -26,7 +26,7 @@ def cases(rng):
     """(name, inputs, call): call(*inputs) runs the kernel; inputs are numpy arrays or plain values."""
     out = []
     # linear: the stream kernel (few rows: 1, a 2-row FMA tile, a full tile, a tile and one more)
-    # and the prefill kernels (40 rows: past linear_fma_min_rows on both products), K and N with
+    # and the prefill kernels (40 rows: past linear_prefill_min_rows on both products), K and N with
     # tails past every vector width.
     for M in (1, 2, 8, 9, 40):
         for N, Kd in ((3, 7), (130, 70), (17, 200)):

@@ -1,5 +1,5 @@
 """The AVX512-BF16 GEMM paths against dsperf.reference at the shapes that reach each of them: the
-stream kernel (fewer rows than linear_fma_min_rows: decode), the packed kernel (prefill; K past its
+stream kernel (fewer rows than linear_prefill_min_rows: decode), the packed kernel (prefill; K past its
 8192-wide block carries partial sums), FP8 converted in registers (stream) or dequantised into the
 panels (packed), K tails that are not whole 64- or 32-wide steps, rows that are not whole tiles,
 negative and non-finite scales. The products the probe did not pick (FP32 FMAs or dot products,
@@ -19,7 +19,7 @@ from dsperf import reference as R
 from kernel_helpers import EPS_F32, assert_dot_close, f32, rand_bf16, rand_fp8_weight
 
 HERE = Path(__file__).resolve().parent
-SPLIT = int(_C.kernels.linear_fma_min_rows())  # 0 on the portable path: every shape takes one kernel
+SPLIT = int(_C.kernels.linear_prefill_min_rows())  # 0 on the portable path: every shape takes one kernel
 
 
 @pytest.fixture

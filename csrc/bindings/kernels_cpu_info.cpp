@@ -43,8 +43,8 @@ void bind_cpu_info(py::module_& m) {
           "The last-level cache size the kernels choose streaming stores by (sysfs, then sysconf, then 32 MiB)");
     m.def("writes_past_cache", &writes_past_cache, py::arg("bytes"),
           "Whether a kernel call writing this many bytes writes them with streaming stores");
-    m.def("linear_fma_min_rows", &linear_fma_min_rows,
-          "Rows from which GEMMs use the widened FP32-FMA kernel instead of BF16 dot products (0: one kernel)");
+    m.def("linear_prefill_min_rows", &linear_prefill_min_rows,
+          "Rows of x from which GEMMs leave the stream (decode) kernel for the prefill kernel (0: one kernel)");
 
     m.def("gemm_products", &gemm_products,
           "The AVX-512 GEMMs' products: 'dot' (VDPBF16PS) or 'fma' (widened FP32 FMAs), or 'portable'");

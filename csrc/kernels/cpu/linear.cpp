@@ -51,12 +51,12 @@ bool gemm_on_dot_products() {
 
 // Rows of x from which the prefill kernel runs (either one); below, the stream kernel reads w once
 // from memory (decode). One split for both keeps the cost model's two fitted GEMM regimes
-// (linear_fma_min_rows) the same on every CPU.
+// (linear_prefill_min_rows) the same on every CPU.
 constexpr int64_t kPrefillMinRows = 32, kFmaMinRows = kPrefillMinRows;
 int64_t prefill_min_rows() { return kPrefillMinRows; }
 }  // namespace
 
-int64_t linear_fma_min_rows() { return use_avx512() ? prefill_min_rows() : 0; }
+int64_t linear_prefill_min_rows() { return use_avx512() ? prefill_min_rows() : 0; }
 
 const char* gemm_products() {
     const bool dot = gemm_on_dot_products();  // checks DSPERF_GEMM on every path

@@ -12,8 +12,8 @@ namespace dsperf::kernels {
 // converted in registers: decode) to the prefill kernel (weight panels packed once and reused by
 // every row: the packed VDPBF16PS kernel, or widened FP32 FMAs where a probe finds FMAs faster);
 // 0 when one kernel serves every size (the portable path). The kernel cost model keys its fitted
-// efficiencies on this split. (The name predates the packed kernel.)
-int64_t linear_fma_min_rows();
+// efficiencies on this split.
+int64_t linear_prefill_min_rows();
 
 // The instruction the AVX-512 GEMMs multiply with: "dot" (VDPBF16PS) or "fma" (FP32 FMAs on widened
 // BF16), chosen once by a probe of both (DSPERF_GEMM forces either); "portable" off that path.

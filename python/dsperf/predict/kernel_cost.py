@@ -31,8 +31,8 @@ BASE_FAMILIES = {n: f.params for n, f in ops.base().items()}
 COMPOSITE_FAMILIES = {n: f.params for n, f in ops.composite().items()}
 FAMILIES = {n: f.params for n, f in ops.FAMILIES.items()}
 # Families whose efficiency depends on the weight/cache dtype ("linear/fp8"), and those whose GEMMs
-# change micro-kernel with the rows that share each weight (on this CPU: BF16 dot products below
-# linear_fma_min_rows rows, widened FP32 FMAs from there): fitted per regime.
+# change micro-kernel with the rows that share each weight (the stream kernel below
+# linear_prefill_min_rows rows, the prefill kernel from there): fitted per regime.
 DTYPE_FAMILIES = tuple(n for n, f in ops.FAMILIES.items() if f.key_by_dtype)
 ROWS_FAMILIES = tuple(n for n, f in ops.FAMILIES.items() if f.rows_per_weight is not None)
 # Bounds on the integer parameters: token-like counts up to MAX_TOKENS, every other size (widths,
@@ -43,7 +43,7 @@ MAX_KERNEL_DIM = 2 ** 24
 
 def gemm_split_rows() -> int:
     """The rows at which this build's CPU GEMMs change kernel (0: one kernel for every size)."""
-    return int(_C.kernels.linear_fma_min_rows())
+    return int(_C.kernels.linear_prefill_min_rows())
 
 
 def efficiency_key(family: str, params: Mapping, split_rows: int | None = None) -> str:

@@ -110,8 +110,9 @@ def main() -> int:
     # The path this process runs, for the caller to check that its DSPERF_ISA / DSPERF_GEMM took.
     print(f"kernels: {K.isa()} {_C.kernels.gemm_products()}", flush=True)
     failed = []
+    every = cases(np.random.default_rng(0))  # no call changes its inputs: each gets copies
     for edge in ("end", "start"):
-        for name, inputs, call in cases(np.random.default_rng(0)):
+        for name, inputs, call in every:
             print(f"{name}, inputs {'ending' if edge == 'end' else 'starting'} at a guard page", flush=True)
             # Each call gets fresh copies: some kernels write into their inputs.
             want = call(*(a.copy() if isinstance(a, np.ndarray) else a for a in inputs))

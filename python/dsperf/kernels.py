@@ -588,8 +588,8 @@ def mla_forward_paged(variant, x, weights, cache, block_table, seqlens, new_toke
     _arr("x", x, (BF16,), 2)
     block_table = _ids("block_table", block_table, 2)
     # Token counts in int64: seqlens + new_tokens must not wrap around in int32.
-    seqlens = _ids("seqlens", seqlens, 1).astype(np.int64, copy=False)
-    new_tokens = _ids("new_tokens", new_tokens, 1).astype(np.int64, copy=False)
+    seqlens = _ids("seqlens", seqlens, 1).astype(np.int64)
+    new_tokens = _ids("new_tokens", new_tokens, 1).astype(np.int64)
     B, bs = block_table.shape[0], cache.latent.shape[1]
     if B == 0:
         raise ValueError("block_table must have a row for at least one request")

@@ -159,6 +159,23 @@ def test_a_foreign_dlpack_gpu_tensor_comes_in_without_a_copy():
     assert t.calls == [1]  # asked for the legacy default stream, where the kernels run
 
 
+class TorchLikeFp8(ForeignDlpack):
+    """Offers both protocols, as a torch.Tensor does: its __cuda_array_interface__ can only call
+    an FP8 tensor '<V1' (no dtype), its DLPack capsule names it."""
+
+    def __init__(self):
+        super().__init__()
+        self.__cuda_array_interface__ = dict(shape=(8, 128), typestr="<V1", data=(FAKE + 256, False),
+                                             version=3, strides=None, stream=None)
+
+
+def test_a_tensor_offering_both_protocols_comes_through_dlpack_where_the_interface_names_no_dtype():
+    t = TorchLikeFp8()
+    d = cuda.as_device_array(t, "w")
+    assert (d.ptr, d.shape, d.dtype, d.device) == (FAKE + 256, (8, 128), FP8, 1)
+    assert t.calls == [1]
+
+
 class ForeignCai:
     def __init__(self, **changes):
         self.__cuda_array_interface__ = dict(shape=(4, 3), typestr="<f4", data=(FAKE, False), version=3,

@@ -298,16 +298,29 @@ def is_device_array_like(obj) -> bool:
         hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__") and not isinstance(obj, np.ndarray))
 
 
+def _anonymous_cai(obj) -> bool:
+    """True when obj's __cuda_array_interface__ gives a typestr that names no dtype ('<V2' for BF16,
+    '<V1' for FP8, as PyTorch writes them): such a tensor must come through DLPack, which names it."""
+    cai = obj.__cuda_array_interface__
+    try:
+        return isinstance(cai, dict) and np.dtype(cai.get("typestr")).kind == "V"
+    except TypeError:
+        return False
+
+
 def as_device_array(obj, name: str = "array") -> DeviceArray:
     """obj as a DeviceArray without copying: a DeviceArray itself, or a view of an object exposing
-    __cuda_array_interface__ or DLPack on a CUDA device. TypeError names `name` otherwise."""
+    __cuda_array_interface__ or DLPack on a CUDA device (DLPack where the interface's typestr names
+    no dtype, as for PyTorch's BF16 and FP8 tensors, which offer both). TypeError names `name`
+    otherwise."""
     if isinstance(obj, DeviceArray):
         return obj
     if isinstance(obj, np.ndarray):
         raise TypeError(f"{name} is a numpy (host) array, not a GPU array")
-    if hasattr(obj, "__cuda_array_interface__"):
+    has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
+    if hasattr(obj, "__cuda_array_interface__") and not (has_dlpack and _anonymous_cai(obj)):
         return from_cuda_array_interface(obj, name)
-    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+    if has_dlpack:
         return from_dlpack(obj, name)
     raise TypeError(f"{name} must be a numpy array or a GPU array (DeviceArray, or an object with "
                     f"__cuda_array_interface__ or __dlpack__), got {type(obj).__name__}")

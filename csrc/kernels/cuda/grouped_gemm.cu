@@ -10,7 +10,7 @@
 // On sm_89 and newer, FP8 x FP8 runs on FP8 tensor cores instead (mma.sync m16n8k32 e4m3, below),
 // where rows are whole 16-byte vectors; DSPERF_FP8_MMA=0 in the environment forces the path above.
 //
-// Not done (and said so in docs/CUDA.md): wgmma (sm_90a), TMA, pipelining.
+// Not done (and said so in docs/CUDA.md): wgmma (sm_90a), TMA.
 #include <mma.h>
 
 #include <cstdlib>
@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/mma_sm80.cuh"
 
 namespace dsperf::cuda {
 namespace {
@@ -281,34 +282,20 @@ __global__ void __launch_bounds__(kThreads)
             }
 }
 
-// ---- BF16 on mma.sync with a cp.async double buffer ------------------------------------------------
+// ---- BF16 on mma.sync with a multistage cp.async pipeline ------------------------------------------
 // One block: a 128 x 128 tile of c, 8 warps of 64 x 32 (2 x 4 warps) = 4 x 4 mma tiles of 16 x 8;
-// K in steps of 32, the next step's tiles copied global -> shared by cp.async while this one is
-// multiplied. Fragments (PTX mma.m16n8k16, 16-bit A row / B col): lane = 4 g + t; A regs 0/1 hold
-// rows g / g + 8 at k 2t, 2t + 1, regs 2/3 the same rows at k 2t + 8, 2t + 9; B reg 0 holds column
-// g at k 2t, 2t + 1, reg 1 at k 2t + 8, 2t + 9; accumulators as in the FP8 kernel.
-constexpr int kMBM = 128, kMBN = 128, kMBK = 32, kMThreads = 256;
-constexpr int kMLd = kMBK + 8;  // padded smem row (elements): 80 bytes, fragment loads on distinct banks
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// 16 bytes global -> shared without passing through registers; src_bytes = 0 fills zeros.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
-}
+// K in steps of 32 through kMStages shared buffers filled by cp.async kMStages - 1 steps ahead, and
+// fragments loaded with ldmatrix (one instruction per 16 x 16 A tile or pair of 8-wide B tiles;
+// the fragment layouts are in mma_sm80.cuh).
+constexpr int kMBM = 128, kMBN = 128, kMBK = 32, kMThreads = 256, kMStages = 3;
+constexpr int kMLd = kMBK + 8;  // padded smem row (elements): 80 bytes, ldmatrix rows on distinct banks
+constexpr int kMStageElems = (kMBM + kMBN) * kMLd;
+constexpr size_t kMSmemBytes = size_t(kMStages) * kMStageElems * 2;
 
 __global__ void __launch_bounds__(kMThreads)
     grouped_gemm_bf16_mma_kernel(const uint16_t* a, const uint16_t* b, float* c, int64_t N, int64_t K, int64_t E,
                                  GemmLayout layout, const int64_t* offsets, const int32_t* counts, int64_t capacity) {
-    __shared__ __align__(16) uint16_t As[2][kMBM * kMLd];
-    __shared__ __align__(16) uint16_t Bs[2][kMBN * kMLd];
+    extern __shared__ __align__(128) uint16_t gemm_smem[];  // [stage][A 128 rows | B 128 rows][kMLd]
     int64_t expert = 0, row0 = 0, row_end = 0;
     if (!find_tile<kMBM>(layout, offsets, counts, capacity, E, expert, row0, row_end)) return;
     const int64_t n0 = int64_t(blockIdx.x) * kMBN;
@@ -316,54 +303,54 @@ __global__ void __launch_bounds__(kMThreads)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int wm = warp / 4, wn = warp % 4;  // warp tile rows wm * 64, columns wn * 32
 
-    // Stage k-step ks into buffer buf: 128 rows x 4 chunks of 8 elements for A and for B. Rows
-    // outside the tile, and chunks past K, are zero-filled (K % 8 == 0: chunks are whole).
-    auto stage = [&](int buf, int64_t k0) {
-        for (int v = threadIdx.x; v < kMBM * (kMBK / 8); v += kMThreads) {
-            const int r = v / (kMBK / 8), col = (v % (kMBK / 8)) * 8;
-            const int64_t k = k0 + col;
-            const bool ka = k < K;
-            const int64_t ra = row0 + r, rb = n0 + r;
-            const bool in_a = ra < row_end && ka, in_b = rb < N && ka;
-            // A zero-filled copy still needs a valid address: the operand's base.
-            cp_async16(&As[buf][r * kMLd + col], in_a ? a + ra * K + k : a, in_a ? 16 : 0);
-            cp_async16(&Bs[buf][r * kMLd + col], in_b ? be + rb * K + k : be, in_b ? 16 : 0);
+    // Stage k-step ks into its buffer: 128 rows x 4 chunks of 8 elements for A and for B. Rows
+    // outside the tile, and chunks past K, are zero-filled (K % 8 == 0: chunks are whole). A step
+    // past the last commits an empty group, so that the wait counts below stay uniform.
+    const int64_t steps = (K + kMBK - 1) / kMBK;
+    auto stage = [&](int64_t ks) {
+        if (ks < steps) {
+            uint16_t* As = gemm_smem + (ks % kMStages) * kMStageElems;
+            uint16_t* Bs = As + kMBM * kMLd;
+            for (int v = threadIdx.x; v < kMBM * (kMBK / 8); v += kMThreads) {
+                const int r = v / (kMBK / 8), col = (v % (kMBK / 8)) * 8;
+                const int64_t k = ks * kMBK + col;
+                const bool ka = k < K;
+                const int64_t ra = row0 + r, rb = n0 + r;
+                const bool in_a = ra < row_end && ka, in_b = rb < N && ka;
+                // A zero-filled copy still needs a valid address: the operand's base.
+                cp_async16(&As[r * kMLd + col], in_a ? a + ra * K + k : a, in_a ? 16 : 0);
+                cp_async16(&Bs[r * kMLd + col], in_b ? be + rb * K + k : be, in_b ? 16 : 0);
+            }
         }
-        asm volatile("cp.async.commit_group;\n" ::);
+        cp_async_commit();
     };
 
     float acc[4][4][4] = {};
-    const int64_t steps = (K + kMBK - 1) / kMBK;
-    stage(0, 0);
+    for (int s = 0; s < kMStages - 1; ++s) stage(s);
     for (int64_t s = 0; s < steps; ++s) {
-        const int buf = int(s & 1);
-        if (s + 1 < steps) {
-            stage(buf ^ 1, (s + 1) * kMBK);
-            asm volatile("cp.async.wait_group 1;\n" ::);  // step s landed; s + 1 may still fly
-        } else {
-            asm volatile("cp.async.wait_group 0;\n" ::);
-        }
-        __syncthreads();
+        cp_async_wait<kMStages - 2>();  // step s has landed (for this thread's copies) ...
+        __syncthreads();                // ... and for everyone's; step s - 1's buffer is free again
+        stage(s + kMStages - 1);
+        const uint16_t* As = gemm_smem + (s % kMStages) * kMStageElems;
+        const uint16_t* Bs = As + kMBM * kMLd;
+#pragma unroll
         for (int kk = 0; kk < kMBK; kk += 16) {
             uint32_t af[4][4], bf[4][2];
-            for (int mi = 0; mi < 4; ++mi) {
-                const uint16_t* lo = &As[buf][(wm * 64 + mi * 16 + g) * kMLd + kk + 2 * t];
-                const uint16_t* hi = lo + 8 * kMLd;
-                af[mi][0] = *reinterpret_cast<const uint32_t*>(lo);
-                af[mi][1] = *reinterpret_cast<const uint32_t*>(hi);
-                af[mi][2] = *reinterpret_cast<const uint32_t*>(lo + 8);
-                af[mi][3] = *reinterpret_cast<const uint32_t*>(hi + 8);
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi) ldmatrix_x4(af[mi], a_tile_row(As + (wm * 64 + mi * 16) * kMLd + kk, kMLd, lane));
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                uint32_t r[4];
+                ldmatrix_x4(r, b_pair_row(Bs + (wn * 32 + np * 16) * kMLd + kk, kMLd, lane));
+                bf[2 * np][0] = r[0], bf[2 * np][1] = r[1], bf[2 * np + 1][0] = r[2], bf[2 * np + 1][1] = r[3];
             }
-            for (int ni = 0; ni < 4; ++ni) {
-                const uint16_t* col = &Bs[buf][(wn * 32 + ni * 8 + g) * kMLd + kk + 2 * t];
-                bf[ni][0] = *reinterpret_cast<const uint32_t*>(col);
-                bf[ni][1] = *reinterpret_cast<const uint32_t*>(col + 8);
-            }
+#pragma unroll
             for (int mi = 0; mi < 4; ++mi)
-                for (int ni = 0; ni < 4; ++ni) mma_bf16(acc[mi][ni], af[mi], bf[ni]);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) mma_bf16_16816(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
         }
-        __syncthreads();  // the buffer is refilled two steps on
     }
+    cp_async_wait<0>();  // no copy may still be landing when the block exits
     for (int mi = 0; mi < 4; ++mi)
         for (int ni = 0; ni < 4; ++ni)
             for (int j = 0; j < 4; ++j) {
@@ -461,7 +448,10 @@ void grouped_gemm(const GroupedGemm& g) {
         const int64_t tiles =
             g.layout == GemmLayout::Masked ? g.E * ((g.capacity + kMBM - 1) / kMBM) : (g.M + kMBM - 1) / kMBM + g.E;
         const dim3 grid(unsigned((g.N + kMBN - 1) / kMBN), unsigned(tiles));
-        grouped_gemm_bf16_mma_kernel<<<grid, kMThreads, 0, current_stream()>>>(
+        check(cudaFuncSetAttribute(grouped_gemm_bf16_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   int(kMSmemBytes)),
+              "cudaFuncSetAttribute (grouped_gemm_bf16_mma shared memory)");
+        grouped_gemm_bf16_mma_kernel<<<grid, kMThreads, kMSmemBytes, current_stream()>>>(
             static_cast<const uint16_t*>(g.a), static_cast<const uint16_t*>(g.b), g.c, g.N, g.K, g.E, g.layout,
             g.offsets, g.counts, g.capacity);
         check_launch("grouped_gemm");

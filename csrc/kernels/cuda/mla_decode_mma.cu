@@ -1,15 +1,17 @@
-// Absorbed MLA decode, the 64-row variant on mma.sync (opt-in: DSPERF_MLA_MMA=1).
+// Absorbed MLA decode, the 64-row variant on mma.sync (DSPERF_MLA_MMA=1).
 //
 // mla_decode.cu's kernel takes 16 query rows per block, so with 128 heads every key is read from
 // L2 eight times, and its P V products go through shared memory. This one takes 64 rows (q token x
 // head) per block -- the keys are read once per 64 rows, as FlashMLA's 64-head tiles do -- and keeps
-// the output in registers as mma accumulators, rescaled row by row (the accumulator layout of
-// mma.m16n8k16 is known: rows g and g + 8 at columns 2t, 2t + 1 with lane = 4 g + t).
+// the output in registers as mma accumulators, rescaled row by row.
 //
 //   8 warps = 4 row groups of 16 x 2 halves.
+//   Keys: 32 per chunk, BF16 caches copied by cp.async one chunk ahead into a second buffer (FP8
+//   caches are dequantised on the way, synchronously).
 //   Scores S[64 x 32] = Q K^T: warp (rows r, half h) sums depth steps h, h + 2, ... into shared.
 //   Online softmax: 4 threads per row, probabilities rounded to BF16 (as the CPU's).
 //   O[64 x L] += P V: warp (rows r, half h) owns columns h * L/2 .. in registers (L/2/8 tiles).
+//   Every fragment comes from shared memory by ldmatrix (V transposed), mma_sm80.cuh.
 //
 // The work items and the merge kernel are mla_decode.cu's; this file adds the block kernel only.
 #include <cmath>
@@ -18,6 +20,7 @@
 
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/mma_sm80.cuh"
 
 namespace dsperf::cuda {
 namespace {
@@ -33,22 +36,12 @@ struct Layout {  // dynamic shared memory, byte offsets
         ldq = W + kPad;
         q = 0;
         k = q + size_t(kRows * ldq) * 2;
-        s = k + size_t(kChunk * ldq) * 2;
+        s = k + size_t(2 * kChunk * ldq) * 2;  // two key buffers
         p = s + size_t(2 * kRows * kChunk) * 4;
         stats = p + size_t(kRows * (kChunk + kPad)) * 2;
         total = stats + size_t(4 * kRows) * 4;
     }
 };
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t ld32(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 __global__ void __launch_bounds__(kThreads)
     mla_decode_mma_kernel(const uint16_t* q_nope, const uint16_t* q_rope, const void* latent, const float* latent_scale,
@@ -61,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
     const Layout lay(W);
     const int64_t ld = lay.ldq;
     uint16_t* Qs = reinterpret_cast<uint16_t*>(smem + lay.q);
-    uint16_t* Ks = reinterpret_cast<uint16_t*>(smem + lay.k);
+    uint16_t* const Kbuf = reinterpret_cast<uint16_t*>(smem + lay.k);  // [2][kChunk][ld]
     float* Sp = reinterpret_cast<float*>(smem + lay.s);        // [2][64][32]
     uint16_t* Ps = reinterpret_cast<uint16_t*>(smem + lay.p);  // [64][32 + pad]
     float* m_s = reinterpret_cast<float*>(smem + lay.stats);
@@ -104,44 +97,63 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     __syncthreads();
 
-    for (int64_t c0 = t_begin; c0 < t_end; c0 += kChunk) {
+    // Keys c0 .. c0 + kChunk into buffer buf: [key][latent | rope] rows, zero past t_end (their
+    // probabilities are 0, and 0 x garbage could be NaN). BF16 by cp.async (committed as one
+    // group, waited for below), FP8 dequantised through registers.
+    auto load_keys = [&](int buf, int64_t c0) {
+        uint16_t* Kd = Kbuf + buf * kChunk * ld;
         for (int64_t u = threadIdx.x; u < kChunk * W / 8; u += kThreads) {
             const int64_t j = u / (W / 8), d = (u % (W / 8)) * 8, n = c0 + j;
+            const int64_t slot =
+                n < t_end ? int64_t(block_table[b * max_blocks + n / block_size]) * block_size + n % block_size : 0;
+            if (!fp8 || d >= L) {
+                const uint16_t* src = d >= L ? rope + slot * R + (d - L)
+                                             : static_cast<const uint16_t*>(latent) + slot * L + d;
+                cp_async16(Kd + j * ld + d, src, n < t_end ? 16 : 0);
+                continue;
+            }
             uint4 v = make_uint4(0, 0, 0, 0);
             if (n < t_end) {
-                const int64_t slot =
-                    int64_t(block_table[b * max_blocks + n / block_size]) * block_size + n % block_size;
-                if (d >= L) {
-                    v = *reinterpret_cast<const uint4*>(rope + slot * R + (d - L));
-                } else if (!fp8) {
-                    v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(latent) + slot * L + d);
-                } else {
-                    const uint2 raw =
-                        *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + d);
-                    const float sc = latent_scale[slot * ((L + 127) / 128) + d / 128];
-                    const uint32_t w[2] = {raw.x, raw.y};
-                    uint32_t packed[4];
-                    for (int i = 0; i < 4; ++i) {
-                        const uint32_t word = w[i / 2] >> (16 * (i % 2));
-                        packed[i] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word & 0xff)) * sc)) |
-                                    (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word >> 8)) * sc)) << 16);
-                    }
-                    v = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + d);
+                const float sc = latent_scale[slot * ((L + 127) / 128) + d / 128];
+                const uint32_t w[2] = {raw.x, raw.y};
+                uint32_t packed[4];
+                for (int i = 0; i < 4; ++i) {
+                    const uint32_t word = w[i / 2] >> (16 * (i % 2));
+                    packed[i] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word & 0xff)) * sc)) |
+                                (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word >> 8)) * sc)) << 16);
                 }
+                v = make_uint4(packed[0], packed[1], packed[2], packed[3]);
             }
-            *reinterpret_cast<uint4*>(Ks + j * ld + d) = v;
+            *reinterpret_cast<uint4*>(Kd + j * ld + d) = v;
+        }
+        cp_async_commit();
+    };
+
+    if (t_begin < t_end) load_keys(0, t_begin);
+    for (int64_t c0 = t_begin, it = 0; c0 < t_end; c0 += kChunk, ++it) {
+        const int buf = int(it & 1);
+        // The next chunk flies while this one is used; its buffer was last read before the
+        // __syncthreads that ended the previous chunk.
+        if (c0 + kChunk < t_end) {
+            load_keys(buf ^ 1, c0 + kChunk);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
+        const uint16_t* Ks = Kbuf + buf * kChunk * ld;
         {  // Scores of rows rg * 16 .. over depth steps half, half + 2, ...: 4 key tiles of 8.
             float s[4][4] = {};
-            const uint16_t* qa = Qs + (rg * 16 + g) * ld + 2 * t;
             for (int64_t kk = int64_t(half) * 16; kk < W; kk += 32) {
-                const uint32_t a[4] = {ld32(qa + kk), ld32(qa + 8 * ld + kk), ld32(qa + kk + 8),
-                                       ld32(qa + 8 * ld + kk + 8)};
-                for (int nt = 0; nt < 4; ++nt) {
-                    const uint16_t* kb = Ks + (nt * 8 + g) * ld + kk + 2 * t;  // K^T: column n = key
-                    mma_bf16(s[nt], a, ld32(kb), ld32(kb + 8));
-                }
+                uint32_t a[4], k01[4], k23[4];
+                ldmatrix_x4(a, a_tile_row(Qs + (rg * 16) * ld + kk, ld, lane));
+                ldmatrix_x4(k01, b_pair_row(Ks + kk, ld, lane));  // keys 0-15: K^T's columns
+                ldmatrix_x4(k23, b_pair_row(Ks + 16 * ld + kk, ld, lane));
+                mma_bf16_16816(s[0], a, k01[0], k01[1]);
+                mma_bf16_16816(s[1], a, k01[2], k01[3]);
+                mma_bf16_16816(s[2], a, k23[0], k23[1]);
+                mma_bf16_16816(s[3], a, k23[2], k23[3]);
             }
             float* sp = Sp + half * kRows * kChunk;
             for (int nt = 0; nt < 4; ++nt) {
@@ -188,24 +200,23 @@ __global__ void __launch_bounds__(kThreads)
             const float a_lo = alpha_s[rg * 16 + g], a_hi = alpha_s[rg * 16 + g + 8];
 #pragma unroll
             for (int i = 0; i < kOTiles; ++i) o[i][0] *= a_lo, o[i][1] *= a_lo, o[i][2] *= a_hi, o[i][3] *= a_hi;
-            const uint16_t* pa = Ps + (rg * 16 + g) * ldp + 2 * t;
             for (int kk = 0; kk < kChunk; kk += 16) {
-                const uint32_t a[4] = {ld32(pa + kk), ld32(pa + 8 * ldp + kk), ld32(pa + kk + 8),
-                                       ld32(pa + 8 * ldp + kk + 8)};
-                // V = the latent rows of the keys: B[k = key][n = column], two keys per register.
-                const uint16_t* v0 = Ks + (kk + 2 * t) * ld + half * (L / 2) + g;
+                uint32_t a[4];
+                ldmatrix_x4(a, a_tile_row(Ps + (rg * 16) * ldp + kk, ldp, lane));
+                // V = the latent rows of the keys: B[k = key][n = column], stored [key][column].
+                const uint16_t* v0 = Ks + kk * ld + half * (L / 2);
 #pragma unroll
-                for (int i = 0; i < kOTiles; ++i) {
+                for (int i = 0; i < kOTiles; i += 2) {
                     if (i < ntiles) {
-                        const uint16_t* v = v0 + i * 8;
-                        const uint32_t b0 = uint32_t(v[0]) | (uint32_t(v[ld]) << 16);
-                        const uint32_t b1 = uint32_t(v[8 * ld]) | (uint32_t(v[9 * ld]) << 16);
-                        mma_bf16(o[i], a, b0, b1);
+                        uint32_t v[4];
+                        ldmatrix_x4_trans(v, bt_pair_row(v0 + i * 8, ld, lane));
+                        mma_bf16_16816(o[i], a, v[0], v[1]);
+                        mma_bf16_16816(o[i + 1], a, v[2], v[3]);
                     }
                 }
             }
         }
-        __syncthreads();  // Ks, Sp, Ps are rewritten by the next chunk
+        __syncthreads();  // Sp, Ps and this key buffer are rewritten next
     }
     const int64_t slot = split_offsets[b] + split;
     for (int hi = 0; hi < 2; ++hi) {
@@ -225,8 +236,9 @@ __global__ void __launch_bounds__(kThreads)
 
 bool mla_decode_mma_enabled(int64_t kv_lora) {
     const char* env = std::getenv("DSPERF_MLA_MMA");
-    // The output halves are whole n8 tiles: L / 2 a multiple of 8 (L a multiple of 16: checked).
-    return env && std::strcmp(env, "1") == 0 && kv_lora % 16 == 0;
+    // The output halves are whole pairs of n8 tiles (ldmatrix loads V two tiles at a time): L a
+    // multiple of 32.
+    return env && std::strcmp(env, "1") == 0 && kv_lora % 32 == 0;
 }
 
 void mla_decode_mma_launch(const MlaDecode& d, float* part_o, float* part_lse) {

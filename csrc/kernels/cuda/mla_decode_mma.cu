@@ -100,32 +100,40 @@ __global__ void __launch_bounds__(kThreads)
     // Keys c0 .. c0 + kChunk into buffer buf: [key][latent | rope] rows, zero past t_end (their
     // probabilities are 0, and 0 x garbage could be NaN). BF16 by cp.async (committed as one
     // group, waited for below), FP8 dequantised through registers.
+    // One warp per key row (its block-table lookup done once), lanes across the row's 16-byte
+    // pieces: no division in the address arithmetic, which a flat index over W / 8 pieces needed.
     auto load_keys = [&](int buf, int64_t c0) {
         uint16_t* Kd = Kbuf + buf * kChunk * ld;
-        for (int64_t u = threadIdx.x; u < kChunk * W / 8; u += kThreads) {
-            const int64_t j = u / (W / 8), d = (u % (W / 8)) * 8, n = c0 + j;
+        const int pieces = int(W / 8), latent_pieces = int(L / 8);
+        for (int j = warp; j < kChunk; j += kThreads / 32) {
+            const int64_t n = c0 + j;
+            const bool in = n < t_end;
             const int64_t slot =
-                n < t_end ? int64_t(block_table[b * max_blocks + n / block_size]) * block_size + n % block_size : 0;
-            if (!fp8 || d >= L) {
-                const uint16_t* src = d >= L ? rope + slot * R + (d - L)
-                                             : static_cast<const uint16_t*>(latent) + slot * L + d;
-                cp_async16(Kd + j * ld + d, src, n < t_end ? 16 : 0);
-                continue;
-            }
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (n < t_end) {
-                const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + d);
-                const float sc = latent_scale[slot * ((L + 127) / 128) + d / 128];
-                const uint32_t w[2] = {raw.x, raw.y};
-                uint32_t packed[4];
-                for (int i = 0; i < 4; ++i) {
-                    const uint32_t word = w[i / 2] >> (16 * (i % 2));
-                    packed[i] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word & 0xff)) * sc)) |
-                                (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word >> 8)) * sc)) << 16);
+                in ? int64_t(block_table[b * max_blocks + n / block_size]) * block_size + n % block_size : 0;
+            uint16_t* dst = Kd + j * ld;
+            for (int p = lane; p < pieces; p += 32) {
+                if (!fp8 || p >= latent_pieces) {
+                    const uint16_t* src = p >= latent_pieces ? rope + slot * R + (p - latent_pieces) * 8
+                                                             : static_cast<const uint16_t*>(latent) + slot * L + p * 8;
+                    cp_async16(dst + p * 8, src, in ? 16 : 0);
+                    continue;
                 }
-                v = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                uint4 v = make_uint4(0, 0, 0, 0);
+                if (in) {
+                    const uint2 raw =
+                        *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + p * 8);
+                    const float sc = latent_scale[slot * ((L + 127) / 128) + p / 16];
+                    const uint32_t w[2] = {raw.x, raw.y};
+                    uint32_t packed[4];
+                    for (int i = 0; i < 4; ++i) {
+                        const uint32_t word = w[i / 2] >> (16 * (i % 2));
+                        packed[i] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word & 0xff)) * sc)) |
+                                    (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word >> 8)) * sc)) << 16);
+                    }
+                    v = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                }
+                *reinterpret_cast<uint4*>(dst + p * 8) = v;
             }
-            *reinterpret_cast<uint4*>(Kd + j * ld + d) = v;
         }
         cp_async_commit();
     };
@@ -144,17 +152,30 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         const uint16_t* Ks = Kbuf + buf * kChunk * ld;
         {  // Scores of rows rg * 16 .. over depth steps half, half + 2, ...: 4 key tiles of 8.
-            float s[4][4] = {};
-            for (int64_t kk = int64_t(half) * 16; kk < W; kk += 32) {
+            // Two sets of accumulators (alternate depth steps) give the tensor cores 8 independent
+            // chains instead of 4: with 2 warps per scheduler, 4 chains left them waiting on mma latency.
+            float s[4][4] = {}, s2[4][4] = {};
+            auto depth_step = [&](float(&acc)[4][4], int64_t kk) {
                 uint32_t a[4], k01[4], k23[4];
                 ldmatrix_x4(a, a_tile_row(Qs + (rg * 16) * ld + kk, ld, lane));
                 ldmatrix_x4(k01, b_pair_row(Ks + kk, ld, lane));  // keys 0-15: K^T's columns
                 ldmatrix_x4(k23, b_pair_row(Ks + 16 * ld + kk, ld, lane));
-                mma_bf16_16816(s[0], a, k01[0], k01[1]);
-                mma_bf16_16816(s[1], a, k01[2], k01[3]);
-                mma_bf16_16816(s[2], a, k23[0], k23[1]);
-                mma_bf16_16816(s[3], a, k23[2], k23[3]);
+                mma_bf16_16816(acc[0], a, k01[0], k01[1]);
+                mma_bf16_16816(acc[1], a, k01[2], k01[3]);
+                mma_bf16_16816(acc[2], a, k23[0], k23[1]);
+                mma_bf16_16816(acc[3], a, k23[2], k23[3]);
+            };
+            // Depth steps half, half + 2, ..., two at a time into the two sets.
+            int64_t kk = int64_t(half) * 16;
+            for (; kk + 32 < W; kk += 64) {
+                depth_step(s, kk);
+                depth_step(s2, kk + 32);
             }
+            if (kk < W) depth_step(s, kk);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[nt][e] += s2[nt][e];
             float* sp = Sp + half * kRows * kChunk;
             for (int nt = 0; nt < 4; ++nt) {
                 const int col = nt * 8 + 2 * t;

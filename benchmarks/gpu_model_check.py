@@ -1,0 +1,163 @@
+"""Predicted against measured on a GPU: the grounded model's price of each dense GEMM shape in its
+kernel table, against the same GEMM timed on this GPU through PyTorch.
+
+    python benchmarks/gpu_model_check.py [--device H200] [--table H800] [--iters 15] [--csv out.csv]
+
+The grounded model prices a GEMM as its datasheet roofline divided by the efficiency its kernel
+table measured at that shape (data/efficiency/<table>.csv, DeepGEMM's FP8 GEMMs on an H800; an H100
+or H200 reuses that table through its own roofline). Here every `gemm_fp8` row of the table is
+timed as
+  - FP8: torch._scaled_mm (cuBLASLt, per-tensor scales; DeepGEMM's 1x128 / 128x128 block scales
+    cost a little more on the same tensor cores), BF16 output;
+  - BF16: torch.matmul, priced by the model at its default efficiency (no BF16 table rows),
+and both are printed beside the model's latency at the tables' clock (clock_ratio 1: a short
+benchmark loop, like the tables'). Before every launch the L2 is flushed by writing a buffer four
+times its size, so weights come from HBM as in a model step. The measured figure is the GEMM's own
+kernel time from PyTorch's profiler (CUPTI), averaged over --iters launches: the way DeepGEMM's
+benchmarks, whose numbers fill the table, time kernels. The median of CUDA-event times around each
+launch is printed beside it (`*_event_us`): it adds the launch gap, about 10 us after a flush, which
+swamps the small-M shapes. Without a CUDA GPU (or PyTorch) it says so and exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numpy as np
+import pandas as pd
+
+
+def gpu_device_name(torch) -> str | None:
+    """The device file matching the GPU's name (H100 / H200 / H800 / H20), None if unknown."""
+    name = torch.cuda.get_device_name(0).upper()
+    for known in ("H200", "H800", "H100", "H20"):
+        if known in name:
+            return known
+    return None
+
+
+def time_us(torch, fn, iters: int, flush) -> float:
+    fn()  # warm-up: library heuristics, workspace
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def _is_gpu_kernel(evt) -> bool:
+    return str(getattr(evt, "device_type", "")).endswith("CUDA")
+
+
+def _device_us(evt) -> float:
+    for attr in ("device_time_total", "cuda_time_total"):  # the name changed across PyTorch versions
+        if hasattr(evt, attr):
+            return float(getattr(evt, attr))
+    raise AttributeError("the profiler's events carry no device time")
+
+
+def kernel_us(torch, fn, iters: int, flush) -> float:
+    """Mean GPU time per call of the kernels fn launches (the flush's kernels left out), from
+    PyTorch's profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof_flush:
+        flush.zero_()
+        torch.cuda.synchronize()
+    flush_kernels = {e.key for e in prof_flush.key_averages() if _is_gpu_kernel(e)}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    total = sum(_device_us(e) for e in prof.key_averages() if _is_gpu_kernel(e) and e.key not in flush_kernels)
+    if total <= 0:
+        raise RuntimeError("the profiler recorded no GEMM kernel")
+    return total / iters
+
+
+def predicted_us(SM, tables, spec, family: str, m: float, n: float, k: float) -> tuple[float, bool]:
+    """The grounded model's latency of one GEMM (us, at the tables' clock) and whether a table
+    row gave its efficiency (False: the default efficiency)."""
+    shape = SM.KernelShape(m=m, n=n, k=k, fp8=family == "gemm_fp8")
+    work = SM.table_work(family, shape)
+    eff = tables.lookup(family, shape)
+    return SM.datasheet_roofline_s(work, spec, 1.0) / eff["value"] * 1e6, bool(eff["found"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", help="device file to price with (default: from the GPU's name)")
+    ap.add_argument("--table", default="H800", help="kernel table whose gemm_fp8 shapes are timed")
+    ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--csv", help="also write the rows to this CSV file")
+    args = ap.parse_args(argv)
+    if args.iters < 1:
+        ap.error(f"--iters must be >= 1, got {args.iters}")
+    try:
+        import torch
+    except ImportError:
+        print("gpu_model_check needs PyTorch with CUDA; it is not installed. Nothing measured.")
+        return 0
+    if not torch.cuda.is_available():
+        print("gpu_model_check needs a CUDA GPU; none is usable here. Nothing measured.")
+        return 0
+    from dsperf.model import grounded as G
+    from dsperf.model.devices import load_device
+
+    device = args.device or gpu_device_name(torch)
+    if device is None:
+        ap.error(f"--device is needed: no device file matches '{torch.cuda.get_device_name(0)}'")
+    spec, tables = load_device(device), G.kernel_tables(device)
+    SM = G.SM
+    rows = [r for r in G.read_table_rows(G._tables_dir() / f"{args.table}.csv") if r["family"] == "gemm_fp8"]
+    print(f"GPU 0: {torch.cuda.get_device_name(0)}; priced as {device} (kernel table {G.kernel_table_name(device)}); "
+          f"{len(rows)} GEMM shapes of {args.table}.csv; torch {torch.__version__}")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(4 * l2 // 4 + 1, dtype=torch.int32, device="cuda")
+    one = torch.ones((), dtype=torch.float32, device="cuda")
+    out = []
+    for r in rows:
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        a16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b16 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+        a8, b8 = a16.to(torch.float8_e4m3fn), b16.to(torch.float8_e4m3fn)
+        fp8 = lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        bf16 = lambda: a16 @ b16.t()  # noqa: E731
+        fp8_us, bf16_us = kernel_us(torch, fp8, args.iters, flush), kernel_us(torch, bf16, args.iters, flush)
+        fp8_event_us, bf16_event_us = time_us(torch, fp8, args.iters, flush), time_us(torch, bf16, args.iters, flush)
+        p8, found8 = predicted_us(SM, tables, spec, "gemm_fp8", m, n, k)
+        p16, found16 = predicted_us(SM, tables, spec, "gemm_bf16", m, n, k)
+        flops = 2.0 * m * n * k
+        out.append(dict(m=m, n=n, k=k, fp8_measured_us=fp8_us, fp8_predicted_us=p8,
+                        fp8_error=p8 / fp8_us - 1, fp8_tflops=flops / fp8_us / 1e6, fp8_event_us=fp8_event_us,
+                        fp8_from_table=found8, bf16_measured_us=bf16_us, bf16_predicted_us=p16,
+                        bf16_error=p16 / bf16_us - 1, bf16_tflops=flops / bf16_us / 1e6, bf16_event_us=bf16_event_us,
+                        bf16_from_table=found16))
+        del a16, b16, a8, b8
+    df = pd.DataFrame(out)
+    print(df.to_markdown(index=False, floatfmt=".3g"))
+    for dt in ("fp8", "bf16"):
+        err = df[f"{dt}_error"].to_numpy()
+        big = df[df.m >= 1024][f"{dt}_error"].to_numpy()
+        print(f"{dt.upper()}: model / measured - 1 over {len(err)} shapes: median {np.median(err):+.1%}, "
+              f"median |error| {np.median(np.abs(err)):.1%}, range {err.min():+.1%} .. {err.max():+.1%}; "
+              f"m >= 1024 ({len(big)} shapes): median {np.median(big):+.1%}")
+    print("Positive error: the model predicts slower than measured. The FP8 predictions come from DeepGEMM's "
+          "block-scaled kernels on an H800 moved to this GPU's roofline; the measurement is cuBLASLt with per-tensor "
+          "scales, so part of the gap is the kernel, not the model.")
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

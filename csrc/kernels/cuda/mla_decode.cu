@@ -291,7 +291,7 @@ void MlaDecode::validate() const {
          "q_nope and q_rope must start at 16-byte aligned addresses");
 }
 
-// The 64-row mma.sync variant (mla_decode_mma.cu), opt-in with DSPERF_MLA_MMA=1.
+// The 64-row mma.sync variant (mla_decode_mma.cu), the default unless DSPERF_MLA_MMA=0 or L % 32 != 0.
 bool mla_decode_mma_enabled(int64_t kv_lora);
 void mla_decode_mma_launch(const MlaDecode& d, float* part_o, float* part_lse);
 

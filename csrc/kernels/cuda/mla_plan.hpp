@@ -10,7 +10,7 @@
 namespace dsperf::cuda {
 
 // Query rows (q token x head) one decode thread block takes: mla_decode.cu's tile height (the
-// 64-row mma variant, mla_decode_mma.cu, plans with rows_per_block = 64).
+// 64-row mma variant, mla_decode_mma.cu, the default kernel, plans with rows_per_block = 64).
 constexpr int64_t kMlaRowsPerBlock = 16;
 
 // Work items (request, first block, end block, split index) over blocks of block_size tokens, and

@@ -590,8 +590,9 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     sm_count = A.integer("sm_count", sm_count, 1)
     if s.size and s.min() < 0:
         raise ValueError(f"seqlens must be >= 0, got {s.min()}")
-    # The 64-row decode kernel (DSPERF_MLA_MMA=1) needs more splits to fill the GPU than the 16-row one.
-    rows_per_block = 64 if os.environ.get("DSPERF_MLA_MMA") == "1" else 16
+    # The 64-row decode kernel (the default; DSPERF_MLA_MMA=0 selects the 16-row one) needs more
+    # splits to fill the GPU than the 16-row one.
+    rows_per_block = 16 if os.environ.get("DSPERF_MLA_MMA") == "0" else 64
     items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count, rows_per_block)
     return MlaMetadata(items, offsets, q_len * heads, block_size)
 

@@ -23,9 +23,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, run as a script
+from benchmarks.gpu_validate import ClockSampler  # noqa: E402
 
 
 def gpu_device_name(torch) -> str | None:
@@ -93,6 +97,25 @@ def predicted_us(SM, tables, spec, family: str, m: float, n: float, k: float) ->
     return SM.datasheet_roofline_s(work, spec, 1.0) / eff["value"] * 1e6, bool(eff["found"])
 
 
+def measure_row(torch, SM, tables, spec, r, iters, flush, one) -> dict:
+    """One table row's GEMM timed in FP8 and BF16, beside the model's price of each."""
+    m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+    a16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b16 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+    a8, b8 = a16.to(torch.float8_e4m3fn), b16.to(torch.float8_e4m3fn)
+    fp8 = lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+    bf16 = lambda: a16 @ b16.t()  # noqa: E731
+    fp8_us, bf16_us = kernel_us(torch, fp8, iters, flush), kernel_us(torch, bf16, iters, flush)
+    fp8_event_us, bf16_event_us = time_us(torch, fp8, iters, flush), time_us(torch, bf16, iters, flush)
+    p8, found8 = predicted_us(SM, tables, spec, "gemm_fp8", m, n, k)
+    p16, found16 = predicted_us(SM, tables, spec, "gemm_bf16", m, n, k)
+    flops = 2.0 * m * n * k
+    return dict(m=m, n=n, k=k, fp8_measured_us=fp8_us, fp8_predicted_us=p8, fp8_error=p8 / fp8_us - 1,
+                fp8_tflops=flops / fp8_us / 1e6, fp8_event_us=fp8_event_us, fp8_from_table=found8,
+                bf16_measured_us=bf16_us, bf16_predicted_us=p16, bf16_error=p16 / bf16_us - 1,
+                bf16_tflops=flops / bf16_us / 1e6, bf16_event_us=bf16_event_us, bf16_from_table=found16)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", help="device file to price with (default: from the GPU's name)")
@@ -125,26 +148,20 @@ def main(argv=None) -> int:
     flush = torch.empty(4 * l2 // 4 + 1, dtype=torch.int32, device="cuda")
     one = torch.ones((), dtype=torch.float32, device="cuda")
     out = []
-    for r in rows:
-        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-        a16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b16 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
-        a8, b8 = a16.to(torch.float8_e4m3fn), b16.to(torch.float8_e4m3fn)
-        fp8 = lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
-        bf16 = lambda: a16 @ b16.t()  # noqa: E731
-        fp8_us, bf16_us = kernel_us(torch, fp8, args.iters, flush), kernel_us(torch, bf16, args.iters, flush)
-        fp8_event_us, bf16_event_us = time_us(torch, fp8, args.iters, flush), time_us(torch, bf16, args.iters, flush)
-        p8, found8 = predicted_us(SM, tables, spec, "gemm_fp8", m, n, k)
-        p16, found16 = predicted_us(SM, tables, spec, "gemm_bf16", m, n, k)
-        flops = 2.0 * m * n * k
-        out.append(dict(m=m, n=n, k=k, fp8_measured_us=fp8_us, fp8_predicted_us=p8,
-                        fp8_error=p8 / fp8_us - 1, fp8_tflops=flops / fp8_us / 1e6, fp8_event_us=fp8_event_us,
-                        fp8_from_table=found8, bf16_measured_us=bf16_us, bf16_predicted_us=p16,
-                        bf16_error=p16 / bf16_us - 1, bf16_tflops=flops / bf16_us / 1e6, bf16_event_us=bf16_event_us,
-                        bf16_from_table=found16))
-        del a16, b16, a8, b8
+    sampler = ClockSampler()
+    with sampler:
+        for r in rows:
+            out.append(measure_row(torch, SM, tables, spec, r, args.iters, flush, one))
     df = pd.DataFrame(out)
     print(df.to_markdown(index=False, floatfmt=".3g"))
+    clock = sampler.summary()
+    if clock is None:
+        print("SM clock during the measurement: not sampled (no nvidia-smi)")
+    else:
+        mhz = np.array([v[0] for _, v in sampler.samples], dtype=float)
+        print(f"SM clock during the measurement: median {clock[0]:.0f} MHz (range {np.nanmin(mhz):.0f} .. "
+              f"{np.nanmax(mhz):.0f}, {clock[4]} samples) of {clock[1]:.0f} maximum; power median {clock[2]:.0f} W "
+              f"of {clock[3]:.0f} W")
     for dt in ("fp8", "bf16"):
         err = df[f"{dt}_error"].to_numpy()
         big = df[df.m >= 1024][f"{dt}_error"].to_numpy()

@@ -233,51 +233,78 @@ def parse_smi_sample(line):
     return tuple(num(f) for f in fields)
 
 
+class ClockSampler:
+    """nvidia-smi's SM clock, max clock, power and power limit of one GPU, sampled every 0.25 s on a
+    thread while the block runs: `samples` holds (seconds since the start, parse_smi_sample tuple).
+    Without nvidia-smi, `available` is False and nothing is sampled."""
+
+    def __init__(self, device=0, period_s=0.25):
+        import shutil
+        self.device, self.period_s = device, period_s
+        self.available = shutil.which("nvidia-smi") is not None
+        self.samples = []
+
+    def _run(self):
+        cmd = ["nvidia-smi", "-i", str(self.device), "--query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit",
+               "--format=csv,noheader,nounits"]
+        while not self._stop.is_set():
+            out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+            if out:
+                self.samples.append((time.perf_counter() - self.t0, parse_smi_sample(out.splitlines()[0])))
+            self._stop.wait(self.period_s)
+
+    def __enter__(self):
+        import threading
+        self._stop = threading.Event()
+        self.t0 = time.perf_counter()
+        if self.available:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self.available:
+            self._thread.join()
+        return False
+
+    def summary(self, after_s=0.0):
+        """(median SM MHz, max SM MHz, median W, power limit W, samples) of the samples taken at least
+        after_s into the block, or None without any."""
+        late = [v for t, v in self.samples if t >= after_s]
+        if not late:
+            return None
+        arr = np.array(late, dtype=float)
+        return (float(np.nanmedian(arr[:, 0])), float(np.nanmax(arr[:, 1])), float(np.nanmedian(arr[:, 2])),
+                float(np.nanmax(arr[:, 3])), len(late))
+
+
 def bench_clock(seconds, size, rng, device=0):
     """The SM clock under a sustained compute-bound load: (median MHz over the load's second half,
     max SM MHz, median watts, power limit W, samples), or None where nvidia-smi is missing."""
-    import shutil
-    import threading
-    if shutil.which("nvidia-smi") is None:
-        print("clock: nvidia-smi not found; the sustained clock is not measured")
-        return None
     from dsperf import cuda
     from dsperf.cuda_array import BF16, DeviceArray
+    sampler = ClockSampler(device)
+    if not sampler.available:
+        print("clock: nvidia-smi not found; the sustained clock is not measured")
+        return None
     E, m, N, Kd = SIZES[size]["gemm"]
     a = DeviceArray.from_numpy(rand_like((E, m, Kd), BF16, rng))
     b = DeviceArray.from_numpy(rand_like((E, N, Kd), BF16, rng, 0.05))
     c = DeviceArray((E, m, N), np.float32)
     gemm = lambda: cuda._G.cublas_gemm_bf16(a.ptr, b.ptr, c.ptr, m, N, Kd, E, m * Kd, N * Kd, m * N, 0)  # noqa: E731
-    samples, stop = [], threading.Event()
-
-    def sample():
-        cmd = ["nvidia-smi", "-i", str(device), "--query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit",
-               "--format=csv,noheader,nounits"]
-        while not stop.is_set():
-            out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-            if out:
-                samples.append((time.perf_counter(), parse_smi_sample(out.splitlines()[0])))
-            stop.wait(0.25)
-
     gemm()
     cuda.synchronize(device)
-    thread = threading.Thread(target=sample, daemon=True)
-    t0 = time.perf_counter()
-    thread.start()
-    while time.perf_counter() - t0 < seconds:
-        with cuda.async_launches(device):
-            for _ in range(20):
-                gemm()
-        cuda.synchronize(device)
-    stop.set()
-    thread.join()
-    late = [v for t, v in samples if t - t0 >= seconds / 2]  # the clock after it has settled
-    if not late:
+    with sampler:
+        while time.perf_counter() - sampler.t0 < seconds:
+            with cuda.async_launches(device):
+                for _ in range(20):
+                    gemm()
+            cuda.synchronize(device)
+    result = sampler.summary(after_s=seconds / 2)  # the clock after it has settled
+    if result is None:
         print("clock: nvidia-smi gave no samples during the load")
-        return None
-    arr = np.array(late, dtype=float)
-    return (float(np.nanmedian(arr[:, 0])), float(np.nanmax(arr[:, 1])), float(np.nanmedian(arr[:, 2])),
-            float(np.nanmax(arr[:, 3])), len(late))
+    return result
 
 
 def main(argv=None):

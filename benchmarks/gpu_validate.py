@@ -39,10 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # GPU), tiny (the plumbing check tests/test_cuda_fake.py runs over a fake device).
 SIZES = {
     "full": dict(mla=(128, 4096, 128), mla_graph=(4, 1024, 128), gemm=(4, 8192, 4096, 7168), masked=(32, 128),
-                 ep=(256, 7168, 8, 128)),
+                 ep=(256, 7168, 8, 128), prefill=(4096, 128)),
     "quick": dict(mla=(16, 2048, 128), mla_graph=(4, 1024, 128), gemm=(4, 1024, 4096, 7168), masked=(8, 64),
-                  ep=(256, 7168, 8, 128)),
-    "tiny": dict(mla=(2, 128, 16), mla_graph=(2, 128, 16), gemm=(2, 64, 128, 256), masked=(2, 16), ep=(16, 64, 2, 8)),
+                  ep=(256, 7168, 8, 128), prefill=(1024, 32)),
+    "tiny": dict(mla=(2, 128, 16), mla_graph=(2, 128, 16), gemm=(2, 64, 128, 256), masked=(2, 16), ep=(16, 64, 2, 8),
+                 prefill=(64, 4)),
 }
 
 
@@ -78,7 +79,7 @@ def run_tests():
 
 def bench_mla(rows, iters, size, rng):
     from dsperf import cuda
-    from dsperf.cuda_array import BF16, DeviceArray
+    from dsperf.cuda_array import BF16, FP8, DeviceArray
     B, S, H = SIZES[size]["mla"]
     L, R, bs = 512, 64, 64
     for q_len, heads in ((1, H), (2, H)):
@@ -111,6 +112,32 @@ def bench_mla(rows, iters, size, rng):
                              vs_record=f"{gbps / 3000:.0%} of GB/s, {tflops / 660:.0%} of TFLOPS",
                              target="MLA >= 50% of FlashMLA"))
         os.environ.pop("DSPERF_MLA_MMA", None)
+    # The same decode over an FP8 latent cache (one FP32 scale per 128 values), the default kernel.
+    B, S, H = SIZES[size]["mla"]
+    nb = B * (S // bs)
+    lat8 = DeviceArray.from_numpy(rand_like((nb, bs, L), FP8, rng, 100.0))
+    lat8_s = DeviceArray.from_numpy(np.full((nb, bs, L // 128), 1e-2, np.float32))
+    meta = cuda.get_mla_metadata(d["lens"], 1, H)
+    q1 = (DeviceArray.from_numpy(rand_like((B, 1, H, L), BF16, rng, 0.05)),
+          DeviceArray.from_numpy(rand_like((B, 1, H, R), BF16, rng, 0.05)))
+    out1 = (DeviceArray((B, 1, H, L), np.float32), DeviceArray((B, 1, H), np.float32))
+    us = timed_us(lambda: cuda.mla_decode(*q1, lat8, d["rope"], d["table"], d["lens"], 0.1, meta, latent_scale=lat8_s,
+                                          out=out1, validate=False), iters)
+    flops, kv_bytes = 2.0 * B * H * S * (L + R + L), B * S * (L + 2 * R + L // 128 * 4)
+    rows.append(dict(kernel=f"MLA decode B={B} s={S} q_len=1 h={H}, FP8 cache", time_us=us, tflops=flops / us / 1e6,
+                     gbps=kv_bytes / us / 1e3, baseline="-", baseline_value="-",
+                     record="FlashMLA FP8 (not published at this shape)", vs_record=f"{flops / us / 1e6 / 660:.0%} of 660 TFLOPS",
+                     target="-"))
+    # Prefill attention of one sequence (non-absorbed, causal; q/k 192 wide, v 128). The call
+    # allocates its outputs (no out=), which the time includes.
+    T, Hp = SIZES[size]["prefill"]
+    qp = DeviceArray.from_numpy(rand_like((T, Hp, 192), BF16, rng, 0.3))
+    kp = DeviceArray.from_numpy(rand_like((T, Hp, 192), BF16, rng, 0.3))
+    vp = DeviceArray.from_numpy(rand_like((T, Hp, 128), BF16, rng))
+    us = timed_us(lambda: cuda.mla_prefill(qp, kp, vp, 192 ** -0.5), iters)
+    flops = 2.0 * Hp * (T * (T + 1) / 2) * (192 + 128)  # the causal half of the score and value products
+    rows.append(dict(kernel=f"MLA prefill T={T} h={Hp} (causal, 192/128)", time_us=us, tflops=flops / us / 1e6,
+                     gbps=None, baseline="-", baseline_value="-", record="-", vs_record="-", target="-"))
     # Small-batch decode is launch-bound: the same call replayed from a CUDA graph.
     B, S, heads = SIZES[size]["mla_graph"]
     q_len = 1
@@ -165,6 +192,13 @@ def bench_gemm(rows, iters, size, rng):
                      tflops=fm / us / 1e6, gbps=wbytes / us / 1e3, baseline="cuBLAS BF16 batched",
                      baseline_value=f"{fm / cub_us / 1e6:.0f} TFLOPS", record="-",
                      vs_record=f"{cub_us / us:.0%} of cuBLAS", target="BF16 >= 60% of cuBLAS"))
+    # BF16 activations x FP8 weights with 128x128 scales, dequantised while staged (the CPU experts' semantics).
+    bw8 = DeviceArray.from_numpy(rand_like((E, N, Kd), FP8, rng, 100.0))
+    bw8_s = DeviceArray.from_numpy(np.full((E, N // 128, Kd // 128), 1e-3, np.float32))
+    us = timed_us(lambda: cuda.grouped_gemm(a, bw8, offsets=offs, b_scale=bw8_s, out=c, validate=False), iters)
+    rows.append(dict(kernel=f"grouped GEMM BF16 x FP8 weights contiguous E={E} m={m} n={N} k={Kd}", time_us=us,
+                     tflops=flops / us / 1e6, gbps=None, baseline="cuBLAS BF16 (above)", baseline_value="-",
+                     record="-", vs_record="-", target="-"))
     # FP8 x FP8 with 1x128 / 128x128 scales (DeepGEMM's contiguous grouped GEMM).
     aq = DeviceArray.from_numpy(rand_like((M, Kd), FP8, rng, 100.0))
     as_ = DeviceArray.from_numpy(np.full((M, Kd // 128), 1e-2, np.float32))

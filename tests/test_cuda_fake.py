@@ -465,8 +465,9 @@ def test_gpu_validate_runs_end_to_end_on_the_fake_device(fake, capsys):
     spec.loader.exec_module(gv)
     assert gv.main(["--size", "tiny", "--skip-tests", "--iters", "1", "--clock-seconds", "0"]) == 0
     out = capsys.readouterr().out
-    for row in ("MLA decode", "CUDA graph replay", "grouped GEMM BF16 contiguous", "grouped GEMM BF16 masked",
-                "grouped GEMM FP8 contiguous", "LL dispatch EP2", "LL combine EP2"):
+    for row in ("MLA decode", "FP8 cache", "MLA prefill", "CUDA graph replay", "grouped GEMM BF16 contiguous",
+                "grouped GEMM BF16 masked", "BF16 x FP8 weights", "grouped GEMM FP8 contiguous", "LL dispatch EP2",
+                "LL combine EP2"):
         assert row in out, row
     assert "failed" not in out
 

@@ -67,16 +67,21 @@ def _device_us(evt) -> float:
     raise AttributeError("the profiler's events carry no device time")
 
 
-def kernel_us(torch, fn, iters: int, flush) -> float:
-    """Mean GPU time per call of the kernels fn launches (the flush's kernels left out), from
-    PyTorch's profiler."""
+def flush_kernel_names(torch, flush) -> set:
+    """The names of the kernels that flushing the L2 (flush.zero_()) launches."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        flush.zero_()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages() if _is_gpu_kernel(e)}
+
+
+def kernel_us(torch, fn, iters: int, flush, flush_kernels: set) -> float:
+    """Mean GPU time per call of the kernels fn launches (the flush's kernels, named by
+    flush_kernel_names, left out), from PyTorch's profiler."""
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof_flush:
-        flush.zero_()
-        torch.cuda.synchronize()
-    flush_kernels = {e.key for e in prof_flush.key_averages() if _is_gpu_kernel(e)}
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             flush.zero_()
@@ -97,7 +102,7 @@ def predicted_us(SM, tables, spec, family: str, m: float, n: float, k: float) ->
     return SM.datasheet_roofline_s(work, spec, 1.0) / eff["value"] * 1e6, bool(eff["found"])
 
 
-def measure_row(torch, SM, tables, spec, r, iters, flush, one) -> dict:
+def measure_row(torch, SM, tables, spec, r, iters, flush, flush_kernels, one) -> dict:
     """One table row's GEMM timed in FP8 and BF16, beside the model's price of each."""
     m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
     a16 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -105,7 +110,8 @@ def measure_row(torch, SM, tables, spec, r, iters, flush, one) -> dict:
     a8, b8 = a16.to(torch.float8_e4m3fn), b16.to(torch.float8_e4m3fn)
     fp8 = lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
     bf16 = lambda: a16 @ b16.t()  # noqa: E731
-    fp8_us, bf16_us = kernel_us(torch, fp8, iters, flush), kernel_us(torch, bf16, iters, flush)
+    fp8_us = kernel_us(torch, fp8, iters, flush, flush_kernels)
+    bf16_us = kernel_us(torch, bf16, iters, flush, flush_kernels)
     fp8_event_us, bf16_event_us = time_us(torch, fp8, iters, flush), time_us(torch, bf16, iters, flush)
     p8, found8 = predicted_us(SM, tables, spec, "gemm_fp8", m, n, k)
     p16, found16 = predicted_us(SM, tables, spec, "gemm_bf16", m, n, k)
@@ -145,13 +151,14 @@ def main(argv=None) -> int:
     print(f"GPU 0: {torch.cuda.get_device_name(0)}; priced as {device} (kernel table {G.kernel_table_name(device)}); "
           f"{len(rows)} GEMM shapes of {args.table}.csv; torch {torch.__version__}")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(4 * l2 // 4 + 1, dtype=torch.int32, device="cuda")
+    flush = torch.empty(l2, dtype=torch.int32, device="cuda")  # 4 bytes each: four times the L2
+    flush_kernels = flush_kernel_names(torch, flush)
     one = torch.ones((), dtype=torch.float32, device="cuda")
     out = []
     sampler = ClockSampler()
     with sampler:
         for r in rows:
-            out.append(measure_row(torch, SM, tables, spec, r, args.iters, flush, one))
+            out.append(measure_row(torch, SM, tables, spec, r, args.iters, flush, flush_kernels, one))
     df = pd.DataFrame(out)
     print(df.to_markdown(index=False, floatfmt=".3g"))
     clock = sampler.summary()

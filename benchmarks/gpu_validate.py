@@ -82,47 +82,49 @@ def bench_mla(rows, iters, size, rng):
     from dsperf.cuda_array import BF16, FP8, DeviceArray
     B, S, H = SIZES[size]["mla"]
     L, R, bs = 512, 64, 64
-    for q_len, heads in ((1, H), (2, H)):
-        nb = B * (S // bs)
-        table = np.arange(nb, dtype=np.int32).reshape(B, S // bs)
-        lens = np.full(B, S, np.int32)
-        d = dict(q_nope=DeviceArray.from_numpy(rand_like((B, q_len, heads, L), BF16, rng, 0.05)),
-                 q_rope=DeviceArray.from_numpy(rand_like((B, q_len, heads, R), BF16, rng, 0.05)),
-                 latent=DeviceArray.from_numpy(rand_like((nb, bs, L), BF16, rng)),
-                 rope=DeviceArray.from_numpy(rand_like((nb, bs, R), BF16, rng)),
-                 table=DeviceArray.from_numpy(table), lens=DeviceArray.from_numpy(lens))
-        out = (DeviceArray((B, q_len, heads, L), np.float32), DeviceArray((B, q_len, heads), np.float32))
-        flops = 2.0 * B * q_len * heads * S * (L + R + L)
+    # One paged cache (blocks in order) serves every decode row below.
+    nb = B * (S // bs)
+    latent = DeviceArray.from_numpy(rand_like((nb, bs, L), BF16, rng))
+    rope = DeviceArray.from_numpy(rand_like((nb, bs, R), BF16, rng))
+    table = DeviceArray.from_numpy(np.arange(nb, dtype=np.int32).reshape(B, S // bs))
+    lens = DeviceArray.from_numpy(np.full(B, S, np.int32))
+    # Baseline: copying the cache's latent bytes on the device (the memory system's practical rate).
+    src = latent.reshape(-1).view(np.uint16)
+    dst = DeviceArray(src.shape, src.dtype)
+    copy_us = timed_us(lambda: cuda._G.copy_on_device(dst.ptr, src.ptr, src.nbytes, 0), iters)
+    copy_gbps = 2 * src.nbytes / copy_us / 1e3  # read + write
+
+    def queries(q_len):
+        return (DeviceArray.from_numpy(rand_like((B, q_len, H, L), BF16, rng, 0.05)),
+                DeviceArray.from_numpy(rand_like((B, q_len, H, R), BF16, rng, 0.05)))
+
+    def outputs(q_len):
+        return DeviceArray((B, q_len, H, L), np.float32), DeviceArray((B, q_len, H), np.float32)
+
+    for q_len in (1, 2):
+        q, out = queries(q_len), outputs(q_len)
+        flops = 2.0 * B * q_len * H * S * (L + R + L)
         kv_bytes = B * S * (L + R) * 2
-        # Baseline: copying the same cache bytes on the device (the memory system's practical rate).
-        src = d["latent"].reshape(-1).view(np.uint16)
-        dst = DeviceArray(src.shape, src.dtype)
-        copy_us = timed_us(lambda: cuda._G.copy_on_device(dst.ptr, src.ptr, src.nbytes, 0), iters)
-        copy_gbps = 2 * src.nbytes / copy_us / 1e3  # read + write
         for mma in ("0", "1"):  # the 16-row WMMA kernel, and the 64-row mma.sync one: a row each
             os.environ["DSPERF_MLA_MMA"] = mma
-            meta = cuda.get_mla_metadata(lens, q_len, heads)
-            args = (d["q_nope"], d["q_rope"], d["latent"], d["rope"], d["table"], d["lens"], 0.1, meta)
-            us = timed_us(lambda: cuda.mla_decode(*args, out=out, validate=False), iters)
+            meta = cuda.get_mla_metadata(lens, q_len, H)
+            us = timed_us(lambda: cuda.mla_decode(*q, latent, rope, table, lens, 0.1, meta, out=out, validate=False),
+                          iters)
             variant = "64-row mma" if mma == "1" else "16-row wmma"
             gbps, tflops = kv_bytes / us / 1e3, flops / us / 1e6
-            rows.append(dict(kernel=f"MLA decode B={B} s={S} q_len={q_len} h={heads} ({variant})", time_us=us,
+            rows.append(dict(kernel=f"MLA decode B={B} s={S} q_len={q_len} h={H} ({variant})", time_us=us,
                              tflops=tflops, gbps=gbps, baseline="D2D copy", baseline_value=f"{copy_gbps:.0f} GB/s",
                              record="FlashMLA 3000 GB/s, 660 TFLOPS (H800)",
                              vs_record=f"{gbps / 3000:.0%} of GB/s, {tflops / 660:.0%} of TFLOPS",
                              target="MLA >= 50% of FlashMLA"))
         os.environ.pop("DSPERF_MLA_MMA", None)
     # The same decode over an FP8 latent cache (one FP32 scale per 128 values), the default kernel.
-    B, S, H = SIZES[size]["mla"]
-    nb = B * (S // bs)
     lat8 = DeviceArray.from_numpy(rand_like((nb, bs, L), FP8, rng, 100.0))
     lat8_s = DeviceArray.from_numpy(np.full((nb, bs, L // 128), 1e-2, np.float32))
-    meta = cuda.get_mla_metadata(d["lens"], 1, H)
-    q1 = (DeviceArray.from_numpy(rand_like((B, 1, H, L), BF16, rng, 0.05)),
-          DeviceArray.from_numpy(rand_like((B, 1, H, R), BF16, rng, 0.05)))
-    out1 = (DeviceArray((B, 1, H, L), np.float32), DeviceArray((B, 1, H), np.float32))
-    us = timed_us(lambda: cuda.mla_decode(*q1, lat8, d["rope"], d["table"], d["lens"], 0.1, meta, latent_scale=lat8_s,
-                                          out=out1, validate=False), iters)
+    meta = cuda.get_mla_metadata(lens, 1, H)
+    q, out = queries(1), outputs(1)
+    us = timed_us(lambda: cuda.mla_decode(*q, lat8, rope, table, lens, 0.1, meta, latent_scale=lat8_s, out=out,
+                                          validate=False), iters)
     flops, kv_bytes = 2.0 * B * H * S * (L + R + L), B * S * (L + 2 * R + L // 128 * 4)
     rows.append(dict(kernel=f"MLA decode B={B} s={S} q_len=1 h={H}, FP8 cache", time_us=us, tflops=flops / us / 1e6,
                      gbps=kv_bytes / us / 1e3, baseline="-", baseline_value="-",

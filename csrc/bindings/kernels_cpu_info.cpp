@@ -10,7 +10,10 @@ void bind_cpu_info(py::module_& m) {
         const CpuFeatures& f = cpu_features();
         py::dict d;
         d["avx512"] = f.avx512, d["avx512_bf16"] = f.avx512_bf16, d["amx_bf16"] = f.amx_bf16, d["isa"] = f.isa;
-        d["avx512_bf16_hidden"] = f.avx512_bf16_hidden, d["why"] = f.why;
+        d["avx512_bf16_hidden"] = f.avx512_bf16_hidden;
+        const std::string amx_status = amx::status();
+        d["amx"] = amx_status;
+        d["why"] = f.why + "; AMX: " + amx_status;
         return d;
     });
 
@@ -50,6 +53,10 @@ void bind_cpu_info(py::module_& m) {
           "The AVX-512 GEMMs' products: 'dot' (VDPBF16PS) or 'fma' (widened FP32 FMAs), or 'portable'");
 
     m.def("amx_status", &amx::status, "'usable' where the GEMMs run on AMX tiles, else why not");
+    m.def("amx_tile_config", [] {
+        const std::vector<uint8_t> b = amx::tile_config_bytes();
+        return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+    }, "The 64 bytes every LDTILECFG of the AMX kernels loads (empty where the build has no AMX code)");
     // The AMX driver on the scalar emulation of the tile instructions: its packing and tiling are
     // tested on CPUs without AMX.
     m.def("linear_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> w) {

@@ -26,8 +26,10 @@ from ._arrays import BF16, FP8
 _K = _C.kernels
 # The kernel path is chosen once, here on the importing thread: the ISA check (DSPERF_ISA) and the
 # dot-product-or-FMA probe (DSPERF_GEMM) would otherwise first run inside a kernel's OpenMP region,
-# where a bad setting cannot raise its ValueError and the other threads would skew the timing.
+# where a bad setting cannot raise its ValueError and the other threads would skew the timing. The
+# AMX verdict too: its self-check runs one tile product in a child process, then the driver here.
 _K.gemm_products()
+_K.amx_status()  # DSPERF_AMX other than 0 or 1 raises its ValueError here, at import
 F32 = np.dtype(np.float32)
 
 

@@ -1,11 +1,16 @@
 // C++ checks of the CPU kernels against naive loops, built to run under AddressSanitizer and
 // UBSan as well (cmake -DDSPERF_SANITIZE=ON): every kernel family on odd sizes.
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <random>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kernels/common/fast_math.hpp"
+#include "kernels/cpu/child_check.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/linear.hpp"
@@ -235,9 +240,29 @@ static void test_fp8_conversion() {
     check(bad == 0, "f32_to_fp8: rounds to nearest even and saturates, as its definition, on 393,216 floats");
 }
 
+// The child-process check the BF16 and AMX probes run: a fault, a wrong answer and a hang in the
+// child come back as reasons, and the caller goes on.
+static bool child_ok() { return true; }
+static bool child_wrong() { return false; }
+// SIGILL, as the BF16 probe meets it (AddressSanitizer would catch a SIGSEGV itself and exit 1).
+static bool child_faults() {
+    std::raise(SIGILL);
+    return true;
+}
+static bool child_hangs() {
+    for (;;) pause();
+}
+static void test_fails_in_child() {
+    check(fails_in_child(&child_ok).empty(), "fails_in_child: a passing check");
+    check(fails_in_child(&child_wrong) == "it ran but gave a wrong result", "fails_in_child: a wrong result");
+    check(fails_in_child(&child_faults).find("signal 4") != std::string::npos, "fails_in_child: a fault");
+    check(fails_in_child(&child_hangs, 0.2).find("did not finish") != std::string::npos, "fails_in_child: a hang");
+}
+
 int main() {
     std::mt19937 g(42);
     test_fp8_conversion();
+    test_fails_in_child();
     std::printf("isa %s\n", cpu_features().isa.c_str());
     test_linear(g, 7);
     test_linear(g, 37);

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 
+#include "kernels/cpu/child_check.hpp"
+
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
@@ -10,9 +12,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #if defined(__linux__)
-#include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #endif
 #define DSPERF_X86 1
@@ -48,32 +48,10 @@ __attribute__((target("avx512f,avx512bf16"))) bool dot_bf16_once() {
     return _mm512_cmpeq_ps_mask(sum, _mm512_set1_ps(2.0f)) == 0xffff;
 }
 
-// Whether the CPU runs VDPBF16PS, tried in a child process so that an illegal instruction ends
-// the child, not the caller (no signal handler of the host process is touched). _Fork runs no
-// atfork handlers (OpenBLAS's would stop its threads); the child dumps no core. Empty when it
-// ran, else why not.
-std::string dot_bf16_fails() {
-#if defined(__linux__)
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    const pid_t pid = _Fork();
-#else
-    const pid_t pid = fork();
-#endif
-    if (pid < 0) return std::string("the child process could not start (") + std::strerror(errno) + ")";
-    if (pid == 0) {
-        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        _exit(dot_bf16_once() ? 0 : 1);
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return std::string("the child process was lost (") + std::strerror(errno) + ")";
-    if (WIFSIGNALED(status)) return std::string("it stopped the child with signal ") + std::to_string(WTERMSIG(status));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
-    return "it ran but gave a wrong sum";
-#else
-    return "the check needs Linux";
-#endif
-}
+// Whether the CPU runs VDPBF16PS: tried in a child process, so that an illegal instruction ends the
+// child, not the caller (no signal handler of the host process is touched). Empty when it ran,
+// else why not.
+std::string dot_bf16_fails() { return fails_in_child(&dot_bf16_once); }
 #endif
 
 CpuFeatures probe() {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/child_check.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -68,22 +69,26 @@ struct Emulated {
 };
 
 #if DSPERF_HAVE_AMX_BUILD
+// LDTILECFG reads all 64 bytes of its operand. GCC 12's _tile_loadconfig declares an 8-byte memory
+// operand, so the compiler may drop the stores of rows[] and colsb[] as dead and the instruction
+// then faults (#GP) on stack garbage. Here the configuration is one constant object in read-only
+// data, emitted whole, and the asm names the whole 64-byte struct as its operand. tile_config_bytes()
+// returns those very bytes, and tests/test_amx_config.py checks in the built module that every
+// LDTILECFG loads from this object.
 struct alignas(64) TileConfig {
-    uint8_t palette_id = 0;
-    uint8_t start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
 };
 static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
 
+// Palette 1; tiles 0-7 all 16 rows of 64 bytes.
+constexpr TileConfig kTileConfig = {1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
 struct Hardware {
-    DSPERF_AMX void config() {
-        TileConfig cfg;
-        cfg.palette_id = 1;
-        for (int t = 0; t < 8; ++t) cfg.rows[t] = kRows, cfg.colsb[t] = 64;
-        _tile_loadconfig(&cfg);
-    }
+    DSPERF_AMX void config() { __asm__ volatile("ldtilecfg %0" : : "m"(kTileConfig)); }
     DSPERF_AMX void release() { _tile_release(); }
     // The tile intrinsics paste their tile number into the instruction text, so each number is
     // spelled out.
@@ -262,8 +267,49 @@ struct Verdict {
 };
 
 #if DSPERF_HAVE_AMX_BUILD
-// The hardware backend against the emulation on a GEMM with partial tiles in every dimension.
-bool self_check() {
+// Stage 1, in a child process: the Hardware backend's configuration, load, TDPBF16PS and store on
+// one tile triple. A configuration that faults ends the child, not the caller. The operands and the
+// expected product are prepared before the fork (the child must not allocate).
+struct TileProbe {
+    alignas(64) bf16_t a[kTileElems];
+    alignas(64) bf16_t b[kTileElems];
+    alignas(64) float expected[kRows * 16];
+    alignas(64) float got[kRows * 16];
+};
+TileProbe g_probe;
+
+DSPERF_AMX bool one_tile_product() {
+    Hardware hw;
+    hw.config();
+    hw.zero<0>();
+    hw.load<4>(g_probe.a, 64);
+    hw.load<6>(g_probe.b, 64);
+    hw.dp<0, 4, 6>();
+    hw.store<0>(g_probe.got, 64);
+    hw.release();
+    for (int64_t i = 0; i < kRows * 16; ++i)
+        if (!(std::fabs(g_probe.got[i] - g_probe.expected[i]) <= 1e-3f * (1.0f + std::fabs(g_probe.expected[i]))))
+            return false;
+    return true;
+}
+
+std::string tile_product_fails() {
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (auto& v : g_probe.a) v = f32_to_bf16(dist(gen));
+    for (auto& v : g_probe.b) v = f32_to_bf16(dist(gen));
+    Emulated em;
+    em.zero<0>();
+    em.load<4>(g_probe.a, 64);
+    em.load<6>(g_probe.b, 64);
+    em.dp<0, 4, 6>();
+    em.store<0>(g_probe.expected, 64);
+    return fails_in_child(&one_tile_product);
+}
+
+// Stage 2, here, once stage 1 has passed: the whole driver on the hardware against the emulation on
+// a GEMM with partial tiles in every dimension, on every thread the kernels use.
+bool driver_agrees() {
     const int64_t M = 37, N = 41, K = 75;
     std::mt19937 gen(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -279,11 +325,23 @@ bool self_check() {
 }
 #endif
 
+// DSPERF_AMX: unset or "1" (use AMX where usable) or "0" (never); anything else is an error, so
+// that a typo cannot silently select a path.
+bool amx_allowed_by_env() {
+    const char* env = std::getenv("DSPERF_AMX");
+    if (!env) return true;
+    const std::string v(env);
+    if (v == "0") return false;
+    if (v == "1") return true;
+    throw std::invalid_argument("DSPERF_AMX must be 0 or 1 (or unset), not '" + v + "'");
+}
+
+// Decided once. A bad DSPERF_AMX throws from the initialiser, which leaves it undecided, so every
+// later call throws again (the module checks at import, before any kernel can ask).
 const Verdict& verdict() {
     static const Verdict v = [] {
         Verdict r;
-        const char* env = std::getenv("DSPERF_AMX");
-        if (env && std::string(env) == "0") {
+        if (!amx_allowed_by_env()) {
             r.why = "disabled by DSPERF_AMX=0";
         } else if (!DSPERF_HAVE_AMX_BUILD) {
             r.why = "not built for this compiler or architecture";
@@ -293,8 +351,13 @@ const Verdict& verdict() {
             r.why = "the portable kernels were asked for (DSPERF_ISA=portable)";
         } else {
 #if DSPERF_HAVE_AMX_BUILD
-            r.ok = self_check();
-            if (!r.ok) r.why = "the AMX self-check disagreed with the emulated tiles; AVX-512 kernels in use";
+            const std::string fails = tile_product_fails();
+            if (!fails.empty()) {
+                r.why = "the AMX self-check in a child process failed (" + fails + "); AVX-512 kernels in use";
+            } else {
+                r.ok = driver_agrees();
+                if (!r.ok) r.why = "the AMX GEMM driver disagreed with the emulated tiles; AVX-512 kernels in use";
+            }
 #endif
         }
         return r;
@@ -302,11 +365,23 @@ const Verdict& verdict() {
     return v;
 }
 
+#if DSPERF_HAVE_AMX_BUILD
+const uint8_t* config_bytes() { return reinterpret_cast<const uint8_t*>(&kTileConfig); }
+#else
+const uint8_t* config_bytes() { return nullptr; }
+#endif
+
 }  // namespace
 
 bool usable() { return verdict().ok; }
 
 std::string status() { return verdict().ok ? "usable" : verdict().why; }
+
+std::vector<uint8_t> tile_config_bytes() {
+    const uint8_t* p = config_bytes();
+    if (!p) return {};
+    return std::vector<uint8_t>(p, p + 64);
+}
 
 // Callers check usable() first: reaching these without AMX is a dispatch bug, not a slow path.
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,

@@ -3,12 +3,14 @@
 //
 // The same tiling and packing code runs on two backends: the AMX instructions, and a scalar
 // emulation of their semantics (tile loads, stores, zeroing, TDPBF16PS). The emulation lets the
-// tests check the driver on CPUs without AMX; at first use the hardware backend must agree with
-// the emulation on a small GEMM before the kernels dispatch to it (a failed self-check leaves the
-// AVX-512 kernels in use and says why in status()).
+// tests check the driver on CPUs without AMX. At first use, one tile product on the hardware runs in
+// a child process (a fault there ends the child, not the caller), then the whole driver must agree
+// with the emulation on a small GEMM before the kernels dispatch to it; a failed check leaves the
+// AVX-512 kernels in use and says why in status().
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/common/dtype.hpp"
 
@@ -20,8 +22,12 @@ constexpr int64_t kMinRows = 16;
 // AMX usable here: the CPU has AMX-TILE and AMX-BF16, Linux granted the tile permission, the
 // environment does not say DSPERF_AMX=0, and the self-check passed.
 bool usable();
-// "usable", or why not.
+// "usable", or why not. Throws std::invalid_argument when DSPERF_AMX is set to other than 0 or 1.
 std::string status();
+
+// The 64 bytes every LDTILECFG of the kernels loads (empty where the build has no AMX code): the
+// object itself, so that a test can hold the configuration the build really passes.
+std::vector<uint8_t> tile_config_bytes();
 
 // y[M, N] (+)= x[M, K] w[N, K]^T, w row-major (packed to VNNI panels 16 columns at a time).
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,

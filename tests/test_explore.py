@@ -114,7 +114,7 @@ def test_cli_explore_writes_csv_and_figures(tmp_path):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         assert cli_main(["explore", "--devices", "H800,B200", "--tpot-ms", "50", "--out", str(tmp_path)]) == 0
     text = out.getvalue()
-    assert "Pareto frontier" in text and "no kernel table for B200" in text
+    assert "Pareto frontier" in text and "no kernel table for" not in text
     df = pd.read_csv(tmp_path / "explore.csv")
     assert {"frontier", "best"} == set(df["set"]) and (df["tpot_ms"] <= 50).all()
     assert (tmp_path / "frontier.png").stat().st_size > 10_000 and (tmp_path / "cost.png").stat().st_size > 10_000

@@ -12,6 +12,8 @@ def add_parsers(sub) -> None:
                                         "(docs/VALIDATION.md)")
     v.add_argument("--format", choices=FORMATS, default="table",
                    help="csv: one row per point with point,source,published,predicted,error (predicted / published - 1)")
+    v.add_argument("--write-bands", action="store_true",
+                   help="rewrite data/validation/bands.csv (each regime's error band) from this validation")
     p = sub.add_parser("predict", help="one prefill or decode step of a deployment as priced kernel calls (grounded model)")
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     p.add_argument("--device", default="H800")
@@ -45,15 +47,23 @@ def run_validate(args: argparse.Namespace) -> str:
     from .model.validation import summary, validate
 
     df = validate()
+    written = ""
+    if getattr(args, "write_bands", False):
+        from .model.bands import write_bands
+        written = f"wrote {write_bands(df)}\n"
     if args.format == "csv":
         return df.to_csv(index=False, float_format="%.6g")
-    shown = df[["point", "device", "phase", "metric", "published", "predicted", "error", "utilisation", "missing"]]
+    shown = df[["point", "device", "role", "phase", "metric", "published", "predicted", "error", "loo_band",
+                "utilisation", "missing"]]
     s = summary(df)
     text = _render(shown, args.format)
     text += (f"\n{s['points']} peak points: median |error| {s['median_abs_error']:.1%} (prefill "
              f"{s.get('median_abs_error_prefill', float('nan')):.1%}, decode {s.get('median_abs_error_decode', float('nan')):.1%}), "
              f"worst {s['max_abs_error']:.1%}; beyond 30% without a named missing input: "
-             f"{', '.join(s['beyond_30pct_unexplained']) or 'none'}\n")
+             f"{', '.join(s['beyond_30pct_unexplained']) or 'none'}\n"
+             f"{s['check_points']} check points (no model term shaped on them): median |error| "
+             f"{s['median_abs_error_check']:.1%}; inside their leave-one-out band (loo_band): "
+             f"{s['inside_band_check']:.0%}\n" + written)
     return text
 
 
@@ -76,7 +86,8 @@ def run_predict(args: argparse.Namespace) -> str:
         return text
     band = r["error_band"]
     lines = [f"\n{args.phase} step on {r['device']}: {r['step_ms']:.2f} ms, {r['tokens_per_gpu_s']:.0f} tokens/s per GPU "
-             f"(+/- {band:.0%}: the median |error| of the {args.phase} points in `dsperf validate`)"]
+             f"(+/- {band:.0%}: regime {r['regime']}, the 80% quantile of |error| of `dsperf validate`'s check "
+             f"points in {r['band_regime']}, {r['band_points']} points)"]
     if args.phase == "decode":
         lines.append(f"TPOT {r['tpot_ms']:.2f} ms, {r['tps_user']:.1f} tokens/s per user; memory holds "
                      f"{r['batch_limit']:.0f} requests per GPU at this context ({'fits' if r['fits_memory'] else 'does NOT fit'})")
@@ -86,9 +97,13 @@ def run_predict(args: argparse.Namespace) -> str:
         lines.append(f"FLOPs priced at {r['sustained_clock_ratio']:.4g} of the clock the kernel tables ran at (the device's "
                      "sustained_clock_ratio, an assumption: docs/VALIDATION.md), so `us` of a compute-bound call is its "
                      "table time / that ratio")
-    if grounded.kernel_table_name(args.device) is None:
-        lines.append(f"{r['device']} has no kernel table: its compute runs at the default efficiency, and the band, "
-                     "drawn from devices with tables, does not cover it (see the B200 points of `dsperf validate`)")
+    kind = grounded.table_kind(args.device)
+    if kind == "default":
+        lines.append(f"{r['device']} has no kernel table: its compute runs at the default efficiency, and no published "
+                     "point tests such a device: the band is the worst |error| of any check point")
+    elif kind == "derived":
+        lines.append(f"{r['device']}'s kernel table is derived (the H800 rows' curve over shapes scaled to published "
+                     "figures of this GPU at its best shapes: docs/VALIDATION.md)")
     return text + "\n".join(lines) + "\n"
 
 
@@ -176,12 +191,12 @@ def run_explore(args: argparse.Namespace) -> str:
     pd_frame.to_csv(out / "explore.csv", index=False)
     explore.frontier_figure(ok).savefig(out / "frontier.png", dpi=120)
     explore.cost_figure(ok).savefig(out / "cost.png", dpi=120)
-    band = float(df["error_band"].iloc[0])
+    band = float(best["error_band"].max()) if len(best) else float(df["error_band"].max())
     untabled = sorted(set(df.loc[~df["kernel_table"], "device"].astype(str)))
     note = (f"\nno kernel table for {', '.join(untabled)}: its compute is priced at the default efficiency "
             f"({__import__('dsperf').grounded.DEFAULT_EFFICIENCY}) and the band does not cover it\n" if untabled else "")
-    return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- {band:.0%}, the decode "
-            f"points' median |error| in `dsperf validate`):\n\n"
+    return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- up to {band:.0%}: each row's "
+            f"error_band, its regime's 80% quantile of |error| in `dsperf validate`):\n\n"
             + best[shown].to_markdown(index=False, floatfmt=".4g")
             + f"\n\nPareto frontier (tokens/s per user against tokens/s per GPU): {len(frontier)} configurations\n\n"
             + frontier[shown].to_markdown(index=False, floatfmt=".4g")

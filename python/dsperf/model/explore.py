@@ -295,7 +295,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         cost_per_m_output_usd=price / 3600 / served * 1e6,
         cost_per_m_tokens_usd=price / 3600 / (served * (1 + isl / osl)) * 1e6,
         energy_j_per_output_token=power / served,
-        error_band=np.full(len(code), grounded.error_band("decode")),
+        error_band=grounded.error_bands("decode", [spec for _, spec in pairs], code, cols["batch"]),
         # False where the device has no kernel table: its compute runs at the default efficiency
         # and the error band, drawn from devices with tables, does not cover it.
         kernel_table=per_dev([kernel_table_name(spec) is not None for _, spec in pairs]).astype(bool),

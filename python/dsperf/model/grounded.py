@@ -29,6 +29,7 @@ from .. import _C
 from .._checks import flag, number
 from .devices import DeviceLike, DeviceSpec, kernel_table_name, load_device
 from .configs import load_model
+from . import bands
 
 SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
@@ -40,6 +41,7 @@ WEIGHT_DTYPES = ("fp8", "bf16", "fp4")
 # Columns of a table file that carry a shape (blank where a family does not use them).
 SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "ep", "tp")
 DEFAULT_EFFICIENCY = 0.6
+TABLE_BASES = ("measured", "derived")
 
 
 def _tables_dir():
@@ -75,6 +77,17 @@ def read_table_rows(path) -> list[dict]:
         if not (raw.get("source") or "").strip():
             raise ValueError(f"{path}, row {i}: field 'source' must name where the figure was published")
         row = {"family": fam, "source": raw["source"].strip()}
+        # basis: measured (the default) or derived (a Hopper row moved by a published figure of this
+        # device, model/derive_table.py), which must name that second source too.
+        basis = (raw.get("basis") or "measured").strip()
+        if basis not in TABLE_BASES:
+            raise ValueError(f"{path}, row {i}: field 'basis' must be one of {', '.join(TABLE_BASES)}, got {basis!r}")
+        row["basis"] = basis
+        if basis == "derived":
+            if not (raw.get("source2") or "").strip():
+                raise ValueError(f"{path}, row {i}: field 'source2': a derived row names both sources (the row it "
+                                 "was moved from, and the published figure that moved it)")
+            row["source2"] = raw["source2"].strip()
         dtype = (raw.get("dtype") or "").strip()
         if dtype:
             if dtype not in ("fp8", "bf16"):
@@ -208,32 +221,43 @@ def _run(model, device, dep, default_efficiency):
     out = SM.step(m, spec, kernel_tables(device, default_efficiency), dep)  # validates the deployment (names the field)
     out["device"] = spec.name
     out["sustained_clock_ratio"] = spec.sustained_clock_ratio
-    out["error_band"] = math.nan if _VALIDATING else error_band(dep.phase)
+    regime = (table_kind(device), dep.phase, bands.bound_of(dep.phase, dep.batch if dep.phase == "decode" else None))
+    out["error_band"], out["band_points"], out["band_regime"] = bands.lookup(*regime)
+    out["regime"] = "/".join(regime)
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def error_band(phase: str) -> float:
-    """The median |error| of the published peak points of a phase in the validation table
-    (dsperf.validation): the relative band a prediction in that regime carries."""
-    from . import validation
-
-    return validation.error_band(phase, _validation_frame())
+def error_band(phase: str, device: DeviceLike = "H800", batch=None) -> float:
+    """The error band a prediction of this phase on this device carries (batch: decode requests per
+    GPU, which decides whether the step is latency-bound): the leave-one-out band of its regime
+    (dsperf.model.bands, data/validation/bands.csv)."""
+    return bands.lookup(table_kind(device), phase, bands.bound_of(phase, batch))[0]
 
 
-@functools.lru_cache(maxsize=1)
-def _validation_frame():
-    from . import validation
-
-    global _VALIDATING
-    _VALIDATING = True
-    try:
-        return validation.validate()
-    finally:
-        _VALIDATING = False
+def error_bands(phase: str, devices, code, batch) -> np.ndarray:
+    """error_band per row of a grid: devices[code[i]] at batch[i]."""
+    code, batch = np.asarray(code), np.asarray(batch, dtype=float)
+    latency = batch < bands.LATENCY_BATCH if phase == "decode" else np.zeros(len(batch), dtype=bool)
+    by_latency = np.array([[error_band(phase, d, None), error_band(phase, d, 1)] for d in devices])
+    return by_latency[code, latency.astype(int)]
 
 
-_VALIDATING = False
+def table_kind(device: DeviceLike) -> str:
+    """How the device's kernel table was obtained: "measured", "derived" (any row moved from another
+    GPU's table by a published figure) or "default" (no table)."""
+    table = kernel_table_name(device)
+    if table is None:
+        return "default"
+    own = table.endswith(".csv") and isinstance(device, (str, os.PathLike))
+    path = Path(device).resolve().parent / table if own else _tables_dir() / f"{table}.csv"
+    return _table_kind_of(str(path))
+
+
+@functools.lru_cache(maxsize=32)
+def _table_kind_of(path: str) -> str:
+    p = Path(path)
+    rows = read_table_rows(p) if p.is_file() else read_table_rows(_tables_dir() / p.name)
+    return "derived" if any(r["basis"] == "derived" for r in rows) else "measured"
 
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,
@@ -330,7 +354,7 @@ def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, os
     return {"step_ms": step_ms, "decode_step_ms": d["step_ms"], "chunk_ms": chunk_ms, "chunk_tokens": chunk,
             "steps_with_chunk": share, "tokens_per_gpu_s": emitted / (step_ms / 1e3), "tpot_ms": tpot,
             "tps_user": 1e3 / tpot, "fits_memory": d["fits_memory"], "batch_limit": d["batch_limit"],
-            "device": d["device"], "error_band": math.nan if _VALIDATING else error_band("e2e")}
+            "device": d["device"], "error_band": error_band("e2e", device), "regime": f"{table_kind(device)}/e2e/throughput"}
 
 
 def calls_frame(result: Mapping) -> pd.DataFrame:

@@ -476,5 +476,7 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     finite_results("decode_sweep", {k: out[k].to_numpy() for k in ("tpot_ms", "tokens_per_gpu_s")})
     _integer_columns(out, ("batch", "seq_len", "decode_len"))
-    out["error_band"] = grounded.error_band("decode")
+    out["error_band"] = grounded.error_bands("decode", [dict(pairs)[c] for c in out["GPU"].cat.categories],
+                                             out["GPU"].cat.codes.to_numpy(),
+                                             out["batch"].to_numpy())
     return out

@@ -8,16 +8,19 @@ they are shown as the utilisation published / predicted and kept out of the erro
 from __future__ import annotations
 
 import csv
+import datetime
 import math
 from importlib import resources
 
 import pandas as pd
 
-from . import grounded
+from . import bands, grounded
 
 GPUS_PER_NODE = 8
 COLUMNS = ("point", "source", "device", "phase", "metric", "published", "predicted", "error", "kind",
            "assumed", "missing")
+# design: a model term was shaped while looking at the point (in-sample); check: no term was.
+ROLES = ("design", "check")
 
 
 def _points_path():
@@ -42,11 +45,25 @@ def load_points() -> list[dict]:
             elif k in ("point", "source", "device", "phase", "metric", "kind", "overlap", "weight_dtype", "assumed",
                        "missing"):
                 p[k] = v
+            elif k == "role":
+                if v not in ROLES:
+                    raise ValueError(f"{_points_path()}, row {i}: field 'role' must be one of {', '.join(ROLES)}, "
+                                     f"got {v!r}")
+                p[k] = v
+            elif k == "added":
+                try:
+                    p[k] = datetime.date.fromisoformat(v).isoformat()
+                except ValueError:
+                    raise ValueError(f"{_points_path()}, row {i}: field 'added' must be a date YYYY-MM-DD, "
+                                     f"got {v!r}") from None
             else:
                 try:
                     p[k] = float(v)
                 except ValueError:
                     raise ValueError(f"{_points_path()}, row {i}: field '{k}' must be a number, got {v!r}") from None
+        for k in ("role", "added"):
+            if k not in p:
+                raise ValueError(f"{_points_path()}, row {i}: field '{k}' is required")
         out.append(p)
     return out
 
@@ -110,28 +127,40 @@ def predict_point(p: dict) -> float:
     raise ValueError(f"point {p['point']}: unknown metric {metric!r}")
 
 
+def point_regime(p: dict) -> tuple[str, str, str]:
+    """(table kind, phase, bound) of a published point: the regime its error band is measured in."""
+    return (grounded.table_kind(p["device"]), p["phase"], bands.bound_of(p["phase"], p.get("batch")))
+
+
 def validate() -> pd.DataFrame:
     """Predicted against published for every point: error = predicted / published - 1 for peaks;
-    for daily averages the column `utilisation` = published / predicted instead."""
+    for daily averages the column `utilisation` = published / predicted instead. Each point also
+    carries its role, regime and leave-one-out band (dsperf.model.bands)."""
     rows = []
     for p in load_points():
         pred = predict_point(p)
         peak = p["kind"] == "peak"
+        table, phase, bound = point_regime(p)
         rows.append({"point": p["point"], "source": p["source"], "device": p["device"], "phase": p["phase"],
                      "metric": p["metric"], "published": p["published"], "predicted": pred,
                      "error": pred / p["published"] - 1 if peak else math.nan,
                      "utilisation": math.nan if peak else p["published"] / pred, "kind": p["kind"],
+                     "role": p["role"], "added": p["added"], "table": table, "bound": bound,
                      "assumed": p.get("assumed", ""), "missing": p.get("missing", "")})
-    return pd.DataFrame(rows)
+    return bands.leave_one_out(pd.DataFrame(rows))
 
 
 def summary(df: pd.DataFrame | None = None) -> dict:
-    """Median and worst |error| over the peak points, overall and per phase, and the points beyond
+    """Median and worst |error| over the peak points, overall, per phase and over the `check`
+    points alone; the share of check points inside their leave-one-out band; and the points beyond
     30% with and without a named missing input."""
     df = validate() if df is None else df
     peaks = df[df["kind"] == "peak"]
     err = peaks["error"].abs()
+    check = peaks[peaks["role"] == "check"]
     out = {"points": int(len(peaks)), "median_abs_error": float(err.median()), "max_abs_error": float(err.max()),
+           "check_points": int(len(check)), "median_abs_error_check": float(check["error"].abs().median()),
+           "inside_band_check": float(check["inside_band"].astype(bool).mean()) if len(check) else math.nan,
            "beyond_30pct": peaks.loc[err > 0.30, "point"].tolist(),
            "beyond_30pct_unexplained": peaks.loc[(err > 0.30) & (peaks["missing"] == ""), "point"].tolist()}
     for phase, g in peaks.groupby("phase"):
@@ -140,8 +169,7 @@ def summary(df: pd.DataFrame | None = None) -> dict:
 
 
 def error_band(phase: str, df: pd.DataFrame | None = None) -> float:
-    """The median |error| of the peak points of a phase (prefill, decode, e2e): the band a
-    prediction in that regime carries."""
+    """The median |error| of the peak points of a phase (prefill, decode, e2e)."""
     df = validate() if df is None else df
     g = df[(df["kind"] == "peak") & (df["phase"] == phase)]
     if g.empty:

@@ -1,0 +1,142 @@
+"""Error bands by regime, measured by leave-one-out over the validation's `check` points.
+
+A prediction's band is how far the model has been from published figures in the same regime,
+where a regime is (how the device's kernel table was obtained, the phase, what bounds the step):
+
+- table: ``measured`` (a table of kernel timings measured on that GPU family), ``derived`` (the
+  Hopper curve over shapes scaled to published figures of the device at large shapes; see
+  model/derive_table.py) or ``default`` (no table: every compute call at the default efficiency);
+- phase: ``decode``, ``prefill`` or ``e2e`` (prefill and decode on the same GPUs);
+- bound: ``latency`` where a decode step serves fewer than LATENCY_BATCH requests per GPU (fixed
+  costs, launches and all-reduces dominate), else ``throughput``.
+
+The band of a regime is the BAND_QUANTILE quantile of |error| over the `check` points in it
+(`design` points, on which a term was shaped, would make it look better than it is). Regimes with
+fewer than MIN_POINTS points fall back to a coarser one: (table, phase), then (table); where no
+regime of that table kind has enough points, the band is the worst |error| of any check point. Leave-one-out: a point's own band is computed without it, so
+the share of check points inside their band (``coverage``) is an honest estimate of how often a
+printed band holds.
+
+The bands are data: `dsperf validate --write-bands` writes data/validation/bands.csv, which
+predictions read; a test checks that the shipped file matches the current validation.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import math
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+LATENCY_BATCH = 8           # requests per GPU below which a decode step is called latency-bound (assumed)
+BAND_QUANTILE = 0.8         # the band holds for about this share of points in its regime (assumed)
+MIN_POINTS = 3              # fewer check points than this in a regime: use the coarser regime
+TABLE_KINDS = ("measured", "derived", "default")
+BAND_COLUMNS = ("table", "phase", "bound", "points", "band", "from_regime")
+
+
+def bands_path():
+    return resources.files("dsperf") / "data" / "validation" / "bands.csv"
+
+
+def bound_of(phase: str, batch: float | None) -> str:
+    return "latency" if phase == "decode" and batch is not None and batch < LATENCY_BATCH else "throughput"
+
+
+def _quantile(errors) -> float:
+    e = np.abs(np.asarray(errors, dtype=float))
+    return float(np.quantile(e, BAND_QUANTILE)) if len(e) else math.nan
+
+
+def _regimes(table: str, phase: str, bound: str):
+    """From the regime itself to the coarsest: the keys a band is looked for under."""
+    return [(table, phase, bound), (table, phase, "*"), (table, "*", "*"), ("*", "*", "*")]
+
+
+def _matching(df: pd.DataFrame, key) -> pd.DataFrame:
+    table, phase, bound = key
+    m = np.ones(len(df), dtype=bool)
+    if table != "*":
+        m &= df["table"].to_numpy() == table
+    if phase != "*":
+        m &= df["phase"].to_numpy() == phase
+    if bound != "*":
+        m &= df["bound"].to_numpy() == bound
+    return df[m]
+
+
+def band_from(check: pd.DataFrame, table: str, phase: str, bound: str) -> tuple[float, int, str]:
+    """(band, points it was measured on, the regime they came from) for a regime, from the given
+    check points (with columns table, phase, bound, error)."""
+    for key in _regimes(table, phase, bound)[:-1]:
+        g = _matching(check, key)
+        if len(g) >= MIN_POINTS:
+            return _quantile(g["error"]), int(len(g)), "/".join(key)
+    # No regime of this table kind has enough points: the model is untested there, and the band is
+    # the worst error of any check point, not a quantile.
+    if len(check) == 0:
+        return math.nan, 0, "none"
+    return float(check["error"].abs().max()), int(len(check)), "worst of all"
+
+
+def leave_one_out(df: pd.DataFrame) -> pd.DataFrame:
+    """Per peak point: its regime's band computed from the other check points, and whether its
+    error fell inside. df: validation rows with table, phase, bound, role, kind, error."""
+    peaks = df[df["kind"] == "peak"]
+    check = peaks[peaks["role"] == "check"]
+    bands, inside = [], []
+    for idx, row in df.iterrows():
+        if row["kind"] != "peak":
+            bands.append(math.nan)
+            inside.append(None)
+            continue
+        band, _, _ = band_from(check.drop(index=idx, errors="ignore"), row["table"], row["phase"], row["bound"])
+        bands.append(band)
+        inside.append(bool(abs(row["error"]) <= band) if math.isfinite(band) else False)
+    out = df.copy()
+    out["loo_band"] = bands
+    out["inside_band"] = inside
+    return out
+
+
+def band_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The band of every regime a prediction can fall in, from all check points: what
+    bands.csv holds."""
+    peaks = df[(df["kind"] == "peak") & (df["role"] == "check")]
+    rows = []
+    for table in TABLE_KINDS:
+        for phase in ("decode", "prefill", "e2e"):
+            for bound in ("latency", "throughput"):
+                if phase != "decode" and bound == "latency":
+                    continue
+                band, n, src = band_from(peaks, table, phase, bound)
+                rows.append({"table": table, "phase": phase, "bound": bound, "points": n,
+                             "band": round(band, 6), "from_regime": src})
+    return pd.DataFrame(rows, columns=list(BAND_COLUMNS))
+
+
+def write_bands(df: pd.DataFrame, path=None) -> str:
+    path = path or bands_path()
+    table = band_table(df)
+    with open(path, "w", newline="") as f:
+        f.write("# Error bands by regime: the 80% quantile of |error| over dsperf validate's check points "
+                "(dsperf.model.bands; written by `dsperf validate --write-bands`).\n")
+        table.to_csv(f, index=False, lineterminator="\n")
+    return str(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped() -> dict:
+    with bands_path().open(newline="") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    return {(r["table"], r["phase"], r["bound"]): (float(r["band"]), int(r["points"]), r["from_regime"])
+            for r in rows}
+
+
+def lookup(table: str, phase: str, bound: str) -> tuple[float, int, str]:
+    """The shipped band of a regime: (band, points, the regime it was measured on). The shipped
+    file holds every regime (tests/test_bands.py); a file written before a regime existed gives
+    NaN with the reason, which is what validation itself sees while it measures the bands."""
+    return _shipped().get((table, phase, bound), (math.nan, 0, "no band: bands.csv has no row for this regime"))

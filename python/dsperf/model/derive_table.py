@@ -1,0 +1,169 @@
+"""Kernel tables for GPUs with no per-shape measurements: the transfer rule.
+
+Blackwell GPUs have published kernel figures at their best shapes only (a GEMM library's peak at
+large M, an attention kernel's best TFLOPS or GB/s), not the per-shape tables the grounded model
+reads. The rule that fills the gap:
+
+    efficiency_target(shape) = efficiency_hopper(shape) x anchor / best_hopper(family)
+
+- efficiency_hopper(shape): the Hopper table's measured row (data/efficiency/H800.csv), as a
+  fraction of the H800's datasheet roofline at the tables' clock: the curve over shapes (how small
+  shapes fall short of large ones) is taken from the Hopper kernels;
+- anchor: a published best-case figure of the target GPU for that family, as a fraction of its
+  own datasheet peak (data/anchors.csv, each with its source);
+- best_hopper(family): the best efficiency of the Hopper rows the anchor is compared with (both
+  "up to" figures): compute-bound rows for a TFLOPS anchor, memory-bound rows for a GB/s anchor,
+  among rows at or below the roofline (a few rows' shapes fit the work model
+  badly and come out above 1; they are not a best case).
+
+Each derived row keeps the Hopper row's source and names the anchor's as `source2`, with
+`basis = derived`. Rows of the NVFP4 families have no Hopper counterpart: they take the FP8 rows'
+curve (gemm_fp8 for gemm_fp4; grouped_masked below 512 rows per expert and grouped_contiguous
+from 512 for grouped_fp4), scaled to the NVFP4 anchor. One anchor scales every row of its families,
+memory-bound rows too (no Blackwell GEMM library publishes its memory-bound best separately).
+Efficiencies are capped at 1.
+
+`python -m dsperf.model.derive_table` rewrites data/efficiency/<target>.csv;
+tests/test_derived_tables.py checks that the shipped file is what the rule gives today.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+from importlib import resources
+
+from .. import _C
+from .devices import load_device
+
+SM = _C.step_model
+HOPPER_TABLE = "H800"
+# The FP8 family whose rows give each NVFP4 family its curve over shapes.
+FP4_CURVES = {"gemm_fp4": ("gemm_fp8",), "grouped_fp4": ("grouped_masked", "grouped_contiguous")}
+GROUPED_FP4_CONTIGUOUS_FROM = 512   # rows per expert from which grouped_fp4 follows the prefill layout
+PEAK_FIELDS = ("fp8_tflops", "fp16_tflops", "fp4_tflops", "mem_bw_gbps")
+OUT_COLUMNS = ("family", "m", "n", "k", "groups", "batch", "kv_len", "heads", "ep", "dtype", "latency_us", "gbps",
+               "basis", "source", "source2")
+
+
+def _data(name):
+    return resources.files("dsperf") / "data" / "efficiency" / name
+
+
+def read_anchors(path=None) -> list[dict]:
+    """The published best-case figures: target table, families, figure, the device field it is a
+    fraction of, and the source. Errors name the file, row and field."""
+    path = path or resources.files("dsperf") / "data" / "anchors.csv"
+    with path.open(newline="") if hasattr(path, "open") and not isinstance(path, str) else open(path, newline="") as f:
+        rows = list(csv.DictReader(line for line in f if not line.lstrip().startswith("#")))
+    out = []
+    for i, r in enumerate(rows, start=1):
+        for field in ("table", "families", "published", "peak_field", "source"):
+            if not (r.get(field) or "").strip():
+                raise ValueError(f"{path}, row {i}: field '{field}' is required")
+        if r["peak_field"] not in PEAK_FIELDS:
+            raise ValueError(f"{path}, row {i}: field 'peak_field' must be one of {', '.join(PEAK_FIELDS)}, "
+                             f"got {r['peak_field']!r}")
+        try:
+            published = float(r["published"])
+        except ValueError:
+            raise ValueError(f"{path}, row {i}: field 'published' must be a number, got {r['published']!r}") from None
+        families = r["families"].split()
+        unknown = [f for f in families if f not in SM.family_names()]
+        if unknown:
+            raise ValueError(f"{path}, row {i}: field 'families': unknown kernel family {unknown[0]!r}")
+        out.append({"table": r["table"].strip(), "families": families, "published": published,
+                    "peak_field": r["peak_field"], "source": r["source"].strip()})
+    return out
+
+
+def _shape(row):
+    from .grounded import _shape as shape_of
+    return shape_of(row)
+
+
+def _roofline_s(family, row, device) -> float:
+    return SM.datasheet_roofline_s(SM.table_work(family, _shape(row)), device, 1.0)
+
+
+def _memory_bound(family, row, device) -> bool:
+    w = SM.table_work(family, _shape(row))
+    return w.bytes / (device.mem_bw_gbps * 1e9) >= _roofline_s(family, row, device) * (1 - 1e-12)
+
+
+def _efficiency(row, device) -> float:
+    return _roofline_s(row["family"], row, device) / (row["latency_us"] * 1e-6)
+
+
+def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
+    """The derived rows of `target`'s table."""
+    from .grounded import read_table_rows
+
+    hopper = load_device(hopper_table, "corrected")
+    dev = load_device(target, "corrected")
+    rows = read_table_rows(_data(f"{hopper_table}.csv"))
+    # The best row per (family, what bounds it on the Hopper roofline): a TFLOPS anchor is compared
+    # with compute-bound rows, a GB/s anchor with memory-bound ones. A few rows sit above the
+    # roofline (their shape fits the work model badly): they are not a best case.
+    best = {}
+    for r in rows:
+        e = _efficiency(r, hopper)
+        key = (r["family"], _memory_bound(r["family"], r, hopper))
+        if e <= 1.0:
+            best[key] = max(best.get(key, 0.0), e)
+    out = []
+    for anchor in (a for a in read_anchors() if a["table"] == target):
+        anchor_eff = anchor["published"] / getattr(dev, anchor["peak_field"])
+        memory = anchor["peak_field"] == "mem_bw_gbps"
+        for family in anchor["families"]:
+            curves = FP4_CURVES.get(family, (family,))
+            reference = max(best.get((c, memory), 0.0) for c in curves)
+            if reference <= 0:
+                raise ValueError(f"anchor for {target} {family}: the {hopper_table} table has no "
+                                 f"{'memory' if memory else 'compute'}-bound row to compare it with")
+            for r in rows:
+                if r["family"] not in curves:
+                    continue
+                if family == "grouped_fp4":
+                    contiguous = r["family"] == "grouped_contiguous"
+                    if contiguous != (r["m"] >= GROUPED_FP4_CONTIGUOUS_FROM):
+                        continue
+                eff = min(1.0, _efficiency(r, hopper) * anchor_eff / reference)
+                new = {k: v for k, v in r.items() if k not in ("basis", "source2", "latency_us")}
+                new["family"] = family
+                # Rounded up, so that a row at the cap stays at or under the roofline.
+                new["latency_us"] = math.ceil(_roofline_s(family, new, dev) / eff * 1e9) / 1e3
+                new["basis"] = "derived"
+                new["source"] = f"{r['source']} [curve over shapes]"
+                new["source2"] = f"{anchor['source']} [{anchor['published']:g} = {anchor_eff:.4f} of {target} " \
+                                 f"{anchor['peak_field']}; best {hopper_table} row {reference:.4f}]"
+                out.append(new)
+    return out
+
+
+def render(target: str) -> str:
+    rows = derive(target)
+    buf = io.StringIO()
+    buf.write(f"# Kernel efficiency rows for {target}, derived (dsperf.model.derive_table): each {HOPPER_TABLE} row's "
+              "efficiency scaled by a published best-case figure of this GPU (anchors.csv) over the best "
+              f"{HOPPER_TABLE} row of the family. Regenerate: python -m dsperf.model.derive_table {target}\n")
+    w = csv.DictWriter(buf, fieldnames=OUT_COLUMNS, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:g}" if isinstance(v, float) and k != "latency_us" else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def main(argv=None) -> int:
+    targets = (argv if argv is not None else sys.argv[1:]) or sorted({a["table"] for a in read_anchors()})
+    for t in targets:
+        path = _data(f"{t}.csv")
+        with open(path, "w", newline="") as f:
+            f.write(render(t))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""Error bands by regime (dsperf.model.bands), the derived Blackwell table (dsperf.model.derive_table)
+and the guard that no published deployment figure is an input of the model."""
+import csv
+import itertools
+import math
+import re
+import sys
+import tomllib
+from importlib import resources
+
+import pandas as pd
+import pytest
+
+from dsperf.model import bands, derive_table, grounded, validation
+
+DATA = resources.files("dsperf") / "data"
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return validation.validate()
+
+
+def test_shipped_bands_are_what_validation_measures_today(frame):
+    with bands.bands_path().open(newline="") as f:
+        shipped = pd.read_csv(f, comment="#")
+    now = bands.band_table(frame)
+    assert list(shipped.columns) == list(now.columns)
+    pd.testing.assert_frame_equal(shipped.reset_index(drop=True), now.reset_index(drop=True), check_dtype=False,
+                                  atol=1e-6)  # stale: run `dsperf validate --write-bands`
+
+
+def test_every_regime_has_a_finite_band(frame):
+    for table in bands.TABLE_KINDS:
+        for phase in ("decode", "prefill", "e2e"):
+            band, n, _ = bands.lookup(table, phase, bands.bound_of(phase, 1))
+            assert math.isfinite(band) and band > 0 and n >= bands.MIN_POINTS
+
+
+def test_leave_one_out_leaves_the_point_out():
+    df = pd.DataFrame({"kind": ["peak"] * 4, "role": ["check"] * 4, "table": ["measured"] * 4,
+                       "phase": ["decode"] * 4, "bound": ["throughput"] * 4, "error": [0.01, 0.02, 0.03, 0.90]})
+    out = bands.leave_one_out(df)
+    # The outlier's band comes from the other three only, so it falls outside.
+    assert out["loo_band"].iloc[3] == pytest.approx(0.026)
+    assert not out["inside_band"].iloc[3]
+    assert out["inside_band"].iloc[:3].all()
+
+
+def test_design_points_do_not_narrow_the_bands(frame):
+    design = frame[frame["role"] == "design"]
+    assert len(design) >= 3  # DeepSeek's profile prefill and decode, TensorRT-LLM's H200 aggregated point
+    changed = frame.copy()
+    changed.loc[changed["role"] == "design", "error"] = 0.0
+    pd.testing.assert_frame_equal(bands.band_table(changed), bands.band_table(frame))
+
+
+def test_predictions_carry_their_regimes_band():
+    h800 = grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4096, ep=128)
+    b200 = grounded.decode("DeepSeek-V3", "B200", batch=128, kv_len=4096, ep=8)
+    one = grounded.decode("DeepSeek-V3", "H200", batch=0.125, kv_len=2048, ep=8, attn_tp=8)
+    assert h800["regime"] == "measured/decode/throughput"
+    assert b200["regime"] == "derived/decode/throughput"
+    assert one["regime"] == "measured/decode/latency"
+    assert b200["error_band"] > h800["error_band"]
+
+
+def test_points_need_a_role_and_a_date(tmp_path, monkeypatch):
+    text = (DATA / "validation" / "points.csv").read_text()
+    bad = text.replace(",peak,design,", ",peak,maybe,", 1)
+    path = tmp_path / "points.csv"
+    path.write_text(bad)
+    monkeypatch.setattr(validation, "_points_path", lambda: path)
+    with pytest.raises(ValueError, match=r"points.csv, row 1: field 'role'"):
+        validation.load_points()
+    path.write_text(text.replace(",design,2026-11-23,", ",design,23/11/2026,", 1))
+    with pytest.raises(ValueError, match=r"field 'added'"):
+        validation.load_points()
+
+
+# ---- the derived table ----------------------------------------------------------------------------
+
+def test_shipped_b200_table_is_what_the_rule_gives():
+    shipped = (DATA / "efficiency" / "B200.csv").read_text()
+    assert shipped == derive_table.render("B200")  # stale: python -m dsperf.model.derive_table B200
+
+
+def test_derived_rows_name_both_sources_and_stay_under_the_roofline():
+    rows = grounded.read_table_rows(DATA / "efficiency" / "B200.csv")
+    b200 = grounded.load_device("B200", "corrected")
+    assert rows and all(r["basis"] == "derived" and r["source"] and r["source2"] for r in rows)
+    for r in rows:
+        assert 0 < derive_table._efficiency(r, b200) <= 1.0 + 1e-9, r
+
+
+def test_blackwell_devices_read_the_derived_table():
+    for dev in ("B200", "GB200", "B300", "GB300"):
+        assert grounded.table_kind(dev) == "derived"
+        r = grounded.decode("DeepSeek-V3", dev, batch=64, kv_len=2048, ep=8)
+        big = grounded.calls_frame(r)
+        big = big[big["ms_per_step"] > 0.05 * r["step_ms"]]
+        compute = big[~big["family"].str.startswith(("dispatch", "combine", "allreduce"))]
+        assert compute["from_table"].all(), compute  # no call over 5% of the step at the flat default
+
+
+@pytest.mark.parametrize("text, field", [
+    ("family,source,m,n,k,latency_us,basis\ngemm_fp8,x,1,2,3,4,derived\n", "source2"),
+    ("family,source,m,n,k,latency_us,basis\ngemm_fp8,x,1,2,3,4,guessed\n", "basis"),
+])
+def test_bad_basis_names_file_row_and_field(tmp_path, text, field):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"t.csv, row 1: field '{field}'"):
+        grounded.read_table_rows(path)
+
+
+def test_bad_anchor_names_file_row_and_field(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("table,families,published,peak_field,source\nB200,gemm_fp8,fast,fp8_tflops,x\n")
+    with pytest.raises(ValueError, match=r"a.csv, row 1: field 'published'"):
+        derive_table.read_anchors(path)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.2, -0.5])
+def test_clock_ratio_outside_0_1_is_refused(ratio):
+    with pytest.raises(ValueError, match="sustained_clock_ratio"):
+        grounded.load_device("B200", "corrected", sustained_clock_ratio=ratio)
+
+
+# ---- the input guard --------------------------------------------------------------------------------
+
+def _numbers_in_device_files():
+    for f in (DATA / "devices").iterdir():
+        if f.name.endswith(".toml"):
+            def walk(d, where):
+                for k, v in d.items():
+                    if isinstance(v, dict):
+                        yield from walk(v, f"{where}.{k}")
+                    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                        yield f"{where}.{k}", float(v)
+            yield from walk(tomllib.loads(f.read_text()), f.name)
+
+
+def _numbers_in_tables():
+    for f in (DATA / "efficiency").iterdir():
+        if f.name.endswith(".csv"):
+            for i, row in enumerate(grounded.read_table_rows(f), start=1):
+                for k, v in row.items():
+                    if isinstance(v, float):
+                        yield f"{f.name} row {i} {k}", v
+    for a in derive_table.read_anchors():
+        yield f"anchors.csv {a['table']} {a['families'][0]}", a["published"]
+
+
+def _numbers_in_assumed_values():
+    for p in validation.load_points():
+        for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?", p.get("assumed", "")):
+            yield f"points.csv {p['point']} assumed", float(m.group())
+
+
+def _model_constants():
+    from dsperf import _C
+    SM = _C.step_model
+    yield "DEFAULT_EFFICIENCY", grounded.DEFAULT_EFFICIENCY
+    for name in ("decode_step_overhead_ms", "prefill_step_overhead_ms"):
+        if hasattr(SM, name):
+            yield name, float(getattr(SM, name))
+
+
+def test_no_deployment_figure_or_ratio_of_two_is_an_input():
+    figures = sorted({p["published"] for p in validation.load_points()})
+    ratios = {a / b for a, b in itertools.permutations(figures, 2)}
+    # Small integers (counts, batch sizes, GPUs) and round shape sizes are not deployment figures.
+    trivial = lambda v: v == int(v) and (v <= 1024 or v in (2048, 4096, 8192, 16384, 32768, 65536))  # noqa: E731
+    dimensionless = list(itertools.chain(_numbers_in_device_files(), _model_constants()))
+    inputs = itertools.chain(dimensionless, _numbers_in_tables(), _numbers_in_assumed_values())
+    for where, v in inputs:
+        if v <= 0 or trivial(v):
+            continue
+        assert not any(math.isclose(v, f, rel_tol=1e-4) for f in figures), (where, v)
+    # A ratio of two figures is dimensionless: the ratios, derates, clocks and efficiencies of the
+    # device files and the model's constants (table latencies are in microseconds).
+    for where, v in dimensionless:
+        if 0 < v < 10 and not trivial(v):
+            assert not any(math.isclose(v, r, rel_tol=1e-4) for r in ratios), (where, v)
+
+
+def test_the_guard_catches_a_planted_figure(monkeypatch):
+    figure = validation.load_points()[0]["published"]
+    monkeypatch.setattr(sys.modules[__name__], "_model_constants", lambda: iter([("planted", figure)]))
+    with pytest.raises(AssertionError, match="planted"):
+        test_no_deployment_figure_or_ratio_of_two_is_an_input()
+    a, b = (p["published"] for p in validation.load_points()[:2])
+    monkeypatch.setattr(sys.modules[__name__], "_model_constants", lambda: iter([("planted ratio", a / b)]))
+    with pytest.raises(AssertionError, match="planted ratio"):
+        test_no_deployment_figure_or_ratio_of_two_is_an_input()

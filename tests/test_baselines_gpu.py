@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dsperf import cuda, cuda_array, cuda_nccl, kernels as K
+from dsperf import cuda, kernels as K
 from kernel_helpers import rand_bf16, rand_fp8_weight
-from test_cuda_fake import FakeG
+from test_cuda_fake import install_fake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.deepseek_v3.baseline import gpu  # noqa: E402
@@ -17,10 +17,7 @@ from benchmarks.deepseek_v3.baseline import gpu  # noqa: E402
 
 @pytest.fixture
 def fake(monkeypatch):
-    g = FakeG()
-    for mod in (cuda, cuda_array, cuda_nccl):
-        monkeypatch.setattr(mod, "_G", g)
-    return g
+    return install_fake(monkeypatch)
 
 
 @pytest.mark.parametrize("fp8", [False, True])

@@ -10,6 +10,8 @@ exercised (they need a GPU: tests/test_cuda.py)."""
 import ctypes
 import math
 
+import sys
+
 import numpy as np
 
 import pytest
@@ -223,12 +225,18 @@ class FakeG:
     def graph_destroy(self, exec_, stream, d): pass
 
 
-@pytest.fixture
-def fake(monkeypatch):
+def install_fake(monkeypatch) -> "FakeG":
+    """A FakeG in place of the CUDA binding in every dsperf.cuda module that holds it (the family
+    modules, arrays, nccl): the one place the tests swap the device."""
     g = FakeG()
-    for mod in (cuda, cuda_array, cuda_nccl):
+    for mod in [m for name, m in list(sys.modules.items()) if name.startswith("dsperf.cuda") and hasattr(m, "_G")]:
         monkeypatch.setattr(mod, "_G", g)
     return g
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return install_fake(monkeypatch)
 
 
 def dev(a, device=0):

@@ -4,18 +4,15 @@ the placement of results and the mixing errors are checked without a GPU."""
 import numpy as np
 import pytest
 
-from dsperf import cuda, cuda_array, cuda_nccl, kernels as K
+from dsperf import kernels as K
 from dsperf.cuda_array import DeviceArray
 from kernel_helpers import rand_bf16
-from test_cuda_fake import FakeG
+from test_cuda_fake import install_fake
 
 
 @pytest.fixture
 def fake(monkeypatch):
-    g = FakeG()
-    for mod in (cuda, cuda_array, cuda_nccl):
-        monkeypatch.setattr(mod, "_G", g)
-    return g
+    return install_fake(monkeypatch)
 
 
 def up(a):

@@ -194,3 +194,38 @@ def test_the_guard_catches_a_planted_figure(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "_model_constants", lambda: iter([("planted ratio", a / b)]))
     with pytest.raises(AssertionError, match="planted ratio"):
         test_no_deployment_figure_or_ratio_of_two_is_an_input()
+
+
+# ---- fixed costs: the TP all-reduce by message size, and MoE under TP attention ----------------------
+
+def test_tp_allreduce_is_priced_from_its_latency_table():
+    r = grounded.decode("DeepSeek-V3", "H200", batch=0.125, kv_len=2048, ep=8, attn_tp=8, moe_tp=2, mtp=3,
+                        mtp_accepted=1.82, overlap="none")
+    calls = grounded.calls_frame(r).set_index("kernel")
+    ar = calls.loc["attn_allreduce"]
+    # One request with 3 drafts on 8 GPUs: 4 tokens x 7168 x 2 bytes, priced at the table's latency
+    # for that message (5.7-7.8 us measured on 8 x H100; H200 has the same NVLink), not ~0 by bandwidth.
+    t = grounded.kernel_tables("H200")
+    assert ar["from_table"] and ar["us"] == pytest.approx(t.allreduce_us(8, 4 * 7168 * 2)["us"])
+    assert 5.7 < ar["us"] < 16.7
+    small, big = t.allreduce_us(8, 4096), t.allreduce_us(8, 8e6)
+    assert big["us"] > small["us"] and big["clamped"] and not small["clamped"]
+    # A link twice as fast halves only the part above the fixed cost.
+    fast = t.allreduce_us(8, 8e6, 2.0)["us"]
+    assert fast == pytest.approx(5.9 + (big["us"] - 5.9) / 2)
+
+
+def test_moe_under_tp_attention_on_the_same_gpus_needs_no_dispatch():
+    common = dict(batch=4, kv_len=2048, attn_tp=8, moe_tp=2)
+    same = grounded.calls_frame(grounded.decode("DeepSeek-V3", "H200", ep=8, **common))
+    wider = grounded.calls_frame(grounded.decode("DeepSeek-V3", "H200", ep=16, **common))
+    assert "moe_allreduce" in set(same["kernel"]) and not {"dispatch", "combine"} & set(same["kernel"])
+    assert {"dispatch", "combine"} <= set(wider["kernel"]) and "moe_allreduce" not in set(wider["kernel"])
+
+
+def test_allreduce_rows_need_a_message_size(tmp_path):
+    path = tmp_path / "n.csv"
+    path.write_text("family,source,tp,latency_us\nallreduce,x,8,5.9\n")
+    with pytest.raises(ValueError, match=r"n.csv, row 1: field 'gbps': an allreduce row needs gbps, or latency_us "
+                                         r"and bytes"):
+        grounded.read_table_rows(path)

@@ -110,6 +110,14 @@ void bind_step_model(py::module_& root) {
                  t.add_bandwidth(table_family_from_name(f), axis, gbps);
              },
              py::arg("family"), py::arg("axis"), py::arg("gbps"))
+        .def("add_allreduce_latency",
+             [](KernelTables& t, double tp, double message_bytes, double us) { t.allreduce.add(tp, message_bytes, us); },
+             py::arg("tp"), py::arg("message_bytes"), py::arg("latency_us"),
+             "A measured latency (us) of one all-reduce of a message of message_bytes across tp GPUs")
+        .def("allreduce_us", [](const KernelTables& t, double tp, double message_bytes, double link_scale) {
+            const AllReduceLatency r = t.allreduce.latency_us(tp, message_bytes, link_scale);
+            return py::dict(py::arg("us") = r.us, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
+        }, py::arg("tp"), py::arg("message_bytes"), py::arg("link_scale") = 1.0)
         .def("rows", [](const KernelTables& t, const std::string& f) { return t.rows(table_family_from_name(f)); })
         .def("lookup", [](const KernelTables& t, const std::string& f, const KernelShape& s) {
             const TableLookup r = t.lookup(table_family_from_name(f), s);

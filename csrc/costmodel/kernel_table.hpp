@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/allreduce_table.hpp"
 #include "costmodel/kernel_cost.hpp"
 
 namespace dsperf {
@@ -125,6 +126,8 @@ public:
 
     // Used where a family has no rows: an efficiency, or a fraction of the link's datasheet rate.
     double default_efficiency = 0.6;
+    // Latencies of the TP all-reduce by message size (allreduce_table.hpp); empty: priced by bandwidth.
+    AllReduceTable allreduce;
 
 private:
     std::array<EfficiencyCurve, kTableFamilyCount> curves_;

@@ -28,6 +28,13 @@ double kv_entry_bytes(const ModelConfig& m, bool fp8) {
                : 2.0 * m.kv_cache_width();
 }
 
+// The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
+// (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU).
+constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
+// The link the all-reduce latency rows were measured on: H100 SXM, NVLink 4, 450 GB/s per direction
+// (NVIDIA H100 datasheet: 900 GB/s bidirectional).
+constexpr double kAllReduceTableNvlinkGbps = 450;
+
 // The calls of one layer for one micro-batch; each priced on its own.
 class CallBuilder {
 public:
@@ -64,6 +71,25 @@ public:
         add(c);
     }
 
+    // A TP all-reduce of a `message` of bytes across `tp` GPUs: at the all-reduce table's measured
+    // latency for that size where it has rows (the fixed cost of a small all-reduce dominates a
+    // decode step's), else as ring traffic at the all-reduce bandwidth (the old pricing).
+    void allreduce(const char* name, Stage stage, double tp, double message, double link_gbps) {
+        const AllReduceLatency lat = t_.allreduce.latency_us(tp, message, link_gbps / kAllReduceTableNvlinkGbps);
+        if (!lat.found) {
+            KernelShape s;
+            s.tp = tp;
+            return comm(name, TableFamily::kAllReduce, stage, s, message * 2 * (tp - 1) / tp, link_gbps,
+                        kTableNvlinkGbps);
+        }
+        KernelCall c{name, TableFamily::kAllReduce, stage};
+        c.bytes = message * 2 * (tp - 1) / tp;
+        c.us = lat.us;
+        c.efficiency = c.bytes / (c.us * 1e-6) / 1e9;  // GB/s of ring traffic, as the bandwidth rows
+        c.from_table = true, c.clamped = lat.clamped;
+        add(c);
+    }
+
     void keep_all() { keep_ = true; }
 
     // A call priced elsewhere (a multiple of one priced here).
@@ -86,9 +112,6 @@ TableFamily weight_gemm(const Deployment& dep) { return dep.weights_fp8 ? TableF
 // Bytes per value the experts' SiLU-mul writes for their down projection: NVFP4, or FP8.
 double quant_bytes(const Deployment& dep) { return dep.experts_fp4 ? kNvfp4Bytes : 1.0; }
 
-// The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
-// (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU).
-constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
 // The EP size of the network table's intranode (NVLink) rows.
 constexpr double kIntranodeTableEp = 8;
 
@@ -145,12 +168,7 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     // The attention output is BF16; the FP8 wo GEMM quantises it first (per-token 1x128 scales).
     elementwise("wo_act_quant", T * H * V * 3);
     gemm("wo", weight_gemm(dep), T, D, H * V);
-    if (tp > 1) {
-        KernelShape s;
-        s.tp = tp;
-        const double bytes = T * D * 2 * 2 * (tp - 1) / tp;  // ring all-reduce of BF16 activations
-        b.comm("attn_allreduce", TableFamily::kAllReduce, A, s, bytes, d.nvlink_gbps, kTableNvlinkGbps);
-    }
+    if (tp > 1) b.allreduce("attn_allreduce", A, tp, T * D * 2, d.nvlink_gbps);  // BF16 activations
 }
 
 void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t) {
@@ -172,7 +190,14 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     KernelShape link;
     link.ep = dep.ep;
     const bool internode = dep.ep > d.gpus_per_node;
-    if (dep.phase == Phase::kDecode && internode) {
+    // Attention TP over the same GPUs as the experts (TensorRT-LLM's and SGLang's one-node default):
+    // after the attention all-reduce every GPU holds every token of the group, so each picks the
+    // rows of its own experts locally (no dispatch) and the partial outputs are summed by one
+    // all-reduce of the group's tokens (no combine).
+    const bool replicated = dep.attn_tp > 1 && dep.ep == dep.attn_tp;
+    if (replicated) {
+        b.allreduce("moe_allreduce", Stage::kCombine, dep.attn_tp, t * dep.attn_tp * D * 2, d.nvlink_gbps);
+    } else if (dep.phase == Phase::kDecode && internode) {
         // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it.
         b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload,
                d.scaleout_gbps, kTableNicGbps);
@@ -270,12 +295,7 @@ void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     act.bytes = T * (2.0 * I * 2 + I);  // SiLU-mul + FP8 requantisation
     b.compute("dense_act_quant", TableFamily::kElementwise, Stage::kDenseMlp, act);
     b.compute("dense_down", weight_gemm(dep), Stage::kDenseMlp, down);
-    if (tp > 1) {
-        KernelShape s;
-        s.tp = tp;
-        b.comm("dense_allreduce", TableFamily::kAllReduce, Stage::kDenseMlp, s, T * m.dim * 2 * 2 * (tp - 1) / tp,
-               d.nvlink_gbps, kTableNvlinkGbps);
-    }
+    if (tp > 1) b.allreduce("dense_allreduce", Stage::kDenseMlp, tp, T * m.dim * 2, d.nvlink_gbps);
 }
 
 // Two streams, two micro-batches, `layers` MoE layers after the dense ones: each stage starts

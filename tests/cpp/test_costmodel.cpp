@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "costmodel/allreduce_table.hpp"
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
 #include "costmodel/explore.hpp"
@@ -50,7 +51,26 @@ static DeviceSpec h800(int comm_sms) {
     return d;
 }
 
+// The all-reduce latency table: the smallest message's latency is the floor, linear between rows,
+// the last slope past them, the rise above the floor divided by the link's speed-up, nearest tp.
+static void test_allreduce_table() {
+    AllReduceTable t;
+    check_close(t.latency_us(8, 1000, 1).found, 0, 0, "allreduce table: empty");
+    t.add(8, 4096, 6.0);
+    t.add(8, 1024, 5.0);
+    t.add(8, 8192, 10.0);
+    t.add(2, 1024, 3.0);
+    check_close(t.latency_us(8, 100, 1).us, 5.0, 1e-12, "allreduce table: below the smallest message");
+    check_close(t.latency_us(8, 2560, 1).us, 5.5, 1e-12, "allreduce table: between rows");
+    check_close(t.latency_us(8, 12288, 1).us, 14.0, 1e-12, "allreduce table: past the largest row");
+    check_close(t.latency_us(8, 12288, 2).us, 5.0 + 9.0 / 2, 1e-12, "allreduce table: a link twice as fast");
+    check_close(t.latency_us(8, 12288, 1).clamped, 1, 0, "allreduce table: past the rows is clamped");
+    check_close(t.latency_us(3, 1024, 1).us, 3.0, 1e-12, "allreduce table: the nearest tp (log space)");
+    check_close(t.latency_us(3, 1024, 1).clamped, 1, 0, "allreduce table: another tp is clamped");
+}
+
 int main() {
+    test_allreduce_table();
     const ModelConfig m;  // DeepSeek-V3 defaults
     const MlaFlops f = mla_flops(1, 1, m, 0);
     check_close(f.total_gflop(), 0.37429248, 1e-12, "mla_flops(1,1)");

@@ -97,7 +97,10 @@ def read_table_rows(path) -> list[dict]:
             if (raw.get(col) or "").strip():
                 row[col] = _number(raw[col], path, i, col)
         comm = SM.is_comm_family(fam)
-        if comm and "gbps" not in row and not ("latency_us" in row and "tokens" in row):
+        if fam == "allreduce" and "gbps" not in row and not ("latency_us" in row and "bytes" in row):
+            raise ValueError(f"{path}, row {i}: field 'gbps': an allreduce row needs gbps, or latency_us and bytes "
+                             "(the message size)")
+        if comm and fam != "allreduce" and "gbps" not in row and not ("latency_us" in row and "tokens" in row):
             raise ValueError(f"{path}, row {i}: field 'gbps': a {fam} row needs gbps, or latency_us and tokens")
         if not comm and "latency_us" not in row:
             raise ValueError(f"{path}, row {i}: field 'latency_us' is required for {fam}")
@@ -133,7 +136,10 @@ def _tables_for(table: str | None, default_efficiency: float, measured_on_file: 
                 modified_ns: int = 0) -> "SM.KernelTables":
     t = SM.KernelTables(default_efficiency)
     for row in read_table_rows(_tables_dir() / "network.csv"):
-        t.add_bandwidth(row["family"], row.get("ep", 1.0), _row_gbps(row))
+        if row["family"] == "allreduce" and "gbps" not in row:
+            t.add_allreduce_latency(row["tp"], row["bytes"], row["latency_us"])
+        else:
+            t.add_bandwidth(row["family"], row.get("ep", 1.0), _row_gbps(row))
     if measured_on_file is not None:  # a calibration's own table, beside its device file
         path = Path(measured_on_file).parent / table
         if not path.is_file():

@@ -31,6 +31,13 @@ def rand_fp8_weight(rng, rows, cols):
     return np.clip(q, -448, 448).astype(FP8), scale
 
 
+def fp8_linear_eps(k):
+    """The tolerance of an FP8 block-scaled GEMM against dsperf.reference.linear: the reference
+    scales each 128-deep partial sum (DeepGEMM's definition); a kernel may round code x scale to
+    BF16 first, one BF16 unit roundoff of each product, on top of the FP32 summation of k terms."""
+    return EPS_BF16 + 2 * k * EPS_F32
+
+
 def f32(a):
     return np.asarray(a).astype(np.float32)
 

@@ -6,7 +6,7 @@ import pytest
 
 from dsperf import kernels as K
 from dsperf import reference as R
-from kernel_helpers import BF16, EPS_BF16, EPS_F32, FP8, assert_dot_close, f32, rand_bf16, rand_fp8_weight
+from kernel_helpers import fp8_linear_eps, BF16, EPS_BF16, EPS_F32, FP8, assert_dot_close, f32, rand_bf16, rand_fp8_weight
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_linear_fp8_block_scaled(rng, m, k, n):
     x = rand_bf16(rng, m, k)
     w, s = rand_fp8_weight(rng, n, k)
     wd = R.weight_dequant(w, s)
-    assert_dot_close(K.linear(x, w, s), R.linear(x, w, s), np.abs(f32(x)) @ np.abs(f32(wd)).T, 2 * k * EPS_F32)
+    assert_dot_close(K.linear(x, w, s), R.linear(x, w, s), np.abs(f32(x)) @ np.abs(f32(wd)).T, fp8_linear_eps(k))
 
 
 def test_weight_dequant_matches_reference(rng):

@@ -43,10 +43,23 @@ def act_quant(x, group=128):
     return np.clip(q, -FP8_MAX, FP8_MAX).astype(FP8), s
 
 
-def linear(x, w, w_scale=None):
-    if w_scale is not None:
-        w = weight_dequant(w, w_scale)
-    return f32(x) @ f32(w).T
+def linear(x, w, w_scale=None, block=128):
+    """y = x w^T in FP32. FP8 weights with 128x128 block scales follow DeepGEMM's definition: the
+    e4m3 codes are exact in BF16 and are multiplied unscaled, and each block's scale multiplies the
+    partial sum over its 128-deep K block (computed here in float64, then summed over the blocks).
+    Kernels that dequantise a block to BF16 first (bf16(code x scale), as DeepSeek-V3's
+    weight_dequant) differ from this by that rounding: at most one BF16 unit roundoff of each
+    product, which the tests' tolerances allow."""
+    if w_scale is None:
+        return f32(x) @ f32(w).T
+    xd, wd, scale = np.asarray(x).astype(np.float64), np.asarray(w).astype(np.float64), f32(w_scale)
+    N, K = wd.shape
+    y = np.zeros((xd.shape[0], N))
+    for kb in range(-(-K // block)):
+        ks = slice(kb * block, (kb + 1) * block)
+        per_row = np.repeat(scale[:, kb], block)[:N].astype(np.float64)
+        y += (xd[:, ks] @ wd[:, ks].T) * per_row
+    return y.astype(np.float32)
 
 
 def rmsnorm(x, weight, eps=1e-6):

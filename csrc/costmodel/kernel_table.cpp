@@ -167,10 +167,13 @@ void EfficiencyCurve::add(const TableKeys& keys, double primary, double value) {
     };
     auto g = std::find_if(groups_.begin(), groups_.end(), same);
     if (g == groups_.end()) {
-        groups_.push_back({lk, {}});
-        g = groups_.end() - 1;
+        // Single-axis groups stay sorted by their axis, so that a lookup finds the two around it.
+        g = keys.n == 1 ? std::upper_bound(groups_.begin(), groups_.end(), lk.v[0],
+                                           [](double v, const Group& x) { return v < x.log_keys.v[0]; })
+                        : groups_.end();
+        g = groups_.insert(g, Group{lk, keys, {}});
     }
-    const Point p{safe_log(primary), value};
+    const Point p{safe_log(primary), primary, value};
     g->points.insert(std::upper_bound(g->points.begin(), g->points.end(), p,
                                       [](const Point& a, const Point& b) { return a.log_x < b.log_x; }),
                      p);
@@ -245,12 +248,81 @@ TableLookup EfficiencyCurve::at(const TableKeys& keys, double primary) const {
     return r;
 }
 
+void EfficiencyCurve::bracket(const Group& g, double primary, CurveSpan& s, int slot) const {
+    const auto& pts = g.points;
+    const double x = safe_log(primary);
+    s.key[slot] = g.keys.n == 1 ? g.keys.v[0] : 0;
+    if (x <= pts.front().log_x || pts.size() == 1 || x >= pts.back().log_x) {
+        const Point& p = x >= pts.back().log_x ? pts.back() : pts.front();
+        s.points[slot] = 1, s.x[slot][0] = p.x, s.value[slot][0] = p.value;
+        s.clamped |= std::abs(x - p.log_x) > 1e-9;
+        return;
+    }
+    const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& q) { return v < q.log_x; });
+    const auto lo = hi - 1;
+    s.points[slot] = 2;
+    s.x[slot][0] = lo->x, s.value[slot][0] = lo->value;
+    s.x[slot][1] = hi->x, s.value[slot][1] = hi->value;
+}
+
+CurveSpan EfficiencyCurve::span(const TableKeys& keys, double primary) const {
+    CurveSpan s;
+    if (groups_.empty()) return s;
+    if (keys.n == 1 && groups_.front().log_keys.n == 1 && groups_.size() > 1) {
+        // The two groups around the key (sorted by it), or the end one outside their range.
+        const double lk = safe_log(keys.v[0]);
+        const auto hi = std::upper_bound(groups_.begin(), groups_.end(), lk,
+                                         [](double v, const Group& g) { return v < g.log_keys.v[0]; });
+        if (hi == groups_.begin() || hi == groups_.end() || (hi - 1)->log_keys.v[0] == lk) {
+            s.groups = 1;
+            bracket(hi == groups_.begin() ? *hi : *(hi - 1), primary, s, 0);
+        } else {
+            s.groups = 2;
+            bracket(*(hi - 1), primary, s, 0);
+            bracket(*hi, primary, s, 1);
+        }
+        return s;
+    }
+    s.groups = 1;
+    bracket(*nearest_group(keys), primary, s, 0);
+    return s;
+}
+
+namespace {
+// `s` with its primary axis set to x (and, for the attention core, its batch set so that its one
+// secondary axis is key, key > 0): the shape a table row of that group and point stands for.
+KernelShape with_axes(TableFamily f, KernelShape s, double x, double key) {
+    switch (f) {
+        case TableFamily::kMlaDecode:
+            s.kv_len = x;
+            if (key > 0 && s.q_len * s.heads > 0) s.batch = key * 128 / (s.q_len * s.heads);
+            break;
+        case TableFamily::kElementwise:
+            s.bytes = x;
+            break;
+        default:
+            s.m = x;
+            break;
+    }
+    return s;
+}
+
+// Where r lies between r0 and r1 (0 .. 1); the log-axis position where the two roofline times
+// are equal (a shape whose work does not change along the axis).
+double position(double r, double r0, double r1, double x, double x0, double x1) {
+    if (r1 > r0) return std::clamp((r - r0) / (r1 - r0), 0.0, 1.0);
+    return std::clamp((safe_log(x) - safe_log(x0)) / (safe_log(x1) - safe_log(x0)), 0.0, 1.0);
+}
+}  // namespace
+
 void KernelTables::add_latency(TableFamily family, const KernelShape& shape, double latency_us,
                                const DeviceSpec& measured_on) {
     if (is_comm_family(family))
         throw std::invalid_argument("family '" + table_family_names()[int(family)] +
                                     "' takes a bandwidth (gbps), not a latency");
-    if (!(latency_us > 0)) throw std::invalid_argument("latency_us must be > 0");
+    if (!(latency_us >= kMinLatencyUs && latency_us <= kMaxLatencyUs))
+        throw std::invalid_argument("latency_us must lie in [1e-3, 1e9]");
+    if (!has_measured_on_) measured_on_ = measured_on, has_measured_on_ = true;
     const double eff = datasheet_roofline_s(table_work(family, shape), measured_on) / (latency_us * 1e-6);
     curves_[int(family)].add(table_keys(family, shape), table_primary(family, shape), eff);
 }
@@ -259,16 +331,51 @@ void KernelTables::add_bandwidth(TableFamily family, double axis, double gbps) {
     if (!is_comm_family(family))
         throw std::invalid_argument("family '" + table_family_names()[int(family)] +
                                     "' takes a latency (latency_us), not a bandwidth");
-    if (!(gbps > 0)) throw std::invalid_argument("gbps must be > 0");
+    if (!(gbps >= kMinTableGbps && gbps <= kMaxTableGbps)) throw std::invalid_argument("gbps must lie in [1e-3, 1e9]");
     if (!(axis >= 1)) throw std::invalid_argument("ep / tp must be >= 1");
     curves_[int(family)].add({}, axis, gbps);
 }
 
-TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape) const {
-    const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
+TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
+                                 double clock_ratio) const {
     TableLookup r;
-    if (!(attention && shape.fp8_math)) r = curves_[int(family)].at(table_keys(family, shape), table_primary(family, shape));
-    if (!r.found) r.value = default_efficiency;
+    r.value = default_efficiency;
+    const EfficiencyCurve& curve = curves_[int(family)];
+    if (is_comm_family(family)) {
+        r = curve.at(table_keys(family, shape), table_primary(family, shape));
+        if (!r.found) r.value = default_efficiency;
+        return r;
+    }
+    const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
+    if ((attention && shape.fp8_math) || curve.empty()) return r;
+    const DeviceSpec& d = priced_on ? *priced_on : measured_on_;
+    const CurveSpan sp = curve.span(table_keys(family, shape), table_primary(family, shape));
+    auto roof = [&](const KernelShape& s) { return datasheet_roofline_s(table_work(family, s), d, clock_ratio); };
+    const double primary = table_primary(family, shape);
+    // Each group's time at the query's primary, with the group's own secondary axis.
+    double t[2], rg[2];
+    for (int g = 0; g < sp.groups; ++g) {
+        const double key = sp.groups == 2 ? sp.key[g] : 0;
+        const KernelShape sg = sp.groups == 2 ? with_axes(family, shape, primary, key) : shape;
+        rg[g] = roof(sg);
+        if (sp.points[g] == 1) {
+            t[g] = rg[g] / sp.value[g][0];
+            continue;
+        }
+        const double r0 = roof(with_axes(family, sg, sp.x[g][0], key));
+        const double r1 = roof(with_axes(family, sg, sp.x[g][1], key));
+        const double t0 = r0 / sp.value[g][0], t1 = r1 / sp.value[g][1];
+        t[g] = t0 + position(rg[g], r0, r1, primary, sp.x[g][0], sp.x[g][1]) * (t1 - t0);
+    }
+    double time = t[0];
+    const double rq = roof(shape);
+    if (sp.groups == 2) {
+        const double key = table_keys(family, shape).v[0];
+        time = t[0] + position(rq, rg[0], rg[1], key, sp.key[0], sp.key[1]) * (t[1] - t[0]);
+    }
+    r.found = true, r.clamped = sp.clamped;
+    // A call with no work (rq = 0) has no time to interpolate: its nearest row's efficiency.
+    r.value = rq > 0 && time > 0 ? rq / time : sp.value[0][0];
     return r;
 }
 

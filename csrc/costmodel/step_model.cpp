@@ -40,7 +40,7 @@ public:
     void compute(const char* name, TableFamily f, Stage stage, const KernelShape& s) {
         KernelCall c{name, f, stage};
         const KernelWork w = table_work(f, s);
-        const TableLookup e = t_.lookup(f, s);
+        const TableLookup e = t_.lookup(f, s, &d_, d_.sustained_clock_ratio);
         c.flops = w.flops, c.bytes = w.bytes;
         c.efficiency = e.value, c.from_table = e.found, c.clamped = e.clamped;
         // The table's efficiency is against the datasheet roofline at the clock its benchmarks ran
@@ -462,7 +462,8 @@ StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t
     r.overhead_ms = dep.step_overhead_ms >= 0 ? dep.step_overhead_ms
                                               : (decode ? kDecodeStepOverheadMs : kPrefillStepOverheadMs);
     const double layers_ms = schedule_ms(m, st, dep.overlap);
-    r.moe_layer_ms = (layers_ms - double(m.n_dense_layers) * r.dense_layer_ms - r.head_ms) / n_moe;
+    // A model without MoE layers (all dense) has no MoE layer to time: 0, not 0 / 0.
+    r.moe_layer_ms = n_moe > 0 ? (layers_ms - double(m.n_dense_layers) * r.dense_layer_ms - r.head_ms) / n_moe : 0.0;
     r.step_ms = layers_ms + r.overhead_ms;
 
     if (decode) {

@@ -71,6 +71,7 @@ void bind_step_model(py::module_& root) {
     py::module_ m = root.def_submodule("step_model", "The grounded model: a step as priced kernel calls");
     m.def("family_names", &table_family_names);
     m.attr("decode_step_overhead_ms") = kDecodeStepOverheadMs;
+    m.attr("MAX_IMBALANCE") = kMaxImbalance;
     m.attr("prefill_step_overhead_ms") = kPrefillStepOverheadMs;
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },
           py::arg("family"), "The shape fields a table row of the family must give");

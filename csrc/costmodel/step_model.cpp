@@ -322,7 +322,7 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     require(phase != Phase::kDecode || (kv_len >= 1 && kv_len <= 1e8), "kv_len must lie in [1, 1e8]");
     require(mtp >= 0 && mtp <= 8, "mtp must lie in [0, 8] draft tokens");
     require(mtp_accepted >= 0 && mtp_accepted <= mtp, "mtp_accepted must lie in [0, mtp]");
-    require(imbalance >= 1 && imbalance <= 64, "imbalance (max/mean load) must lie in [1, 64]");
+    require(imbalance >= 1 && imbalance <= kMaxImbalance, "imbalance (max/mean load) must lie in [1, 4096]");
     require(dense_tp >= 1 && d.gpus_per_node % dense_tp == 0 && m.inter_dim % dense_tp == 0,
             "dense_tp (" + std::to_string(dense_tp) + ") must divide the GPUs of a node and the dense MLP");
     require(moe_tp >= 1 && ep % moe_tp == 0 && d.gpus_per_node % moe_tp == 0 && m.moe_inter_dim % moe_tp == 0,

@@ -181,15 +181,20 @@ def _variant_label(spec: DeviceSpec, mode: str) -> str:
     return spec.name if not diffs else spec.name + " (" + ", ".join(f"{k}={getattr(spec, k):g}" for k in diffs) + ")"
 
 
+def device_list(devices: Union[DeviceLike, Iterable[DeviceLike]]) -> list:
+    """One device or a sequence of them, as a list (in the order given)."""
+    if isinstance(devices, (str, os.PathLike, DeviceSpec)):
+        return [devices]
+    if isinstance(devices, (bytes, dict)) or not hasattr(devices, "__iter__"):
+        raise TypeError(f"devices must be a device or a sequence of devices, got {devices!r}")
+    return list(devices)
+
+
 def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str) -> list[tuple[str, DeviceSpec]]:
     """(label, spec) pairs; the label is what the caller wrote, so tables keep their names; a
     DeviceSpec that differs from the shipped device of its name is labelled with its differences."""
-    if isinstance(devices, (str, os.PathLike, DeviceSpec)):
-        devices = [devices]
-    if isinstance(devices, (bytes, dict)) or not hasattr(devices, "__iter__"):
-        raise TypeError(f"devices must be a device or a sequence of devices, got {devices!r}")
     out = []
-    for d in devices:
+    for d in device_list(devices):
         if isinstance(d, DeviceSpec):
             _warn_if_other_mode(d, mode)
         spec = load_device(d, mode)

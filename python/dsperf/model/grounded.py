@@ -233,7 +233,7 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
     d.experts_fp4 = weight_dtype == "fp4"
     d.dense_tp = _check_int("dense_tp", dense_tp, 1, 64)
     d.moe_tp = _check_int("moe_tp", moe_tp, 1, 64)
-    d.imbalance = _check_real("imbalance", imbalance, 1, 64)
+    d.imbalance = _check_real("imbalance", imbalance, 1, SM.MAX_IMBALANCE)
     d.comm_sms = -1 if comm_sms is None else _check_int("comm_sms", comm_sms, 0, 4096)
     d.step_overhead_ms = -1.0 if step_overhead_ms is None else _check_real("step_overhead_ms", step_overhead_ms, 0, 1e4)
     return d
@@ -394,8 +394,12 @@ def eplb_imbalance(load, *, ep: int, redundant_experts: int = 0, gpus_per_node: 
 
     import numpy as np
 
-    experts = int(np.asarray(load).shape[-1])
+    shape = np.shape(load)
+    if len(shape) not in (1, 2) or shape[-1] == 0:
+        raise ValueError(f"load must be tokens per expert (one row per layer), got an array of shape {shape}")
+    experts = int(shape[-1])
     ep = _check_int("ep", ep, 1, 4096)
+    gpus_per_node = _check_int("gpus_per_node", gpus_per_node, 1, 1024)
     redundant_experts = _check_int("redundant_experts", redundant_experts, 0, 4096)
     if (experts + redundant_experts) % ep:
         raise ValueError(f"ep ({ep}) must divide the experts plus redundant experts ({experts + redundant_experts})")

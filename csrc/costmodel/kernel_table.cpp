@@ -248,46 +248,6 @@ TableLookup EfficiencyCurve::at(const TableKeys& keys, double primary) const {
     return r;
 }
 
-void EfficiencyCurve::bracket(const Group& g, double primary, CurveSpan& s, int slot) const {
-    const auto& pts = g.points;
-    const double x = safe_log(primary);
-    s.key[slot] = g.keys.n == 1 ? g.keys.v[0] : 0;
-    if (x <= pts.front().log_x || pts.size() == 1 || x >= pts.back().log_x) {
-        const Point& p = x >= pts.back().log_x ? pts.back() : pts.front();
-        s.points[slot] = 1, s.x[slot][0] = p.x, s.value[slot][0] = p.value;
-        s.clamped |= std::abs(x - p.log_x) > 1e-9;
-        return;
-    }
-    const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& q) { return v < q.log_x; });
-    const auto lo = hi - 1;
-    s.points[slot] = 2;
-    s.x[slot][0] = lo->x, s.value[slot][0] = lo->value;
-    s.x[slot][1] = hi->x, s.value[slot][1] = hi->value;
-}
-
-CurveSpan EfficiencyCurve::span(const TableKeys& keys, double primary) const {
-    CurveSpan s;
-    if (groups_.empty()) return s;
-    if (keys.n == 1 && groups_.front().log_keys.n == 1 && groups_.size() > 1) {
-        // The two groups around the key (sorted by it), or the end one outside their range.
-        const double lk = safe_log(keys.v[0]);
-        const auto hi = std::upper_bound(groups_.begin(), groups_.end(), lk,
-                                         [](double v, const Group& g) { return v < g.log_keys.v[0]; });
-        if (hi == groups_.begin() || hi == groups_.end() || (hi - 1)->log_keys.v[0] == lk) {
-            s.groups = 1;
-            bracket(hi == groups_.begin() ? *hi : *(hi - 1), primary, s, 0);
-        } else {
-            s.groups = 2;
-            bracket(*(hi - 1), primary, s, 0);
-            bracket(*hi, primary, s, 1);
-        }
-        return s;
-    }
-    s.groups = 1;
-    bracket(*nearest_group(keys), primary, s, 0);
-    return s;
-}
-
 namespace {
 // `s` with its primary axis set to x (and, for the attention core, its batch set so that its one
 // secondary axis is key, key > 0): the shape a table row of that group and point stands for.
@@ -296,6 +256,12 @@ KernelShape with_axes(TableFamily f, KernelShape s, double x, double key) {
         case TableFamily::kMlaDecode:
             s.kv_len = x;
             if (key > 0 && s.q_len * s.heads > 0) s.batch = key * 128 / (s.q_len * s.heads);
+            break;
+        case TableFamily::kGroupedContiguous:
+        case TableFamily::kGroupedMasked:
+        case TableFamily::kGroupedFp4:
+            s.m = x;
+            if (key > 0) s.groups = key;
             break;
         case TableFamily::kElementwise:
             s.bytes = x;
@@ -307,13 +273,70 @@ KernelShape with_axes(TableFamily f, KernelShape s, double x, double key) {
     return s;
 }
 
-// Where r lies between r0 and r1 (0 .. 1); the log-axis position where the two roofline times
-// are equal (a shape whose work does not change along the axis).
-double position(double r, double r0, double r1, double x, double x0, double x1) {
+// Where r lies between r0 and r1 (0 .. 1); where the two roofline times are equal (a shape whose
+// work does not change along the axis), where log x lies between log x0 and log x1.
+double position(double r, double r0, double r1, double lx, double lx0, double lx1) {
     if (r1 > r0) return std::clamp((r - r0) / (r1 - r0), 0.0, 1.0);
-    return std::clamp((safe_log(x) - safe_log(x0)) / (safe_log(x1) - safe_log(x0)), 0.0, 1.0);
+    return lx1 > lx0 ? std::clamp((lx - lx0) / (lx1 - lx0), 0.0, 1.0) : 0.0;
 }
 }  // namespace
+
+double EfficiencyCurve::group_time(const Group& g, double primary, double key, const RowTime& row_time,
+                                   const MeasuredRoof& measured_roof, bool* clamped) const {
+    const auto& pts = g.points;
+    const double x = safe_log(primary);
+    double t;
+    if (x <= pts.front().log_x || pts.size() == 1 || x >= pts.back().log_x) {
+        // Outside the rows (or on one): the end row's efficiency at the call's own shape.
+        const Point& p = x >= pts.back().log_x ? pts.back() : pts.front();
+        *clamped |= std::abs(x - p.log_x) > 1e-9;
+        t = row_time(primary, key, p.value);
+    } else {
+        const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& q) { return v < q.log_x; });
+        const auto lo = hi - 1;
+        const double w = position(measured_roof(primary, key), measured_roof(lo->x, key), measured_roof(hi->x, key),
+                                  x, lo->log_x, hi->log_x);
+        t = (1 - w) * row_time(lo->x, key, lo->value) + w * row_time(hi->x, key, hi->value);
+    }
+    // No less than any smaller row of the group takes: a row measured faster than a smaller one
+    // (noise, another kernel configuration) must not make more work cheaper.
+    for (const Point& p : pts) {
+        if (p.log_x > x + 1e-12) break;
+        t = std::max(t, row_time(p.x, key, p.value));
+    }
+    return t;
+}
+
+double EfficiencyCurve::time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
+                             const MeasuredRoof& measured_roof, bool* clamped) const {
+    const Group* near = nearest_group(keys);
+    if (!across_first_key || keys.n == 0) return group_time(*near, primary, 0, row_time, measured_roof, clamped);
+    // The groups that share the nearest group's other axes (a grouped GEMM's n and k); among them
+    // the two around the first axis (experts; the attention core's query rows), blended by
+    // roofline time on the measured device, and no less than any group below takes.
+    const double lk = safe_log(keys.v[0]);
+    const Group *below = nullptr, *above = nullptr;
+    double floor = 0;
+    for (const auto& g : groups_) {
+        bool same = g.log_keys.n == near->log_keys.n;
+        for (int i = 1; same && i < g.log_keys.n; ++i) same = g.log_keys.v[i] == near->log_keys.v[i];
+        if (!same) continue;
+        const double gk = g.log_keys.v[0];
+        if (gk <= lk) {
+            floor = std::max(floor, group_time(g, primary, g.keys.v[0], row_time, measured_roof, clamped));
+            if (!below || gk > below->log_keys.v[0]) below = &g;
+        }
+        if (gk >= lk && (!above || gk < above->log_keys.v[0])) above = &g;
+    }
+    if (!below) return group_time(*above, primary, 0, row_time, measured_roof, clamped);  // below every group
+    if (!above || below == above) return std::max(floor, group_time(*below, primary, 0, row_time, measured_roof, clamped));
+    const double k0 = below->keys.v[0], k1 = above->keys.v[0];
+    const double t0 = group_time(*below, primary, k0, row_time, measured_roof, clamped);
+    const double t1 = group_time(*above, primary, k1, row_time, measured_roof, clamped);
+    const double w = position(measured_roof(primary, 0), measured_roof(primary, k0), measured_roof(primary, k1), lk,
+                              below->log_keys.v[0], above->log_keys.v[0]);
+    return std::max(floor, (1 - w) * t0 + w * t1);
+}
 
 void KernelTables::add_latency(TableFamily family, const KernelShape& shape, double latency_us,
                                const DeviceSpec& measured_on) {
@@ -348,34 +371,30 @@ TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, c
     }
     const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
     if ((attention && shape.fp8_math) || curve.empty()) return r;
-    const DeviceSpec& d = priced_on ? *priced_on : measured_on_;
-    const CurveSpan sp = curve.span(table_keys(family, shape), table_primary(family, shape));
-    auto roof = [&](const KernelShape& s) { return datasheet_roofline_s(table_work(family, s), d, clock_ratio); };
+    // Across groups along the first secondary axis where it grows with the work: the attention
+    // core's query rows and a grouped GEMM's experts (a GEMM's n and k are the model's, fixed).
+    const bool across = family == TableFamily::kMlaDecode || family == TableFamily::kGroupedContiguous ||
+                        family == TableFamily::kGroupedMasked || family == TableFamily::kGroupedFp4;
+    const TableKeys keys = table_keys(family, shape);
     const double primary = table_primary(family, shape);
-    // Each group's time at the query's primary, with the group's own secondary axis.
-    double t[2], rg[2];
-    for (int g = 0; g < sp.groups; ++g) {
-        const double key = sp.groups == 2 ? sp.key[g] : 0;
-        const KernelShape sg = sp.groups == 2 ? with_axes(family, shape, primary, key) : shape;
-        rg[g] = roof(sg);
-        if (sp.points[g] == 1) {
-            t[g] = rg[g] / sp.value[g][0];
-            continue;
-        }
-        const double r0 = roof(with_axes(family, sg, sp.x[g][0], key));
-        const double r1 = roof(with_axes(family, sg, sp.x[g][1], key));
-        const double t0 = r0 / sp.value[g][0], t1 = r1 / sp.value[g][1];
-        t[g] = t0 + position(rg[g], r0, r1, primary, sp.x[g][0], sp.x[g][1]) * (t1 - t0);
-    }
-    double time = t[0];
-    const double rq = roof(shape);
-    if (sp.groups == 2) {
-        const double key = table_keys(family, shape).v[0];
-        time = t[0] + position(rq, rg[0], rg[1], key, sp.key[0], sp.key[1]) * (t[1] - t[0]);
-    }
-    r.found = true, r.clamped = sp.clamped;
-    // A call with no work (rq = 0) has no time to interpolate: its nearest row's efficiency.
-    r.value = rq > 0 && time > 0 ? rq / time : sp.value[0][0];
+    // The time is a blend of the rows' times on the priced device, with weights from the rows'
+    // roofline times on the device they were measured on. The weights do not depend on the priced
+    // device, so a slower part never prices a call faster; they grow with the work, so a call with
+    // more work gets more of the larger row's time.
+    const DeviceSpec& d = priced_on ? *priced_on : measured_on_;
+    const double priced_clock = priced_on ? clock_ratio : 1.0;
+    const RowTime row_time = [&](double x, double key, double value) {
+        return datasheet_roofline_s(table_work(family, with_axes(family, shape, x, key)), d, priced_clock) / value;
+    };
+    const MeasuredRoof measured_roof = [&](double x, double key) {
+        return datasheet_roofline_s(table_work(family, with_axes(family, shape, x, key)), measured_on_);
+    };
+    bool clamped = false;
+    const double time = curve.time(keys, primary, across, row_time, measured_roof, &clamped);
+    const double rq = datasheet_roofline_s(table_work(family, shape), d, priced_clock);
+    r.found = true, r.clamped = clamped;
+    // A call with no work has no time to price: the efficiency is moot, the nearest row's serves.
+    r.value = rq > 0 && time > 0 ? rq / time : curve.at(keys, primary).value;
     return r;
 }
 

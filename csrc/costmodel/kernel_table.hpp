@@ -7,18 +7,21 @@
 // communication row holds a measured bandwidth (GB/s) at an EP size.
 //
 // A compute lookup interpolates the call's time, not its efficiency, between the measured rows
-// around it: along the primary axis within a group, and across the two groups that bracket a
-// single secondary axis (the attention core's batch). The interpolation coordinate is the
-// roofline time of each row's shape on the device being priced, so a shape with more work than
-// another (a larger roofline time) never gets a smaller time as long as the rows' own latencies
-// grow with their work. Interpolating efficiencies did not: a batch of 8 took the batch-1 row's
-// launch-bound efficiency and cost 3x a batch of 16. Families with several secondary axes (GEMMs:
-// n, k, experts) take the nearest group (in log space): those axes are a model's fixed shapes.
+// around it: along the primary axis within a group, and across the two groups that bracket the
+// first secondary axis where that axis grows with the work (the attention core's query rows, a
+// grouped GEMM's experts). The time is a blend of the rows' times on the device being priced, the
+// blend's weights the query's place between the rows in roofline time on the device the rows were
+// measured on. So a call with more work never gets a smaller time as long as the rows' own
+// latencies grow with their work, and a slower device never a smaller one. Interpolating
+// efficiencies did neither: a batch of 8 took the batch-1 row's launch-bound efficiency and cost
+// 3x a batch of 16. A GEMM's n and k (a model's fixed shapes) take the nearest group (in log
+// space).
 // Outside the measured range a lookup clamps the efficiency, saying so. Communication rows
 // interpolate their GB/s linearly in log(ep).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -105,22 +108,24 @@ struct TableLookup {
     bool clamped = false;  // the shape lay outside the measured range of its group
 };
 
-// The rows a compute lookup interpolates between: up to two groups (bracketing a single secondary
-// axis, else the nearest) and in each up to two points (bracketing the primary axis).
-struct CurveSpan {
-    int groups = 0;                  // 0: the curve is empty
-    double key[2] = {0, 0};          // each group's secondary axis (single-axis curves)
-    int points[2] = {0, 0};          // 1: the primary lies outside the group's rows (clamped) or on one
-    double x[2][2] = {}, value[2][2] = {};
-    bool clamped = false;
-};
+// How a compute lookup prices against its rows (KernelTables::lookup supplies both for the call
+// being priced): row_time(x, key, value), the time of the call's shape moved to primary x and
+// first secondary axis key (0: its own) at a row's efficiency, on the device being priced; and
+// measured_roof(x, key), that shape's roofline time on the device the rows were measured on.
+using RowTime = std::function<double(double x, double key, double value)>;
+using MeasuredRoof = std::function<double(double x, double key)>;
 
 class EfficiencyCurve {
 public:
     void add(const TableKeys& keys, double primary, double value);
     // Linear in log(primary) within the nearest group (communication rows).
     TableLookup at(const TableKeys& keys, double primary) const;
-    CurveSpan span(const TableKeys& keys, double primary) const;
+    // The time of a call at (keys, primary), interpolated between its rows as the header says.
+    // across_first_key: interpolate across the groups that share the nearest group's other axes
+    // along the first one, instead of taking the nearest group. Sets *clamped when the primary
+    // lies outside the rows of a group used.
+    double time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
+                const MeasuredRoof& measured_roof, bool* clamped) const;
     bool empty() const { return groups_.empty(); }
     size_t rows() const;
 
@@ -132,8 +137,9 @@ private:
         TableKeys log_keys, keys;
         std::vector<Point> points;  // sorted by log_x
     };
-    // The primary's place in a group: the one or two points around it.
-    void bracket(const Group& g, double primary, CurveSpan& s, int slot) const;
+    // One group's time at the primary (key: its first secondary axis, 0 to keep the call's own).
+    double group_time(const Group& g, double primary, double key, const RowTime& row_time,
+                      const MeasuredRoof& measured_roof, bool* clamped) const;
     const Group* nearest_group(const TableKeys& keys) const;
     std::vector<Group> groups_;
     // Changes with every row added, never repeats across curves: a cached answer names it.

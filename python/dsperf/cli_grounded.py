@@ -57,7 +57,28 @@ def run_validate(args: argparse.Namespace) -> str:
     return text
 
 
+# The grounded model's arguments under the flags `dsperf predict` takes them as.
+_PREDICT_FLAGS = ("batch", "kv_len", "tokens", "prompt_len", "cached_prefix", "ep", "attn_tp", "redundant_experts",
+                  "mtp_accepted", "mtp", "imbalance")
+
+
+def _flag_error(exc: Exception) -> Exception:
+    """A grounded argument error reworded with the flag as typed (`kv_len must ...` -> `--kv-len must ...`)."""
+    msg = str(exc)
+    for name in _PREDICT_FLAGS:
+        if msg.startswith(name + " "):
+            return type(exc)("--" + name.replace("_", "-") + msg[len(name):])
+    return exc
+
+
 def run_predict(args: argparse.Namespace) -> str:
+    try:
+        return _predict(args)
+    except (TypeError, ValueError) as e:
+        raise _flag_error(e) from None
+
+
+def _predict(args: argparse.Namespace) -> str:
     from .model import grounded
 
     common = dict(attn_tp=args.attn_tp, redundant_experts=args.redundant_experts, overlap=args.overlap,

@@ -28,7 +28,7 @@ import pandas as pd
 from .. import _C
 from . import grounded
 from .._checks import finite_results, number, number_list
-from .devices import DeviceLike, device_list, resolve_devices
+from .devices import SPEC_FIELDS, DeviceLike, device_list, resolve_devices
 from .configs import load_model
 
 # Defaults of the search, each an assumption the user can replace.
@@ -152,9 +152,12 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     devices = device_list(devices)
     pairs = resolve_devices(devices, "corrected")
     labels = [label for label, _ in pairs]
-    twice = next((label for i, label in enumerate(labels) if label in labels[:i]), None)
+    # A device given twice (under one name or two: 'H800', 'h800') would be two frames' worth of one.
+    keys = [(spec.name,) + tuple(getattr(spec, k) for k in SPEC_FIELDS) for _, spec in pairs]
+    twice = next((i for i, k in enumerate(keys) if k in keys[:i]), None)
     if twice is not None:
-        raise ValueError(f"devices lists {twice!r} twice; give each device once")
+        raise ValueError(f"devices lists {labels[twice]!r} twice ({labels[keys.index(keys[twice])]!r} is the same "
+                         "device); give each device once")
     # Tables and board power resolved once per device, as grounded.decode resolves them.
     pricing = [grounded.device_pricing(d) for d in devices]
     eps = _ints("ep", ep, 1, 4096)

@@ -138,6 +138,16 @@ def _row_gbps(row: Mapping) -> float:
     return row["tokens"] * _DEEPEP_TOP_K * payload / (row["latency_us"] * 1e-6) / 1e9
 
 
+def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
+    """A device's table file's rows into t; a row the tables refuse (a communication family, whose
+    rows are the network table's) is an error naming the file and the row."""
+    for i, row in enumerate(read_table_rows(path), start=1):
+        if SM.is_comm_family(row["family"]):
+            raise ValueError(f"{path}, row {i}: field 'family': {row['family']} rows belong in the network table "
+                             "(data/efficiency/network.csv), not a device's kernel table")
+        t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+
+
 @functools.lru_cache(maxsize=16)
 def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None,
                 modified_ns: int = 0) -> "SM.KernelTables":
@@ -148,16 +158,12 @@ def _tables_for(table: str | None, default_efficiency: float, measured_on_file: 
         path = Path(measured_on_file).parent / table
         if not path.is_file():
             raise ValueError(f"device file {measured_on_file} names the kernel table '{table}', which is missing")
-        measured_on = load_device(measured_on_file, "corrected")
-        for row in read_table_rows(path):
-            t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+        _add_latencies(t, path, load_device(measured_on_file, "corrected"))
     elif table is not None:
         path = _tables_dir() / f"{table}.csv"
         if not path.is_file():
             raise ValueError(f"kernel table '{table}' has no file data/efficiency/{table}.csv")
-        measured_on = load_device(table, "corrected")
-        for row in read_table_rows(path):
-            t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+        _add_latencies(t, path, load_device(table, "corrected"))
     return t
 
 

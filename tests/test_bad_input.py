@@ -137,7 +137,7 @@ def test_device_file_errors(tmp_path):
     with raises("field 'sm_count' must be int"):
         dsperf.load_device(str(f))
     f.write_text(good.replace("discount = 0.85", "discount = 1.5"))
-    with raises("field 'discount' must lie in \\(0, 1\\]"):
+    with raises("field 'discount' must lie in \\[0.01, 1\\]"):
         dsperf.load_device(str(f))
     f.write_text(good + "\nwarp_size = 32\n")
     with raises("unknown field 'warp_size'"):

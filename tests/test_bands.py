@@ -110,7 +110,7 @@ def test_blackwell_devices_read_the_derived_table():
 def test_bad_basis_names_file_row_and_field(tmp_path, text, field):
     path = tmp_path / "t.csv"
     path.write_text(text)
-    with pytest.raises(ValueError, match=rf"t.csv, row 1: field '{field}'"):
+    with pytest.raises(ValueError, match=rf"t.csv, row 1 \(line 2\): field '{field}'"):
         grounded.read_table_rows(path)
 
 
@@ -226,6 +226,6 @@ def test_moe_under_tp_attention_on_the_same_gpus_needs_no_dispatch():
 def test_allreduce_rows_need_a_message_size(tmp_path):
     path = tmp_path / "n.csv"
     path.write_text("family,source,tp,latency_us\nallreduce,x,8,5.9\n")
-    with pytest.raises(ValueError, match=r"n.csv, row 1: field 'gbps': an allreduce row needs gbps, or latency_us "
+    with pytest.raises(ValueError, match=r"n.csv, row 1 \(line 2\): field .gbps.: an allreduce row needs gbps, or latency_us "
                                          r"and bytes"):
         grounded.read_table_rows(path)

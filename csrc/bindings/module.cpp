@@ -315,13 +315,17 @@ PYBIND11_MODULE(_C, mod) {
 
     // Every field from the one list (hardware/device_spec.hpp), and the list itself for Python:
     // (name, "int" / "float" / "str", required in a device file).
+    // BOUNDS: name -> (lowest, highest, 0 allowed) of each numeric field.
     py::list device_fields;
-#define DSPERF_BIND_FIELD(type, field, init, required)                                   \
+    py::dict device_bounds;
+#define DSPERF_BIND_FIELD(type, field, init, required, lo, hi, zero_ok)                  \
     strict_field(device_cls, "DeviceSpec", #field, &DeviceSpec::field);                 \
-    device_fields.append(py::make_tuple(#field, field_type_name<type>(), required));
+    device_fields.append(py::make_tuple(#field, field_type_name<type>(), required));    \
+    if (std::is_arithmetic_v<type>) device_bounds[#field] = py::make_tuple(double(lo), double(hi), zero_ok);
     DSPERF_DEVICE_SPEC_FIELDS(DSPERF_BIND_FIELD)
 #undef DSPERF_BIND_FIELD
     device_cls.attr("FIELDS") = py::tuple(device_fields);
+    device_cls.attr("BOUNDS") = device_bounds;
 
     mod.def("fix_names", &fix_names, "Names of the seed quirks a mode string can fix (+name) or keep (-name)");
     mod.def("fix_descriptions", &fix_descriptions, "One line per fix, in fix_names order: what it changes");

@@ -71,6 +71,7 @@ void bind_step_model(py::module_& root) {
     py::module_ m = root.def_submodule("step_model", "The grounded model: a step as priced kernel calls");
     m.def("family_names", &table_family_names);
     m.attr("decode_step_overhead_ms") = kDecodeStepOverheadMs;
+    m.attr("MAX_IMBALANCE") = kMaxImbalance;
     m.attr("prefill_step_overhead_ms") = kPrefillStepOverheadMs;
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },
           py::arg("family"), "The shape fields a table row of the family must give");
@@ -119,10 +120,19 @@ void bind_step_model(py::module_& root) {
             return py::dict(py::arg("us") = r.us, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
         }, py::arg("tp"), py::arg("message_bytes"), py::arg("link_scale") = 1.0)
         .def("rows", [](const KernelTables& t, const std::string& f) { return t.rows(table_family_from_name(f)); })
-        .def("lookup", [](const KernelTables& t, const std::string& f, const KernelShape& s) {
-            const TableLookup r = t.lookup(table_family_from_name(f), s);
-            return py::dict(py::arg("value") = r.value, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
-        });
+        .def(
+            "lookup",
+            [](const KernelTables& t, const std::string& f, const KernelShape& s, const DeviceSpec* device,
+               double clock_ratio) {
+                const TableLookup r = t.lookup(table_family_from_name(f), s, device, clock_ratio);
+                return py::dict(py::arg("value") = r.value, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
+            },
+            py::arg("family"), py::arg("shape"), py::arg("device") = nullptr, py::arg("clock_ratio") = 1.0);
+    // The bounds a table's figures must lie in (costmodel/kernel_table.hpp), for the loaders.
+    m.attr("TABLE_BOUNDS") = py::dict(
+        py::arg("latency_us") = py::make_tuple(kMinLatencyUs, kMaxLatencyUs),
+        py::arg("gbps") = py::make_tuple(kMinTableGbps, kMaxTableGbps),
+        py::arg("default_efficiency") = py::make_tuple(kMinDefaultEfficiency, kMaxDefaultEfficiency));
 
     py::class_<Deployment>(m, "Deployment")
         .def(py::init<>())

@@ -52,7 +52,7 @@ void ExploreGrid::validate(const ModelConfig& m) const {
     require(!batch.empty(), "batch must not be empty");
     for (double b : batch) require(b > 0 && b <= 1e6, "batch values must lie in (0, 1e6]");
     require(kv_len >= 1 && kv_len <= 1e8, "kv_len must lie in [1, 1e8]");
-    require(imbalance >= 1 && imbalance <= 64, "imbalance must lie in [1, 64]");
+    require(imbalance >= 1 && imbalance <= kMaxImbalance, "imbalance must lie in [1, 4096]");
     require(step_overhead_ms >= 0 && step_overhead_ms <= 1e4, "step_overhead_ms must lie in [0, 1e4]");
     require(dense_tp >= 1 && dense_tp <= 64 && m.inter_dim % dense_tp == 0,
             "dense_tp must lie in [1, 64] and divide the dense MLP");

@@ -167,10 +167,13 @@ void EfficiencyCurve::add(const TableKeys& keys, double primary, double value) {
     };
     auto g = std::find_if(groups_.begin(), groups_.end(), same);
     if (g == groups_.end()) {
-        groups_.push_back({lk, {}});
-        g = groups_.end() - 1;
+        // Single-axis groups stay sorted by their axis, so that a lookup finds the two around it.
+        g = keys.n == 1 ? std::upper_bound(groups_.begin(), groups_.end(), lk.v[0],
+                                           [](double v, const Group& x) { return v < x.log_keys.v[0]; })
+                        : groups_.end();
+        g = groups_.insert(g, Group{lk, keys, {}});
     }
-    const Point p{safe_log(primary), value};
+    const Point p{safe_log(primary), primary, value};
     g->points.insert(std::upper_bound(g->points.begin(), g->points.end(), p,
                                       [](const Point& a, const Point& b) { return a.log_x < b.log_x; }),
                      p);
@@ -245,12 +248,104 @@ TableLookup EfficiencyCurve::at(const TableKeys& keys, double primary) const {
     return r;
 }
 
+namespace {
+// `s` with its primary axis set to x (and, for the attention core, its batch set so that its one
+// secondary axis is key, key > 0): the shape a table row of that group and point stands for.
+KernelShape with_axes(TableFamily f, KernelShape s, double x, double key) {
+    switch (f) {
+        case TableFamily::kMlaDecode:
+            s.kv_len = x;
+            if (key > 0 && s.q_len * s.heads > 0) s.batch = key * 128 / (s.q_len * s.heads);
+            break;
+        case TableFamily::kGroupedContiguous:
+        case TableFamily::kGroupedMasked:
+        case TableFamily::kGroupedFp4:
+            s.m = x;
+            if (key > 0) s.groups = key;
+            break;
+        case TableFamily::kElementwise:
+            s.bytes = x;
+            break;
+        default:
+            s.m = x;
+            break;
+    }
+    return s;
+}
+
+// Where r lies between r0 and r1 (0 .. 1); where the two roofline times are equal (a shape whose
+// work does not change along the axis), where log x lies between log x0 and log x1.
+double position(double r, double r0, double r1, double lx, double lx0, double lx1) {
+    if (r1 > r0) return std::clamp((r - r0) / (r1 - r0), 0.0, 1.0);
+    return lx1 > lx0 ? std::clamp((lx - lx0) / (lx1 - lx0), 0.0, 1.0) : 0.0;
+}
+}  // namespace
+
+double EfficiencyCurve::group_time(const Group& g, double primary, double key, const RowTime& row_time,
+                                   const MeasuredRoof& measured_roof, bool* clamped) const {
+    const auto& pts = g.points;
+    const double x = safe_log(primary);
+    double t;
+    if (x <= pts.front().log_x || pts.size() == 1 || x >= pts.back().log_x) {
+        // Outside the rows (or on one): the end row's efficiency at the call's own shape.
+        const Point& p = x >= pts.back().log_x ? pts.back() : pts.front();
+        *clamped |= std::abs(x - p.log_x) > 1e-9;
+        t = row_time(primary, key, p.value);
+    } else {
+        const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& q) { return v < q.log_x; });
+        const auto lo = hi - 1;
+        const double w = position(measured_roof(primary, key), measured_roof(lo->x, key), measured_roof(hi->x, key),
+                                  x, lo->log_x, hi->log_x);
+        t = (1 - w) * row_time(lo->x, key, lo->value) + w * row_time(hi->x, key, hi->value);
+    }
+    // No less than any smaller row of the group takes: a row measured faster than a smaller one
+    // (noise, another kernel configuration) must not make more work cheaper.
+    for (const Point& p : pts) {
+        if (p.log_x > x + 1e-12) break;
+        t = std::max(t, row_time(p.x, key, p.value));
+    }
+    return t;
+}
+
+double EfficiencyCurve::time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
+                             const MeasuredRoof& measured_roof, bool* clamped) const {
+    const Group* near = nearest_group(keys);
+    if (!across_first_key || keys.n == 0) return group_time(*near, primary, 0, row_time, measured_roof, clamped);
+    // The groups that share the nearest group's other axes (a grouped GEMM's n and k); among them
+    // the two around the first axis (experts; the attention core's query rows), blended by
+    // roofline time on the measured device, and no less than any group below takes.
+    const double lk = safe_log(keys.v[0]);
+    const Group *below = nullptr, *above = nullptr;
+    double floor = 0;
+    for (const auto& g : groups_) {
+        bool same = g.log_keys.n == near->log_keys.n;
+        for (int i = 1; same && i < g.log_keys.n; ++i) same = g.log_keys.v[i] == near->log_keys.v[i];
+        if (!same) continue;
+        const double gk = g.log_keys.v[0];
+        if (gk <= lk) {
+            floor = std::max(floor, group_time(g, primary, g.keys.v[0], row_time, measured_roof, clamped));
+            if (!below || gk > below->log_keys.v[0]) below = &g;
+        }
+        if (gk >= lk && (!above || gk < above->log_keys.v[0])) above = &g;
+    }
+    if (!below) return group_time(*above, primary, 0, row_time, measured_roof, clamped);  // below every group
+    if (!above || below == above) return std::max(floor, group_time(*below, primary, 0, row_time, measured_roof, clamped));
+    const double k0 = below->keys.v[0], k1 = above->keys.v[0];
+    const double t0 = group_time(*below, primary, k0, row_time, measured_roof, clamped);
+    const double t1 = group_time(*above, primary, k1, row_time, measured_roof, clamped);
+    const double w = position(measured_roof(primary, 0), measured_roof(primary, k0), measured_roof(primary, k1), lk,
+                              below->log_keys.v[0], above->log_keys.v[0]);
+    return std::max(floor, (1 - w) * t0 + w * t1);
+}
+
 void KernelTables::add_latency(TableFamily family, const KernelShape& shape, double latency_us,
                                const DeviceSpec& measured_on) {
     if (is_comm_family(family))
         throw std::invalid_argument("family '" + table_family_names()[int(family)] +
                                     "' takes a bandwidth (gbps), not a latency");
-    if (!(latency_us > 0)) throw std::invalid_argument("latency_us must be > 0");
+    if (!(latency_us >= kMinLatencyUs && latency_us <= kMaxLatencyUs))
+        throw std::invalid_argument("latency_us must lie in [1e-3, 1e9]");
+    if (!has_measured_on_) measured_on_ = measured_on, has_measured_on_ = true;
     const double eff = datasheet_roofline_s(table_work(family, shape), measured_on) / (latency_us * 1e-6);
     curves_[int(family)].add(table_keys(family, shape), table_primary(family, shape), eff);
 }
@@ -259,16 +354,47 @@ void KernelTables::add_bandwidth(TableFamily family, double axis, double gbps) {
     if (!is_comm_family(family))
         throw std::invalid_argument("family '" + table_family_names()[int(family)] +
                                     "' takes a latency (latency_us), not a bandwidth");
-    if (!(gbps > 0)) throw std::invalid_argument("gbps must be > 0");
+    if (!(gbps >= kMinTableGbps && gbps <= kMaxTableGbps)) throw std::invalid_argument("gbps must lie in [1e-3, 1e9]");
     if (!(axis >= 1)) throw std::invalid_argument("ep / tp must be >= 1");
     curves_[int(family)].add({}, axis, gbps);
 }
 
-TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape) const {
-    const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
+TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
+                                 double clock_ratio) const {
     TableLookup r;
-    if (!(attention && shape.fp8_math)) r = curves_[int(family)].at(table_keys(family, shape), table_primary(family, shape));
-    if (!r.found) r.value = default_efficiency;
+    r.value = default_efficiency;
+    const EfficiencyCurve& curve = curves_[int(family)];
+    if (is_comm_family(family)) {
+        r = curve.at(table_keys(family, shape), table_primary(family, shape));
+        if (!r.found) r.value = default_efficiency;
+        return r;
+    }
+    const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
+    if ((attention && shape.fp8_math) || curve.empty()) return r;
+    // Across groups along the first secondary axis where it grows with the work: the attention
+    // core's query rows and a grouped GEMM's experts (a GEMM's n and k are the model's, fixed).
+    const bool across = family == TableFamily::kMlaDecode || family == TableFamily::kGroupedContiguous ||
+                        family == TableFamily::kGroupedMasked || family == TableFamily::kGroupedFp4;
+    const TableKeys keys = table_keys(family, shape);
+    const double primary = table_primary(family, shape);
+    // The time is a blend of the rows' times on the priced device, with weights from the rows'
+    // roofline times on the device they were measured on. The weights do not depend on the priced
+    // device, so a slower part never prices a call faster; they grow with the work, so a call with
+    // more work gets more of the larger row's time.
+    const DeviceSpec& d = priced_on ? *priced_on : measured_on_;
+    const double priced_clock = priced_on ? clock_ratio : 1.0;
+    const RowTime row_time = [&](double x, double key, double value) {
+        return datasheet_roofline_s(table_work(family, with_axes(family, shape, x, key)), d, priced_clock) / value;
+    };
+    const MeasuredRoof measured_roof = [&](double x, double key) {
+        return datasheet_roofline_s(table_work(family, with_axes(family, shape, x, key)), measured_on_);
+    };
+    bool clamped = false;
+    const double time = curve.time(keys, primary, across, row_time, measured_roof, &clamped);
+    const double rq = datasheet_roofline_s(table_work(family, shape), d, priced_clock);
+    r.found = true, r.clamped = clamped;
+    // A call with no work has no time to price: the efficiency is moot, the nearest row's serves.
+    r.value = rq > 0 && time > 0 ? rq / time : curve.at(keys, primary).value;
     return r;
 }
 

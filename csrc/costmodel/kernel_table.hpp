@@ -4,12 +4,24 @@
 // A compute row holds a measured latency at a shape; its efficiency is the datasheet roofline time
 // of that shape on the table's device divided by the latency, computed with the same work
 // functions (kernel_cost.hpp) that price the kernel later, so the FLOPs and bytes cancel. A
-// communication row holds a measured bandwidth (GB/s) at an EP size. Lookups interpolate
-// linearly in log(primary axis) within the nearest group of secondary axes (nearest in log
-// space) and clamp outside the measured range, saying so.
+// communication row holds a measured bandwidth (GB/s) at an EP size.
+//
+// A compute lookup interpolates the call's time, not its efficiency, between the measured rows
+// around it: along the primary axis within a group, and across the two groups that bracket the
+// first secondary axis where that axis grows with the work (the attention core's query rows, a
+// grouped GEMM's experts). The time is a blend of the rows' times on the device being priced, the
+// blend's weights the query's place between the rows in roofline time on the device the rows were
+// measured on. So a call with more work never gets a smaller time as long as the rows' own
+// latencies grow with their work, and a slower device never a smaller one. Interpolating
+// efficiencies did neither: a batch of 8 took the batch-1 row's launch-bound efficiency and cost
+// 3x a batch of 16. A GEMM's n and k (a model's fixed shapes) take the nearest group (in log
+// space).
+// Outside the measured range a lookup clamps the efficiency, saying so. Communication rows
+// interpolate their GB/s linearly in log(ep).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,27 +96,51 @@ const std::vector<std::string>& table_row_fields(TableFamily f);
 // clock_ratio < 1 prices the FLOPs at a lower SM clock (the memory side is unchanged).
 double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d, double clock_ratio = 1.0);
 
+// Bounds on a table's figures: values a real kernel or link could have measured (1 ns .. 1000 s a
+// call, 1 MB/s .. 1 PB/s a link), and on the efficiency the tables fall back to. A latency of
+// 5e-324 us passed a "> 0" check and made every result NaN.
+constexpr double kMinLatencyUs = 1e-3, kMaxLatencyUs = 1e9;
+constexpr double kMinTableGbps = 1e-3, kMaxTableGbps = 1e9;
+constexpr double kMinDefaultEfficiency = 1e-3, kMaxDefaultEfficiency = 1;
+
 struct TableLookup {
     double value = 0;      // efficiency (compute) or GB/s (communication)
     bool found = false;    // false: the family has no rows; value is the default
     bool clamped = false;  // the shape lay outside the measured range of its group
 };
 
+// How a compute lookup prices against its rows (KernelTables::lookup supplies both for the call
+// being priced): row_time(x, key, value), the time of the call's shape moved to primary x and
+// first secondary axis key (0: its own) at a row's efficiency, on the device being priced; and
+// measured_roof(x, key), that shape's roofline time on the device the rows were measured on.
+using RowTime = std::function<double(double x, double key, double value)>;
+using MeasuredRoof = std::function<double(double x, double key)>;
+
 class EfficiencyCurve {
 public:
     void add(const TableKeys& keys, double primary, double value);
+    // Linear in log(primary) within the nearest group (communication rows).
     TableLookup at(const TableKeys& keys, double primary) const;
+    // The time of a call at (keys, primary), interpolated between its rows as the header says.
+    // across_first_key: interpolate across the groups that share the nearest group's other axes
+    // along the first one, instead of taking the nearest group. Sets *clamped when the primary
+    // lies outside the rows of a group used.
+    double time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
+                const MeasuredRoof& measured_roof, bool* clamped) const;
     bool empty() const { return groups_.empty(); }
     size_t rows() const;
 
 private:
     struct Point {
-        double log_x, value;
+        double log_x, x, value;
     };
     struct Group {
-        TableKeys log_keys;
+        TableKeys log_keys, keys;
         std::vector<Point> points;  // sorted by log_x
     };
+    // One group's time at the primary (key: its first secondary axis, 0 to keep the call's own).
+    double group_time(const Group& g, double primary, double key, const RowTime& row_time,
+                      const MeasuredRoof& measured_roof, bool* clamped) const;
     const Group* nearest_group(const TableKeys& keys) const;
     std::vector<Group> groups_;
     // Changes with every row added, never repeats across curves: a cached answer names it.
@@ -120,8 +156,12 @@ public:
     void add_latency(TableFamily family, const KernelShape& shape, double latency_us, const DeviceSpec& measured_on);
     // A measured bandwidth (GB/s) of a communication family at ep (tp for all-reduce).
     void add_bandwidth(TableFamily family, double axis, double gbps);
-    // FP8-math attention has no published per-shape benchmark here: it takes the default.
-    TableLookup lookup(TableFamily family, const KernelShape& shape) const;
+    // The efficiency of a call of `family` at `shape` on `priced_on` (its FLOPs at clock_ratio of
+    // the tables' clock), interpolated in time as the header says; without a device, on the device
+    // the rows were measured on. FP8-math attention has no published per-shape benchmark here: it
+    // takes the default.
+    TableLookup lookup(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on = nullptr,
+                       double clock_ratio = 1.0) const;
     size_t rows(TableFamily family) const { return curves_[static_cast<int>(family)].rows(); }
 
     // Used where a family has no rows: an efficiency, or a fraction of the link's datasheet rate.
@@ -131,6 +171,8 @@ public:
 
 private:
     std::array<EfficiencyCurve, kTableFamilyCount> curves_;
+    DeviceSpec measured_on_;  // of the compute rows (one table file, one device)
+    bool has_measured_on_ = false;
 };
 
 }  // namespace dsperf

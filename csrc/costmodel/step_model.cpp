@@ -47,7 +47,7 @@ public:
     void compute(const char* name, TableFamily f, Stage stage, const KernelShape& s) {
         KernelCall c{name, f, stage};
         const KernelWork w = table_work(f, s);
-        const TableLookup e = t_.lookup(f, s);
+        const TableLookup e = t_.lookup(f, s, &d_, d_.sustained_clock_ratio);
         c.flops = w.flops, c.bytes = w.bytes;
         c.efficiency = e.value, c.from_table = e.found, c.clamped = e.clamped;
         // The table's efficiency is against the datasheet roofline at the clock its benchmarks ran
@@ -342,7 +342,7 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     require(phase != Phase::kDecode || (kv_len >= 1 && kv_len <= 1e8), "kv_len must lie in [1, 1e8]");
     require(mtp >= 0 && mtp <= 8, "mtp must lie in [0, 8] draft tokens");
     require(mtp_accepted >= 0 && mtp_accepted <= mtp, "mtp_accepted must lie in [0, mtp]");
-    require(imbalance >= 1 && imbalance <= 64, "imbalance (max/mean load) must lie in [1, 64]");
+    require(imbalance >= 1 && imbalance <= kMaxImbalance, "imbalance (max/mean load) must lie in [1, 4096]");
     require(dense_tp >= 1 && d.gpus_per_node % dense_tp == 0 && m.inter_dim % dense_tp == 0,
             "dense_tp (" + std::to_string(dense_tp) + ") must divide the GPUs of a node and the dense MLP");
     require(moe_tp >= 1 && ep % moe_tp == 0 && d.gpus_per_node % moe_tp == 0 && m.moe_inter_dim % moe_tp == 0,
@@ -482,7 +482,8 @@ StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t
     r.overhead_ms = dep.step_overhead_ms >= 0 ? dep.step_overhead_ms
                                               : (decode ? kDecodeStepOverheadMs : kPrefillStepOverheadMs);
     const double layers_ms = schedule_ms(m, st, dep.overlap);
-    r.moe_layer_ms = (layers_ms - double(m.n_dense_layers) * r.dense_layer_ms - r.head_ms) / n_moe;
+    // A model without MoE layers (all dense) has no MoE layer to time: 0, not 0 / 0.
+    r.moe_layer_ms = n_moe > 0 ? (layers_ms - double(m.n_dense_layers) * r.dense_layer_ms - r.head_ms) / n_moe : 0.0;
     r.step_ms = layers_ms + r.overhead_ms;
 
     if (decode) {

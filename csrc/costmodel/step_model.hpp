@@ -48,6 +48,10 @@ struct Deployment {
 
 // Defaults where the deployment does not say: assumptions, documented in docs/VALIDATION.md.
 constexpr double kDecodeStepOverheadMs = 1.0;
+// The largest max/mean routed load per GPU a deployment may carry: the max over ep GPUs is at most
+// ep times the mean, and EP reaches 4096. (64 refused what EPLB itself derives for a Zipf 1.2 load
+// on EP256 without redundant experts: 64.7.)
+constexpr double kMaxImbalance = 4096;
 constexpr double kPrefillStepOverheadMs = 2.0;
 constexpr double kMinKernelUs = 2.0;          // floor of a call priced without a table row
 constexpr double kMemoryReserve = 0.9;        // of device memory usable for weights + KV cache

@@ -1,13 +1,15 @@
 #include "hardware/device_spec.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <type_traits>
 #include <stdexcept>
 #include <utility>
 
 namespace dsperf {
 
 namespace {
-void require(bool ok, const std::string& device, const char* field, const char* what) {
+void require(bool ok, const std::string& device, const char* field, const std::string& what) {
     if (!ok)
         throw std::invalid_argument("device '" + device + "' field '" + field + "' " + what);
 }
@@ -17,40 +19,37 @@ double compute_sm_fraction(const DeviceSpec& d, int comm_sms) {
 }
 }  // namespace
 
-// Upper bound on the rate and size fields (TFLOPS, GB, GB/s, us): far above any device, low enough
-// that the cost model's products stay finite.
-constexpr double kMaxRate = 1e9;
+namespace {
+std::string bound_text(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
+}
+
+// A numeric field within its declared bounds (device_spec.hpp), or 0 where 0 means "none".
+template <class T>
+void require_bounds(const std::string& device, const char* field, T value, double lo, double hi, bool zero_ok) {
+    if constexpr (std::is_arithmetic_v<T>) {
+        const double v = static_cast<double>(value);
+        if (zero_ok && v == 0) return;
+        if (!(std::isfinite(v) && v >= lo && v <= hi))
+            require(false, device, field,
+                    "must lie in [" + bound_text(lo) + ", " + bound_text(hi) + "]" + (zero_ok ? " or be 0" : "") +
+                        " (the range a real part could have), got " + bound_text(v));
+    }
+}
+}  // namespace
 
 void DeviceSpec::validate() const {
     require(!name.empty(), "<unnamed>", "name", "must be non-empty");
-    require(sm_count > 0 && sm_count <= (1 << 20), name, "sm_count", "must lie in [1, 2**20]");
-    for (auto [value, field] : {std::pair<double, const char*>{fp16_tflops, "fp16_tflops"}, {fp8_tflops, "fp8_tflops"},
-                                {fp4_tflops, "fp4_tflops"},
-                                {compute_derate, "compute_derate"}, {mem_gb, "mem_gb"}, {mem_bw_gbps, "mem_bw_gbps"},
-                                {nvlink_gbps, "nvlink_gbps"}, {scaleout_gbps, "scaleout_gbps"}, {discount, "discount"},
-                                {cache_bw_gbps, "cache_bw_gbps"}, {call_overhead_us, "call_overhead_us"}})
-        require(std::isfinite(value) && value <= kMaxRate, name, field, "must be finite and <= 1e9");
-    require(comm_sms_prefill >= 0 && comm_sms_prefill < sm_count, name, "comm_sms_prefill",
-            "must lie in [0, sm_count)");
-    require(comm_sms_decode >= 0 && comm_sms_decode < sm_count, name, "comm_sms_decode",
-            "must lie in [0, sm_count)");
-    require(fp16_tflops > 0, name, "fp16_tflops", "must be positive");
-    require(fp8_tflops >= 0, name, "fp8_tflops", "must be >= 0");
-    require(fp4_tflops >= 0, name, "fp4_tflops", "must be >= 0");
-    require(compute_derate > 0 && compute_derate <= 1, name, "compute_derate", "must lie in (0, 1]");
-    require(sustained_clock_ratio > 0 && sustained_clock_ratio <= 1, name, "sustained_clock_ratio",
-            "must lie in (0, 1]");
-    require(mem_gb > 0, name, "mem_gb", "must be positive");
-    require(mem_bw_gbps > 0, name, "mem_bw_gbps", "must be positive");
-    require(nvlink_gbps > 0, name, "nvlink_gbps", "must be positive");
-    require(scaleout_gbps > 0, name, "scaleout_gbps", "must be positive");
-    require(discount > 0 && discount <= 1, name, "discount", "must lie in (0, 1]");
-    require(gpus_per_node > 0 && gpus_per_node <= 1024, name, "gpus_per_node", "must lie in [1, 1024]");
+#define DSPERF_CHECK_FIELD(type, field, init, required, lo, hi, zero_ok) \
+    require_bounds<type>(name, #field, field, lo, hi, zero_ok);
+    DSPERF_DEVICE_SPEC_FIELDS(DSPERF_CHECK_FIELD)
+#undef DSPERF_CHECK_FIELD
+    require(comm_sms_prefill < sm_count, name, "comm_sms_prefill", "must lie in [0, sm_count)");
+    require(comm_sms_decode < sm_count, name, "comm_sms_decode", "must lie in [0, sm_count)");
     // The decode plan holds TPs 1, 2, ..., 64 (costmodel/decode_plan.hpp).
-    require(seed_decode_tp > 0 && seed_decode_tp <= 64 && (seed_decode_tp & (seed_decode_tp - 1)) == 0, name,
-            "seed_decode_tp", "must be a power of two in [1, 64]");
-    require(cache_bw_gbps >= 0, name, "cache_bw_gbps", "must be >= 0");
-    require(call_overhead_us >= 0, name, "call_overhead_us", "must be >= 0");
+    require((seed_decode_tp & (seed_decode_tp - 1)) == 0, name, "seed_decode_tp", "must be a power of two in [1, 64]");
 }
 
 double DeviceSpec::fp16_tflops_eff(int comm_sms) const {

@@ -99,13 +99,22 @@ def text(name: str, value) -> str:
     return value
 
 
-def finite_results(what: str, columns) -> None:
-    """Raise ValueError when a result column holds inf or NaN: the inputs lie beyond what the
-    model's arithmetic represents, and a silent inf would read as a real answer.
-    columns: a mapping name -> scalar or array."""
+def finite_results(what: str, columns, rows=None) -> None:
+    """Raise ValueError when a result holds inf or NaN: the inputs lie beyond what the model's
+    arithmetic represents, and a silent inf would read as a real answer. Every public result of
+    the grounded model, the explorer and the seed model passes here before it is returned.
+    columns: a mapping name -> scalar or array (other values, such as strings or lists of calls,
+    are not results and are skipped); rows: a boolean mask of the rows that must be finite (the
+    explorer's feasible rows; its infeasible ones carry NaN on purpose)."""
     for key, v in columns.items():
+        if isinstance(v, (list, dict, str)):
+            continue
         a = np.asarray(v)
-        if a.dtype.kind == "f" and not np.isfinite(a).all():
+        if a.dtype.kind != "f":
+            continue
+        if rows is not None and a.ndim == 1 and len(a) == len(rows):
+            a = a[np.asarray(rows, dtype=bool)]
+        if not np.isfinite(a).all():
             bad = a.ravel()[~np.isfinite(a.ravel())][0]
             raise ValueError(f"{what}: the result '{key}' is {bad} for these inputs (they lie beyond the "
                              "range the model's arithmetic represents)")

@@ -67,7 +67,28 @@ def run_validate(args: argparse.Namespace) -> str:
     return text
 
 
+# The grounded model's arguments under the flags `dsperf predict` takes them as.
+_PREDICT_FLAGS = ("batch", "kv_len", "tokens", "prompt_len", "cached_prefix", "ep", "attn_tp", "redundant_experts",
+                  "mtp_accepted", "mtp", "imbalance")
+
+
+def _flag_error(exc: Exception) -> Exception:
+    """A grounded argument error reworded with the flag as typed (`kv_len must ...` -> `--kv-len must ...`)."""
+    msg = str(exc)
+    for name in _PREDICT_FLAGS:
+        if msg.startswith(name + " "):
+            return type(exc)("--" + name.replace("_", "-") + msg[len(name):])
+    return exc
+
+
 def run_predict(args: argparse.Namespace) -> str:
+    try:
+        return _predict(args)
+    except (TypeError, ValueError) as e:
+        raise _flag_error(e) from None
+
+
+def _predict(args: argparse.Namespace) -> str:
     from .model import grounded
 
     common = dict(attn_tp=args.attn_tp, redundant_experts=args.redundant_experts, overlap=args.overlap,
@@ -145,27 +166,37 @@ def run_explore(args: argparse.Namespace) -> str:
     import sys
     from pathlib import Path
 
-    from .model import explore
+    from ._checks import number, number_list
+    from .model import explore, grounded
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not devices:
         raise ValueError("--devices must name at least one device")
-    if args.top < 1:
-        raise ValueError("--top must be >= 1")
-    if args.gpu_hour_usd is not None and not args.gpu_hour_usd > 0:
-        raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
-    print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
+    # Every flag checked, and named as typed, before the search runs (it takes seconds to minutes).
+    number("--top", args.top, integer=True, lo=1, hi=10 ** 6)
+    number("--isl", args.isl, lo=0, lo_open=True, hi=1e7)
+    number("--osl", args.osl, lo=0, lo_open=True, hi=1e7)
+    for flag_name, value, hi in (("--tpot-ms", args.tpot_ms, 1e8), ("--ttft-ms", args.ttft_ms, 1e8),
+                                 ("--gpu-hour-usd", args.gpu_hour_usd, 1e6), ("--request-rate", args.request_rate, 1e9)):
+        if value is not None:
+            number(flag_name, value, lo=0, lo_open=True, hi=hi)
     dense_tp, moe_tp = _int_list("--dense-tp", args.dense_tp), _int_list("--moe-tp", args.moe_tp)
+    for flag_name, values in (("--dense-tp", dense_tp), ("--moe-tp", moe_tp)):
+        number_list(flag_name, values, integer=True, lo=1, hi=64)
+    weights = [w.strip() for w in args.weight_dtype.split(",") if w.strip()]
+    if not weights or any(w not in grounded.WEIGHT_DTYPES for w in weights):
+        raise ValueError(f"--weight-dtype values must be among {', '.join(grounded.WEIGHT_DTYPES)}, "
+                         f"got {args.weight_dtype!r}")
+    print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
     load = None
     if args.routing_zipf is not None:
-        if not 0 <= args.routing_zipf <= 10:
-            raise ValueError(f"--routing-zipf must lie in [0, 10], got {args.routing_zipf}")
+        number("--routing-zipf", args.routing_zipf, lo=0, hi=10)
         from .ep.eplb import zipf_load
 
         load = zipf_load(256, 1_000_000, alpha=args.routing_zipf, seed=0)
     df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd,
                         request_rate=args.request_rate, afd=args.afd, ttft_ms=args.ttft_ms,
-                        weight_dtype=[w.strip() for w in args.weight_dtype.split(",") if w.strip()],
+                        weight_dtype=weights,
                         dense_tp=dense_tp, moe_tp=moe_tp, routing_load=load)
     shown = ["kind", "attn_gpus"] * args.afd + explore.SHOWN + (["decode_instances", "prefill_instances", "total_gpus"] if args.request_rate else [])
     print(f"dsperf explore: {len(df)} configurations, {int(df['feasible'].sum())} feasible", file=sys.stderr)

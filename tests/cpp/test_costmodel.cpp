@@ -109,7 +109,7 @@ int main() {
     }
 
     // The grounded model: a table row prices its own shape at its measured latency; lookups
-    // interpolate in log(primary) and clamp outside the measured range.
+    // interpolate the time between rows and clamp the efficiency outside the measured range.
     {
         DeviceSpec d = h800(24);
         d.mem_gb = 80, d.mem_bw_gbps = 3350, d.nvlink_gbps = 200, d.scaleout_gbps = 50, d.comm_sms_decode = 0;
@@ -122,8 +122,11 @@ int main() {
         check_close(t.lookup(TableFamily::kGemmFp8, a).value, ra / 10e-6, 1e-12, "row efficiency");
         KernelShape mid = a;
         mid.m = 128;
-        const double ea = ra / 10e-6, eb = datasheet_roofline_s(table_work(TableFamily::kGemmFp8, b), d) / 20e-6;
-        check_close(t.lookup(TableFamily::kGemmFp8, mid).value, (ea + eb) / 2, 1e-12, "log-midpoint interpolation");
+        // Between rows the time is interpolated, linearly in the shape's roofline time.
+        const double rb = datasheet_roofline_s(table_work(TableFamily::kGemmFp8, b), d);
+        const double rm = datasheet_roofline_s(table_work(TableFamily::kGemmFp8, mid), d);
+        const double t_mid = 10e-6 + (rm - ra) / (rb - ra) * (20e-6 - 10e-6);
+        check_close(t.lookup(TableFamily::kGemmFp8, mid).value, rm / t_mid, 1e-12, "time interpolation");
         KernelShape big = a;
         big.m = 4096;
         ++checks;

@@ -49,6 +49,7 @@ class ExchangeHandle:
     rail: dict | None = None
     plan: "_Plan | None" = None        # the agreed counts and row offsets (transport exchanges' combine reads them)
     received: dict | None = None       # transport exchanges, token layout: position/weights [received, top_k]
+    rank: int | None = None            # transport exchanges: the rank whose dispatch returned it
     _slots: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property

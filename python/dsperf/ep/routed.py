@@ -33,27 +33,90 @@ from .. import kernels as K
 from .plan import (ExchangeHandle, _make_plan, pair_experts, returned_position, returned_rows,
                    source_entries)
 from .protocol import F32, DispatchOut, LowLatencyOut
+from .transport import Transport
 
 DispatchHandle = ExchangeHandle      # the name dsperf.cuda.nccl gave its handle
 
 
+def _check_transport(transport):
+    if not isinstance(transport, Transport):
+        raise TypeError(f"transport must be a dsperf.ep Transport (SimulatedTransport, MpiTransport, NcclTransport), "
+                        f"got {type(transport).__name__}")
+    return transport.nranks, transport.ranks
+
+
+def _per_rank(name, d, ranks):
+    if not isinstance(d, dict) or sorted(d) != sorted(ranks):
+        raise ValueError(f"{name} must map each local rank {list(ranks)} to its array")
+
+
 def _check(transport, xs, ids, weights, n_experts):
-    n = transport.nranks
-    n_experts = A.integer("n_experts", n_experts, 1)
+    """Every argument of a dispatch checked once, before anything moves: the transport, one array
+    per local rank, x 2-D with the same hidden size on every rank, ids 2-D ints in [0, n_experts)
+    with the same top_k >= 1 everywhere and no expert twice in a row, weights the shape of ids.
+    Errors name the argument and the rank."""
+    n, ranks = _check_transport(transport)
+    n_experts = A.integer("n_experts", n_experts, 1, 1 << 20)
     if n_experts % n:
         raise ValueError(f"n_experts ({n_experts}) must split evenly over the {n} ranks")
     for name, d in (("xs", xs), ("ids", ids), ("weights", weights)):
-        if not isinstance(d, dict) or sorted(d) != sorted(transport.ranks):
-            raise ValueError(f"{name} must map each local rank {transport.ranks} to its array")
-    hids = {}
-    for r in transport.ranks:
+        _per_rank(name, d, ranks)
+    hids, hidden, top_k = {}, None, None
+    for r in ranks:
+        shape = tuple(getattr(xs[r], "shape", ()))
+        if len(shape) != 2:
+            raise ValueError(f"xs[{r}] must be 2-D [tokens, hidden], got shape {list(shape)}")
+        if hidden is None:
+            hidden, first = shape[1], r
+        elif shape[1] != hidden:
+            raise ValueError(f"xs[{r}] has hidden size {shape[1]} but xs[{first}] has {hidden}: every rank's rows "
+                             "must have the same hidden size")
         h = A.ids(f"ids[{r}]", np.ascontiguousarray(transport.host(ids[r])), 2)
+        if h.shape[1] < 1:
+            raise ValueError(f"ids[{r}] must have at least one column (top_k >= 1), got shape {list(h.shape)}")
+        if top_k is None:
+            top_k = h.shape[1]
+        elif h.shape[1] != top_k:
+            raise ValueError(f"ids[{r}] has top_k {h.shape[1]} but ids[{first}] has {top_k}: every rank must route "
+                             "to the same number of experts")
         if h.size and (h.min() < 0 or h.max() >= n_experts):
             raise ValueError(f"ids[{r}] must lie in [0, {n_experts}), got [{h.min()}, {h.max()}]")
-        if xs[r].shape[0] != h.shape[0] or tuple(weights[r].shape) != h.shape:
+        # An expert twice in a row would take two slots of it (past the masked layout's capacity)
+        # and count its output twice in combine; DeepEP's routing never repeats one.
+        repeat = np.flatnonzero(np.any(np.diff(np.sort(h, axis=1), axis=1) == 0, axis=1)) if h.size else []
+        if len(repeat):
+            raise ValueError(f"ids[{r}] row {int(repeat[0])} repeats an expert ({h[repeat[0]].tolist()}): each "
+                             "token's experts must be distinct")
+        if shape[0] != h.shape[0] or tuple(getattr(weights[r], "shape", ())) != h.shape:
             raise ValueError(f"rank {r}: xs must have one row per token and weights the shape of ids {h.shape}")
         hids[r] = h.astype(np.int64)
     return hids, n_experts // n
+
+
+def _check_handles(transport, ys, handles, per_token):
+    """combine's arguments: one array and one handle per local rank, each handle the one a dispatch
+    over this transport returned to that rank (all from the same call), ys with its hidden size."""
+    n, ranks = _check_transport(transport)
+    _per_rank("ys", ys, ranks)
+    _per_rank("handles", handles, ranks)
+    plan = None
+    for r in ranks:
+        h = handles[r]
+        if not isinstance(h, ExchangeHandle) or h.plan is None:
+            raise ValueError(f"handles[{r}] must be the handle a dispatch over this transport returned")
+        if h.plan.PE.shape[0] != n or h.rank not in (None, r):
+            raise ValueError(f"handles[{r}] is not rank {r}'s handle of a dispatch over these {n} ranks "
+                             f"(it is rank {h.rank}'s, of {h.plan.PE.shape[0]} ranks)")
+        if plan is None:
+            plan = h.plan
+        elif h.plan is not plan:
+            raise ValueError(f"handles[{r}] comes from another dispatch call than handles[{ranks[0]}]")
+        if per_token and h.layout != "token":
+            raise ValueError("per_token=True needs a token-layout dispatch")
+        shape = tuple(getattr(ys[r], "shape", ()))
+        if len(shape) not in (2, 3) or shape[-1] != h.hidden:
+            raise ValueError(f"ys[{r}] must be [rows, {h.hidden}] (or the masked [experts, rows, {h.hidden}]), "
+                             f"got shape {list(shape)}")
 
 
 def _rows(transport, r, x, idx):
@@ -89,7 +152,7 @@ def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, o
     n, ranks = transport.nranks, transport.ranks
     cap = 1
     if layout == "masked":
-        mt = A.integer("max_tokens", max_tokens, 1)
+        mt = A.integer("max_tokens", max_tokens, 1, 1 << 24)
         for r in ranks:
             if hids[r].shape[0] > mt:
                 raise ValueError(f"rank {r} has {hids[r].shape[0]} tokens, more than max_tokens = {mt}")
@@ -157,7 +220,7 @@ def _handle(transport, plan, r, entries, weights, dim, dtype, epr, counts, out_d
     return ExchangeHandle("low_latency" if layout == "masked" else "normal", layout, 0, int(dest.shape[0]),
                           int(dest.shape[1]), int(out_dim), tok_peer.astype(np.int32), trow, plan.n_recv.copy(),
                           dest.astype(np.int32), pair_row, plan.pair_rows.copy(), weights, send, recv, own, wire,
-                          plan=plan)
+                          plan=plan, rank=r)
 
 
 def dispatch_results(transport, xs, ids, weights, n_experts, *, layout="expert", out_dim=None, agree=None):
@@ -197,14 +260,11 @@ def combine(transport, ys, handles, *, per_token=False):
     """ys[rank]: FP32 expert outputs in the layout dispatch returned (per_token=True: rows already
     reduced per received token, token layout). Returns {rank: FP32 [T, dim]} = sum over a token's
     slots of weight x its expert's output (per_token: its partials summed over ranks in rank order)."""
+    _check_handles(transport, ys, handles, per_token)
     n, ranks = transport.nranks, transport.ranks
     sends, sc, rc = {}, {}, {}
     for r in ranks:
         h = handles[r]
-        if not isinstance(h, ExchangeHandle) or h.plan is None:
-            raise ValueError(f"handles[{r}] must be the handle a dispatch over this transport returned")
-        if per_token and h.layout != "token":
-            raise ValueError("per_token=True needs a token-layout dispatch")
         y = ys[r].reshape(-1, ys[r].shape[-1]) if h.layout == "masked" else ys[r]
         epr = h.plan.PE.shape[1] // n
         tokens = per_token or h.layout == "token"
@@ -252,7 +312,8 @@ def _reduce_received(transport, r, y, h):
 def alltoall_baseline(transport, sends):
     """The raw exchange for the benchmark: every rank sends an equal share of its rows to every
     peer (one alltoallv). sends[rank]: [nranks * rows, ...]."""
-    n = transport.nranks
+    n, ranks = _check_transport(transport)
+    _per_rank("sends", sends, ranks)
     counts = {}
     for r in transport.ranks:
         if sends[r].shape[0] % n:

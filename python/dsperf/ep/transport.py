@@ -98,7 +98,11 @@ class SimulatedTransport(HostRows, Transport):
     and MPI in tests (the same dispatch/combine code runs over it)."""
 
     def __init__(self, nranks, combine_dtype=K.BF16):
-        self.nranks, self.ranks = int(nranks), list(range(int(nranks)))
+        from .._arrays import integer
+
+        # A count of ranks: 2.5 or True is not one, and 0 ranks have no exchange to simulate.
+        nranks = integer("nranks", nranks, 1, 1 << 12)
+        self.nranks, self.ranks = nranks, list(range(nranks))
         self.combine_dtype = np.dtype(combine_dtype)  # FP32: as NCCL's transport, for comparing with it
         if self.combine_dtype not in (np.dtype(np.float32), np.dtype(K.BF16)):
             raise ValueError(f"combine_dtype must be float32 or bfloat16, got {self.combine_dtype}")

@@ -14,7 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .. import _C
-from .._checks import read_small_file
+from .._checks import number, read_small_file
 
 DeviceSpec = _C.DeviceSpec
 
@@ -181,15 +181,20 @@ def _variant_label(spec: DeviceSpec, mode: str) -> str:
     return spec.name if not diffs else spec.name + " (" + ", ".join(f"{k}={getattr(spec, k):g}" for k in diffs) + ")"
 
 
+def device_list(devices: Union[DeviceLike, Iterable[DeviceLike]]) -> list:
+    """One device or a sequence of them, as a list (in the order given)."""
+    if isinstance(devices, (str, os.PathLike, DeviceSpec)):
+        return [devices]
+    if isinstance(devices, (bytes, dict)) or not hasattr(devices, "__iter__"):
+        raise TypeError(f"devices must be a device or a sequence of devices, got {devices!r}")
+    return list(devices)
+
+
 def resolve_devices(devices: Union[DeviceLike, Iterable[DeviceLike]], mode: str) -> list[tuple[str, DeviceSpec]]:
     """(label, spec) pairs; the label is what the caller wrote, so tables keep their names; a
     DeviceSpec that differs from the shipped device of its name is labelled with its differences."""
-    if isinstance(devices, (str, os.PathLike, DeviceSpec)):
-        devices = [devices]
-    if isinstance(devices, (bytes, dict)) or not hasattr(devices, "__iter__"):
-        raise TypeError(f"devices must be a device or a sequence of devices, got {devices!r}")
     out = []
-    for d in devices:
+    for d in device_list(devices):
         if isinstance(d, DeviceSpec):
             _warn_if_other_mode(d, mode)
         spec = load_device(d, mode)
@@ -224,19 +229,37 @@ def _warn_if_other_mode(spec: DeviceSpec, mode: str) -> None:
                       UserWarning, stacklevel=4)
 
 
+# The board power a device file may give, watts: a value a real accelerator could draw.
+BOARD_POWER_W = (1.0, 1e5)
+
+
 def device_metadata(device: DeviceLike) -> dict:
-    """The keys of a device file beyond the spec: `kernel_table` (the efficiency table its kernels are
-    priced with, data/efficiency/<name>.csv) and `board_power_w`; empty for a DeviceSpec that is
-    not a shipped device."""
+    """The keys of a device file beyond the spec, checked: `kernel_table` (the efficiency table its
+    kernels are priced with: a shipped table's name, or a .csv beside the file) and
+    `board_power_w`; empty for a DeviceSpec that is not a shipped device. Read through
+    dsperf.grounded.device_pricing, which resolves them for every caller."""
     if isinstance(device, DeviceSpec):
         device = device.name
-    if not isinstance(device, (str, os.PathLike)):
+        data = _catalogue().get(device.lower())
+    elif isinstance(device, (str, os.PathLike)):
+        device = os.fspath(device)
+        data = _catalogue().get(device.lower())
+        if data is None and device.endswith(".toml") and os.path.isfile(device):
+            data = _read_toml(device)
+        elif data is None:
+            raise ValueError(f"unknown device '{device}'; shipped devices: {', '.join(list_devices())} "
+                             "(or give the path of a .toml device file)")
+    else:
         raise TypeError(f"device must be a name, a .toml path or a DeviceSpec, got {type(device).__name__}")
-    text = os.fspath(device)
-    data = _catalogue().get(text.lower())
-    if data is None and text.endswith(".toml") and os.path.isfile(text):
-        data = _read_toml(text)
-    return {k: data[k] for k in METADATA_FIELDS if data and k in data}
+    out = {k: data[k] for k in METADATA_FIELDS if data and k in data}
+    table = out.get("kernel_table")
+    if table is not None and not (isinstance(table, str) and table.strip() and "\0" not in table):
+        raise ValueError(f"device file '{device}' field 'kernel_table' must name a table (a string such as "
+                         f"\"H800\" or \"mine.csv\"), got {table!r}")
+    if "board_power_w" in out:
+        lo, hi = BOARD_POWER_W
+        out["board_power_w"] = number(f"device file '{device}' field 'board_power_w'", out["board_power_w"], lo=lo, hi=hi)
+    return out
 
 
 def kernel_table_name(device: DeviceLike) -> str | None:

@@ -27,8 +27,8 @@ import pandas as pd
 
 from .. import _C
 from . import grounded
-from .._checks import number, number_list
-from .devices import DeviceLike, kernel_table_name, resolve_devices
+from .._checks import finite_results, number, number_list
+from .devices import SPEC_FIELDS, DeviceLike, device_list, resolve_devices
 from .configs import load_model
 
 # Defaults of the search, each an assumption the user can replace.
@@ -99,10 +99,12 @@ def prefill_options(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800"
     if not steps:
         raise ValueError("prefill_tokens must not be empty")
     rows = []
-    for label, spec in resolve_devices(list(devices) if not isinstance(devices, str) else [devices], "corrected"):
+    devices = device_list(devices)
+    # Each device priced as given (its file's own kernel table included), labelled as search labels it.
+    for device, (label, _) in zip(devices, resolve_devices(devices, "corrected")):
         for e in eps:
             for t in steps:
-                r = _prefill(model, spec, isl, t, e)
+                r = _prefill(model, device, isl, t, e)
                 rows.append({"device": label, "prefill_ep": e, "prefill_tokens": max(t, isl), "ttft_ms": r["step_ms"],
                              "prefill_tokens_per_gpu_s": r["tokens_per_gpu_s"], "prefill_fits": r["fits_memory"]})
     return pd.DataFrame(rows)
@@ -147,8 +149,17 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     micro-batches ping-ponged between them, see afd_columns)."""
     m = load_model(model)
     isl, osl = _positive("isl", isl, 1e7), _positive("osl", osl, 1e7)
-    pairs = resolve_devices(list(devices) if not isinstance(devices, str) else [devices], "corrected")
+    devices = device_list(devices)
+    pairs = resolve_devices(devices, "corrected")
     labels = [label for label, _ in pairs]
+    # A device given twice (under one name or two: 'H800', 'h800') would be two frames' worth of one.
+    keys = [(spec.name,) + tuple(getattr(spec, k) for k in SPEC_FIELDS) for _, spec in pairs]
+    twice = next((i for i, k in enumerate(keys) if k in keys[:i]), None)
+    if twice is not None:
+        raise ValueError(f"devices lists {labels[twice]!r} twice ({labels[keys.index(keys[twice])]!r} is the same "
+                         "device); give each device once")
+    # Tables and board power resolved once per device, as grounded.decode resolves them.
+    pricing = [grounded.device_pricing(d) for d in devices]
     eps = _ints("ep", ep, 1, 4096)
     red_map = DEFAULT_REDUNDANT if redundant_experts is None else dict(redundant_experts)
     # Each EP size with each of its redundant-expert counts (an int, or a sequence to search).
@@ -172,7 +183,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     for n, a in zip(mtp_n, mtp_a):
         if not 0 <= a <= n:
             raise ValueError(f"mtp accepted drafts must lie in [0, {n}], got {a}")
-    kvs = [grounded._check_bool("kv_fp8", v) for v in kv_fp8]
+    kvs = [grounded._check_bool("kv_fp8", v) for v in (kv_fp8 if isinstance(kv_fp8, (list, tuple)) else [kv_fp8])]
     if not kvs:
         raise ValueError("kv_fp8 must not be empty")
     ovs = list(overlap)
@@ -182,7 +193,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     batches = [_positive("batch", b, 1e6) for b in batch]  # fractional: requests per GPU of a TP group
     if not batches:
         raise ValueError("batch must not be empty")
-    imbalances = number_list("imbalance", imbalance, lo=1, hi=64)
+    imbalances = number_list("imbalance", imbalance, lo=1, hi=SM.MAX_IMBALANCE)
     weights = [weight_dtype] if isinstance(weight_dtype, str) else list(weight_dtype)
     if not weights or any(w not in grounded.WEIGHT_DTYPES for w in weights):
         raise ValueError(f"weight_dtype values must be among {', '.join(grounded.WEIGHT_DTYPES)}, got {weight_dtype!r}")
@@ -208,7 +219,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         for dtp, mtp_ in itertools.product(dense_tps, moe_tps):
             for g_eps, g_reds, g_imbs in groups:
                 for imb in g_imbs:
-                    c = SM.explore_decode(m, [sp for _, sp in pairs], [grounded.kernel_tables(sp) for _, sp in pairs],
+                    c = SM.explore_decode(m, [sp for _, sp in pairs], [p["tables"] for p in pricing],
                                           g_eps, g_reds, tps, mtp_n, mtp_a, [int(v) for v in kvs],
                                           [OVERLAP_CODES[o] for o in ovs], batches, kv_len=isl + osl / 2,
                                           imbalance=imb, step_overhead_ms=overhead, weights_fp8=w != "bf16",
@@ -225,7 +236,8 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     if afd:
         a_gpus = _ints("afd_attn_gpus", afd_attn_gpus, 1, 4096)
         micro = _ints("afd_micro_batches", afd_micro_batches, 1, 8)
-        extra = afd_columns(m, pairs, eps, reds, a_gpus, micro, kvs, batches, isl + osl / 2, overhead)
+        extra = afd_columns(m, pairs, [p["tables"] for p in pricing], eps, reds, a_gpus, micro, kvs, batches,
+                            isl + osl / 2, overhead)
         n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
         extra["weights_fp8"], extra["dense_tp"] = np.ones(n, bool), np.ones(n, np.int32)
         extra["experts_fp4"] = np.zeros(n, bool)
@@ -234,41 +246,21 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
         cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
     # Derived columns in numpy over the device codes (a million rows: no per-row Python).
     code = cols.pop("device_index")
-    per_dev = lambda values: np.asarray(values, dtype=float)[code]  # noqa: E731
     ttft_target = None if ttft_ms is None else _positive("ttft_ms", ttft_ms)
-    chosen = _choose_prefill(prefill_options(model, [spec for _, spec in pairs], isl=isl, ep=prefill_ep,
-                                             tokens=prefill_tokens).assign(device=lambda f: f["device"].map(
-                                                 dict(zip([spec.name for _, spec in pairs], labels)))), ttft_target)
-    missing = [label for label in labels if label not in chosen]
-    if missing:
-        raise ValueError(f"no prefill layout of {missing[0]} fits its memory (prefill_ep, prefill_tokens)")
-    pre = [{"tokens_per_gpu_s": chosen[label]["prefill_tokens_per_gpu_s"], "step_ms": chosen[label]["ttft_ms"],
-            "ep": chosen[label]["prefill_ep"], "tokens": chosen[label]["prefill_tokens"]} for label in labels]
-    tps = cols["tokens_per_gpu_s"]
-    pre_tps = per_dev([p["tokens_per_gpu_s"] for p in pre])  # each row's device's prefill tokens/s per GPU
-    ratio = (isl / osl) * tps / pre_tps  # prefill GPUs per decode GPU
-    served = tps / (1 + ratio)
-    # Aggregated serving: the decode GPUs also run the prompts, one prompt a chunk at the device's
-    # prefill rate, and the MoE all-to-all lock-steps the DP ranks (grounded.lockstep_step_ms).
-    emitted = cols["batch"] * (1 + cols["mtp_accepted"])
-    lockstep_ranks = np.maximum(1, np.where(cols["kind"] == 1, cols["attn_gpus"], cols["ep"]) // cols["attn_tp"])
-    prompt_ms = isl / pre_tps * 1e3
-    step_aggregated, _ = grounded.lockstep_step_ms(cols["step_ms"], prompt_ms, emitted, isl=isl, osl=osl,
-                                                   chunk_tokens=isl, ranks=lockstep_ranks)
+    rate = None if request_rate is None else _positive("request_rate", request_rate, 1e9)
+    options = prefill_options(model, devices, isl=isl, ep=prefill_ep, tokens=prefill_tokens)
     # Disaggregated serving hands each request's KV cache from the prefill to the decode instance
-    # over the NIC: isl tokens x the cache's bytes per token at the NIC's datasheet rate (not
-    # overlapped with the prefill: an upper bound; layer-wise streaming hides most of it).
+    # over the NIC: isl tokens x the cache's bytes per token (grounded.decode's).
     kv_bytes = {kv: grounded.decode(m, pairs[0][1], batch=1, kv_len=isl, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
                 for kv in (False, True)}
-    kv_transfer = (isl * np.where(cols["kv_fp8"], kv_bytes[True], kv_bytes[False])
-                   / (per_dev([spec.scaleout_gbps for _, spec in pairs]) * 1e9) * 1e3)
-    ttft = per_dev([p["step_ms"] for p in pre]) + kv_transfer
+    # Plain Python values only: pandas compares attrs when frames are concatenated.
+    context = {"labels": labels, "isl": isl, "osl": osl, "prefill_options": options.to_dict("list"), "request_rate": rate,
+               "kv_bytes": kv_bytes, "price": [prices[label] for label in labels],
+               "power": [p["board_power_w"] for p in pricing], "scaleout_gbps": [sp.scaleout_gbps for _, sp in pairs],
+               "gpus_per_node": [sp.gpus_per_node for _, sp in pairs]}
     reason = cols.pop("infeasible").astype(np.int8)
     reason[(reason == 0) & ~cols["fits_memory"]] = WHY["kv_does_not_fit"]
     gpus = np.where(cols["kind"] == 1, cols["attn_gpus"] + cols["ep"], cols["ep"]).astype(float)
-    prefill_gpus = np.ceil(gpus * ratio)
-    price = per_dev([prices[label] for label in labels])
-    power = per_dev([board_power_w(spec) for _, spec in pairs])
     with np.errstate(divide="ignore", invalid="ignore"):
         headroom = 1 - cols["batch"] / cols["batch_limit"]  # -inf where nothing fits
     data = {"device": pd.Categorical.from_codes(code, categories=labels, validate=False)}
@@ -279,38 +271,105 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     data.update(
         reason=pd.Categorical.from_codes(reason, categories=REASONS, validate=False),
         feasible=reason == 0,
+        gpus=gpus,
+        memory_headroom=headroom,
+        error_band=grounded.error_bands("decode", [p["table_kind"] for p in pricing], code, cols["batch"]),
+        # False where the device has no kernel table: its compute runs at the default efficiency,
+        # and its band (regime default/...) is the worst error of any published check point.
+        kernel_table=np.array([p["kernel_table"] is not None for p in pricing])[code],
+    )
+    data.update(_serving_columns({**cols, "gpus": gpus, "device_code": code}, context, ttft_target))
+    df = pd.DataFrame(data, copy=False)
+    finite_results("explore.search", {k: df[k].to_numpy() for k in _FINITE_WHEN_FEASIBLE}, rows=df["feasible"])
+    # What the serving columns were derived from, so that an SLA applied later (meets_sla, nearest)
+    # chooses each device's prefill layout for its own TTFT target.
+    df.attrs["explore"] = {**context, "ttft_ms": ttft_target}
+    return df
+
+
+# Columns every feasible row must hold a finite value in (the rest may be NaN: a device without a
+# price or a board power, an infeasible row).
+_FINITE_WHEN_FEASIBLE = ("step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s", "ttft_ms", "tokens_per_gpu_s_served",
+                         "tpot_aggregated_ms", "tokens_per_gpu_s_aggregated", "tpot_with_ttft_ms", "gpus",
+                         "prefill_gpus")
+
+
+def _serving_columns(cols, context: dict, ttft_ms) -> dict:
+    """The columns that depend on each device's prefill layout, the one with the most tokens/s per
+    GPU whose TTFT meets ttft_ms (None: the highest-throughput one). cols: the decode columns
+    (device_code, tokens_per_gpu_s, step_ms, tpot_ms, batch, mtp_accepted, kind, attn_gpus, ep,
+    attn_tp, kv_fp8, gpus) as numpy arrays."""
+    labels, isl, osl = context["labels"], context["isl"], context["osl"]
+    code = cols["device_code"]
+    per_dev = lambda values: np.asarray(values, dtype=float)[code]  # noqa: E731
+    chosen = _choose_prefill(pd.DataFrame(context["prefill_options"]), ttft_ms)
+    missing = [label for label in labels if label not in chosen]
+    if missing:
+        raise ValueError(f"no prefill layout of {missing[0]} fits its memory (prefill_ep, prefill_tokens)")
+    pre = [chosen[label] for label in labels]
+    tps = cols["tokens_per_gpu_s"]
+    pre_tps = per_dev([p["prefill_tokens_per_gpu_s"] for p in pre])  # each row's device's prefill tokens/s per GPU
+    ratio = (isl / osl) * tps / pre_tps  # prefill GPUs per decode GPU
+    served = tps / (1 + ratio)
+    # Aggregated serving: the decode GPUs also run the prompts, one prompt a chunk at the device's
+    # prefill rate, and the MoE all-to-all lock-steps the DP ranks (grounded.lockstep_step_ms).
+    emitted = cols["batch"] * (1 + cols["mtp_accepted"])
+    lockstep_ranks = np.maximum(1, np.where(cols["kind"] == 1, cols["attn_gpus"], cols["ep"]) // cols["attn_tp"])
+    step_aggregated, _ = grounded.lockstep_step_ms(cols["step_ms"], isl / pre_tps * 1e3, emitted, isl=isl, osl=osl,
+                                                   chunk_tokens=isl, ranks=lockstep_ranks)
+    # The KV cache handed over at the NIC's datasheet rate (not overlapped with the prefill: an
+    # upper bound; layer-wise streaming hides most of it).
+    kv = context["kv_bytes"]
+    kv_transfer = isl * np.where(cols["kv_fp8"], kv[True], kv[False]) / (per_dev(context["scaleout_gbps"]) * 1e9) * 1e3
+    ttft = per_dev([p["ttft_ms"] for p in pre]) + kv_transfer
+    gpus = cols["gpus"]
+    prefill_gpus = np.ceil(gpus * ratio)
+    price, power = per_dev(context["price"]), per_dev(context["power"])
+    out = dict(
         ttft_ms=ttft,
         kv_transfer_ms=kv_transfer,
-        prefill_ep=per_dev([p["ep"] for p in pre]),
-        prefill_tokens=per_dev([p["tokens"] for p in pre]),
+        prefill_ep=per_dev([p["prefill_ep"] for p in pre]),
+        prefill_tokens=per_dev([p["prefill_tokens"] for p in pre]),
         prefill_gpus_per_decode_gpu=ratio,
         tokens_per_gpu_s_served=served,
         tpot_aggregated_ms=step_aggregated * cols["batch"] / emitted,
         tokens_per_gpu_s_aggregated=emitted / (step_aggregated / 1e3),
         tpot_with_ttft_ms=(ttft + osl * cols["tpot_ms"]) / osl,
-        gpus=gpus,
         prefill_gpus=prefill_gpus,
-        nodes=np.ceil((gpus + prefill_gpus) / per_dev([spec.gpus_per_node for _, spec in pairs])),
-        memory_headroom=headroom,
+        nodes=np.ceil((gpus + prefill_gpus) / per_dev(context["gpus_per_node"])),
         cost_per_m_output_usd=price / 3600 / served * 1e6,
         cost_per_m_tokens_usd=price / 3600 / (served * (1 + isl / osl)) * 1e6,
         energy_j_per_output_token=power / served,
-        error_band=grounded.error_bands("decode", [spec for _, spec in pairs], code, cols["batch"]),
-        # False where the device has no kernel table: its compute runs at the default efficiency
-        # and the error band, drawn from devices with tables, does not cover it.
-        kernel_table=per_dev([kernel_table_name(spec) is not None for _, spec in pairs]).astype(bool),
     )
-    if request_rate is not None:
-        rate = _positive("request_rate", request_rate, 1e9)
+    rate = context["request_rate"]
+    if rate is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            data["decode_instances"] = np.ceil(rate * osl / (tps * gpus))
-            data["prefill_instances"] = np.ceil(rate * isl / (pre_tps * data["prefill_ep"]))
-        data["total_gpus"] = data["decode_instances"] * gpus + data["prefill_instances"] * data["prefill_ep"]
-    df = pd.DataFrame(data, copy=False)
-    return df
+            out["decode_instances"] = np.ceil(rate * osl / (tps * gpus))
+            out["prefill_instances"] = np.ceil(rate * isl / (pre_tps * out["prefill_ep"]))
+        out["total_gpus"] = out["decode_instances"] * gpus + out["prefill_instances"] * out["prefill_ep"]
+    return out
 
 
-def afd_columns(m, pairs, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_len, overhead_ms) -> dict:
+def with_prefill_for(df: pd.DataFrame, ttft_ms) -> pd.DataFrame:
+    """df (a search result) with each device's prefill layout chosen for a TTFT target: the one
+    with the most tokens/s per GPU whose TTFT meets ttft_ms, and every column that depends on it
+    (ttft_ms, prefill_ep, tokens_per_gpu_s_served, costs, ...) recomputed. meets_sla and nearest
+    apply their ttft_ms through it, so an SLA chooses the prefill layout wherever it is applied. A
+    frame without search's record of its prefill options (df.attrs["explore"]) is returned as is."""
+    context = df.attrs.get("explore")
+    target = None if ttft_ms is None else _positive("ttft_ms", ttft_ms)
+    if context is None or target is None or context.get("ttft_ms") == target or df.empty:
+        return df
+    cols = {k: df[k].to_numpy() for k in ("tokens_per_gpu_s", "step_ms", "tpot_ms", "batch", "mtp_accepted", "ep",
+                                          "attn_gpus", "attn_tp", "kv_fp8", "gpus")}
+    cols["kind"] = df["kind"].cat.codes.to_numpy()
+    cols["device_code"] = df["device"].cat.codes.to_numpy()
+    out = df.assign(**_serving_columns(cols, context, target))
+    out.attrs["explore"] = {**context, "ttft_ms": target}
+    return out
+
+
+def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_len, overhead_ms) -> dict:
     """Attention-FFN disaggregation: A attention GPUs (DP attention, `batch` requests each, the
     dense layers and the head) and F expert GPUs (the routed experts over F, the shared expert),
     the step cut into `micro` micro-batches that ping-pong between the two clusters over the
@@ -328,8 +387,7 @@ def afd_columns(m, pairs, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_
     K, dim = m.n_activated_experts, m.dim
     payload = dim + dim / 128 * 4  # FP8 + 1x128 FP32 scales
     nan = math.nan
-    for di, (_, spec) in enumerate(pairs):
-        tables = grounded.kernel_tables(spec)
+    for di, ((_, spec), tables) in enumerate(zip(pairs, tables)):
         mem = spec.mem_gb * 2**30 * 0.9
         kv_per_token = {kv: grounded.decode(m, spec, batch=1, kv_len=kv_len, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
                         for kv in kvs}
@@ -387,11 +445,8 @@ def afd_columns(m, pairs, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_
 
 
 def board_power_w(device: DeviceLike) -> float:
-    """The board power of a shipped device (its file's `board_power_w`), NaN where unknown."""
-    from .devices import device_metadata
-
-    v = device_metadata(device).get("board_power_w")
-    return float(v) if v is not None else math.nan
+    """A device's board power (its file's `board_power_w`, grounded.device_pricing), NaN where unknown."""
+    return grounded.device_pricing(device)["board_power_w"]
 
 
 def meets_sla(df: pd.DataFrame, *, tpot_ms=None, ttft_ms=None, tps_user=None, convention="decode",
@@ -404,6 +459,7 @@ def meets_sla(df: pd.DataFrame, *, tpot_ms=None, ttft_ms=None, tps_user=None, co
         raise ValueError(f"convention must be 'decode' or 'with_ttft', got {convention!r}")
     if serving not in ("disaggregated", "aggregated"):
         raise ValueError(f"serving must be 'disaggregated' or 'aggregated', got {serving!r}")
+    df = with_prefill_for(df, ttft_ms)
     tpot = _tpot(df, convention, serving)
     ok = df["feasible"].to_numpy(copy=True)
     if tpot_ms is not None:
@@ -425,7 +481,9 @@ def _tpot(df, convention, serving):
 def nearest(df: pd.DataFrame, *, tpot_ms=None, ttft_ms=None, n=5) -> pd.DataFrame:
     """When nothing meets an SLA: the feasible configurations closest to it, with their margin
     (how far over each target, as a fraction)."""
-    f = df[df["feasible"]].copy()
+    n = number("n", n, integer=True, lo=0, hi=2 ** 31)
+    f = with_prefill_for(df, ttft_ms)
+    f = f[f["feasible"]].copy()
     margin = pd.Series(0.0, index=f.index)
     if tpot_ms is not None:
         f["tpot_margin"] = f["tpot_ms"] / _positive("tpot_ms", tpot_ms) - 1
@@ -527,6 +585,9 @@ def frontier_gap(df: pd.DataFrame, rows: pd.DataFrame, x="tps_user", y="tokens_p
     fx, fy = f[x].to_numpy(), f[y].to_numpy()
     out = []
     for rx, ry in zip(rows[x], rows[y]):
+        if not (np.isfinite(rx) and np.isfinite(ry)):
+            out.append(math.nan)  # an infeasible row has no place relative to the frontier
+            continue
         faster = fy[fx >= rx - 1e-12]
         out.append(1 - ry / faster.max() if len(faster) else 0.0)
     return pd.Series(out, index=rows.index, name="frontier_gap")

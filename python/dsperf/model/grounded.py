@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from .. import _C
-from .._checks import flag, number
-from .devices import DeviceLike, DeviceSpec, kernel_table_name, load_device
+from .._checks import MAX_COUNT, MAX_TOKENS, flag, finite_results, number, read_small_file
+from .devices import DeviceLike, DeviceSpec, device_metadata, kernel_table_name, load_device  # noqa: F401
 from .configs import load_model
 from . import bands
 
@@ -48,65 +48,88 @@ def _tables_dir():
     return resources.files("dsperf") / "data" / "efficiency"
 
 
-def _number(value: str, path, row: int, field: str, positive: bool = True) -> float:
+# Bounds on a table file's figures. Latencies and bandwidths: the C++ tables' (kernel_table.hpp),
+# values a real kernel or link could have measured. Shapes: token-like axes as the model's token
+# counts (dsperf._checks.MAX_TOKENS), bytes to 2**50, the other sizes to 2**24, EP / TP sizes as
+# counts; products of them stay finite.
+_FIGURE_BOUNDS = {"latency_us": SM.TABLE_BOUNDS["latency_us"], "gbps": SM.TABLE_BOUNDS["gbps"]}
+_SHAPE_MAX = {**{c: MAX_TOKENS for c in ("m", "batch", "kv_len", "tokens")}, "bytes": 2 ** 50,
+              **{c: 2 ** 24 for c in ("n", "k", "groups", "heads", "q_len")}, "ep": MAX_COUNT, "tp": MAX_COUNT}
+_MAX_TABLE_BYTES = 64 << 20
+
+
+def _number(value: str, where: str, field: str) -> float:
     try:
         x = float(value)
     except ValueError:
-        raise ValueError(f"{path}, row {row}: field '{field}' must be a number, got {value!r}") from None
-    if not math.isfinite(x) or (positive and x <= 0):
-        raise ValueError(f"{path}, row {row}: field '{field}' must be a finite number > 0, got {value!r}")
-    return x
+        raise ValueError(f"{where}: field '{field}' must be a number, got {value!r}") from None
+    lo, hi = _FIGURE_BOUNDS.get(field, (0, _SHAPE_MAX.get(field)))
+    # Shapes are > 0; figures lie within the bounds a real measurement could have.
+    return number(f"{where}: field '{field}'", x, lo=lo, hi=hi, lo_open=field not in _FIGURE_BOUNDS)
 
 
 def read_table_rows(path) -> list[dict]:
     """The rows of an efficiency table file (comment lines start with '#'), checked: a known
-    family, a source, a positive latency_us or gbps, and the shape fields the family needs."""
-    with (open(path, newline="") if isinstance(path, (str, os.PathLike)) else path.open(newline="")) as f:
-        lines = [line for line in f if not line.lstrip().startswith("#")]
-    reader = csv.DictReader(lines)
+    family, a source, a latency_us or gbps within the bounds a real kernel could have, the shape
+    fields the family needs, and no two rows at one shape that disagree. Every error names the
+    file, the row (and its line) and the field. A UTF-8 byte-order mark is skipped."""
+    text = read_small_file(path, _MAX_TABLE_BYTES, "kernel table").removeprefix("\ufeff")
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(keepends=True), start=1)
+                if not line.lstrip().startswith("#")]
+    reader = csv.DictReader([line for _, line in numbered])
     need = {"family", "source"}
-    if reader.fieldnames is None or not need <= set(reader.fieldnames):
-        missing = sorted(need - set(reader.fieldnames or ()))
+    if reader.fieldnames is None or not need <= {f.strip() for f in reader.fieldnames}:
+        missing = sorted(need - {f.strip() for f in reader.fieldnames or ()})
         raise ValueError(f"{path}: missing column '{missing[0]}'")
-    rows = []
+    rows, seen = [], {}
     for i, raw in enumerate(reader, start=1):
+        raw = {(k or "").strip(): v for k, v in raw.items()}
+        where = f"{path}, row {i} (line {numbered[reader.line_num - 1][0]})"
         fam = (raw.get("family") or "").strip()
         if fam not in FAMILIES:
-            raise ValueError(f"{path}, row {i}: field 'family': unknown kernel family {fam!r}; known: "
-                             f"{', '.join(FAMILIES)}")
+            raise ValueError(f"{where}: field 'family': unknown kernel family {fam!r}; known: {', '.join(FAMILIES)}")
         if not (raw.get("source") or "").strip():
-            raise ValueError(f"{path}, row {i}: field 'source' must name where the figure was published")
+            raise ValueError(f"{where}: field 'source' must name where the figure was published")
         row = {"family": fam, "source": raw["source"].strip()}
         # basis: measured (the default) or derived (a Hopper row moved by a published figure of this
         # device, model/derive_table.py), which must name that second source too.
         basis = (raw.get("basis") or "measured").strip()
         if basis not in TABLE_BASES:
-            raise ValueError(f"{path}, row {i}: field 'basis' must be one of {', '.join(TABLE_BASES)}, got {basis!r}")
+            raise ValueError(f"{where}: field 'basis' must be one of {', '.join(TABLE_BASES)}, got {basis!r}")
         row["basis"] = basis
         if basis == "derived":
             if not (raw.get("source2") or "").strip():
-                raise ValueError(f"{path}, row {i}: field 'source2': a derived row names both sources (the row it "
+                raise ValueError(f"{where}: field 'source2': a derived row names both sources (the row it "
                                  "was moved from, and the published figure that moved it)")
             row["source2"] = raw["source2"].strip()
         dtype = (raw.get("dtype") or "").strip()
         if dtype:
             if dtype not in ("fp8", "bf16"):
-                raise ValueError(f"{path}, row {i}: field 'dtype' must be fp8 or bf16, got {dtype!r}")
+                raise ValueError(f"{where}: field 'dtype' must be fp8 or bf16, got {dtype!r}")
             row["dtype"] = dtype
         for col in SHAPE_COLUMNS + ("latency_us", "gbps", "tokens"):
             if (raw.get(col) or "").strip():
-                row[col] = _number(raw[col], path, i, col)
+                row[col] = _number(raw[col], where, col)
         comm = SM.is_comm_family(fam)
         if fam == "allreduce" and "gbps" not in row and not ("latency_us" in row and "bytes" in row):
-            raise ValueError(f"{path}, row {i}: field 'gbps': an allreduce row needs gbps, or latency_us and bytes "
+            raise ValueError(f"{where}: field 'gbps': an allreduce row needs gbps, or latency_us and bytes "
                              "(the message size)")
         if comm and fam != "allreduce" and "gbps" not in row and not ("latency_us" in row and "tokens" in row):
-            raise ValueError(f"{path}, row {i}: field 'gbps': a {fam} row needs gbps, or latency_us and tokens")
+            raise ValueError(f"{where}: field 'gbps': a {fam} row needs gbps, or latency_us and tokens")
         if not comm and "latency_us" not in row:
-            raise ValueError(f"{path}, row {i}: field 'latency_us' is required for {fam}")
+            raise ValueError(f"{where}: field 'latency_us' is required for {fam}")
         for col in SM.table_row_fields(fam):
             if col not in row:
-                raise ValueError(f"{path}, row {i}: field '{col}' is required for {fam}")
+                raise ValueError(f"{where}: field '{col}' is required for {fam}")
+        # Two rows at one shape must agree: the lookup would keep both and price with either.
+        key = (fam, row.get("dtype", "fp8")) + tuple(row.get(c) for c in SHAPE_COLUMNS)
+        figure = tuple(row.get(c) for c in ("latency_us", "gbps", "tokens"))
+        if key in seen and seen[key][1] != figure:
+            j = next(j for j, (a, b) in enumerate(zip(seen[key][1], figure)) if a != b)
+            field = ("latency_us", "gbps", "tokens")[j]
+            raise ValueError(f"{where}: field '{field}' is {figure[j]}, but {seen[key][0]} gives "
+                             f"{seen[key][1][j]} at the same shape; keep one of the two rows")
+        seen.setdefault(key, (f"row {i} (line {numbered[reader.line_num - 1][0]})", figure))
         rows.append(row)
     return rows
 
@@ -131,6 +154,16 @@ def _row_gbps(row: Mapping) -> float:
     return row["tokens"] * _DEEPEP_TOP_K * payload / (row["latency_us"] * 1e-6) / 1e9
 
 
+def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
+    """A device's table file's rows into t; a row the tables refuse (a communication family, whose
+    rows are the network table's) is an error naming the file and the row."""
+    for i, row in enumerate(read_table_rows(path), start=1):
+        if SM.is_comm_family(row["family"]):
+            raise ValueError(f"{path}, row {i}: field 'family': {row['family']} rows belong in the network table "
+                             "(data/efficiency/network.csv), not a device's kernel table")
+        t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+
+
 @functools.lru_cache(maxsize=16)
 def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None,
                 modified_ns: int = 0) -> "SM.KernelTables":
@@ -144,34 +177,50 @@ def _tables_for(table: str | None, default_efficiency: float, measured_on_file: 
         path = Path(measured_on_file).parent / table
         if not path.is_file():
             raise ValueError(f"device file {measured_on_file} names the kernel table '{table}', which is missing")
-        measured_on = load_device(measured_on_file, "corrected")
-        for row in read_table_rows(path):
-            t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+        _add_latencies(t, path, load_device(measured_on_file, "corrected"))
     elif table is not None:
         path = _tables_dir() / f"{table}.csv"
         if not path.is_file():
             raise ValueError(f"kernel table '{table}' has no file data/efficiency/{table}.csv")
-        measured_on = load_device(table, "corrected")
-        for row in read_table_rows(path):
-            t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+        _add_latencies(t, path, load_device(table, "corrected"))
     return t
 
 
-def kernel_tables(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICIENCY) -> "SM.KernelTables":
-    """The efficiency tables a device is priced with: its `kernel_table` file plus the network
-    table; a device without one gets only the network rows (every compute call at the default)."""
-    _check_real("default_efficiency", default_efficiency, 0, 1, low_open=True)
-    table = kernel_table_name(device)
+def device_pricing(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICIENCY) -> dict:
+    """How a device is priced, from the one place that resolves it (grounded.decode, prefill, the
+    explorer and the seed's grid all ask here): `tables`, its efficiency tables (its device file's
+    `kernel_table`, a shipped table or its own CSV beside the file, plus the network rows; a
+    device without one gets only the network rows, every compute call at the default);
+    `kernel_table`, that table's name (None: none); `table_kind`, how it was obtained (measured,
+    derived or default: the regime of its error band, dsperf.model.bands); `board_power_w` (NaN
+    where unknown).
+    device: a shipped name, a .toml path, or a DeviceSpec (a shipped device's file by its name)."""
+    lo, hi = SM.TABLE_BOUNDS["default_efficiency"]
+    default_efficiency = _check_real("default_efficiency", default_efficiency, lo, hi)
+    meta = device_metadata(device)
+    table = meta.get("kernel_table")
+    power = float(meta["board_power_w"]) if "board_power_w" in meta else math.nan
     # A table file (dsperf calibrate's) lies beside the device file that names it, which is the
     # device it was measured on.
     own = table is not None and table.endswith(".csv") and isinstance(device, (str, os.PathLike))
     if not own:
-        return _tables_for(table, float(default_efficiency))
-    device_file = Path(device).resolve()
-    # A recalibration rewrites the table: its modification time is part of the cache key.
-    table_file = device_file.parent / table
-    modified = table_file.stat().st_mtime_ns if table_file.is_file() else 0
-    return _tables_for(table, float(default_efficiency), str(device_file), modified)
+        tables = _tables_for(table, default_efficiency)
+    else:
+        device_file = Path(device).resolve()
+        # A recalibration rewrites the table: its modification time is part of the cache key.
+        table_file = device_file.parent / table
+        modified = table_file.stat().st_mtime_ns if table_file.is_file() else 0
+        tables = _tables_for(table, default_efficiency, str(device_file), modified)
+    if table is None:
+        kind = "default"
+    else:
+        kind = _table_kind_of(str(Path(device).resolve().parent / table if own else _tables_dir() / f"{table}.csv"))
+    return {"tables": tables, "kernel_table": table, "table_kind": kind, "board_power_w": power}
+
+
+def kernel_tables(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICIENCY) -> "SM.KernelTables":
+    """The efficiency tables a device is priced with (device_pricing's `tables`)."""
+    return device_pricing(device, default_efficiency)["tables"]
 
 
 # Argument checks: the rules live in dsperf._checks (bool is not a number, floats are not integers,
@@ -215,7 +264,7 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
     d.experts_fp4 = weight_dtype == "fp4"
     d.dense_tp = _check_int("dense_tp", dense_tp, 1, 64)
     d.moe_tp = _check_int("moe_tp", moe_tp, 1, 64)
-    d.imbalance = _check_real("imbalance", imbalance, 1, 64)
+    d.imbalance = _check_real("imbalance", imbalance, 1, SM.MAX_IMBALANCE)
     d.comm_sms = -1 if comm_sms is None else _check_int("comm_sms", comm_sms, 0, 4096)
     d.step_overhead_ms = -1.0 if step_overhead_ms is None else _check_real("step_overhead_ms", step_overhead_ms, 0, 1e4)
     return d
@@ -230,6 +279,7 @@ def _run(model, device, dep, default_efficiency):
     regime = (table_kind(device), dep.phase, bands.bound_of(dep.phase, dep.batch if dep.phase == "decode" else None))
     out["error_band"], out["band_points"], out["band_regime"] = bands.lookup(*regime)
     out["regime"] = "/".join(regime)
+    finite_results(f"grounded.{dep.phase}", {k: v for k, v in out.items() if k != "error_band"})
     return out
 
 
@@ -240,23 +290,19 @@ def error_band(phase: str, device: DeviceLike = "H800", batch=None) -> float:
     return bands.lookup(table_kind(device), phase, bands.bound_of(phase, batch))[0]
 
 
-def error_bands(phase: str, devices, code, batch) -> np.ndarray:
-    """error_band per row of a grid: devices[code[i]] at batch[i]."""
+def error_bands(phase: str, kinds, code, batch) -> np.ndarray:
+    """error_band per row of a grid: the table kind kinds[code[i]] (device_pricing's) at batch[i]."""
     code, batch = np.asarray(code), np.asarray(batch, dtype=float)
     latency = batch < bands.LATENCY_BATCH if phase == "decode" else np.zeros(len(batch), dtype=bool)
-    by_latency = np.array([[error_band(phase, d, None), error_band(phase, d, 1)] for d in devices])
+    by_latency = np.array([[bands.lookup(k, phase, bands.bound_of(phase, None))[0],
+                            bands.lookup(k, phase, bands.bound_of(phase, 1))[0]] for k in kinds])
     return by_latency[code, latency.astype(int)]
 
 
 def table_kind(device: DeviceLike) -> str:
     """How the device's kernel table was obtained: "measured", "derived" (any row moved from another
     GPU's table by a published figure) or "default" (no table)."""
-    table = kernel_table_name(device)
-    if table is None:
-        return "default"
-    own = table.endswith(".csv") and isinstance(device, (str, os.PathLike))
-    path = Path(device).resolve().parent / table if own else _tables_dir() / f"{table}.csv"
-    return _table_kind_of(str(path))
+    return device_pricing(device)["table_kind"]
 
 
 @functools.lru_cache(maxsize=32)
@@ -357,10 +403,13 @@ def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, os
                                       ranks=max(1, ep // attn_tp))
     step_ms, share = float(step_ms), float(share)
     tpot = step_ms * batch / emitted  # each request emits emitted / batch tokens a step
-    return {"step_ms": step_ms, "decode_step_ms": d["step_ms"], "chunk_ms": chunk_ms, "chunk_tokens": chunk,
+    out = {"step_ms": step_ms, "decode_step_ms": d["step_ms"], "chunk_ms": chunk_ms, "chunk_tokens": chunk,
             "steps_with_chunk": share, "tokens_per_gpu_s": emitted / (step_ms / 1e3), "tpot_ms": tpot,
             "tps_user": 1e3 / tpot, "fits_memory": d["fits_memory"], "batch_limit": d["batch_limit"],
-            "device": d["device"], "error_band": error_band("e2e", device), "regime": f"{table_kind(device)}/e2e/throughput"}
+            "device": d["device"], "error_band": error_band("e2e", device),
+            "regime": f"{table_kind(device)}/e2e/throughput"}
+    finite_results("grounded.aggregated", {k: v for k, v in out.items() if k != "error_band"})
+    return out
 
 
 def calls_frame(result: Mapping) -> pd.DataFrame:
@@ -384,8 +433,12 @@ def eplb_imbalance(load, *, ep: int, redundant_experts: int = 0, gpus_per_node: 
 
     import numpy as np
 
-    experts = int(np.asarray(load).shape[-1])
+    shape = np.shape(load)
+    if len(shape) not in (1, 2) or shape[-1] == 0:
+        raise ValueError(f"load must be tokens per expert (one row per layer), got an array of shape {shape}")
+    experts = int(shape[-1])
     ep = _check_int("ep", ep, 1, 4096)
+    gpus_per_node = _check_int("gpus_per_node", gpus_per_node, 1, 1024)
     redundant_experts = _check_int("redundant_experts", redundant_experts, 0, 4096)
     if (experts + redundant_experts) % ep:
         raise ValueError(f"ep ({ep}) must divide the experts plus redundant experts ({experts + redundant_experts})")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _C
-from .devices import resolve_devices
+from .devices import device_list, resolve_devices
 from .._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number, number_list, text
 from .configs import load_model
 
@@ -460,7 +460,7 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
         raise ValueError("seq_len values must be positive and decode_len values >= 0")
     for s in seqs:
         for d in decs:
-            cols = explore.SM.explore_decode(m, [sp for _, sp in pairs], [grounded.kernel_tables(sp) for _, sp in pairs],
+            cols = explore.SM.explore_decode(m, [sp for _, sp in pairs], [grounded.kernel_tables(d) for d in device_list(devices)],
                                              eps, reds, tps, [0], [0.0], [int(x) for x in kv],
                                              [explore.OVERLAP_CODES["two_batch"]], batches, kv_len=s + d / 2,
                                              imbalance=1.0, step_overhead_ms=explore.SM.decode_step_overhead_ms)
@@ -476,7 +476,7 @@ def _grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_ex
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     finite_results("decode_sweep", {k: out[k].to_numpy() for k in ("tpot_ms", "tokens_per_gpu_s")})
     _integer_columns(out, ("batch", "seq_len", "decode_len"))
-    out["error_band"] = grounded.error_bands("decode", [dict(pairs)[c] for c in out["GPU"].cat.categories],
-                                             out["GPU"].cat.codes.to_numpy(),
-                                             out["batch"].to_numpy())
+    kinds = dict(zip(labels, (grounded.table_kind(d) for d in device_list(devices))))
+    out["error_band"] = grounded.error_bands("decode", [kinds[c] for c in out["GPU"].cat.categories],
+                                             out["GPU"].cat.codes.to_numpy(), out["batch"].to_numpy())
     return out

@@ -100,3 +100,22 @@ def test_bad_input_is_named():
     del row["ep"]
     with pytest.raises(ValueError, match="field 'ep'"):
         launch.emit(row, "sglang")
+
+
+def test_explore_cli_emits_the_best_rows_launch_and_a_page(tmp_path):
+    import contextlib
+    import io
+
+    from dsperf.cli import main as cli_main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert cli_main(["explore", "--devices", "H200", "--tpot-ms", "50", "--out", str(tmp_path), "--emit", "vllm",
+                         "--html", str(tmp_path / "page.html")]) == 0
+    text = out.getvalue()
+    assert "vllm serve" in text and (tmp_path / "launch_vllm.txt").read_text().startswith("# vllm")
+    assert (tmp_path / "page.html").stat().st_size > 0
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert cli_main(["explore", "--devices", "H200", "--emit", "dynamo"]) != 0
+    assert "--emit must be one of sglang, vllm, trtllm, got 'dynamo'" in err.getvalue()

@@ -153,6 +153,11 @@ def add_explore_parser(sub) -> None:
                    help="also search attention-FFN disaggregation (attention GPUs + expert GPUs, ping-pong)")
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
+    e.add_argument("--emit", default=None, metavar="STACK",
+                   help="also write the best configuration's launch command for sglang, vllm or trtllm "
+                        "(OUT/launch_STACK.txt; dsperf.model.launch)")
+    e.add_argument("--html", default=None, metavar="FILE",
+                   help="also write one self-contained interactive page of the configurations that meet the SLA")
 
 
 def _int_list(flag: str, text: str) -> list[int]:
@@ -167,7 +172,7 @@ def run_explore(args: argparse.Namespace) -> str:
     from pathlib import Path
 
     from ._checks import number, number_list
-    from .model import explore, grounded
+    from .model import explore, explore_page, grounded, launch
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not devices:
@@ -183,6 +188,8 @@ def run_explore(args: argparse.Namespace) -> str:
     dense_tp, moe_tp = _int_list("--dense-tp", args.dense_tp), _int_list("--moe-tp", args.moe_tp)
     for flag_name, values in (("--dense-tp", dense_tp), ("--moe-tp", moe_tp)):
         number_list(flag_name, values, integer=True, lo=1, hi=64)
+    if args.emit is not None and args.emit not in launch.EMITTERS:
+        raise ValueError(f"--emit must be one of {', '.join(launch.EMITTERS)}, got {args.emit!r}")
     weights = [w.strip() for w in args.weight_dtype.split(",") if w.strip()]
     if not weights or any(w not in grounded.WEIGHT_DTYPES for w in weights):
         raise ValueError(f"--weight-dtype values must be among {', '.join(grounded.WEIGHT_DTYPES)}, "
@@ -226,9 +233,18 @@ def run_explore(args: argparse.Namespace) -> str:
     untabled = sorted(set(df.loc[~df["kernel_table"], "device"].astype(str)))
     note = (f"\nno kernel table for {', '.join(untabled)}: its compute is priced at the default efficiency "
             f"({__import__('dsperf').grounded.DEFAULT_EFFICIENCY}) and the band does not cover it\n" if untabled else "")
+    extra = ""
+    if args.html:
+        sla_given = {"tpot_ms": args.tpot_ms, "ttft_ms": args.ttft_ms}
+        extra += f"page: {explore_page.write_html(ok, args.html, sla=sla_given)}\n"
+    if args.emit:
+        launched = launch.emit(best.iloc[0], args.emit)
+        (out / f"launch_{args.emit}.txt").write_text(launched.text())
+        extra += (f"\nLaunch ({args.emit}) of the best configuration, also in {out / f'launch_{args.emit}.txt'}:\n\n"
+                  + launched.text())
     return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- up to {band:.0%}: each row's "
             f"error_band, its regime's 80% quantile of |error| in `dsperf validate`):\n\n"
             + best[shown].to_markdown(index=False, floatfmt=".4g")
             + f"\n\nPareto frontier (tokens/s per user against tokens/s per GPU): {len(frontier)} configurations\n\n"
             + frontier[shown].to_markdown(index=False, floatfmt=".4g")
-            + f"\n\nwritten: {out / 'explore.csv'}, {out / 'frontier.png'}, {out / 'cost.png'}\n" + note)
+            + f"\n\nwritten: {out / 'explore.csv'}, {out / 'frontier.png'}, {out / 'cost.png'}\n" + note + extra)

@@ -1,0 +1,212 @@
+"""The serving simulator (dsperf.serving, csrc/serving): checks that can fail against queueing
+identities and the grounded model, determinism, and bad input."""
+import gzip
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dsperf import serving
+from dsperf.cli import main as cli_main
+from dsperf.model import grounded
+
+# One H200 node (EP8): the weights fit with room for the KV cache (on H800s EP8 does not fit).
+SMALL = dict(device="H200", ep=8, mode="aggregated")
+
+
+def _write_trace(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
+def test_littles_law_over_a_steady_window():
+    # Mean number in the system (the simulator's own time series) = arrival rate x mean E2E.
+    r = serving.simulate(rate=4.0, duration_s=400, input_len=512, output_len=48, seed=3, **SMALL)
+    assert not r.info["overloaded"]
+    lo, hi = 100e3, 300e3
+    s = r.series
+    t = s["time_ms"].to_numpy()
+    n = s["in_system"].to_numpy()
+    # The count holds from one sample to the next: integrate the step function over [lo, hi].
+    edges = np.clip(np.append(t, t[-1]), lo, hi)
+    mean_in_system = float((n * np.diff(edges)).sum() / (hi - lo))
+    rec = r.records
+    window = rec[(rec["arrival_ms"] >= lo) & (rec["arrival_ms"] < hi)]
+    rate_per_ms = len(window) / (hi - lo)
+    little = rate_per_ms * window["e2e_ms"].mean()
+    assert mean_in_system == pytest.approx(little, rel=0.02)
+    assert mean_in_system > 1  # a window with queueing, not an empty system
+
+
+@pytest.mark.parametrize("output_len", [128, 512])
+def test_tpot_equals_the_grounded_decode_step(output_len):
+    # Disaggregated, closed loop, fixed lengths: every wave's prompts are computed in one prefill
+    # step and reach the decode ranks together, so each decode step holds the same batch and no
+    # prompt chunk. TPOT then is the grounded model's decode step at that batch and the mean context.
+    conc, ranks, isl = 64, 8, 1024
+    r = serving.simulate(concurrency=conc, duration_s=5, input_len=isl, output_len=output_len,
+                         mode="disaggregated", device="H200", ep=ranks, prefill_ep=8)
+    rec = r.records[r.records["finished"]]
+    assert len(rec) >= conc
+    assert (rec.groupby("decode_rank").size() > 0).all()
+    step = grounded.decode("DeepSeek-V3", "H200", batch=conc // ranks, kv_len=isl + (output_len - 2) / 2,
+                           ep=ranks)["step_ms"]
+    assert rec["tpot_ms"].to_numpy() == pytest.approx(step, rel=0.01)
+
+
+def test_zero_prefix_hits_change_nothing(tmp_path):
+    rng = np.random.default_rng(0)
+    rows, next_hash = [], 0
+    for i in range(300):
+        n_in = int(rng.integers(600, 3000))
+        blocks = -(-n_in // 512)
+        rows.append({"timestamp": i * 150, "input_length": n_in, "output_length": int(rng.integers(2, 60)),
+                     "hash_ids": list(range(next_hash, next_hash + blocks))})
+        next_hash += blocks
+    path = _write_trace(tmp_path / "unique.jsonl", rows)
+    runs = [serving.simulate(trace=str(path), prefix_cache=cache, routing=routing, **SMALL).records
+            for cache, routing in ((True, "prefix_aware"), (False, "least_loaded"), (True, "least_loaded"))]
+    assert runs[0]["cached_tokens"].sum() == 0
+    pd.testing.assert_frame_equal(runs[0], runs[1])
+    pd.testing.assert_frame_equal(runs[1], runs[2])
+    # The control: the same requests sharing one long prefix do hit, and their prompts start sooner.
+    for r in rows:
+        r["hash_ids"] = list(range(-(-r["input_length"] // 512)))
+    shared = _write_trace(tmp_path / "shared.jsonl", rows)
+    hit = serving.simulate(trace=str(shared), routing="prefix_aware", **SMALL).records
+    miss = serving.simulate(trace=str(shared), prefix_cache=False, **SMALL).records
+    assert hit["cached_tokens"].sum() > 0
+    assert hit["ttft_ms"].mean() < miss["ttft_ms"].mean()
+
+
+def test_fixed_seed_gives_identical_records():
+    kw = dict(rate=6.0, arrival="gamma", cv=3.0, duration_s=40, mtp=2, mtp_accepted=1.2, **SMALL)
+    a, b = serving.simulate(seed=7, **kw), serving.simulate(seed=7, **kw)
+    pd.testing.assert_frame_equal(a.records, b.records)
+    np.testing.assert_array_equal(a.itl_ms, b.itl_ms)
+    c = serving.simulate(seed=8, **kw)
+    assert not a.records["arrival_ms"].equals(c.records["arrival_ms"])
+
+
+def test_mtp_acceptance_is_drawn_at_its_mean():
+    r = serving.simulate(concurrency=16, duration_s=20, output_len=400, mtp=1, mtp_accepted=0.7, **SMALL)
+    # Tokens per decode emission: 1 + accepted drafts; the mean over many emissions is 1.7.
+    rec = r.records[r.records["finished"]]
+    emissions = len(r.itl_ms)
+    tokens = int((rec["output_tokens"] - 1).sum())
+    assert tokens / emissions == pytest.approx(1.7, rel=0.03)
+
+
+def test_kv_preemption_recomputes_and_finishes():
+    # A small cache (max_batch unlimited, long outputs) forces preemptions; every request still ends.
+    r = serving.simulate(concurrency=600, duration_s=1, input_len=4000, output_len=3000,
+                         max_num_tokens=16384, **SMALL)
+    assert r.records["finished"].all()
+    assert r.records["preemptions"].sum() > 0
+
+
+def test_percentiles_and_csv(tmp_path):
+    r = serving.simulate(rate=3.0, duration_s=30, sla_ttft_ms=5000, sla_tpot_ms=200, **SMALL)
+    p = r.percentiles()
+    assert list(p.columns) == ["p50", "p90", "p99"]
+    assert (p["p50"] <= p["p90"]).all() and (p["p90"] <= p["p99"]).all()
+    s = r.summary()
+    assert 0 < s["goodput"] <= s["request_throughput"]
+    out = tmp_path / "r.csv"
+    r.to_csv(out)
+    back = pd.read_csv(out)
+    assert len(back) == len(r.records) and "ttft_ms" in back
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, math.nan, math.inf])
+def test_bad_rate_names_the_argument(rate):
+    with pytest.raises(ValueError, match="rate"):
+        serving.simulate(rate=rate, **SMALL)
+
+
+@pytest.mark.parametrize("p", [0, 100, 150, -5, math.nan])
+def test_sla_percentile_outside_0_100(p):
+    with pytest.raises(ValueError, match="sla_percentile"):
+        serving.simulate(rate=1.0, duration_s=5, sla_ttft_ms=1000, sla_percentile=p, **SMALL)
+    with pytest.raises(ValueError, match="sla_percentile"):
+        serving.max_rate(sla_ttft_ms=1000, sla_percentile=p, **SMALL)
+
+
+@pytest.mark.parametrize("line, field", [
+    ('{"timestamp": 0, "input_length": "12", "output_length": 3}', "input_length"),
+    ('{"timestamp": -1, "input_length": 12, "output_length": 3}', "timestamp"),
+    ('{"timestamp": 0, "input_length": 12}', "output_length"),
+    ('{"timestamp": 0, "input_length": 12, "output_length": 3, "hash_ids": [1, "x"]}', "hash_ids"),
+    ('{"timestamp": 0, "input_length": 12, "output_length": 3.5}', "output_length"),
+    ('{"timestamp": 0, "input_length": ', "JSON"),
+])
+def test_malformed_trace_line_names_file_line_field(tmp_path, line, field):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
+                    '{"timestamp": 5, "input_length": 10, "output_length": 2}\n' + line + "\n")
+    with pytest.raises(ValueError, match=rf"bad\.jsonl, line 3: .*{field}"):
+        serving.simulate(trace=str(path), **SMALL)
+
+
+def test_shipped_traces_load():
+    t = serving.load_trace("synthetic")
+    assert len(t) == 3993
+    assert t.hash_offsets[-1] == len(t.hashes)
+    with gzip.open(serving.traces.trace_path("conversation"), "rt") as f:
+        assert sum(1 for _ in f) == 12031
+
+
+def test_kv_too_small_for_one_request_is_an_error():
+    with pytest.raises(ValueError, match="KV capacity is too small"):
+        serving.simulate(concurrency=1, input_len=2 ** 23, output_len=10, duration_s=1, **SMALL)
+
+
+def test_overload_stops_at_the_bound_and_says_when():
+    r = serving.simulate(rate=500.0, duration_s=600, input_len=2000, output_len=200, max_waiting=3000, **SMALL)
+    assert r.info["overloaded"] and r.info["stop_reason"] == "max_waiting"
+    assert r.info["end_ms"] < 600e3  # stopped long before the arrivals ended
+    assert r.info["overload_since_s"] < 5
+    assert r.info["overload_rate"] == pytest.approx(500, rel=0.1)
+    assert not r.meets()
+
+
+def test_max_rate_brackets_the_sla():
+    out = serving.max_rate(sla_ttft_ms=3000, sla_percentile=90, duration_s=60, input_len=1024, output_len=64,
+                           low=0.5, high=200, tolerance=0.1, **SMALL)
+    rate = out["rate"]
+    assert 0.5 <= rate < 200
+    failed = [r for r, ok in out["tried"].items() if not ok]
+    assert failed and min(failed) > rate
+    assert out["result"].summary()["ttft_p90_ms"] <= 3000
+
+
+def test_enums_come_from_the_binding():
+    assert serving.ROUTINGS == ("round_robin", "least_loaded", "prefix_aware")
+    with pytest.raises(ValueError, match="routing"):
+        serving.simulate(rate=1.0, routing="random", **SMALL)
+
+
+def test_cli_simulate(capsys, tmp_path):
+    assert cli_main(["simulate", "--device", "H200", "--ep", "8", "--rate", "2", "--duration", "20",
+                     "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("arrival_ms,") and len(out.splitlines()) > 10
+    assert cli_main(["simulate", "--device", "H200", "--ep", "8", "--concurrency", "8", "--duration", "10"]) == 0
+    assert "ttft_ms" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--rate", "0"], "--rate"),
+    (["--rate", "nan"], "--rate"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--rate", "1", "--duration", "-3"], "--duration"),
+    (["--rate", "1", "--sla-percentile", "100", "--sla-ttft-ms", "100"], "--sla-percentile"),
+    (["--rate", "1", "--ep", "7"], "--ep"),
+])
+def test_cli_bad_flags_named(capsys, argv, flag):
+    assert cli_main(["simulate", "--device", "H200"] + argv) == 2
+    assert flag in capsys.readouterr().err

@@ -205,7 +205,10 @@ def test_cli_simulate(capsys, tmp_path):
     (["--concurrency", "0"], "--concurrency"),
     (["--rate", "1", "--duration", "-3"], "--duration"),
     (["--rate", "1", "--sla-percentile", "100", "--sla-ttft-ms", "100"], "--sla-percentile"),
-    (["--rate", "1", "--ep", "7"], "--ep"),
+    (["--rate", "1", "--ep", "0"], "--ep"),
+    (["--rate", "1", "--attn-tp", "3"], "--attn-tp"),
+    (["--rate", "1", "--mtp", "1", "--mtp-accepted", "2"], "--mtp-accepted"),
+    (["--trace", "/nonexistent/t.jsonl"], "/nonexistent/t.jsonl"),
 ])
 def test_cli_bad_flags_named(capsys, argv, flag):
     assert cli_main(["simulate", "--device", "H200"] + argv) == 2

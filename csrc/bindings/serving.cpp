@@ -9,6 +9,7 @@
 #include <string>
 
 #include "serving/simulator.hpp"
+#include "serving/step_pricer.hpp"
 
 namespace py = pybind11;
 using namespace dsperf;
@@ -131,6 +132,18 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
     return outd;
 }
 
+// A StepPricer with its own copies of what it prices against (the C++ class keeps references).
+struct OwnedPricer {
+    OwnedPricer(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& decode_dep,
+                const Deployment& prefill_dep)
+        : model(m), device(d), tables(t), pricer(model, device, tables, decode_dep, prefill_dep, ServeConfig{}.ctx_ratio,
+                                                 ServeConfig{}.prefill_ratio) {}
+    ModelConfig model;
+    DeviceSpec device;
+    KernelTables tables;
+    StepPricer pricer;
+};
+
 }  // namespace
 
 void bind_serving(py::module_& root) {
@@ -138,6 +151,17 @@ void bind_serving(py::module_& root) {
     m.attr("ARRIVALS") = names(arrival_kinds());
     m.attr("ROUTINGS") = names(routings());
     m.attr("MODES") = names(serve_modes());
+    // The simulator's step prices, for callers that schedule steps themselves (the benchmark's
+    // plain-Python loop prices its steps from the same cached table).
+    py::class_<OwnedPricer>(m, "StepPricer")
+        .def(py::init<const ModelConfig&, const DeviceSpec&, const KernelTables&, const Deployment&, const Deployment&>(),
+             py::arg("model"), py::arg("device"), py::arg("tables"), py::arg("decode_dep"), py::arg("prefill_dep"))
+        .def("step_ms", [](OwnedPricer& p, int batch, double ctx, double chunk_tokens, int chunks, double end_pos) {
+            return p.pricer.step_ms(batch, ctx, chunk_tokens, chunks, end_pos);
+        }, py::arg("batch"), py::arg("ctx"), py::arg("chunk_tokens"), py::arg("chunks"), py::arg("end_pos"))
+        .def_property_readonly("kv_tokens_per_rank", [](const OwnedPricer& p) { return p.pricer.kv_tokens_per_rank(); })
+        .def_property_readonly("kv_bytes_per_token", [](const OwnedPricer& p) { return p.pricer.kv_bytes_per_token(); })
+        .def_property_readonly("priced_points", [](const OwnedPricer& p) { return p.pricer.priced_points(); });
     m.def("draft_acceptance", &draft_acceptance, py::arg("drafts"), py::arg("accepted"));
     m.def("simulate", &simulate_py, py::arg("model"), py::arg("device"), py::arg("tables"), py::arg("mode"),
           py::arg("decode_dep"), py::arg("decode_chunk_dep"), py::arg("decode_groups"), py::arg("decode_max_running"),

@@ -54,10 +54,13 @@ void RankScheduler::preempt(int r, std::vector<ReqState>& st, std::vector<Record
     waiting_.push_front(r);
 }
 
-RankStep RankScheduler::plan(std::vector<ReqState>& st, std::vector<Record>& rec) {
-    RankStep s;
+void RankScheduler::plan(RankStep& s, std::vector<ReqState>& st, std::vector<Record>& rec) {
+    s.clear();
+    if (idle()) return;
     // Decoding requests first: each needs room for the tokens this step may add; when the blocks
     // run out, the request admitted last gives its cache up (recompute), as vLLM and SGLang do.
+    // A victim always lies at or after the request in hand, so none already in the step leaves it.
+    long budget = pool_.token_budget;
     for (size_t i = 0; i < running_.size(); ++i) {
         const int r = running_[i];
         ReqState& q = st[r];
@@ -74,11 +77,7 @@ RankStep RankScheduler::plan(std::vector<ReqState>& st, std::vector<Record>& rec
                 if (victim == r) break;
             }
         }
-    }
-    long budget = pool_.token_budget;
-    for (int r : running_) {
-        ReqState& q = st[r];
-        if (q.phase != ReqPhase::kDecoding) continue;
+        if (!ok) break;  // it was the last running request
         s.work.emplace_back(r, 0);
         ++s.batch;
         s.ctx_sum += q.context();
@@ -110,7 +109,6 @@ RankStep RankScheduler::plan(std::vector<ReqState>& st, std::vector<Record>& rec
             budget -= 1 + mtp_;
         }
     }
-    return s;
 }
 
 void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec,
@@ -122,6 +120,7 @@ void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqSt
         rec[r].finish_ms = now;
         out.finished.push_back(r);
     };
+    if (s.work.empty()) return;
     bool left = false;
     for (const auto& [r, c] : s.work) {
         ReqState& q = st[r];

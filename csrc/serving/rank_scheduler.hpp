@@ -28,6 +28,7 @@ struct ReqState {
 
 // What a rank does in one step.
 struct RankStep {
+    void clear() { batch = chunks = 0, ctx_sum = chunk_tokens = end_pos_sum = 0, work.clear(); }
     int batch = 0;              // decoding requests
     double ctx_sum = 0;         // their contexts
     double chunk_tokens = 0;    // prompt tokens computed
@@ -54,9 +55,10 @@ public:
     bool idle() const { return waiting_.empty() && running_.empty(); }
     const KvPool& kv() const { return kv_; }
     int prefix_match(const Request& r) const { return kv_.match(r.hashes); }
+    int* ctx_hint() { return &ctx_hint_; }  // for StepPricer::decode_ms
 
-    // Decide the step (allocating blocks, preempting when they run out).
-    RankStep plan(std::vector<ReqState>& st, std::vector<Record>& rec);
+    // Decide the step into s (allocating blocks, preempting when they run out).
+    void plan(RankStep& s, std::vector<ReqState>& st, std::vector<Record>& rec);
     // Apply it at its end: emitted tokens, computed chunks, finished requests.
     void finish_step(const RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec,
                      std::mt19937_64& rng, double draft_accept, StepOutcome& out, std::vector<float>& itl);
@@ -76,6 +78,7 @@ private:
     bool hands_off_;           // a prefill pool's rank: a computed prompt leaves for the decode pool
     std::deque<int> waiting_;
     std::vector<int> running_;  // admission order
+    int ctx_hint_ = 0;
 };
 
 }  // namespace dsperf::serving

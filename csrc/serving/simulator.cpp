@@ -188,21 +188,25 @@ private:
 
     void start_step(Pool& p, int g) {
         double step_ms = 0;
-        int64_t waiting_before = 0, waiting_after = 0;
+        int64_t waiting_before = 0, waiting_after = 0, run = 0, kv = 0;
         auto& plans = p.plans[g];
         plans.resize(p.per_group);
         for (int k = 0; k < p.per_group; ++k) {
             RankScheduler& rank = p.ranks[g * p.per_group + k];
             waiting_before += rank.waiting();
-            plans[k] = rank.plan(states_, records_);
+            rank.plan(plans[k], states_, records_);
             waiting_after += rank.waiting();
+            run += rank.running();
+            kv += rank.kv().used();
             const RankStep& s = plans[k];
             const double ctx = s.batch > 0 ? s.ctx_sum / s.batch : 0;
             const double end_pos = s.chunks > 0 ? s.end_pos_sum / s.chunks : 0;
-            step_ms = std::max(step_ms, p.pricer.step_ms(s.batch, ctx, s.chunk_tokens, s.chunks, end_pos));
+            step_ms = std::max(step_ms, p.pricer.step_ms(s.batch, ctx, s.chunk_tokens, s.chunks, end_pos, rank.ctx_hint()));
         }
         waiting_ += waiting_after - waiting_before;
-        account(p, g);
+        running_ += run - p.running[g];
+        kv_used_ += kv - p.kv[g];
+        p.running[g] = run, p.kv[g] = kv;
         if (step_ms <= 0) {
             p.busy[g] = 0;
             return;
@@ -243,18 +247,6 @@ private:
         ++waiting_;
         kick(*decode_, rank / decode_->per_group);
         sample();
-    }
-
-    void account(Pool& p, int g) {
-        int64_t run = 0, kv = 0;
-        for (int k = 0; k < p.per_group; ++k) {
-            const RankScheduler& rank = p.ranks[g * p.per_group + k];
-            run += rank.running();
-            kv += rank.kv().used();
-        }
-        running_ += run - p.running[g];
-        kv_used_ += kv - p.kv[g];
-        p.running[g] = run, p.kv[g] = kv;
     }
 
     void sample() {

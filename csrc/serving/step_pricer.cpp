@@ -45,18 +45,26 @@ double StepPricer::price_decode(int batch, double ctx) {
 }
 
 double StepPricer::decode_point(int batch, int i) {
+    if (size_t(batch) < decode_.size() && size_t(i) < decode_[batch].size() && !std::isnan(decode_[batch][i]))
+        return decode_[batch][i];  // the common case: priced already
     if (size_t(batch) >= decode_.size()) decode_.resize(batch + 1);
     auto& row = decode_[batch];
     if (size_t(i) >= row.size()) row.resize(i + 1, std::numeric_limits<double>::quiet_NaN());
-    if (std::isnan(row[i])) row[i] = price_decode(batch, std::pow(ctx_ratio_, i));
+    if (std::isnan(row[i])) row[i] = price_decode(batch, grid_[i]);
     return row[i];
 }
 
-double StepPricer::decode_ms(int batch, double ctx) {
+double StepPricer::decode_ms(int batch, double ctx, int* hint) {
     ctx = std::max(1.0, ctx);
-    const double x = std::log(ctx) / log_ctx_ratio_;
-    const int i = int(x);
-    const double lo = std::pow(ctx_ratio_, i), hi = lo * ctx_ratio_;
+    int i;
+    if (hint && size_t(*hint) + 1 < grid_.size() && grid_[*hint] <= ctx && ctx < grid_[*hint + 1]) {
+        i = *hint;
+    } else {
+        i = int(std::log(ctx) / log_ctx_ratio_);
+        while (grid_.size() <= size_t(i) + 1) grid_.push_back(std::pow(ctx_ratio_, double(grid_.size())));
+        if (hint) *hint = i;
+    }
+    const double lo = grid_[i], hi = grid_[i + 1];
     const double w = std::clamp((ctx - lo) / (hi - lo), 0.0, 1.0);
     return (1 - w) * decode_point(batch, i) + w * decode_point(batch, i + 1);
 }

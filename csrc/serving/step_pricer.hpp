@@ -25,15 +25,17 @@ public:
 
     // Milliseconds of the decode layers (no step overhead) for `batch` requests on the rank
     // attending on average to `ctx` tokens.
-    double decode_ms(int batch, double ctx);
+    // hint: the caller's last grid index for this rank (contexts move slowly, so the index is
+    // usually the same and no logarithm is needed); updated.
+    double decode_ms(int batch, double ctx, int* hint = nullptr);
     // Milliseconds of the layers for `tokens` prompt tokens on the rank in `chunks` chunks whose
     // ends lie on average at position `end_pos` (the attention reads the prefix before each chunk).
     double prefill_ms(double tokens, int chunks, double end_pos);
     // The rank's whole step: decode part, chunk part, and one step overhead (the decode step's
     // when any request decodes, else the prefill step's).
-    double step_ms(int batch, double ctx, double chunk_tokens, int chunks, double end_pos) {
+    double step_ms(int batch, double ctx, double chunk_tokens, int chunks, double end_pos, int* hint = nullptr) {
         if (batch == 0 && chunk_tokens <= 0) return 0;
-        double ms = batch > 0 ? decode_ms(batch, ctx) + decode_overhead_ms_ : prefill_overhead_ms_;
+        double ms = batch > 0 ? decode_ms(batch, ctx, hint) + decode_overhead_ms_ : prefill_overhead_ms_;
         if (chunk_tokens > 0) ms += prefill_ms(chunk_tokens, chunks, end_pos);
         return ms;
     }
@@ -58,6 +60,7 @@ private:
     double kv_tokens_per_rank_ = 0, kv_bytes_per_token_ = 0;
     // decode_[batch][ctx index]: priced points, NaN where not priced yet.
     std::vector<std::vector<double>> decode_;
+    std::vector<double> grid_;  // the context grid's points, ctx_ratio^i
     std::unordered_map<uint64_t, double> prefill_;
     size_t priced_ = 0;
 };

@@ -34,7 +34,7 @@ class Sla:
 class ServingResult:
     records: pd.DataFrame     # one row per request issued
     series: pd.DataFrame      # one row per arrival and group step
-    itl_ms: np.ndarray        # every gap between two emissions of a request
+    itl_ms: np.ndarray        # every gap between two emissions of a request (float32)
     info: dict                # the run: ranks, KV blocks, steps, stop reason, overload
     sla: Sla = field(default_factory=Sla)
     gpus: int = 1
@@ -112,4 +112,4 @@ def build_result(raw: dict, sla: Sla, gpus: int) -> ServingResult:
         info["overload_rate"] = n / ((end - since) / 1e3) if end > since else math.nan
     else:
         info["overload_rate"] = math.nan
-    return ServingResult(rec, series, np.asarray(raw["itl_ms"], dtype=np.float64), info, sla, gpus)
+    return ServingResult(rec, series, np.asarray(raw["itl_ms"]), info, sla, gpus)

@@ -34,24 +34,36 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A pool of ranks in lock-stepped groups: a group's step lasts its slowest rank's (the MoE
-// all-to-all waits for every rank of the EP group).
+// all-to-all waits for every rank of the EP group). Only ranks with requests are visited: a large
+// EP group under light load is mostly idle ranks.
 struct Pool {
     Pool(const char* what, const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const PoolConfig& pc,
          const ServeConfig& cfg, bool hands_off)
         : name(what), pricer(m, d, t, pc.dep, pc.prefill_dep, cfg.ctx_ratio, cfg.prefill_ratio), router(cfg.routing),
-          per_group(pc.ranks_per_group()), busy(pc.groups, 0), plans(pc.groups), running(pc.groups, 0),
-          kv(pc.groups, 0) {
+          per_group(pc.ranks_per_group()), busy(pc.groups, 0), active(pc.groups), stepped(pc.groups) {
         kv_blocks = int64_t(std::floor(pricer.kv_tokens_per_rank() / cfg.block_tokens));
-        for (int i = 0; i < pc.groups * per_group; ++i) ranks.emplace_back(i, kv_blocks, cfg, pc, hands_off);
+        const int n = pc.groups * per_group;
+        for (int i = 0; i < n; ++i) ranks.emplace_back(i, kv_blocks, cfg, pc, hands_off);
+        plans.resize(n), listed.assign(n, 0), last_running.assign(n, 0), last_kv.assign(n, 0);
+    }
+    // A rank that got a request takes part in its group's steps (in rank order: deterministic).
+    void activate(int r) {
+        if (listed[r]) return;
+        listed[r] = 1;
+        auto& a = active[r / per_group];
+        a.insert(std::lower_bound(a.begin(), a.end(), r), r);
     }
     const char* name;
     StepPricer pricer;
     Router router;
     int per_group;
     std::vector<RankScheduler> ranks;
-    std::vector<char> busy;
-    std::vector<std::vector<RankStep>> plans;
-    std::vector<int64_t> running, kv;  // per group, at its last step boundary
+    std::vector<char> busy;                   // per group: a step is under way or about to start
+    std::vector<std::vector<int>> active;     // per group: ranks holding requests
+    std::vector<std::vector<int>> stepped;    // per group: ranks with work in the current step
+    std::vector<RankStep> plans;              // per rank
+    std::vector<char> listed;                 // per rank: in its group's active list
+    std::vector<int64_t> last_running, last_kv;  // per rank, as last counted in the totals
     int64_t kv_blocks = 0;
 };
 
@@ -173,6 +185,7 @@ private:
         records_[id].prefill_rank = rank;
         if (!prefill_) records_[id].decode_rank = rank;  // aggregated: one rank does both
         p.ranks[rank].enqueue(id);
+        p.activate(rank);
         ++waiting_;
         kick(p, rank / p.per_group);
         sample();
@@ -188,25 +201,27 @@ private:
 
     void start_step(Pool& p, int g) {
         double step_ms = 0;
-        int64_t waiting_before = 0, waiting_after = 0, run = 0, kv = 0;
-        auto& plans = p.plans[g];
-        plans.resize(p.per_group);
-        for (int k = 0; k < p.per_group; ++k) {
-            RankScheduler& rank = p.ranks[g * p.per_group + k];
-            waiting_before += rank.waiting();
-            rank.plan(plans[k], states_, records_);
-            waiting_after += rank.waiting();
-            run += rank.running();
-            kv += rank.kv().used();
-            const RankStep& s = plans[k];
+        auto& active = p.active[g];
+        auto& stepped = p.stepped[g];
+        stepped.clear();
+        for (int r : active) {
+            RankScheduler& rank = p.ranks[r];
+            RankStep& s = p.plans[r];
+            const int waiting_before = rank.waiting();
+            rank.plan(s, states_, records_);
+            waiting_ += rank.waiting() - waiting_before;
+            running_ += rank.running() - p.last_running[r];
+            kv_used_ += rank.kv().used() - p.last_kv[r];
+            p.last_running[r] = rank.running(), p.last_kv[r] = rank.kv().used();
+            if (s.work.empty()) continue;
+            stepped.push_back(r);
             const double ctx = s.batch > 0 ? s.ctx_sum / s.batch : 0;
             const double end_pos = s.chunks > 0 ? s.end_pos_sum / s.chunks : 0;
             step_ms = std::max(step_ms, p.pricer.step_ms(s.batch, ctx, s.chunk_tokens, s.chunks, end_pos, rank.ctx_hint()));
         }
-        waiting_ += waiting_after - waiting_before;
-        running_ += run - p.running[g];
-        kv_used_ += kv - p.kv[g];
-        p.running[g] = run, p.kv[g] = kv;
+        active.erase(std::remove_if(active.begin(), active.end(),
+                                    [&](int r) { return p.ranks[r].idle() ? (p.listed[r] = 0, true) : false; }),
+                     active.end());
         if (step_ms <= 0) {
             p.busy[g] = 0;
             return;
@@ -218,9 +233,8 @@ private:
 
     void step_end(Pool& p, int g) {
         StepOutcome out;
-        for (int k = 0; k < p.per_group; ++k)
-            p.ranks[g * p.per_group + k].finish_step(p.plans[g][k], now_, states_, records_, rng_, res_.draft_accept,
-                                                     out, res_.itl_ms);
+        for (int r : p.stepped[g])
+            p.ranks[r].finish_step(p.plans[r], now_, states_, records_, rng_, res_.draft_accept, out, res_.itl_ms);
         for (int r : out.prompt_done) {
             const double ms = prefill_->pricer.kv_bytes_per_token() * states_[r].req->input /
                               (cfg_.kv_transfer_gbps * 1e9) * 1e3;
@@ -244,6 +258,7 @@ private:
         const int rank = decode_->router.route(*s.req, decode_->ranks);
         records_[r].decode_rank = rank;
         decode_->ranks[rank].enqueue(r);
+        decode_->activate(rank);
         ++waiting_;
         kick(*decode_, rank / decode_->per_group);
         sample();

@@ -9,6 +9,7 @@
 
 #include "serving/kv_pool.hpp"
 #include "serving/serving_types.hpp"
+#include "serving/step_pricer.hpp"
 
 namespace dsperf::serving {
 
@@ -55,7 +56,7 @@ public:
     bool idle() const { return waiting_.empty() && running_.empty(); }
     const KvPool& kv() const { return kv_; }
     int prefix_match(const Request& r) const { return kv_.match(r.hashes); }
-    int* ctx_hint() { return &ctx_hint_; }  // for StepPricer::decode_ms
+    DecodeHint* ctx_hint() { return &ctx_hint_; }  // for StepPricer::decode_ms
 
     // Decide the step into s (allocating blocks, preempting when they run out).
     void plan(RankStep& s, std::vector<ReqState>& st, std::vector<Record>& rec);
@@ -78,7 +79,7 @@ private:
     bool hands_off_;           // a prefill pool's rank: a computed prompt leaves for the decode pool
     std::deque<int> waiting_;
     std::vector<int> running_;  // admission order
-    int ctx_hint_ = 0;
+    DecodeHint ctx_hint_;
 };
 
 }  // namespace dsperf::serving

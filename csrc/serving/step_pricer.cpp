@@ -54,19 +54,20 @@ double StepPricer::decode_point(int batch, int i) {
     return row[i];
 }
 
-double StepPricer::decode_ms(int batch, double ctx, int* hint) {
+double StepPricer::decode_ms(int batch, double ctx, DecodeHint* hint) {
     ctx = std::max(1.0, ctx);
-    int i;
-    if (hint && size_t(*hint) + 1 < grid_.size() && grid_[*hint] <= ctx && ctx < grid_[*hint + 1]) {
-        i = *hint;
-    } else {
-        i = int(std::log(ctx) / log_ctx_ratio_);
+    if (!(hint && hint->batch == batch && hint->lo <= ctx && ctx < hint->hi)) {
+        const int i = int(std::log(ctx) / log_ctx_ratio_);
         while (grid_.size() <= size_t(i) + 1) grid_.push_back(std::pow(ctx_ratio_, double(grid_.size())));
-        if (hint) *hint = i;
+        DecodeHint h{batch, grid_[i], grid_[i + 1], decode_point(batch, i), decode_point(batch, i + 1)};
+        if (!hint) {
+            const double w = std::clamp((ctx - h.lo) / (h.hi - h.lo), 0.0, 1.0);
+            return (1 - w) * h.v_lo + w * h.v_hi;
+        }
+        *hint = h;
     }
-    const double lo = grid_[i], hi = grid_[i + 1];
-    const double w = std::clamp((ctx - lo) / (hi - lo), 0.0, 1.0);
-    return (1 - w) * decode_point(batch, i) + w * decode_point(batch, i + 1);
+    const double w = std::clamp((ctx - hint->lo) / (hint->hi - hint->lo), 0.0, 1.0);
+    return (1 - w) * hint->v_lo + w * hint->v_hi;
 }
 
 double StepPricer::price_prefill(double tokens, double new_per_chunk, double end_pos) {

@@ -17,6 +17,13 @@
 
 namespace dsperf::serving {
 
+// A rank's last decode lookup: contexts move slowly and batches change seldom, so the next step
+// usually falls between the same two grid points and needs neither a logarithm nor the table.
+struct DecodeHint {
+    int batch = -1;
+    double lo = 0, hi = 0, v_lo = 0, v_hi = 0;  // the grid interval and its priced points
+};
+
 class StepPricer {
 public:
     // decode_dep: phase decode; prefill_dep: phase prefill (the same GPUs' layout for the chunks).
@@ -25,15 +32,14 @@ public:
 
     // Milliseconds of the decode layers (no step overhead) for `batch` requests on the rank
     // attending on average to `ctx` tokens.
-    // hint: the caller's last grid index for this rank (contexts move slowly, so the index is
-    // usually the same and no logarithm is needed); updated.
-    double decode_ms(int batch, double ctx, int* hint = nullptr);
+    // hint: the caller's last lookup for this rank (updated).
+    double decode_ms(int batch, double ctx, DecodeHint* hint = nullptr);
     // Milliseconds of the layers for `tokens` prompt tokens on the rank in `chunks` chunks whose
     // ends lie on average at position `end_pos` (the attention reads the prefix before each chunk).
     double prefill_ms(double tokens, int chunks, double end_pos);
     // The rank's whole step: decode part, chunk part, and one step overhead (the decode step's
     // when any request decodes, else the prefill step's).
-    double step_ms(int batch, double ctx, double chunk_tokens, int chunks, double end_pos, int* hint = nullptr) {
+    double step_ms(int batch, double ctx, double chunk_tokens, int chunks, double end_pos, DecodeHint* hint = nullptr) {
         if (batch == 0 && chunk_tokens <= 0) return 0;
         double ms = batch > 0 ? decode_ms(batch, ctx, hint) + decode_overhead_ms_ : prefill_overhead_ms_;
         if (chunk_tokens > 0) ms += prefill_ms(chunk_tokens, chunks, end_pos);

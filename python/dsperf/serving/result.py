@@ -67,6 +67,9 @@ class ServingResult:
         out["sla_met_share"] = float(met.sum()) / len(r) if len(r) else math.nan
         out["cached_token_share"] = float(r["cached_tokens"].sum()) / max(1, int(r["input_tokens"].sum()))
         out["preemptions"] = int(r["preemptions"].sum())
+        # From the last arrival to the last answer: a queue that grew during the run but drained
+        # after the arrivals stopped shows here (the overload flag is for runs stopped at a bound).
+        out["drain_s"] = (done["finish_ms"].max() - r["arrival_ms"].max()) / 1e3 if len(done) else math.nan
         out.update({k: self.info[k] for k in ("overloaded", "overload_since_s", "overload_rate", "stop_reason")})
         return out
 

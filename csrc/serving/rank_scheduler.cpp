@@ -58,7 +58,7 @@ void RankScheduler::plan(RankStep& s, std::vector<ReqState>& st, std::vector<Rec
     s.clear();
     if (idle()) return;
     // Decoding requests first: each needs room for the tokens this step may add; when the blocks
-    // run out, the request admitted last gives its cache up (recompute), as vLLM and SGLang do.
+    // run out, the request admitted last gives its cache up and is computed again later (recompute).
     // A victim always lies at or after the request in hand, so none already in the step leaves it.
     long budget = pool_.token_budget;
     for (size_t i = 0; i < running_.size(); ++i) {

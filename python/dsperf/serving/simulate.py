@@ -23,7 +23,7 @@ MODES = tuple(n for n, _ in SV.MODES)
 
 # Defaults where a deployment does not say (docs/SERVING.md lists them as assumed).
 DEFAULT_DURATION_S = 60.0
-DEFAULT_MAX_NUM_TOKENS = 8192          # tokens per rank per step, aggregated (SGLang's chunked-prefill size)
+DEFAULT_MAX_NUM_TOKENS = 8192          # tokens per rank per step, aggregated (assumed: a common chunked-prefill size)
 DEFAULT_PREFILL_TOKENS = 16384         # tokens per prefill rank per step (DeepSeek's 16K per GPU)
 DEFAULT_MAX_WAITING = 10000            # overload guard: requests waiting in queues
 DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after the last arrival

@@ -213,3 +213,18 @@ def test_cli_simulate(capsys, tmp_path):
 def test_cli_bad_flags_named(capsys, argv, flag):
     assert cli_main(["simulate", "--device", "H200"] + argv) == 2
     assert flag in capsys.readouterr().err
+
+
+def test_run_size_is_bounded_before_generating():
+    with pytest.raises(ValueError, match="duration_s"):
+        serving.simulate(rate=1e6, duration_s=1e6, **SMALL)
+
+
+def test_closed_loop_over_a_trace_sends_each_request_once_in_order(tmp_path):
+    rows = [{"timestamp": 1000 * i, "input_length": 100 + i, "output_length": 5 + i % 3} for i in range(40)]
+    path = _write_trace(tmp_path / "t.jsonl", rows)
+    r = serving.simulate(trace=str(path), concurrency=3, **SMALL)
+    assert list(r.records["input_tokens"]) == [row["input_length"] for row in rows]
+    assert r.records["finished"].all()
+    # Never more than 3 in the system: each answer releases the next request.
+    assert r.series["in_system"].max() <= 3

@@ -102,6 +102,7 @@ struct Workload {
     double cv = 1;             // gamma: coefficient of variation of the gaps
     int concurrency = 1;       // closed loop: clients
     double duration_ms = 60e3; // arrivals stop after this (closed loop: no new request after it)
+    int64_t max_requests = 10000000;  // the closed loop issues no more than this (a run's records stay bounded)
     int input = 1024, output = 256;  // generated requests' lengths
     std::vector<Request> requests;   // trace (and closed loop over a trace: lengths in order)
 };

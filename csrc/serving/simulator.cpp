@@ -148,13 +148,15 @@ private:
                 std::to_string(p.kv_blocks) + " a " + p.name +
                 " rank holds (the memory model's free memory after weights): the KV capacity is too small");
         };
-        if (blocks(r.input + r.output) > decode_->kv_blocks) refuse(*decode_, r.input + r.output);
+        // The decode rank also holds the MTP drafts' tokens of the last step.
+        const int tokens = r.input + r.output + cfg_.decode.dep.mtp;
+        if (blocks(tokens) > decode_->kv_blocks) refuse(*decode_, tokens);
         if (prefill_ && blocks(r.input) > prefill_->kv_blocks) refuse(*prefill_, r.input);
     }
 
     // The closed loop's next request: fixed lengths, or the next of the given requests in order.
     bool next_closed_loop(double now, std::vector<Request>& arrivals) {
-        if (now >= w_.duration_ms) return false;
+        if (now >= w_.duration_ms || int64_t(records_.size() + arrivals.size()) >= w_.max_requests) return false;
         Request r;
         if (!w_.requests.empty()) {
             if (closed_next_ >= w_.requests.size()) return false;

@@ -28,6 +28,7 @@ DEFAULT_PREFILL_TOKENS = 16384         # tokens per prefill rank per step (DeepS
 DEFAULT_MAX_WAITING = 10000            # overload guard: requests waiting in queues
 DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after the last arrival
 MAX_SEED = 2 ** 63
+MAX_REQUESTS = 10_000_000              # requests one run may generate (records stay a few GB at most)
 
 
 def _choice(name, value, allowed):
@@ -138,6 +139,11 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     duration_ms = (duration_s if duration_s is not None else DEFAULT_DURATION_S) * 1e3
     if kind == "trace":
         duration_ms = float(tr.arrival_ms[-1]) if len(tr) else 0.0
+    elif kind == "concurrency" and trace is not None and duration_s is None:
+        duration_ms = 1e15  # a closed loop over a trace: until its requests run out
+    elif kind in ARRIVALS and rate * duration_ms / 1e3 > MAX_REQUESTS:
+        raise ValueError(f"rate x duration_s ({rate:g} x {duration_ms / 1e3:g}) asks for more than the {MAX_REQUESTS:,} "
+                         "requests one run generates: shorten duration_s")
     drain = DEFAULT_DRAIN_S if max_time_s is None else number("max_time_s", max_time_s, lo=0, lo_open=True, hi=1e9)
     max_time_ms = duration_ms + drain * 1e3
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, cli_grounded, cli_serving
+from . import __version__, cli_grounded
+from .serving import cli as cli_serving
 from ._checks import MAX_COUNT, MAX_TOKENS, number, number_list
 
 

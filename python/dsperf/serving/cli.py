@@ -8,7 +8,7 @@ FORMATS = ("table", "csv", "markdown")
 
 
 def add_simulate_parser(sub) -> None:
-    from .serving import ARRIVALS, MODES, ROUTINGS
+    from .simulate import ARRIVALS, MODES, ROUTINGS
 
     p = sub.add_parser("simulate", help="serve requests over time on a deployment: TTFT/TPOT/ITL/E2E percentiles, "
                                         "throughput, goodput (docs/SERVING.md)")
@@ -70,7 +70,7 @@ def _as_flags(message: str) -> str:
 
 
 def run_simulate(args: argparse.Namespace) -> str:
-    from .serving import simulate
+    from .simulate import simulate
 
     if args.rate is None and args.concurrency is None and args.trace is None:
         raise ValueError("give --rate, --concurrency or --trace")

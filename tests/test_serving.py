@@ -228,3 +228,24 @@ def test_closed_loop_over_a_trace_sends_each_request_once_in_order(tmp_path):
     assert r.records["finished"].all()
     # Never more than 3 in the system: each answer releases the next request.
     assert r.series["in_system"].max() <= 3
+
+
+def test_explorer_best_rows_rechecked_by_simulation():
+    from dsperf import explore
+
+    df = explore.search("DeepSeek-V3", ["H200"], isl=1024, osl=256, ep=(8,), batch=(32.0, 64.0))
+    best = explore.best(explore.meets_sla(df, tpot_ms=60), 2)
+    sim = serving.recheck(best, isl=1024, osl=256, percentile=90, tpot_ms=60, ttft_ms=5000)
+    assert len(sim) == len(best) and "sim_tpot_p90_ms" in sim
+    # At a steady closed loop the simulated TPOT sits near the explorer's mean decode TPOT.
+    assert sim["sim_tpot_p90_ms"].to_numpy() == pytest.approx(best["tpot_ms"].to_numpy(), rel=0.15)
+    # A first token comes no sooner than one prompt's prefill step on the prefill layout.
+    one = [grounded.prefill("DeepSeek-V3", "H200", tokens=1024, prompt_len=1024, ep=int(e))["step_ms"]
+           for e in best["prefill_ep"]]
+    assert (sim["sim_ttft_p90_ms"].to_numpy() >= np.array(one)).all()
+    assert sim["sim_meets"].dtype == bool
+
+
+def test_cli_explore_slo_percentile_is_checked(capsys):
+    assert cli_main(["explore", "--devices", "H200", "--tpot-ms", "50", "--slo-percentile", "100"]) == 2
+    assert "--slo-percentile" in capsys.readouterr().err

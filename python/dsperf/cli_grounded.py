@@ -115,6 +115,9 @@ def add_explore_parser(sub) -> None:
                    help="a Zipf routing skew (alpha): each layout's imbalance from dsperf.ep's EPLB on that load")
     e.add_argument("--afd", action="store_true",
                    help="also search attention-FFN disaggregation (attention GPUs + expert GPUs, ping-pong)")
+    e.add_argument("--slo-percentile", type=float, default=None,
+                   help="re-check the best configurations by simulating their serving (dsperf.serving): the SLA "
+                        "at this percentile of TTFT and TPOT, in (0, 100)")
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
 
@@ -139,6 +142,8 @@ def run_explore(args: argparse.Namespace) -> str:
         raise ValueError("--top must be >= 1")
     if args.gpu_hour_usd is not None and not args.gpu_hour_usd > 0:
         raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
+    if args.slo_percentile is not None and not 0 < args.slo_percentile < 100:
+        raise ValueError(f"--slo-percentile must lie in (0, 100), got {args.slo_percentile}")
     print(f"dsperf explore: searching {', '.join(devices)} ...", file=sys.stderr, flush=True)
     dense_tp, moe_tp = _int_list("--dense-tp", args.dense_tp), _int_list("--moe-tp", args.moe_tp)
     load = None
@@ -180,6 +185,15 @@ def run_explore(args: argparse.Namespace) -> str:
     untabled = sorted(set(df.loc[~df["kernel_table"], "device"].astype(str)))
     note = (f"\nno kernel table for {', '.join(untabled)}: its compute is priced at the default efficiency "
             f"({__import__('dsperf').grounded.DEFAULT_EFFICIENCY}) and the band does not cover it\n" if untabled else "")
+    if args.slo_percentile is not None:
+        from .serving import recheck
+
+        print("dsperf explore: simulating the best configurations ...", file=sys.stderr, flush=True)
+        sim = recheck(best, args.model, isl=args.isl, osl=args.osl, percentile=args.slo_percentile,
+                              tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, serving=args.serving)
+        note += (f"\nThe first {len(sim)} re-checked by simulation (a closed loop of batch x GPUs clients; "
+                 f"P{args.slo_percentile:g} of the requests after the first wave):\n\n"
+                 + sim.to_markdown(index=False, floatfmt=".4g") + "\n")
     return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- {band:.0%}, the decode "
             f"points' median |error| in `dsperf validate`):\n\n"
             + best[shown].to_markdown(index=False, floatfmt=".4g")

@@ -7,9 +7,10 @@
 """
 from . import plots
 from .rate_search import max_rate, rate_sweep
+from .recheck import recheck
 from .result import PERCENTILES, ServingResult, Sla
 from .simulate import ARRIVALS, MODES, ROUTINGS, simulate
 from .traces import SHIPPED, Trace, load_trace
 
-__all__ = ["plots", "simulate", "max_rate", "rate_sweep", "ServingResult", "Sla", "load_trace", "Trace", "SHIPPED",
+__all__ = ["plots", "simulate", "max_rate", "rate_sweep", "recheck", "ServingResult", "Sla", "load_trace", "Trace", "SHIPPED",
            "ARRIVALS", "ROUTINGS", "MODES", "PERCENTILES"]

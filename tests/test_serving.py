@@ -235,7 +235,7 @@ def test_explorer_best_rows_rechecked_by_simulation():
 
     df = explore.search("DeepSeek-V3", ["H200"], isl=1024, osl=256, ep=(8,), batch=(32.0, 64.0))
     best = explore.best(explore.meets_sla(df, tpot_ms=60), 2)
-    sim = serving.recheck(best, isl=1024, osl=256, percentile=90, tpot_ms=60, ttft_ms=5000)
+    sim = serving.recheck(best, isl=1024, osl=256, sla_percentile=90, sla_tpot_ms=60, sla_ttft_ms=5000)
     assert len(sim) == len(best) and "sim_tpot_p90_ms" in sim
     # At a steady closed loop the simulated TPOT sits near the explorer's mean decode TPOT.
     assert sim["sim_tpot_p90_ms"].to_numpy() == pytest.approx(best["tpot_ms"].to_numpy(), rel=0.15)

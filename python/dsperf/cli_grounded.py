@@ -189,8 +189,8 @@ def run_explore(args: argparse.Namespace) -> str:
         from .serving import recheck
 
         print("dsperf explore: simulating the best configurations ...", file=sys.stderr, flush=True)
-        sim = recheck(best, args.model, isl=args.isl, osl=args.osl, percentile=args.slo_percentile,
-                              tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, serving=args.serving)
+        sim = recheck(best, args.model, isl=args.isl, osl=args.osl, sla_percentile=args.slo_percentile,
+                      sla_tpot_ms=args.tpot_ms, sla_ttft_ms=args.ttft_ms, serving=args.serving)
         note += (f"\nThe first {len(sim)} re-checked by simulation (a closed loop of batch x GPUs clients; "
                  f"P{args.slo_percentile:g} of the requests after the first wave):\n\n"
                  + sim.to_markdown(index=False, floatfmt=".4g") + "\n")

@@ -18,13 +18,13 @@ def _weight_dtype(row) -> str:
     return "fp8" if bool(row.get("weights_fp8", True)) else "bf16"
 
 
-def recheck(rows: pd.DataFrame, model="DeepSeek-V3", *, isl, osl, percentile=90.0, tpot_ms=None, ttft_ms=None,
-            serving="disaggregated", waves=3) -> pd.DataFrame:
+def recheck(rows: pd.DataFrame, model="DeepSeek-V3", *, isl, osl, sla_percentile=90.0, sla_tpot_ms=None,
+            sla_ttft_ms=None, serving="disaggregated", waves=3) -> pd.DataFrame:
     """Simulate each of the first RECHECKED rows of the explorer's frame (dsperf.explore.search /
     best): ``waves`` rounds of a closed loop of batch x GPUs clients with isl / osl tokens. Returns
-    the rows' layout columns with the simulated P<percentile> TTFT and TPOT (ms) and whether they
+    the rows' layout columns with the simulated P<sla_percentile> TTFT and TPOT (ms) and whether they
     meet the SLA's limits at that percentile (``sim_meets``); attention-FFN rows are not simulated."""
-    sla = check_sla(ttft_ms, tpot_ms, percentile)
+    sla = check_sla(sla_ttft_ms, sla_tpot_ms, sla_percentile)
     from ..model.explore import DEFAULT_REDUNDANT
 
     out = []
@@ -51,16 +51,13 @@ def recheck(rows: pd.DataFrame, model="DeepSeek-V3", *, isl, osl, percentile=90.
             layout.update(mode="aggregated", max_num_tokens=int(isl))
         r = simulate(model, str(row["device"]), concurrency=clients, duration_s=waves * round_ms / 1e3,
                      sla_ttft_ms=sla.ttft_ms, sla_tpot_ms=sla.tpot_ms, sla_percentile=sla.percentile, **layout)
-        done = r.records[r.records["finished"]]
-        # The first wave arrives at once (every client's first request): a burst, not the steady
+        # The first round arrives at once (every client's first request): a burst, not the steady
         # state the explorer prices; the later requests arrive as answers come back.
-        steady = done[done["arrival_ms"] > 0]
-        done = steady if len(steady) else done
-        p = sla.percentile
-        rec[f"sim_ttft_p{p:g}_ms"] = float(done["ttft_ms"].quantile(p / 100)) if len(done) else math.nan
-        rec[f"sim_tpot_p{p:g}_ms"] = float(done["tpot_ms"].quantile(p / 100)) if len(done) else math.nan
-        rec["sim_meets"] = bool(not r.info["overloaded"] and all(
-            limit is None or not (v > limit) for v, limit in ((rec[f"sim_ttft_p{p:g}_ms"], sla.ttft_ms),
-                                                              (rec[f"sim_tpot_p{p:g}_ms"], sla.tpot_ms))))
+        steady = r.records[r.records["arrival_ms"] > 0]
+        steady = steady if steady["finished"].any() else r.records
+        got = sla.percentile_values(steady)
+        rec[f"sim_ttft_p{sla.percentile:g}_ms"] = got["ttft_ms"]
+        rec[f"sim_tpot_p{sla.percentile:g}_ms"] = got["tpot_ms"]
+        rec["sim_meets"] = bool(not r.info["overloaded"] and sla.met_at_percentile(steady))
         out.append(rec)
     return pd.DataFrame(out)

@@ -19,6 +19,21 @@ class Sla:
     tpot_ms: float | None = None
     percentile: float = 90.0
 
+    def percentile_values(self, records: pd.DataFrame) -> dict:
+        """TTFT and TPOT (ms) at the SLA's percentile over the finished records."""
+        done = records[records["finished"]]
+        out = {}
+        for name in ("ttft_ms", "tpot_ms"):
+            v = done[name].dropna().to_numpy()
+            out[name] = float(np.percentile(v, self.percentile)) if len(v) else math.nan
+        return out
+
+    def met_at_percentile(self, records: pd.DataFrame) -> bool:
+        """Whether TTFT and TPOT at the percentile lie within the limits (NaN: no value to judge)."""
+        got = self.percentile_values(records)
+        return all(limit is None or not got[name] > limit
+                   for name, limit in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms)))
+
     def met_by(self, records: pd.DataFrame) -> np.ndarray:
         """Which finished requests meet every limit."""
         ok = records["finished"].to_numpy().copy()
@@ -78,14 +93,7 @@ class ServingResult:
         sla = sla or self.sla
         if self.info["overloaded"] or not self.records["finished"].all():
             return False
-        done = self.records
-        for name, limit in (("ttft_ms", sla.ttft_ms), ("tpot_ms", sla.tpot_ms)):
-            if limit is None:
-                continue
-            v = done[name].dropna().to_numpy()
-            if len(v) and np.percentile(v, sla.percentile) > limit:
-                return False
-        return True
+        return sla.met_at_percentile(self.records)
 
     def to_csv(self, path=None, **kw):
         """The per-request records as CSV (a path, or the text when path is None)."""

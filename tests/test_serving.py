@@ -13,7 +13,8 @@ from dsperf.cli import main as cli_main
 from dsperf.model import grounded
 
 # One H200 node (EP8): the weights fit with room for the KV cache (on H800s EP8 does not fit).
-SMALL = dict(device="H200", ep=8, mode="aggregated")
+SMALL_LAYOUT = dict(device="H200", ep=8)
+SMALL = dict(SMALL_LAYOUT, mode="aggregated")
 
 
 def _write_trace(path, rows):
@@ -249,3 +250,48 @@ def test_explorer_best_rows_rechecked_by_simulation():
 def test_cli_explore_slo_percentile_is_checked(capsys):
     assert cli_main(["explore", "--devices", "H200", "--tpot-ms", "50", "--slo-percentile", "100"]) == 2
     assert "--slo-percentile" in capsys.readouterr().err
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(serving.MODES), routing=st.sampled_from(serving.ROUTINGS),
+       mtp=st.integers(0, 2), accept=st.floats(0, 1), budget=st.sampled_from([64, 1000, 8192]),
+       max_batch=st.sampled_from([None, 2, 64]), clients=st.integers(1, 400), isl=st.integers(1, 6000),
+       osl=st.integers(1, 3000), seed=st.integers(0, 2 ** 32))
+def test_any_small_run_drains_and_returns_every_block(mode, routing, mtp, accept, budget, max_batch, clients, isl, osl,
+                                                      seed):
+    # Whatever the settings: every request finishes with its tokens, times are ordered, and with
+    # the prefix cache off every KV block is back in its pool at the end.
+    r = serving.simulate(concurrency=clients, duration_s=0.5, input_len=isl, output_len=osl, mode=mode,
+                         routing=routing, mtp=mtp, mtp_accepted=accept * mtp, max_num_tokens=budget,
+                         max_batch=max_batch, prefill_ep=8, prefix_cache=False, seed=seed, **SMALL_LAYOUT)
+    rec = r.records
+    assert rec["finished"].all() and (rec["generated_tokens"] == rec["output_tokens"]).all()
+    assert (rec["arrival_ms"] <= rec["first_token_ms"]).all() and (rec["first_token_ms"] <= rec["finish_ms"]).all()
+    assert r.series["kv_blocks"].iloc[-1] == 0 and r.series["in_system"].iloc[-1] == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(serving.MODES), routing=st.sampled_from(serving.ROUTINGS), n=st.integers(1, 150),
+       families=st.integers(1, 5), gap_ms=st.floats(0, 500), budget=st.sampled_from([300, 8192]),
+       seed=st.integers(0, 2 ** 16))
+def test_traces_with_shared_prefixes_drain(mode, routing, n, families, gap_ms, budget, seed):
+    # Prompts from a few families share leading blocks (the prefix cache hits), then diverge.
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(1, 5000, n).astype(np.int32)
+    hashes, offsets = [], [0]
+    for i, length in enumerate(inputs):
+        blocks = -(-int(length) // 512)
+        fam = int(rng.integers(families))
+        shared = int(rng.integers(0, blocks + 1))
+        hashes += [fam * 1000 + b for b in range(shared)] + [10 ** 6 + i * 100 + b for b in range(blocks - shared)]
+        offsets.append(len(hashes))
+    trace = serving.Trace("mem", np.arange(n) * gap_ms, inputs, rng.integers(1, 300, n).astype(np.int32),
+                          np.asarray(offsets, np.int64), np.asarray(hashes, np.uint64))
+    r = serving.simulate(trace=trace, mode=mode, routing=routing, max_num_tokens=budget, prefill_ep=8, **SMALL_LAYOUT)
+    rec = r.records
+    assert rec["finished"].all() and (rec["generated_tokens"] == rec["output_tokens"]).all()
+    assert (rec["cached_tokens"] < rec["input_tokens"]).all()
+    assert r.series["in_system"].iloc[-1] == 0

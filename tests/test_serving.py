@@ -295,3 +295,41 @@ def test_traces_with_shared_prefixes_drain(mode, routing, n, families, gap_ms, b
     assert rec["finished"].all() and (rec["generated_tokens"] == rec["output_tokens"]).all()
     assert (rec["cached_tokens"] < rec["input_tokens"]).all()
     assert r.series["in_system"].iloc[-1] == 0
+
+
+BAD_VALUES = [True, "2", None, -1, 0, 0.5, math.nan, math.inf, -math.inf, 2 ** 70, 1e300]
+NUMERIC_ARGS = ["rate", "concurrency", "duration_s", "seed", "cv", "input_len", "output_len", "ep", "attn_tp",
+                "redundant_experts", "replicas", "max_batch", "max_num_tokens", "mtp", "mtp_accepted", "imbalance",
+                "prefill_ep", "prefill_attn_tp", "prefill_replicas", "prefill_max_num_tokens", "block_tokens",
+                "kv_transfer_gbps", "sla_ttft_ms", "sla_tpot_ms", "sla_percentile", "max_waiting", "max_time_s"]
+
+
+@pytest.mark.parametrize("arg", NUMERIC_ARGS)
+def test_every_numeric_argument_answers_bad_values_by_name(arg):
+    # Each value either runs (where it is valid for that argument) or raises ValueError / TypeError
+    # naming the argument: never another exception, a hang or a NaN in the summary.
+    base = dict(rate=2.0, duration_s=5, input_len=256, output_len=16, mode="disaggregated", prefill_ep=8, **SMALL_LAYOUT)
+    for v in BAD_VALUES:
+        kw = dict(base)
+        if arg == "concurrency":
+            kw.pop("rate")
+        kw[arg] = v
+        try:
+            r = serving.simulate(**kw)
+        except (ValueError, TypeError) as e:
+            name = {"duration_s": "duration"}.get(arg, arg)
+            assert name in str(e) or (v is None and arg in ("rate", "concurrency")), (arg, v, str(e))
+            continue
+        s = r.summary()
+        assert s["finished"] > 0 or s["overloaded"], (arg, v)
+        assert not any(isinstance(x, float) and math.isnan(x) for k, x in s.items()
+                       if k.startswith(("ttft", "e2e")) and s["finished"]), (arg, v, s)
+
+
+@pytest.mark.parametrize("arg", ["mode", "routing", "arrival", "overlap", "prefill_overlap", "weight_dtype",
+                                 "prefix_cache", "kv_fp8"])
+def test_choice_arguments_answer_bad_values_by_name(arg):
+    for v in ("nonsense", 1, None, 2.5):
+        with pytest.raises((ValueError, TypeError), match=arg):
+            serving.simulate(**{**SMALL_LAYOUT, "rate": 1.0, "duration_s": 2, "mode": "disaggregated",
+                                "prefill_ep": 8, arg: v})

@@ -4,6 +4,7 @@ its caller."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -29,6 +30,10 @@ DEFAULT_MAX_WAITING = 10000            # overload guard: requests waiting in que
 DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after the last arrival
 MAX_SEED = 2 ** 63
 MAX_REQUESTS = 10_000_000              # requests one run may generate (records stay a few GB at most)
+
+
+# A layout rule's message starts with the field it names; for the prefill pool that is prefill_<field>.
+_PREFILL_NAME = re.compile(r"^(ep|attn_tp|redundant_experts|overlap)\b")
 
 
 def _choice(name, value, allowed):
@@ -111,12 +116,24 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     dec = grounded._deployment("decode", ep=ep, mtp=mtp, mtp_accepted=mtp_accepted, kv_fp8=kv_fp8,
                                attn_fp8=attn_fp8, batch=1, **layout)
     dec_chunk = grounded._deployment("prefill", ep=ep, **layout)
+    # The prefill pool's layout is checked by the same rules, under its own argument names.
+    prefill_ep = number("prefill_ep", prefill_ep, integer=True, lo=1, hi=4096)
+    prefill_attn_tp = number("prefill_attn_tp", prefill_attn_tp, integer=True, lo=1, hi=64)
+    prefill_redundant_experts = number("prefill_redundant_experts", prefill_redundant_experts, integer=True, lo=0,
+                                       hi=4096)
+    _choice("prefill_overlap", prefill_overlap, grounded.OVERLAPS)
     pre_layout = dict(layout, attn_tp=prefill_attn_tp, redundant_experts=prefill_redundant_experts,
                       overlap=prefill_overlap)
     pre = grounded._deployment("decode", ep=prefill_ep, kv_fp8=kv_fp8, **pre_layout)
     pre_chunk = grounded._deployment("prefill", ep=prefill_ep, **pre_layout)
-    for dep in (dec, dec_chunk) + ((pre, pre_chunk) if mode == "disaggregated" else ()):
+    for dep in (dec, dec_chunk):
         dep.validate(m, spec)  # the model-level rules (ep against the experts, attn_tp against the node), named
+    if mode == "disaggregated":
+        for dep in (pre, pre_chunk):
+            try:
+                dep.validate(m, spec)
+            except ValueError as e:
+                raise ValueError(_PREFILL_NAME.sub(r"prefill_\1", str(e))) from None
     for name, e, tp in (("ep", ep, attn_tp), ("prefill_ep", prefill_ep, prefill_attn_tp)):
         if e % tp:
             raise ValueError(f"{name} ({e}) must be a multiple of its attention TP ({tp}): a DP rank is attn_tp GPUs")

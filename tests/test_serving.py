@@ -333,3 +333,15 @@ def test_choice_arguments_answer_bad_values_by_name(arg):
         with pytest.raises((ValueError, TypeError), match=arg):
             serving.simulate(**{**SMALL_LAYOUT, "rate": 1.0, "duration_s": 2, "mode": "disaggregated",
                                 "prefill_ep": 8, arg: v})
+
+
+def test_prefix_aware_routing_does_not_pile_one_shared_block_onto_one_rank(tmp_path):
+    # Every prompt starts with the same block (a common system prompt), then differs: the router
+    # must still spread them (a cached first block is not worth an unbounded queue).
+    rows = [{"timestamp": 20 * i, "input_length": 3000, "output_length": 50,
+             "hash_ids": [0] + list(range(1 + 10 * i, 1 + 10 * i + 5))} for i in range(400)]
+    path = _write_trace(tmp_path / "sys.jsonl", rows)
+    r = serving.simulate(trace=str(path), routing="prefix_aware", **SMALL)
+    share = r.records["prefill_rank"].value_counts(normalize=True)
+    assert len(share) == 8 and share.max() < 0.25
+    assert r.records["cached_tokens"].gt(0).mean() > 0.5  # and the shared block still hits

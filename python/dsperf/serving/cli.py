@@ -91,7 +91,7 @@ def run_simulate(args: argparse.Namespace) -> str:
     if args.format == "csv":
         return r.to_csv(float_format="%.6g")
     s = r.summary()
-    text = r.percentiles().to_markdown(floatfmt=".4g") + "\n\n"
+    text = r.percentiles().to_markdown(floatfmt=",.1f") + "\n\n"
     text += (f"{s['finished']} of {s['requests']} requests finished; {s['request_throughput']:.4g} requests/s, "
              f"{s['output_tokens_per_s']:.4g} output tokens/s ({s['output_tokens_per_gpu_s']:.4g} per GPU); "
              f"goodput {s['goodput']:.4g} requests/s ({s['sla_met_share']:.1%} within the SLA); prefix-cache hits "

@@ -92,10 +92,12 @@ def run_simulate(args: argparse.Namespace) -> str:
         return r.to_csv(float_format="%.6g")
     s = r.summary()
     text = r.percentiles().to_markdown(floatfmt=",.1f") + "\n\n"
+    good = ("no SLA given (--sla-ttft-ms, --sla-tpot-ms)" if args.sla_ttft_ms is None and args.sla_tpot_ms is None
+            else f"goodput {s['goodput']:.4g} requests/s ({s['sla_met_share']:.1%} within the SLA)")
     text += (f"{s['finished']} of {s['requests']} requests finished; {s['request_throughput']:.4g} requests/s, "
              f"{s['output_tokens_per_s']:.4g} output tokens/s ({s['output_tokens_per_gpu_s']:.4g} per GPU); "
-             f"goodput {s['goodput']:.4g} requests/s ({s['sla_met_share']:.1%} within the SLA); prefix-cache hits "
-             f"{s['cached_token_share']:.1%} of prompt tokens; {s['preemptions']} preemptions\n")
+             f"{good}; prefix-cache hits {s['cached_token_share']:.1%} of prompt tokens; {s['preemptions']} "
+             f"preemptions; {s['drain_s']:.1f} s from the last arrival to the last answer\n")
     if s["overloaded"]:
         text += (f"OVERLOADED: stopped at the {s['stop_reason']} bound; queues grew from t = "
                  f"{s['overload_since_s']:.1f} s, at {s['overload_rate']:.4g} requests/s arriving\n")

@@ -219,6 +219,8 @@ def test_cli_bad_flags_named(capsys, argv, flag):
 def test_run_size_is_bounded_before_generating():
     with pytest.raises(ValueError, match="duration_s"):
         serving.simulate(rate=1e6, duration_s=1e6, **SMALL)
+    with pytest.raises(ValueError, match="replicas"):
+        serving.simulate(rate=1.0, replicas=2 ** 20, **SMALL)
 
 
 def test_closed_loop_over_a_trace_sends_each_request_once_in_order(tmp_path):

@@ -30,6 +30,7 @@ DEFAULT_MAX_WAITING = 10000            # overload guard: requests waiting in que
 DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after the last arrival
 MAX_SEED = 2 ** 63
 MAX_REQUESTS = 10_000_000              # requests one run may generate (records stay a few GB at most)
+MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deployment, and the ranks' state stays small
 
 
 # A layout rule's message starts with the field it names; for the prefill pool that is prefill_<field>.
@@ -137,6 +138,9 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     for name, e, tp in (("ep", ep, attn_tp), ("prefill_ep", prefill_ep, prefill_attn_tp)):
         if e % tp:
             raise ValueError(f"{name} ({e}) must be a multiple of its attention TP ({tp}): a DP rank is attn_tp GPUs")
+    for name, groups, e in (("replicas", replicas, ep), ("prefill_replicas", prefill_replicas, prefill_ep)):
+        if groups * e > MAX_POOL_GPUS:
+            raise ValueError(f"{name} x its ep ({groups} x {e}) must be <= {MAX_POOL_GPUS} GPUs per pool")
     batch_cap = 4096 if max_batch is None else number("max_batch", max_batch, integer=True, lo=1, hi=4096)
     tokens = DEFAULT_MAX_NUM_TOKENS if max_num_tokens is None else max_num_tokens
     tokens = number("max_num_tokens", tokens, integer=True, lo=1, hi=2 ** 24)

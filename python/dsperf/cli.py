@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from . import __version__, cli_grounded
+from .serving import cli as cli_serving
 from ._checks import MAX_COUNT, MAX_TOKENS, number, number_list
 
 
@@ -136,6 +137,7 @@ def main(argv=None) -> int:
     _add_report(sub)
     cli_grounded.add_parsers(sub)
     cli_grounded.add_explore_parser(sub)
+    cli_serving.add_simulate_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "tables":
@@ -178,6 +180,8 @@ def main(argv=None) -> int:
             text = cli_grounded.run_predict(args)
         elif args.command == "explore":
             text = cli_grounded.run_explore(args)
+        elif args.command == "simulate":
+            text = cli_serving.run_simulate(args)
         elif args.command == "deviations":
             from .model.deviations import deviation_effects
 

@@ -151,6 +151,9 @@ def add_explore_parser(sub) -> None:
                    help="a Zipf routing skew (alpha): each layout's imbalance from dsperf.ep's EPLB on that load")
     e.add_argument("--afd", action="store_true",
                    help="also search attention-FFN disaggregation (attention GPUs + expert GPUs, ping-pong)")
+    e.add_argument("--slo-percentile", type=float, default=None,
+                   help="re-check the best configurations by simulating their serving (dsperf.serving): the SLA "
+                        "at this percentile of TTFT and TPOT, in (0, 100)")
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
     e.add_argument("--emit", default=None, metavar="STACK",
@@ -185,6 +188,10 @@ def run_explore(args: argparse.Namespace) -> str:
                                  ("--gpu-hour-usd", args.gpu_hour_usd, 1e6), ("--request-rate", args.request_rate, 1e9)):
         if value is not None:
             number(flag_name, value, lo=0, lo_open=True, hi=hi)
+    if args.slo_percentile is not None:
+        number("--slo-percentile", args.slo_percentile, lo=0, lo_open=True, hi=100)
+        if args.slo_percentile == 100:
+            raise ValueError("--slo-percentile must lie in (0, 100), got 100")
     dense_tp, moe_tp = _int_list("--dense-tp", args.dense_tp), _int_list("--moe-tp", args.moe_tp)
     for flag_name, values in (("--dense-tp", dense_tp), ("--moe-tp", moe_tp)):
         number_list(flag_name, values, integer=True, lo=1, hi=64)
@@ -233,6 +240,15 @@ def run_explore(args: argparse.Namespace) -> str:
     untabled = sorted(set(df.loc[~df["kernel_table"], "device"].astype(str)))
     note = (f"\nno kernel table for {', '.join(untabled)}: its compute is priced at the default efficiency "
             f"({__import__('dsperf').grounded.DEFAULT_EFFICIENCY}) and the band does not cover it\n" if untabled else "")
+    if args.slo_percentile is not None:
+        from .serving import recheck
+
+        print("dsperf explore: simulating the best configurations ...", file=sys.stderr, flush=True)
+        sim = recheck(best, args.model, isl=args.isl, osl=args.osl, sla_percentile=args.slo_percentile,
+                      sla_tpot_ms=args.tpot_ms, sla_ttft_ms=args.ttft_ms, serving=args.serving)
+        note += (f"\nThe first {len(sim)} re-checked by simulation (a closed loop of batch x GPUs clients; "
+                 f"P{args.slo_percentile:g} of the requests after the first wave):\n\n"
+                 + sim.to_markdown(index=False, floatfmt=".4g") + "\n")
     extra = ""
     if args.html:
         sla_given = {"tpot_ms": args.tpot_ms, "ttft_ms": args.ttft_ms}

@@ -1,0 +1,194 @@
+"""`simulate()`: requests over time on a deployment, each step priced by the grounded model, in C++
+(csrc/serving). Every argument is checked here, once, and named in its error; the C++ core trusts
+its caller."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from .. import _C
+from .._checks import MAX_COUNT, flag, number, text
+from ..model import grounded
+from ..model.configs import load_model
+from ..model.devices import DeviceSpec, load_device
+from .result import ServingResult, Sla, build_result
+from .traces import MAX_REQUEST_TOKENS, Trace, empty_trace, load_trace
+
+SV = _C.serving
+# The names live in C++ (csrc/serving/serving_types.hpp); Python reads them from the binding.
+ARRIVALS = tuple(n for n, _ in SV.ARRIVALS if n not in ("concurrency", "trace"))  # the open-loop kinds
+ROUTINGS = tuple(n for n, _ in SV.ROUTINGS)
+MODES = tuple(n for n, _ in SV.MODES)
+
+# Defaults where a deployment does not say (docs/SERVING.md lists them as assumed).
+DEFAULT_DURATION_S = 60.0
+DEFAULT_MAX_NUM_TOKENS = 8192          # tokens per rank per step, aggregated (assumed: a common chunked-prefill size)
+DEFAULT_PREFILL_TOKENS = 16384         # tokens per prefill rank per step (DeepSeek's 16K per GPU)
+DEFAULT_MAX_WAITING = 10000            # overload guard: requests waiting in queues
+DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after the last arrival
+MAX_SEED = 2 ** 63
+MAX_REQUESTS = 10_000_000              # requests one run may generate (records stay a few GB at most)
+MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deployment, and the ranks' state stays small
+
+
+# A layout rule's message starts with the field it names; for the prefill pool that is prefill_<field>.
+_PREFILL_NAME = re.compile(r"^(ep|attn_tp|redundant_experts|overlap)\b")
+
+
+def _choice(name, value, allowed):
+    text(name, value)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _opt_ms(name, v):
+    return None if v is None else number(name, v, lo=0, lo_open=True, hi=1e9)
+
+
+def check_sla(sla_ttft_ms=None, sla_tpot_ms=None, sla_percentile=90.0) -> Sla:
+    p = number("sla_percentile", sla_percentile)
+    if not 0 < p < 100:
+        raise ValueError(f"sla_percentile must lie in (0, 100), got {sla_percentile!r}")
+    return Sla(_opt_ms("sla_ttft_ms", sla_ttft_ms), _opt_ms("sla_tpot_ms", sla_tpot_ms), p)
+
+
+def _rate(v, name="rate"):
+    return number(name, v, lo=0, lo_open=True, hi=1e7)
+
+
+def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None, trace=None, duration_s=None,
+             seed=0, arrival="poisson", cv=1.0, input_len=1024, output_len=256,
+             mode="aggregated", ep=16, attn_tp=1, redundant_experts=0, overlap="two_batch", replicas=1,
+             max_batch=None, max_num_tokens=None, mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
+             dispatch_fp8=True, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
+             prefill_ep=32, prefill_attn_tp=1, prefill_redundant_experts=0, prefill_overlap="two_batch",
+             prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS,
+             routing="least_loaded", prefix_cache=True, block_tokens=512, kv_transfer_gbps=None,
+             sla_ttft_ms=None, sla_tpot_ms=None, sla_percentile=90.0, max_waiting=DEFAULT_MAX_WAITING,
+             max_time_s=None, default_efficiency=grounded.DEFAULT_EFFICIENCY) -> ServingResult:
+    """Simulate serving on a deployment; returns a ServingResult (records, percentiles, throughput,
+    goodput, time series).
+
+    Traffic, exactly one of: ``rate`` (requests/s; open loop, ``arrival`` "poisson" or "gamma"
+    with ``cv``), ``concurrency`` (closed loop: that many clients), or ``trace`` (a JSONL path or
+    "conversation" / "synthetic"; with ``rate`` its timestamps are rescaled to that mean rate, with
+    ``concurrency`` its requests are sent in order by a closed loop). Generated requests have
+    ``input_len`` and ``output_len`` tokens. ``duration_s``: arrivals stop after it (default 60 s;
+    a trace: all of it).
+
+    Layout (the names of dsperf.grounded.decode): ``ep`` GPUs per EP group, ``attn_tp`` GPUs per DP
+    rank, ``replicas`` EP groups; ``max_batch`` requests per GPU (default: as many as the KV cache
+    holds); ``max_num_tokens`` tokens per rank per step (default 8192). ``mode="disaggregated"``
+    adds a prefill pool of ``prefill_replicas`` groups of ``prefill_ep`` GPUs whose prompts' KV
+    caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU).
+    SLA: per-request ``sla_ttft_ms`` / ``sla_tpot_ms`` at ``sla_percentile``."""
+    given = [n for n, v in (("rate", rate), ("concurrency", concurrency), ("trace", trace)) if v is not None]
+    if not given or (len(given) > 1 and set(given) not in ({"rate", "trace"}, {"concurrency", "trace"})):
+        raise ValueError("give one of rate, concurrency or trace (a trace may come with rate or concurrency)")
+    if rate is not None:
+        rate = _rate(rate)
+    if concurrency is not None:
+        concurrency = number("concurrency", concurrency, integer=True, lo=1, hi=MAX_COUNT)
+    if duration_s is not None:
+        duration_s = number("duration_s", duration_s, lo=0, lo_open=True, hi=1e7)
+    seed = number("seed", seed, integer=True, lo=0, hi=MAX_SEED)
+    arrival = _choice("arrival", arrival, ARRIVALS)
+    cv = number("cv", cv, lo=0.05, hi=20)
+    input_len = number("input_len", input_len, integer=True, lo=1, hi=MAX_REQUEST_TOKENS)
+    output_len = number("output_len", output_len, integer=True, lo=1, hi=MAX_REQUEST_TOKENS)
+    mode = _choice("mode", mode, MODES)
+    routing = _choice("routing", routing, ROUTINGS)
+    prefix_cache = flag("prefix_cache", prefix_cache)
+    block_tokens = number("block_tokens", block_tokens, integer=True, lo=1, hi=2 ** 20)
+    replicas = number("replicas", replicas, integer=True, lo=1, hi=MAX_COUNT)
+    prefill_replicas = number("prefill_replicas", prefill_replicas, integer=True, lo=1, hi=MAX_COUNT)
+    max_waiting = number("max_waiting", max_waiting, integer=True, lo=1, hi=2 ** 30)
+    sla = check_sla(sla_ttft_ms, sla_tpot_ms, sla_percentile)
+
+    m = load_model(model)
+    spec = device if isinstance(device, DeviceSpec) else load_device(device, "corrected")
+    tables = grounded.kernel_tables(device, default_efficiency)
+    layout = dict(attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap, dispatch_fp8=dispatch_fp8,
+                  imbalance=imbalance, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp,
+                  step_overhead_ms=step_overhead_ms)
+    dec = grounded._deployment("decode", ep=ep, mtp=mtp, mtp_accepted=mtp_accepted, kv_fp8=kv_fp8,
+                               attn_fp8=attn_fp8, batch=1, **layout)
+    dec_chunk = grounded._deployment("prefill", ep=ep, **layout)
+    # The prefill pool's layout is checked by the same rules, under its own argument names.
+    prefill_ep = number("prefill_ep", prefill_ep, integer=True, lo=1, hi=4096)
+    prefill_attn_tp = number("prefill_attn_tp", prefill_attn_tp, integer=True, lo=1, hi=64)
+    prefill_redundant_experts = number("prefill_redundant_experts", prefill_redundant_experts, integer=True, lo=0,
+                                       hi=4096)
+    _choice("prefill_overlap", prefill_overlap, grounded.OVERLAPS)
+    pre_layout = dict(layout, attn_tp=prefill_attn_tp, redundant_experts=prefill_redundant_experts,
+                      overlap=prefill_overlap)
+    pre = grounded._deployment("decode", ep=prefill_ep, kv_fp8=kv_fp8, **pre_layout)
+    pre_chunk = grounded._deployment("prefill", ep=prefill_ep, **pre_layout)
+    for dep in (dec, dec_chunk):
+        dep.validate(m, spec)  # the model-level rules (ep against the experts, attn_tp against the node), named
+    if mode == "disaggregated":
+        for dep in (pre, pre_chunk):
+            try:
+                dep.validate(m, spec)
+            except ValueError as e:
+                raise ValueError(_PREFILL_NAME.sub(r"prefill_\1", str(e))) from None
+    for name, e, tp in (("ep", ep, attn_tp), ("prefill_ep", prefill_ep, prefill_attn_tp)):
+        if e % tp:
+            raise ValueError(f"{name} ({e}) must be a multiple of its attention TP ({tp}): a DP rank is attn_tp GPUs")
+    for name, groups, e in (("replicas", replicas, ep), ("prefill_replicas", prefill_replicas, prefill_ep)):
+        if groups * e > MAX_POOL_GPUS:
+            raise ValueError(f"{name} x its ep ({groups} x {e}) must be <= {MAX_POOL_GPUS} GPUs per pool")
+    batch_cap = 4096 if max_batch is None else number("max_batch", max_batch, integer=True, lo=1, hi=4096)
+    tokens = DEFAULT_MAX_NUM_TOKENS if max_num_tokens is None else max_num_tokens
+    tokens = number("max_num_tokens", tokens, integer=True, lo=1, hi=2 ** 24)
+    prefill_tokens = number("prefill_max_num_tokens", prefill_max_num_tokens, integer=True, lo=1, hi=2 ** 24)
+    gbps = spec.scaleout_gbps if kv_transfer_gbps is None else number("kv_transfer_gbps", kv_transfer_gbps, lo=0,
+                                                                     lo_open=True, hi=1e6)
+
+    tr = empty_trace()
+    if trace is not None:
+        tr = trace if isinstance(trace, Trace) else load_trace(trace)
+        tr = _shape_trace(tr, rate, duration_s)
+        kind = "concurrency" if concurrency is not None else "trace"
+    elif concurrency is not None:
+        kind = "concurrency"
+    else:
+        kind = arrival
+    duration_ms = (duration_s if duration_s is not None else DEFAULT_DURATION_S) * 1e3
+    if kind == "trace":
+        duration_ms = float(tr.arrival_ms[-1]) if len(tr) else 0.0
+    elif kind == "concurrency" and trace is not None and duration_s is None:
+        duration_ms = 1e15  # a closed loop over a trace: until its requests run out
+    elif kind in ARRIVALS and rate * duration_ms / 1e3 > MAX_REQUESTS:
+        raise ValueError(f"rate x duration_s ({rate:g} x {duration_ms / 1e3:g}) asks for more than the {MAX_REQUESTS:,} "
+                         "requests one run generates: shorten duration_s")
+    drain = DEFAULT_DRAIN_S if max_time_s is None else number("max_time_s", max_time_s, lo=0, lo_open=True, hi=1e9)
+    max_time_ms = duration_ms + drain * 1e3
+
+    raw = SV.simulate(m, spec, tables, mode, dec, dec_chunk, replicas, batch_cap * dec.attn_tp, tokens,
+                      pre, pre_chunk, prefill_replicas, batch_cap * pre.attn_tp, prefill_tokens, routing, prefix_cache,
+                      block_tokens, seed, gbps, max_waiting, max_time_ms, kind, rate or 1.0, cv,
+                      concurrency or 1, duration_ms, input_len, output_len, tr.arrival_ms, tr.input_len,
+                      tr.output_len, tr.hash_offsets, tr.hashes)
+    gpus = replicas * ep + (prefill_replicas * prefill_ep if mode == "disaggregated" else 0)
+    return build_result(raw, sla, gpus)
+
+
+def _shape_trace(tr: Trace, rate, duration_s) -> Trace:
+    """A trace rescaled to a mean rate and cut at a duration (both optional), starting at 0."""
+    t = tr.arrival_ms - tr.arrival_ms[0]
+    if rate is not None:
+        native = tr.mean_rate
+        if not math.isfinite(native):
+            raise ValueError("trace: its requests all arrive at once, so it cannot be rescaled to a rate")
+        t = t * (native / rate)
+    shaped = Trace(tr.name, t, tr.input_len, tr.output_len, tr.hash_offsets, tr.hashes)
+    if duration_s is not None:
+        keep = np.flatnonzero(t < duration_s * 1e3)
+        if len(keep) == 0:
+            raise ValueError(f"duration_s ({duration_s}) ends before the trace's first request")
+        shaped = shaped.take(slice(0, len(keep)))
+    return shaped

@@ -1,0 +1,349 @@
+"""The serving simulator (dsperf.serving, csrc/serving): checks that can fail against queueing
+identities and the grounded model, determinism, and bad input."""
+import gzip
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dsperf import serving
+from dsperf.cli import main as cli_main
+from dsperf.model import grounded
+
+# One H200 node (EP8): the weights fit with room for the KV cache (on H800s EP8 does not fit).
+SMALL_LAYOUT = dict(device="H200", ep=8)
+SMALL = dict(SMALL_LAYOUT, mode="aggregated")
+
+
+def _write_trace(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
+def test_littles_law_over_a_steady_window():
+    # Mean number in the system (the simulator's own time series) = arrival rate x mean E2E.
+    r = serving.simulate(rate=4.0, duration_s=400, input_len=512, output_len=48, seed=3, **SMALL)
+    assert not r.info["overloaded"]
+    lo, hi = 100e3, 300e3
+    s = r.series
+    t = s["time_ms"].to_numpy()
+    n = s["in_system"].to_numpy()
+    # The count holds from one sample to the next: integrate the step function over [lo, hi].
+    edges = np.clip(np.append(t, t[-1]), lo, hi)
+    mean_in_system = float((n * np.diff(edges)).sum() / (hi - lo))
+    rec = r.records
+    window = rec[(rec["arrival_ms"] >= lo) & (rec["arrival_ms"] < hi)]
+    rate_per_ms = len(window) / (hi - lo)
+    little = rate_per_ms * window["e2e_ms"].mean()
+    assert mean_in_system == pytest.approx(little, rel=0.02)
+    assert mean_in_system > 1  # a window with queueing, not an empty system
+
+
+@pytest.mark.parametrize("output_len", [128, 512])
+def test_tpot_equals_the_grounded_decode_step(output_len):
+    # Disaggregated, closed loop, fixed lengths: every wave's prompts are computed in one prefill
+    # step and reach the decode ranks together, so each decode step holds the same batch and no
+    # prompt chunk. TPOT then is the grounded model's decode step at that batch and the mean context.
+    conc, ranks, isl = 64, 8, 1024
+    r = serving.simulate(concurrency=conc, duration_s=5, input_len=isl, output_len=output_len,
+                         mode="disaggregated", device="H200", ep=ranks, prefill_ep=8)
+    rec = r.records[r.records["finished"]]
+    assert len(rec) >= conc
+    assert (rec.groupby("decode_rank").size() > 0).all()
+    step = grounded.decode("DeepSeek-V3", "H200", batch=conc // ranks, kv_len=isl + (output_len - 2) / 2,
+                           ep=ranks)["step_ms"]
+    assert rec["tpot_ms"].to_numpy() == pytest.approx(step, rel=0.01)
+
+
+def test_zero_prefix_hits_change_nothing(tmp_path):
+    rng = np.random.default_rng(0)
+    rows, next_hash = [], 0
+    for i in range(300):
+        n_in = int(rng.integers(600, 3000))
+        blocks = -(-n_in // 512)
+        rows.append({"timestamp": i * 150, "input_length": n_in, "output_length": int(rng.integers(2, 60)),
+                     "hash_ids": list(range(next_hash, next_hash + blocks))})
+        next_hash += blocks
+    path = _write_trace(tmp_path / "unique.jsonl", rows)
+    runs = [serving.simulate(trace=str(path), prefix_cache=cache, routing=routing, **SMALL).records
+            for cache, routing in ((True, "prefix_aware"), (False, "least_loaded"), (True, "least_loaded"))]
+    assert runs[0]["cached_tokens"].sum() == 0
+    pd.testing.assert_frame_equal(runs[0], runs[1])
+    pd.testing.assert_frame_equal(runs[1], runs[2])
+    # The control: the same requests sharing one long prefix do hit, and their prompts start sooner.
+    for r in rows:
+        r["hash_ids"] = list(range(-(-r["input_length"] // 512)))
+    shared = _write_trace(tmp_path / "shared.jsonl", rows)
+    hit = serving.simulate(trace=str(shared), routing="prefix_aware", **SMALL).records
+    miss = serving.simulate(trace=str(shared), prefix_cache=False, **SMALL).records
+    assert hit["cached_tokens"].sum() > 0
+    assert hit["ttft_ms"].mean() < miss["ttft_ms"].mean()
+
+
+def test_fixed_seed_gives_identical_records():
+    kw = dict(rate=6.0, arrival="gamma", cv=3.0, duration_s=40, mtp=2, mtp_accepted=1.2, **SMALL)
+    a, b = serving.simulate(seed=7, **kw), serving.simulate(seed=7, **kw)
+    pd.testing.assert_frame_equal(a.records, b.records)
+    np.testing.assert_array_equal(a.itl_ms, b.itl_ms)
+    c = serving.simulate(seed=8, **kw)
+    assert not a.records["arrival_ms"].equals(c.records["arrival_ms"])
+
+
+def test_mtp_acceptance_is_drawn_at_its_mean():
+    r = serving.simulate(concurrency=16, duration_s=20, output_len=400, mtp=1, mtp_accepted=0.7, **SMALL)
+    # Tokens per decode emission: 1 + accepted drafts; the mean over many emissions is 1.7.
+    rec = r.records[r.records["finished"]]
+    emissions = len(r.itl_ms)
+    tokens = int((rec["output_tokens"] - 1).sum())
+    assert tokens / emissions == pytest.approx(1.7, rel=0.03)
+
+
+def test_kv_preemption_recomputes_and_finishes():
+    # A small cache (max_batch unlimited, long outputs) forces preemptions; every request still ends.
+    r = serving.simulate(concurrency=600, duration_s=1, input_len=4000, output_len=3000,
+                         max_num_tokens=16384, **SMALL)
+    assert r.records["finished"].all()
+    assert r.records["preemptions"].sum() > 0
+
+
+def test_percentiles_and_csv(tmp_path):
+    r = serving.simulate(rate=3.0, duration_s=30, sla_ttft_ms=5000, sla_tpot_ms=200, **SMALL)
+    p = r.percentiles()
+    assert list(p.columns) == ["p50", "p90", "p99"]
+    assert (p["p50"] <= p["p90"]).all() and (p["p90"] <= p["p99"]).all()
+    s = r.summary()
+    assert 0 < s["goodput"] <= s["request_throughput"]
+    out = tmp_path / "r.csv"
+    r.to_csv(out)
+    back = pd.read_csv(out)
+    assert len(back) == len(r.records) and "ttft_ms" in back
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, math.nan, math.inf])
+def test_bad_rate_names_the_argument(rate):
+    with pytest.raises(ValueError, match="rate"):
+        serving.simulate(rate=rate, **SMALL)
+
+
+@pytest.mark.parametrize("p", [0, 100, 150, -5, math.nan])
+def test_sla_percentile_outside_0_100(p):
+    with pytest.raises(ValueError, match="sla_percentile"):
+        serving.simulate(rate=1.0, duration_s=5, sla_ttft_ms=1000, sla_percentile=p, **SMALL)
+    with pytest.raises(ValueError, match="sla_percentile"):
+        serving.max_rate(sla_ttft_ms=1000, sla_percentile=p, **SMALL)
+
+
+@pytest.mark.parametrize("line, field", [
+    ('{"timestamp": 0, "input_length": "12", "output_length": 3}', "input_length"),
+    ('{"timestamp": -1, "input_length": 12, "output_length": 3}', "timestamp"),
+    ('{"timestamp": 0, "input_length": 12}', "output_length"),
+    ('{"timestamp": 0, "input_length": 12, "output_length": 3, "hash_ids": [1, "x"]}', "hash_ids"),
+    ('{"timestamp": 0, "input_length": 12, "output_length": 3.5}', "output_length"),
+    ('{"timestamp": 0, "input_length": ', "JSON"),
+])
+def test_malformed_trace_line_names_file_line_field(tmp_path, line, field):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
+                    '{"timestamp": 5, "input_length": 10, "output_length": 2}\n' + line + "\n")
+    with pytest.raises(ValueError, match=rf"bad\.jsonl, line 3: .*{field}"):
+        serving.simulate(trace=str(path), **SMALL)
+
+
+def test_shipped_traces_load():
+    t = serving.load_trace("synthetic")
+    assert len(t) == 3993
+    assert t.hash_offsets[-1] == len(t.hashes)
+    with gzip.open(serving.traces.trace_path("conversation"), "rt") as f:
+        assert sum(1 for _ in f) == 12031
+
+
+def test_kv_too_small_for_one_request_is_an_error():
+    with pytest.raises(ValueError, match="KV capacity is too small"):
+        serving.simulate(concurrency=1, input_len=2 ** 23, output_len=10, duration_s=1, **SMALL)
+
+
+def test_overload_stops_at_the_bound_and_says_when():
+    r = serving.simulate(rate=500.0, duration_s=600, input_len=2000, output_len=200, max_waiting=3000, **SMALL)
+    assert r.info["overloaded"] and r.info["stop_reason"] == "max_waiting"
+    assert r.info["end_ms"] < 600e3  # stopped long before the arrivals ended
+    assert r.info["overload_since_s"] < 5
+    assert r.info["overload_rate"] == pytest.approx(500, rel=0.1)
+    assert not r.meets()
+
+
+def test_max_rate_brackets_the_sla():
+    out = serving.max_rate(sla_ttft_ms=3000, sla_percentile=90, duration_s=60, input_len=1024, output_len=64,
+                           low=0.5, high=200, tolerance=0.1, **SMALL)
+    rate = out["rate"]
+    assert 0.5 <= rate < 200
+    failed = [r for r, ok in out["tried"].items() if not ok]
+    assert failed and min(failed) > rate
+    assert out["result"].summary()["ttft_p90_ms"] <= 3000
+
+
+def test_enums_come_from_the_binding():
+    assert serving.ROUTINGS == ("round_robin", "least_loaded", "prefix_aware")
+    with pytest.raises(ValueError, match="routing"):
+        serving.simulate(rate=1.0, routing="random", **SMALL)
+
+
+def test_cli_simulate(capsys, tmp_path):
+    assert cli_main(["simulate", "--device", "H200", "--ep", "8", "--rate", "2", "--duration", "20",
+                     "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("arrival_ms,") and len(out.splitlines()) > 10
+    assert cli_main(["simulate", "--device", "H200", "--ep", "8", "--concurrency", "8", "--duration", "10"]) == 0
+    assert "ttft_ms" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--rate", "0"], "--rate"),
+    (["--rate", "nan"], "--rate"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--rate", "1", "--duration", "-3"], "--duration"),
+    (["--rate", "1", "--sla-percentile", "100", "--sla-ttft-ms", "100"], "--sla-percentile"),
+    (["--rate", "1", "--ep", "0"], "--ep"),
+    (["--rate", "1", "--attn-tp", "3"], "--attn-tp"),
+    (["--rate", "1", "--mtp", "1", "--mtp-accepted", "2"], "--mtp-accepted"),
+    (["--trace", "/nonexistent/t.jsonl"], "/nonexistent/t.jsonl"),
+])
+def test_cli_bad_flags_named(capsys, argv, flag):
+    assert cli_main(["simulate", "--device", "H200"] + argv) == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_run_size_is_bounded_before_generating():
+    with pytest.raises(ValueError, match="duration_s"):
+        serving.simulate(rate=1e6, duration_s=1e6, **SMALL)
+    with pytest.raises(ValueError, match="replicas"):
+        serving.simulate(rate=1.0, replicas=2 ** 20, **SMALL)
+
+
+def test_closed_loop_over_a_trace_sends_each_request_once_in_order(tmp_path):
+    rows = [{"timestamp": 1000 * i, "input_length": 100 + i, "output_length": 5 + i % 3} for i in range(40)]
+    path = _write_trace(tmp_path / "t.jsonl", rows)
+    r = serving.simulate(trace=str(path), concurrency=3, **SMALL)
+    assert list(r.records["input_tokens"]) == [row["input_length"] for row in rows]
+    assert r.records["finished"].all()
+    # Never more than 3 in the system: each answer releases the next request.
+    assert r.series["in_system"].max() <= 3
+
+
+def test_explorer_best_rows_rechecked_by_simulation():
+    from dsperf import explore
+
+    df = explore.search("DeepSeek-V3", ["H200"], isl=1024, osl=256, ep=(8,), batch=(32.0, 64.0))
+    best = explore.best(explore.meets_sla(df, tpot_ms=60), 2)
+    sim = serving.recheck(best, isl=1024, osl=256, sla_percentile=90, sla_tpot_ms=60, sla_ttft_ms=5000)
+    assert len(sim) == len(best) and "sim_tpot_p90_ms" in sim
+    # At a steady closed loop the simulated TPOT sits near the explorer's mean decode TPOT.
+    assert sim["sim_tpot_p90_ms"].to_numpy() == pytest.approx(best["tpot_ms"].to_numpy(), rel=0.15)
+    # A first token comes no sooner than one prompt's prefill step on the prefill layout.
+    one = [grounded.prefill("DeepSeek-V3", "H200", tokens=1024, prompt_len=1024, ep=int(e))["step_ms"]
+           for e in best["prefill_ep"]]
+    assert (sim["sim_ttft_p90_ms"].to_numpy() >= np.array(one)).all()
+    assert sim["sim_meets"].dtype == bool
+
+
+def test_cli_explore_slo_percentile_is_checked(capsys):
+    assert cli_main(["explore", "--devices", "H200", "--tpot-ms", "50", "--slo-percentile", "100"]) == 2
+    assert "--slo-percentile" in capsys.readouterr().err
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(serving.MODES), routing=st.sampled_from(serving.ROUTINGS),
+       mtp=st.integers(0, 2), accept=st.floats(0, 1), budget=st.sampled_from([64, 1000, 8192]),
+       max_batch=st.sampled_from([None, 2, 64]), clients=st.integers(1, 400), isl=st.integers(1, 6000),
+       osl=st.integers(1, 3000), seed=st.integers(0, 2 ** 32))
+def test_any_small_run_drains_and_returns_every_block(mode, routing, mtp, accept, budget, max_batch, clients, isl, osl,
+                                                      seed):
+    # Whatever the settings: every request finishes with its tokens, times are ordered, and with
+    # the prefix cache off every KV block is back in its pool at the end.
+    r = serving.simulate(concurrency=clients, duration_s=0.5, input_len=isl, output_len=osl, mode=mode,
+                         routing=routing, mtp=mtp, mtp_accepted=accept * mtp, max_num_tokens=budget,
+                         max_batch=max_batch, prefill_ep=8, prefix_cache=False, seed=seed, **SMALL_LAYOUT)
+    rec = r.records
+    assert rec["finished"].all() and (rec["generated_tokens"] == rec["output_tokens"]).all()
+    assert (rec["arrival_ms"] <= rec["first_token_ms"]).all() and (rec["first_token_ms"] <= rec["finish_ms"]).all()
+    assert r.series["kv_blocks"].iloc[-1] == 0 and r.series["in_system"].iloc[-1] == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(serving.MODES), routing=st.sampled_from(serving.ROUTINGS), n=st.integers(1, 150),
+       families=st.integers(1, 5), gap_ms=st.floats(0, 500), budget=st.sampled_from([300, 8192]),
+       seed=st.integers(0, 2 ** 16))
+def test_traces_with_shared_prefixes_drain(mode, routing, n, families, gap_ms, budget, seed):
+    # Prompts from a few families share leading blocks (the prefix cache hits), then diverge.
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(1, 5000, n).astype(np.int32)
+    hashes, offsets = [], [0]
+    for i, length in enumerate(inputs):
+        blocks = -(-int(length) // 512)
+        fam = int(rng.integers(families))
+        shared = int(rng.integers(0, blocks + 1))
+        hashes += [fam * 1000 + b for b in range(shared)] + [10 ** 6 + i * 100 + b for b in range(blocks - shared)]
+        offsets.append(len(hashes))
+    trace = serving.Trace("mem", np.arange(n) * gap_ms, inputs, rng.integers(1, 300, n).astype(np.int32),
+                          np.asarray(offsets, np.int64), np.asarray(hashes, np.uint64))
+    r = serving.simulate(trace=trace, mode=mode, routing=routing, max_num_tokens=budget, prefill_ep=8, **SMALL_LAYOUT)
+    rec = r.records
+    assert rec["finished"].all() and (rec["generated_tokens"] == rec["output_tokens"]).all()
+    assert (rec["cached_tokens"] < rec["input_tokens"]).all()
+    assert r.series["in_system"].iloc[-1] == 0
+
+
+BAD_VALUES = [True, "2", None, -1, 0, 0.5, math.nan, math.inf, -math.inf, 2 ** 70, 1e300]
+NUMERIC_ARGS = ["rate", "concurrency", "duration_s", "seed", "cv", "input_len", "output_len", "ep", "attn_tp",
+                "redundant_experts", "replicas", "max_batch", "max_num_tokens", "mtp", "mtp_accepted", "imbalance",
+                "prefill_ep", "prefill_attn_tp", "prefill_replicas", "prefill_max_num_tokens", "block_tokens",
+                "kv_transfer_gbps", "sla_ttft_ms", "sla_tpot_ms", "sla_percentile", "max_waiting", "max_time_s"]
+
+
+@pytest.mark.parametrize("arg", NUMERIC_ARGS)
+def test_every_numeric_argument_answers_bad_values_by_name(arg):
+    # Each value either runs (where it is valid for that argument) or raises ValueError / TypeError
+    # naming the argument: never another exception, a hang or a NaN in the summary.
+    base = dict(rate=2.0, duration_s=5, input_len=256, output_len=16, mode="disaggregated", prefill_ep=8, **SMALL_LAYOUT)
+    for v in BAD_VALUES:
+        kw = dict(base)
+        if arg == "concurrency":
+            kw.pop("rate")
+        kw[arg] = v
+        try:
+            r = serving.simulate(**kw)
+        except (ValueError, TypeError) as e:
+            name = {"duration_s": "duration"}.get(arg, arg)
+            assert name in str(e) or (v is None and arg in ("rate", "concurrency")), (arg, v, str(e))
+            continue
+        s = r.summary()
+        assert s["finished"] > 0 or s["overloaded"], (arg, v)
+        assert not any(isinstance(x, float) and math.isnan(x) for k, x in s.items()
+                       if k.startswith(("ttft", "e2e")) and s["finished"]), (arg, v, s)
+
+
+@pytest.mark.parametrize("arg", ["mode", "routing", "arrival", "overlap", "prefill_overlap", "weight_dtype",
+                                 "prefix_cache", "kv_fp8"])
+def test_choice_arguments_answer_bad_values_by_name(arg):
+    for v in ("nonsense", 1, None, 2.5):
+        with pytest.raises((ValueError, TypeError), match=arg):
+            serving.simulate(**{**SMALL_LAYOUT, "rate": 1.0, "duration_s": 2, "mode": "disaggregated",
+                                "prefill_ep": 8, arg: v})
+
+
+def test_prefix_aware_routing_does_not_pile_one_shared_block_onto_one_rank(tmp_path):
+    # Every prompt starts with the same block (a common system prompt), then differs: the router
+    # must still spread them (a cached first block is not worth an unbounded queue).
+    rows = [{"timestamp": 20 * i, "input_length": 3000, "output_length": 50,
+             "hash_ids": [0] + list(range(1 + 10 * i, 1 + 10 * i + 5))} for i in range(400)]
+    path = _write_trace(tmp_path / "sys.jsonl", rows)
+    r = serving.simulate(trace=str(path), routing="prefix_aware", **SMALL)
+    share = r.records["prefill_rank"].value_counts(normalize=True)
+    assert len(share) == 8 and share.max() < 0.25
+    assert r.records["cached_tokens"].gt(0).mean() > 0.5  # and the shared block still hits

@@ -33,8 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.baselines, run as a script
 
-from benchmarks.baselines.machine import (cache_sizes, describe_caches, describe_isa, median,  # noqa: E402
-                                         median_with_read_probes, probed_peaks, residency)
+from benchmarks.baselines.machine import (cache_sizes, describe_caches, describe_isa, gemm_units,  # noqa: E402
+                                         median, median_with_read_probes, probed_peaks, probed_tile_peak,
+                                         residency)
 from benchmarks.deepseek_v3.baseline.common import random_bf16  # noqa: E402
 from dsperf import _C  # noqa: E402
 from dsperf import kernels as K  # noqa: E402
@@ -74,6 +75,9 @@ def main():
           f"streaming read: {bw:.1f} GB/s (1 GiB buffer); each the best of several probes")
     print(f"dsperf GEMMs change kernel at {split} rows (linear_prefill_min_rows); probed VDPBF16PS / FMA peaks "
           f"{peak / fma_peak:.2f}; products: {_C.kernels.gemm_products()}")
+    tile_peak = probed_tile_peak(_C.kernels)
+    print("probed AMX tile peak (TDPBF16PS, all threads): " + (f"{tile_peak:.1f} GFLOPS" if tile_peak else
+          f"none here ({K.amx_status()})"))
     try:
         torch, torch_moe = load_torch()
     except RuntimeError as e:
@@ -93,7 +97,9 @@ def main():
     t_ours = median(lambda: K.experts_contiguous(x, offsets, w13, w2), reps)
     print(f"  dsperf experts_contiguous BF16: {t_ours * 1e3:.1f} ms, {flops / t_ours / 1e12:.3f} TFLOPS = "
           f"{flops / t_ours / 1e9 / peak:.1%} of the VDPBF16PS peak (target >= 70%), "
-          f"{flops / t_ours / 1e9 / fma_peak:.1%} of the FP32 FMA peak; products: {_C.kernels.gemm_products()}")
+          f"{flops / t_ours / 1e9 / fma_peak:.1%} of the FP32 FMA peak"
+          + (f", {flops / t_ours / 1e9 / tile_peak:.1%} of the AMX tile peak (target >= 60%)" if tile_peak else "")
+          + f"; units: {gemm_units(_C.kernels, tokens)}")
     w13q, w2q = random_fp8(rng, w13.shape), random_fp8(rng, w2.shape)
     s13 = np.full((experts, 2 * I // 128, D // 128), 1e-3, np.float32)
     s2 = np.full((experts, D // 128, I // 128), 1e-3, np.float32)

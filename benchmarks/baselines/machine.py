@@ -82,6 +82,20 @@ def probed_peaks(kernels, tries: int = 6, seconds: float = 0.25) -> tuple:
     return dot, fma, bw
 
 
+def probed_tile_peak(kernels, tries: int = 4, seconds: float = 0.25) -> float:
+    """The AMX TDPBF16PS peak on all threads (GFLOPS; 0 where AMX is not usable here)."""
+    return max(kernels.probe_tile_peak_gflops(seconds) for _ in range(tries))
+
+
+def gemm_units(kernels, rows: int) -> str:
+    """The units a BF16 GEMM of `rows` rows of x runs on in this process: AMX tiles (16 rows and
+    more where AMX is usable), else VDPBF16PS dot products or widened FP32 FMAs."""
+    if kernels.amx_status() == "usable" and rows >= 16:
+        return "AMX tiles (TDPBF16PS)"
+    products = kernels.gemm_products()
+    return {"dot": "VDPBF16PS", "fma": "FP32 FMA (BF16 widened)"}.get(products, products)
+
+
 def describe_isa(kernels) -> str:
     """The micro-kernel family in use and the rule that chose it (CPUID, or DSPERF_ISA)."""
     return f"isa {kernels.isa()} ({kernels.cpu_features()['why']})"

@@ -31,6 +31,11 @@ void bind_cpu_info(py::module_& m) {
         return probe_triad_bandwidth_gbps(bytes, repeats, threads);
     }, py::arg("bytes") = int64_t(768) << 20, py::arg("repeats") = 3, py::arg("threads") = 0,
        "STREAM triad bandwidth, GB/s (threads 0: all)");
+    m.def("probe_tile_peak_gflops", [](double seconds) {
+        expect(seconds > 0 && seconds <= 60, "seconds must lie in (0, 60]");
+        py::gil_scoped_release nogil;
+        return amx::probe_tile_peak_gflops(seconds);
+    }, py::arg("seconds") = 0.5, "AMX TDPBF16PS peak of all OpenMP threads, GFLOPS (0 where AMX is not usable)");
     m.def("probe_fp32_fma_peak_gflops", [](double seconds) {
         py::gil_scoped_release nogil;
         return probe_fp32_fma_peak_gflops(seconds);

@@ -1,6 +1,7 @@
 #include "kernels/cpu/linear_amx.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -400,6 +401,42 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
 #endif
     (void)x, (void)ldx, (void)bp, (void)y, (void)ldy, (void)M, (void)N, (void)K, (void)accumulate;
     throw std::logic_error("amx::gemm_bf16_vnni called where AMX is not usable: " + status());
+}
+
+double probe_tile_peak_gflops(double seconds) {
+#if DSPERF_HAVE_AMX_BUILD
+    if (!usable()) return 0;
+    // Four accumulators fed by two A and two B tiles, loaded once: TDPBF16PS back to back, as the
+    // GEMM driver's inner step issues them. 16 x 16 x 32 multiply-adds per instruction.
+    alignas(64) static const bf16_t ones[kTileElems] = {};
+    double flops = 0, elapsed = 0;
+#pragma omp parallel reduction(+ : flops) reduction(max : elapsed)
+    {
+        Hardware hw;
+        hw.config();
+        hw.zero<0>(), hw.zero<1>(), hw.zero<2>(), hw.zero<3>();
+        hw.load<4>(ones, 64), hw.load<5>(ones, 64), hw.load<6>(ones, 64), hw.load<7>(ones, 64);
+        const auto t0 = std::chrono::steady_clock::now();
+        double f = 0, dt = 0;
+        do {
+            for (int i = 0; i < 10000; ++i) {
+                hw.dp<0, 4, 6>();
+                hw.dp<1, 4, 7>();
+                hw.dp<2, 5, 6>();
+                hw.dp<3, 5, 7>();
+            }
+            f += 4.0 * 10000 * 2 * kRows * 16 * kDepth;
+            dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        } while (dt < seconds);
+        hw.release();
+        flops += f;
+        elapsed = dt;
+    }
+    return flops / elapsed / 1e9;
+#else
+    (void)seconds;
+    return 0;
+#endif
 }
 
 void linear_bf16_emulated(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy,

@@ -37,6 +37,9 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
 void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
                     int64_t K, bool accumulate);
 
+// TDPBF16PS peak of all OpenMP threads over `seconds`, GFLOPS (0 where AMX is not usable).
+double probe_tile_peak_gflops(double seconds);
+
 // The same two GEMMs on the scalar emulation of the tile instructions (any CPU).
 void linear_bf16_emulated(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy,
                           int64_t M, int64_t N, int64_t K, bool accumulate);

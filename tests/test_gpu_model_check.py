@@ -35,7 +35,10 @@ def test_a_table_row_priced_on_its_own_device_is_its_latency():
     tables, spec = G.kernel_tables("H800"), load_device("H800")
     for r in rows[::10]:
         us, found = mc.predicted_us(G.SM, tables, spec, "gemm_fp8", r["m"], r["n"], r["k"])
-        assert found and us == pytest.approx(r["latency_us"], rel=1e-9)
+        # The lookup floors a row by every smaller row of its group (more work never takes less
+        # time), so a noisy row reads the largest latency at or below its shape.
+        floor = max(q["latency_us"] for q in rows if (q["n"], q["k"]) == (r["n"], r["k"]) and q["m"] <= r["m"])
+        assert found and us == pytest.approx(floor, rel=1e-9)
 
 
 def test_bf16_gemms_are_priced_at_the_default_efficiency_on_the_bf16_roofline():

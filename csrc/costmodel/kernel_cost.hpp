@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ep/ep_layout.hpp"
+
 #include "hardware/device_spec.hpp"
 
 namespace dsperf {
@@ -94,7 +96,6 @@ KernelWork dispatch_combine_work(int64_t tokens, int64_t top_k, int64_t dim);
 //    rows; kMasked (low latency) scatters pairs into the masked layout, gathers BF16 outputs back and
 //    forms each token's weighted sum.
 //  - exchanges: the latency-bound rounds (normal: counts, payload, combine; low latency: 2).
-enum class EpLayout { kToken = 0, kExpert = 1, kMasked = 2 };
 struct EpExchange {
     double dispatch_bytes = 0, combine_bytes = 0, local_bytes = 0, exchanges = 0;
 };

@@ -232,7 +232,7 @@ struct PlanCore {
     std::vector<int64_t> tok_off, n_recv, expert_base, pair_off, pair_rows;
 };
 
-PlanCore plan_core(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, WindowLayout layout, int64_t cap,
+PlanCore plan_core(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, EpLayout layout, int64_t cap,
                    int64_t s) {
     const int64_t E = W * E_loc;
     PlanCore p;
@@ -258,21 +258,21 @@ PlanCore plan_core(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc
         int64_t at = 0;
         for (int64_t j = 0; j < E_loc; ++j) {
             const int64_t e = d * E_loc + j;
-            if (layout == WindowLayout::kMasked) {
+            if (layout == EpLayout::kMasked) {
                 p.expert_base[e] = j * cap;
             } else {
                 p.expert_base[e] = at;
                 at += totals[e];
             }
         }
-        p.pair_rows[d] = layout == WindowLayout::kMasked ? E_loc * cap : at;
+        p.pair_rows[d] = layout == EpLayout::kMasked ? E_loc * cap : at;
     }
     return p;
 }
 
 }  // namespace
 
-void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, WindowLayout layout, int64_t cap,
+void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, EpLayout layout, int64_t cap,
                  int64_t me, int64_t* out) {
     const PlanCore p = plan_core(rows, stride, W, E_loc, layout, cap, me);
     int64_t* n_recv = out;
@@ -299,7 +299,7 @@ void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, 
 
 int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* scales, int64_t sstride,
                        const int64_t* ids, const float* weights, int64_t n, int64_t K, int64_t s, const int64_t* rows,
-                       int64_t stride, int64_t W, int64_t E_loc, WindowLayout layout, int64_t cap, int64_t vb,
+                       int64_t stride, int64_t W, int64_t E_loc, EpLayout layout, int64_t cap, int64_t vb,
                        int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col, const int64_t* local_of,
                        uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row,
                        int32_t* pair_peer, int64_t* pair_row, int threads) {
@@ -307,7 +307,7 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
     for (int64_t d = 0; d < W; ++d) {
         const int64_t l = local_of[d];
         if (l < 0) continue;
-        const int64_t need = layout == WindowLayout::kToken ? p.n_recv[d] * rec
+        const int64_t need = layout == EpLayout::kToken ? p.n_recv[d] * rec
                                                             : (p.pair_rows[d] * vb + 63) / 64 * 64 + p.pair_rows[d] * sb;
         if (need > dst_bytes[l])
             throw std::invalid_argument("window_scatter: rank " + std::to_string(d) + "'s rows need " +
@@ -332,7 +332,7 @@ int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* sc
     std::vector<int64_t> scale_at(size_t(W), 0);
     for (int64_t d = 0; d < W; ++d) scale_at[d] = (p.pair_rows[d] * vb + 63) / 64 * 64;
     int64_t written = 0;
-    const bool token = layout == WindowLayout::kToken;
+    const bool token = layout == EpLayout::kToken;
     // Rows past the caches when this call writes more than the cache keeps (kernels/common/cache.hpp).
     int64_t total = 0;
     if (token) {

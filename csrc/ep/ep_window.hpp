@@ -3,6 +3,7 @@
 // from the peers' windows. Pure functions over caller-owned memory; the Python layer checks shapes
 // and indices once at the boundary, so nothing here re-checks them.
 #pragma once
+#include "ep/ep_layout.hpp"
 
 #include <cstdint>
 
@@ -49,15 +50,12 @@ void write_records(const uint8_t* values, int64_t value_stride, int64_t vcol, in
 int dispatch_counts(const int64_t* ids, int64_t n, int64_t K, int64_t E, int64_t W, int64_t local_experts,
                     const int64_t* node, int64_t nodes, int64_t* out);
 
-// Window layouts of a dispatch (every rank computes the same from the agreed rows).
-enum class WindowLayout : int { kToken = 0, kExpert = 1, kMasked = 2 };
-
 // What a dispatch's result and handle need, from the agreed count rows (rows [W, stride]: tokens
 // source -> dest at columns [0, W), pairs source -> expert at [W, W + E)). out [6 W + E_loc]:
 // n_recv[W] (records each rank receives), pair_rows[W] (rows of each rank's per-expert or masked
 // layout), send_counts[W] = tokens me -> d, recv_counts[W] = tokens s -> me, pair_send[W] = pairs
 // me -> d, pair_recv[W] = pairs s -> me, expert_counts[E_loc] = pairs into each of me's experts.
-void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t local_experts, WindowLayout layout,
+void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t local_experts, EpLayout layout,
                  int64_t cap, int64_t me, int64_t* out);
 
 // Source s's tokens (payload rows values/scales, rows vstride/sstride bytes apart; global expert
@@ -73,7 +71,7 @@ void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t local_e
 // rows would not fit its segment (dst_bytes[l] bytes). threads: as pull_weighted_sum.
 int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* scales, int64_t sstride,
                        const int64_t* ids, const float* weights, int64_t n, int64_t K, int64_t s, const int64_t* rows,
-                       int64_t stride, int64_t W, int64_t local_experts, WindowLayout layout, int64_t cap, int64_t vb,
+                       int64_t stride, int64_t W, int64_t local_experts, EpLayout layout, int64_t cap, int64_t vb,
                        int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col, const int64_t* local_of,
                        uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row,
                        int32_t* pair_peer, int64_t* pair_row, int threads = 0);

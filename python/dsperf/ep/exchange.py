@@ -54,7 +54,8 @@ _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
 
 
-_LAYOUT_CODE = {"token": 0, "expert": 1, "masked": 2}       # dsperf._C.ep.WindowLayout
+# The layouts' codes, declared once in C++ (csrc/ep/ep_layout.hpp).
+_LAYOUT_CODE = {name: int(v) for name, v in _C.kernel_cost.EpLayout.__members__.items()}
 
 
 @dataclass

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "test_support.hpp"
 #include "costmodel/allreduce_table.hpp"
 #include "costmodel/decode.hpp"
 #include "costmodel/prefill.hpp"
@@ -14,40 +15,12 @@
 #include "model/block_costs.hpp"
 
 using namespace dsperf;
+using namespace dsperf_test;
 
-static int failures = 0, checks = 0;
-
-static void check_close(double got, double want, double tol, const char* what) {
-    ++checks;
-    if (!(std::fabs(got - want) <= tol)) {
-        std::printf("FAIL %s: got %.6f, want %.6f\n", what, got, want);
-        ++failures;
-    }
-}
-
-template <typename F>
-static void check_throws(F f, const char* what) {
-    ++checks;
-    try {
-        f();
-        std::printf("FAIL %s: no exception\n", what);
-        ++failures;
-    } catch (const std::invalid_argument&) {
-    }
-}
 
 static DeviceSpec h800(int comm_sms) {
-    DeviceSpec d;
-    d.name = "H800";
-    d.sm_count = 132;
-    d.comm_sms_prefill = comm_sms;
-    d.fp16_tflops = 989.5;
-    d.fp8_tflops = 1979;
+    DeviceSpec d = gh100("H800", 80, 3350, 200, comm_sms);
     d.compute_derate = 0.8;
-    d.mem_gb = 80;
-    d.mem_bw_gbps = 3350;
-    d.nvlink_gbps = 200;
-    d.scaleout_gbps = 50;
     return d;
 }
 

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "test_support.hpp"
 #include "kernels/common/fast_math.hpp"
 #include "kernels/cpu/child_check.hpp"
 #include "kernels/cpu/cpu_features.hpp"
@@ -18,16 +19,8 @@
 #include "kernels/cpu/moe.hpp"
 
 using namespace dsperf::kernels;
+using namespace dsperf_test;
 
-static int failures = 0, checks = 0;
-
-static void check(bool ok, const char* what) {
-    ++checks;
-    if (!ok) {
-        std::printf("FAIL %s\n", what);
-        ++failures;
-    }
-}
 
 static std::vector<bf16_t> random_bf16(std::mt19937& g, size_t n, float scale = 1.0f) {
     std::normal_distribution<float> d(0.0f, scale);

@@ -7,35 +7,16 @@
 #include <stdexcept>
 #include <vector>
 
+#include "test_support.hpp"
 #include "costmodel/step_model.hpp"
 #include "serving/simulator.hpp"
 
 using namespace dsperf;
+using namespace dsperf_test;
 using namespace dsperf::serving;
 
-static int failures = 0, checks = 0;
 
-static void check(bool ok, const char* what) {
-    ++checks;
-    if (!ok) {
-        std::printf("FAIL %s\n", what);
-        ++failures;
-    }
-}
-
-static DeviceSpec h200() {
-    DeviceSpec d;
-    d.name = "H200";
-    d.sm_count = 132;
-    d.comm_sms_prefill = 24;
-    d.fp16_tflops = 989.5;
-    d.fp8_tflops = 1979;
-    d.mem_gb = 141;
-    d.mem_bw_gbps = 4800;
-    d.nvlink_gbps = 450;
-    d.scaleout_gbps = 50;
-    return d;
-}
+static DeviceSpec h200() { return gh100("H200", 141, 4800, 450, 24); }
 
 static PoolConfig pool(int ep) {
     PoolConfig p;

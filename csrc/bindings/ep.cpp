@@ -271,7 +271,7 @@ void bind_window_plan(py::module_& m) {
         expect(local_experts >= 1 && rows.shape(1) >= W + W * local_experts, "rows must hold W + E counts per rank");
         expect(me >= 0 && me < W && layout >= 0 && layout <= 2, "me or layout out of range");
         expect(out.shape(0) == 6 * W + local_experts, "out must hold 6 ranks + local_experts words");
-        window_plan(rows.data(), rows.shape(1), W, local_experts, EpLayout(layout), cap, me, out.mutable_data());
+        window_plan(rows.data(), rows.shape(1), W, local_experts, dsperf::EpLayout(layout), cap, me, out.mutable_data());
     }, py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("me"),
        py::arg("out").noconvert());
     m.def("window_scatter", [](Raw<uint8_t> values, int64_t vcol, py::object scales, int64_t scol, Raw<int64_t> ids,
@@ -316,7 +316,7 @@ void bind_window_plan(py::module_& m) {
         for (int64_t l = 0; l < L; ++l) dst[l] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(dst_addr.data()[l]));
         py::gil_scoped_release release;
         return window_scatter(values.data() + vcol, values.shape(1), sp, sstride, ip, wp, n, K, source, rows.data(),
-                              rows.shape(1), W, local_experts, EpLayout(layout), cap, vb, sb, rec, sc_col, id_col,
+                              rows.shape(1), W, local_experts, dsperf::EpLayout(layout), cap, vb, sb, rec, sc_col, id_col,
                               local_of.data(), dst.data(), dst_bytes.data(), tok_peer.mutable_data(),
                               tok_row.mutable_data(), pair_peer.mutable_data(), pair_row.mutable_data(), threads);
     }, py::arg("values"), py::arg("vcol"), py::arg("scales"), py::arg("scol"), py::arg("ids"), py::arg("weights"),

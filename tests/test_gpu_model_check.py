@@ -30,15 +30,19 @@ def _has_cuda_torch():
 
 
 def test_a_table_row_priced_on_its_own_device_is_its_latency():
+    """Its own latency, or a larger M's of the same (n, k) where that one was measured faster (a
+    smaller GEMM can run padded to it: the lookup never prices more work cheaper)."""
     mc = _load("gpu_model_check")
     rows = [r for r in G.read_table_rows(G._tables_dir() / "H800.csv") if r["family"] == "gemm_fp8"]
     tables, spec = G.kernel_tables("H800"), load_device("H800")
-    for r in rows[::10]:
+    capped = 0
+    for r in rows:
         us, found = mc.predicted_us(G.SM, tables, spec, "gemm_fp8", r["m"], r["n"], r["k"])
-        # The lookup floors a row by every smaller row of its group (more work never takes less
-        # time), so a noisy row reads the largest latency at or below its shape.
-        floor = max(q["latency_us"] for q in rows if (q["n"], q["k"]) == (r["n"], r["k"]) and q["m"] <= r["m"])
-        assert found and us == pytest.approx(floor, rel=1e-9)
+        want = min(q["latency_us"] for q in rows if (q["n"], q["k"]) == (r["n"], r["k"]) and q["m"] >= r["m"])
+        capped += want < r["latency_us"]
+        assert found and us == pytest.approx(want, rel=1e-9)
+    # Most rows price at their own latency (15 of the 110 of H800.csv have a larger M measured faster).
+    assert 0 < capped < len(rows) // 4
 
 
 def test_bf16_gemms_are_priced_at_the_default_efficiency_on_the_bf16_roofline():

@@ -166,13 +166,7 @@ void EfficiencyCurve::add(const TableKeys& keys, double primary, double value) {
         return true;
     };
     auto g = std::find_if(groups_.begin(), groups_.end(), same);
-    if (g == groups_.end()) {
-        // Single-axis groups stay sorted by their axis, so that a lookup finds the two around it.
-        g = keys.n == 1 ? std::upper_bound(groups_.begin(), groups_.end(), lk.v[0],
-                                           [](double v, const Group& x) { return v < x.log_keys.v[0]; })
-                        : groups_.end();
-        g = groups_.insert(g, Group{lk, keys, {}});
-    }
+    if (g == groups_.end()) g = groups_.insert(groups_.end(), Group{lk, keys, {}});
     const Point p{safe_log(primary), primary, value};
     g->points.insert(std::upper_bound(g->points.begin(), g->points.end(), p,
                                       [](const Point& a, const Point& b) { return a.log_x < b.log_x; }),
@@ -298,12 +292,11 @@ double EfficiencyCurve::group_time(const Group& g, double primary, double key, c
                                   x, lo->log_x, hi->log_x);
         t = (1 - w) * row_time(lo->x, key, lo->value) + w * row_time(hi->x, key, hi->value);
     }
-    // No less than any smaller row of the group takes: a row measured faster than a smaller one
-    // (noise, another kernel configuration) must not make more work cheaper.
-    for (const Point& p : pts) {
-        if (p.log_x > x + 1e-12) break;
-        t = std::max(t, row_time(p.x, key, p.value));
-    }
+    // No more than any larger row of the group takes: a smaller call can always run padded to a
+    // larger measured shape, so a row measured faster than a smaller one (noise, another kernel
+    // configuration) caps the smaller shapes instead of making more work cheaper.
+    for (auto p = pts.rbegin(); p != pts.rend() && p->log_x >= x - 1e-12; ++p)
+        t = std::min(t, row_time(p->x, key, p->value));
     return t;
 }
 
@@ -313,29 +306,29 @@ double EfficiencyCurve::time(const TableKeys& keys, double primary, bool across_
     if (!across_first_key || keys.n == 0) return group_time(*near, primary, 0, row_time, measured_roof, clamped);
     // The groups that share the nearest group's other axes (a grouped GEMM's n and k); among them
     // the two around the first axis (experts; the attention core's query rows), blended by
-    // roofline time on the measured device, and no less than any group below takes.
+    // roofline time on the measured device, and no more than any group above takes (padded to it).
     const double lk = safe_log(keys.v[0]);
     const Group *below = nullptr, *above = nullptr;
-    double floor = 0;
+    double ceiling = std::numeric_limits<double>::infinity();
     for (const auto& g : groups_) {
         bool same = g.log_keys.n == near->log_keys.n;
         for (int i = 1; same && i < g.log_keys.n; ++i) same = g.log_keys.v[i] == near->log_keys.v[i];
         if (!same) continue;
         const double gk = g.log_keys.v[0];
-        if (gk <= lk) {
-            floor = std::max(floor, group_time(g, primary, g.keys.v[0], row_time, measured_roof, clamped));
-            if (!below || gk > below->log_keys.v[0]) below = &g;
+        if (gk <= lk && (!below || gk > below->log_keys.v[0])) below = &g;
+        if (gk >= lk) {
+            ceiling = std::min(ceiling, group_time(g, primary, g.keys.v[0], row_time, measured_roof, clamped));
+            if (!above || gk < above->log_keys.v[0]) above = &g;
         }
-        if (gk >= lk && (!above || gk < above->log_keys.v[0])) above = &g;
     }
-    if (!below) return group_time(*above, primary, 0, row_time, measured_roof, clamped);  // below every group
-    if (!above || below == above) return std::max(floor, group_time(*below, primary, 0, row_time, measured_roof, clamped));
+    if (!above) return group_time(*below, primary, 0, row_time, measured_roof, clamped);  // above every group
+    if (!below || below == above) return std::min(ceiling, group_time(*above, primary, 0, row_time, measured_roof, clamped));
     const double k0 = below->keys.v[0], k1 = above->keys.v[0];
     const double t0 = group_time(*below, primary, k0, row_time, measured_roof, clamped);
     const double t1 = group_time(*above, primary, k1, row_time, measured_roof, clamped);
     const double w = position(measured_roof(primary, 0), measured_roof(primary, k0), measured_roof(primary, k1), lk,
                               below->log_keys.v[0], above->log_keys.v[0]);
-    return std::max(floor, (1 - w) * t0 + w * t1);
+    return std::min(ceiling, (1 - w) * t0 + w * t1);
 }
 
 void KernelTables::add_latency(TableFamily family, const KernelShape& shape, double latency_us,

@@ -11,12 +11,12 @@
 // first secondary axis where that axis grows with the work (the attention core's query rows, a
 // grouped GEMM's experts). The time is a blend of the rows' times on the device being priced, the
 // blend's weights the query's place between the rows in roofline time on the device the rows were
-// measured on. So a call with more work never gets a smaller time as long as the rows' own
-// latencies grow with their work, and a slower device never a smaller one. Interpolating
-// efficiencies did neither: a batch of 8 took the batch-1 row's launch-bound efficiency and cost
-// 3x a batch of 16. A GEMM's n and k (a model's fixed shapes) take the nearest group (in log
-// space).
-// Outside the measured range a lookup clamps the efficiency, saying so. Communication rows
+// measured on, and never more than any larger row or group of the table takes (a smaller call can
+// run padded to a larger measured shape). So a call with more work never gets a smaller time, even
+// where a table's rows do not grow with their work, and a slower device never a smaller one.
+// Interpolating efficiencies did neither: a batch of 8 took the batch-1 row's launch-bound
+// efficiency and cost 3x a batch of 16. A GEMM's n and k (a model's fixed shapes) take the nearest
+// group (in log space). Outside the measured range a lookup clamps the efficiency, saying so. Communication rows
 // interpolate their GB/s linearly in log(ep).
 #pragma once
 #include <array>

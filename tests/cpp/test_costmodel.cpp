@@ -111,6 +111,35 @@ int main() {
         check_throws([&] { t.add_bandwidth(TableFamily::kGemmFp8, 8, 50); }, "bandwidth for a compute family");
         check_throws([] { table_family_from_name("gemm_int4"); }, "unknown family");
 
+        // A larger M measured faster caps the smaller M's time (it can run padded), and between
+        // two attention batch groups the time grows with the batch.
+        KernelTables mono;
+        KernelShape small = a, large = a;
+        small.m = 64, large.m = 128;
+        mono.add_latency(TableFamily::kGemmFp8, small, 30.0, d);
+        mono.add_latency(TableFamily::kGemmFp8, large, 20.0, d);
+        auto us = [&](const KernelTables& t, TableFamily f, const KernelShape& s) {
+            return datasheet_roofline_s(table_work(f, s), d) / t.lookup(f, s, &d).value * 1e6;
+        };
+        check_close(us(mono, TableFamily::kGemmFp8, small), 20.0, 1e-9, "capped by the larger row");
+        KernelShape q;
+        q.kv_len = 4096, q.batch = 1;
+        mono.add_latency(TableFamily::kMlaDecode, q, 25.0, d);
+        q.batch = 16;
+        mono.add_latency(TableFamily::kMlaDecode, q, 60.0, d);
+        double prev = 0;
+        for (double b : {1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 32.0}) {
+            q.batch = b;
+            const double t = us(mono, TableFamily::kMlaDecode, q);
+            ++checks;
+            if (!(t >= prev && t >= 25.0 - 1e-9)) {
+                std::printf("FAIL attention time not monotone in batch: %g us at batch %g after %g\n", t, b, prev);
+                ++failures;
+            }
+            prev = t;
+        }
+        check_close(prev / 60.0, 2.0, 1e-9, "beyond the last group: its efficiency");
+
         Deployment dep;
         dep.batch = 64, dep.kv_len = 4096, dep.ep = 128;
         const StepResult r = step(m, d, t, dep);

@@ -183,7 +183,9 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     for n, a in zip(mtp_n, mtp_a):
         if not 0 <= a <= n:
             raise ValueError(f"mtp accepted drafts must lie in [0, {n}], got {a}")
-    kvs = [grounded._check_bool("kv_fp8", v) for v in (kv_fp8 if isinstance(kv_fp8, (list, tuple)) else [kv_fp8])]
+    # One value (kv_fp8=True) or several to search.
+    scalar = isinstance(kv_fp8, (str, bytes, numbers.Number, np.bool_)) or not hasattr(kv_fp8, "__iter__")
+    kvs = [grounded._check_bool("kv_fp8", v) for v in ([kv_fp8] if scalar else kv_fp8)]
     if not kvs:
         raise ValueError("kv_fp8 must not be empty")
     ovs = list(overlap)

@@ -1,5 +1,6 @@
 """Running one call in a forked child, so that a crash or a hang is seen instead of suffered: the
-fuzz census (benchmarks/fuzz_api_census.py) and the fuzz tests (tests/test_fuzz_api.py) share it."""
+fuzz censuses (benchmarks/fuzz_*_census.py) and the fuzz tests (tests/test_fuzz_*.py) share it, and
+the censuses share the way they print their counts (print_census)."""
 from __future__ import annotations
 
 import os
@@ -54,3 +55,16 @@ def run_forked(fn, timeout: float, mem_bytes: int | None = None, poll_s: float =
     if os.WIFSIGNALED(status) or not data:
         return ("crash", os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
     return pickle.loads(data)
+
+
+def print_census(header: str, classes, counts, by_api, shown) -> None:
+    """A census's counts: the header, each class's total, the classes per API, then the cases asked
+    to be shown."""
+    print(header)
+    for cls in classes:
+        print(f"  {cls:16s} {counts[cls]}")
+    print("\nper API:")
+    for api, c in by_api.items():
+        print(f"  {api:36s} " + ", ".join(f"{k} {c[k]}" for k in classes if c[k]))
+    for line in shown:
+        print(line)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.forked, run as a script
-from benchmarks.forked import run_forked  # noqa: E402
+from benchmarks.forked import print_census, run_forked  # noqa: E402
 
 import dsperf  # noqa: E402
 from dsperf import ep as dep
@@ -335,15 +335,8 @@ def main(argv=None):
         by_api.setdefault(api, Counter())[cls] += 1
         if cls in a.show:
             shown.append(f"[{cls}] {api} {arg}: {detail[:200]}")
-    print(f"dsperf {dsperf.__file__}: {len(cases)} bad-input cases, each in its own process "
-          f"({time.monotonic() - t0:.0f} s)")
-    for cls in CLASSES:
-        print(f"  {cls:16s} {counts[cls]}")
-    print("\nper API:")
-    for api, c in by_api.items():
-        print(f"  {api:36s} " + ", ".join(f"{k} {c[k]}" for k in CLASSES if c[k]))
-    for line in shown:
-        print(line)
+    print_census(f"dsperf {dsperf.__file__}: {len(cases)} bad-input cases, each in its own process "
+                 f"({time.monotonic() - t0:.0f} s)", CLASSES, counts, by_api, shown)
     return 0
 
 

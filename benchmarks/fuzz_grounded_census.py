@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.forked import run_forked  # noqa: E402
+from benchmarks.forked import print_census, run_forked  # noqa: E402
 from benchmarks.fuzz_api_census import _CliResult, _cli  # noqa: E402
 
 import dsperf  # noqa: E402
@@ -315,15 +315,9 @@ def main(argv=None):
         if cls in a.show:
             shown.append(f"[{cls}] {api} {names}: {detail[:240]}")
     invalid = sum(1 for c in cases if c[3] is None)
-    print(f"dsperf {dsperf.__file__}: {len(cases)} cases ({invalid} invalid inputs, {len(cases) - invalid} valid ones "
-          f"with a check), each in its own process ({time.monotonic() - t0:.0f} s)")
-    for cls in CLASSES:
-        print(f"  {cls:16s} {counts[cls]}")
-    print("\nper API:")
-    for api, c in by_api.items():
-        print(f"  {api:32s} " + ", ".join(f"{k} {c[k]}" for k in CLASSES if c[k]))
-    for line in shown:
-        print(line)
+    print_census(f"dsperf {dsperf.__file__}: {len(cases)} cases ({invalid} invalid inputs, "
+                 f"{len(cases) - invalid} valid ones with a check), each in its own process "
+                 f"({time.monotonic() - t0:.0f} s)", CLASSES, counts, by_api, shown)
     return 0
 
 

@@ -134,8 +134,8 @@ void bind_step_model(py::module_& root) {
         py::arg("gbps") = py::make_tuple(kMinTableGbps, kMaxTableGbps),
         py::arg("default_efficiency") = py::make_tuple(kMinDefaultEfficiency, kMaxDefaultEfficiency));
 
-    py::class_<Deployment>(m, "Deployment")
-        .def(py::init<>())
+    py::class_<Deployment> deployment(m, "Deployment");
+    deployment.def(py::init<>())
         .def_property(
             "phase", [](const Deployment& d) { return d.phase == Phase::kPrefill ? "prefill" : "decode"; },
             [](Deployment& d, const std::string& v) {
@@ -154,27 +154,24 @@ void bind_step_model(py::module_& root) {
                 else if (v == "none") d.overlap = Overlap::kNone;
                 else throw std::invalid_argument("overlap must be 'two_batch', 'single_batch' or 'none'");
             })
-        .def_readwrite("attn_tp", &Deployment::attn_tp)
-        .def_readwrite("ep", &Deployment::ep)
-        .def_readwrite("redundant_experts", &Deployment::redundant_experts)
-        .def_readwrite("batch", &Deployment::batch)
-        .def_readwrite("tokens", &Deployment::tokens)
-        .def_readwrite("prompt_len", &Deployment::prompt_len)
-        .def_readwrite("cached_prefix", &Deployment::cached_prefix)
-        .def_readwrite("kv_len", &Deployment::kv_len)
-        .def_readwrite("mtp", &Deployment::mtp)
-        .def_readwrite("mtp_accepted", &Deployment::mtp_accepted)
         .def_readwrite("kv_fp8", &Deployment::kv_fp8)
         .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)
         .def_readwrite("weights_fp8", &Deployment::weights_fp8)
         .def_readwrite("experts_fp4", &Deployment::experts_fp4)
         .def_readwrite("attn_fp8", &Deployment::attn_fp8)
-        .def_readwrite("dense_tp", &Deployment::dense_tp)
-        .def_readwrite("moe_tp", &Deployment::moe_tp)
-        .def_readwrite("imbalance", &Deployment::imbalance)
-        .def_readwrite("comm_sms", &Deployment::comm_sms)
-        .def_readwrite("step_overhead_ms", &Deployment::step_overhead_ms)
         .def("validate", &Deployment::validate, py::arg("model"), py::arg("device"));
+    // The numeric fields from their one declaration (DSPERF_DEPLOYMENT_FIELDS), and their bounds:
+    // BOUNDS name -> (lowest, highest, sentinel or None), which dsperf.grounded checks arguments by.
+    {
+        py::dict bounds;
+#define DSPERF_BIND_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel)                              \
+    deployment.def_readwrite(#field, &Deployment::field);                                              \
+    bounds[#field] = py::make_tuple(double(lo), double(hi),                                            \
+                                    double(sentinel) != 0 ? py::object(py::float_(double(sentinel))) : py::none());
+        DSPERF_DEPLOYMENT_FIELDS(DSPERF_BIND_DEPLOYMENT_FIELD)
+#undef DSPERF_BIND_DEPLOYMENT_FIELD
+        deployment.attr("BOUNDS") = bounds;
+    }
 
     m.def(
         "step_stages",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 #include <array>
 #include <string>
@@ -327,25 +328,32 @@ double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double 
 }  // namespace
 
 void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
-    require(attn_tp >= 1 && d.gpus_per_node % attn_tp == 0,
+    // Each field within its declared range (DSPERF_DEPLOYMENT_FIELDS), or at its sentinel.
+    auto fmt = [](double v) {
+        std::ostringstream o;
+        o << v;
+        return o.str();
+    };
+#define DSPERF_CHECK_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel)                                   \
+    require((double(field) >= double(lo) && double(field) <= double(hi)) ||                                   \
+                (double(sentinel) != 0 && double(field) == double(sentinel)),                                 \
+            std::string(#field " must lie in [") + fmt(lo) + ", " + fmt(hi) + "]" +                          \
+                (double(sentinel) != 0 ? " (" + fmt(sentinel) + ": the default)" : std::string()) + ", got " + \
+                fmt(double(field)));
+    DSPERF_DEPLOYMENT_FIELDS(DSPERF_CHECK_DEPLOYMENT_FIELD)
+#undef DSPERF_CHECK_DEPLOYMENT_FIELD
+    // The rules that relate fields.
+    require(d.gpus_per_node % attn_tp == 0,
             "attn_tp (" + std::to_string(attn_tp) + ") must divide the " + std::to_string(d.gpus_per_node) +
                 " GPUs of a node");
     require(m.n_heads % attn_tp == 0, "attn_tp must divide the model's heads");
-    require(ep >= 1, "ep must be >= 1");
-    require(redundant_experts >= 0, "redundant_experts must be >= 0");
     // With attention TP a group of attn_tp GPUs serves batch x attn_tp requests: at least one.
-    require(phase != Phase::kDecode || (batch * attn_tp >= 1 && batch <= 1e6),
-            "batch must lie in [1 / attn_tp, 1e6] requests per GPU");
-    require(phase != Phase::kPrefill || (tokens >= 1 && tokens <= 1e7), "tokens must lie in [1, 1e7] per GPU");
-    require(phase != Phase::kPrefill || (prompt_len >= 1 && prompt_len <= 1e7), "prompt_len must lie in [1, 1e7]");
-    require(cached_prefix >= 0 && cached_prefix < prompt_len, "cached_prefix must lie in [0, prompt_len)");
-    require(phase != Phase::kDecode || (kv_len >= 1 && kv_len <= 1e8), "kv_len must lie in [1, 1e8]");
-    require(mtp >= 0 && mtp <= 8, "mtp must lie in [0, 8] draft tokens");
-    require(mtp_accepted >= 0 && mtp_accepted <= mtp, "mtp_accepted must lie in [0, mtp]");
-    require(imbalance >= 1 && imbalance <= kMaxImbalance, "imbalance (max/mean load) must lie in [1, 4096]");
-    require(dense_tp >= 1 && d.gpus_per_node % dense_tp == 0 && m.inter_dim % dense_tp == 0,
+    require(phase != Phase::kDecode || batch * attn_tp >= 1, "batch must lie in [1 / attn_tp, 1e6] requests per GPU");
+    require(cached_prefix < prompt_len, "cached_prefix must lie in [0, prompt_len)");
+    require(mtp_accepted <= mtp, "mtp_accepted must lie in [0, mtp]");
+    require(d.gpus_per_node % dense_tp == 0 && m.inter_dim % dense_tp == 0,
             "dense_tp (" + std::to_string(dense_tp) + ") must divide the GPUs of a node and the dense MLP");
-    require(moe_tp >= 1 && ep % moe_tp == 0 && d.gpus_per_node % moe_tp == 0 && m.moe_inter_dim % moe_tp == 0,
+    require(ep % moe_tp == 0 && d.gpus_per_node % moe_tp == 0 && m.moe_inter_dim % moe_tp == 0,
             "moe_tp (" + std::to_string(moe_tp) + ") must divide ep, the GPUs of a node and the experts' intermediate");
     require(m.n_routed_experts + redundant_experts >= ep / moe_tp,
             "ep (divided by moe_tp) must be <= routed + redundant experts");
@@ -354,9 +362,7 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     require(!experts_fp4 || d.fp4_tflops > 0,
             "experts_fp4 needs a device with FP4 tensor cores (" + d.name + " has fp4_tflops = 0)");
     require(!experts_fp4 || weights_fp8, "experts_fp4 goes with FP8 weights elsewhere (weights_fp8)");
-    require(comm_sms >= -1 && comm_sms < d.sm_count, "comm_sms must lie in [0, sm_count) (-1: the device's)");
-    require(step_overhead_ms == -1 || (step_overhead_ms >= 0 && step_overhead_ms <= 1e4),
-            "step_overhead_ms must lie in [0, 1e4] (-1: the phase's default)");
+    require(comm_sms < d.sm_count, "comm_sms must lie in [0, sm_count) (-1: the device's)");
     require(overlap == Overlap::kNone || overlap == Overlap::kTwoBatch || overlap == Overlap::kSingleBatch,
             "overlap must be none, two_batch or single_batch");
 }

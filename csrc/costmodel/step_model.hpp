@@ -19,39 +19,55 @@ enum class Phase { kPrefill = 0, kDecode = 1 };
 // dual micro-batch overlap); kSingleBatch: dispatch under the shared expert; kNone: serial.
 enum class Overlap { kNone = 0, kTwoBatch = 1, kSingleBatch = 2 };
 
+// The largest max/mean routed load per GPU a deployment may carry (imbalance's bound): the max
+// over ep GPUs is at most ep times the mean, and EP reaches 4096. (64 refused what EPLB itself
+// derives for a Zipf 1.2 load on EP256 without redundant experts: 64.7.)
+constexpr double kMaxImbalance = 4096;
+
+// The numeric fields of a deployment, declared once: (C++ type, name, default, lowest, highest,
+// sentinel meaning "the default of the device or phase", or 0 for none) with what each means. The
+// struct, the binding's fields, Deployment.BOUNDS (which dsperf.grounded checks its arguments by)
+// and the range checks of validate() are all generated from this list; validate() adds the rules
+// that relate fields (attn_tp divides a node, cached_prefix < prompt_len, ...).
+#define DSPERF_DEPLOYMENT_FIELDS(X)                                                                     \
+    X(int, attn_tp, 1, 1, 64, 0)                 /* attention TP (1: DP attention) */                 \
+    X(int, ep, 128, 1, 4096, 0)                  /* GPUs sharing the routed experts */                \
+    X(int, redundant_experts, 0, 0, 4096, 0)     /* extra expert replicas (EPLB) */                   \
+    X(double, batch, 128, 0, 1e6, 0)             /* decode: requests per GPU (a TP group serves       \
+                                                    batch x attn_tp, at least 1) */                   \
+    X(double, tokens, 16384, 1, 1e7, 0)          /* prefill: new prompt tokens per GPU per step */     \
+    X(double, prompt_len, 4096, 1, 1e7, 0)       /* prefill: tokens per prompt (new + cached) */      \
+    X(double, cached_prefix, 0, 0, 1e7, 0)       /* prefill: tokens of each prompt from the prefix    \
+                                                    cache */                                          \
+    X(double, kv_len, 4989, 1, 1e8, 0)           /* decode: average context a request attends to */   \
+    X(int, mtp, 0, 0, 8, 0)                      /* decode: MTP draft tokens per step */              \
+    X(double, mtp_accepted, 0, 0, 8, 0)          /* decode: drafts accepted per step on average       \
+                                                    (<= mtp) */                                       \
+    X(int, dense_tp, 1, 1, 64, 0)                /* the dense MLP over this many GPUs of a node */    \
+    X(int, moe_tp, 1, 1, 64, 0)                  /* each routed expert over this many GPUs of a node: \
+                                                    ep / moe_tp expert groups (1: pure EP) */         \
+    X(double, imbalance, 1.0, 1, kMaxImbalance, 0) /* max / mean routed rows per GPU (1: balanced) */ \
+    X(int, comm_sms, -1, 0, 4096, -1)            /* SMs the communication kernels hold while they     \
+                                                    overlap (-1: the device's) */                     \
+    X(double, step_overhead_ms, -1, 0, 1e4, -1)  /* scheduler, sampling, launch gaps per step (-1:    \
+                                                    the phase's default) */
+
 struct Deployment {
+#define DSPERF_DECLARE_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel) type field = init;
+    DSPERF_DEPLOYMENT_FIELDS(DSPERF_DECLARE_DEPLOYMENT_FIELD)
+#undef DSPERF_DECLARE_DEPLOYMENT_FIELD
     Phase phase = Phase::kDecode;
-    int attn_tp = 1;              // attention tensor parallelism (1: DP attention)
-    int ep = 128;                 // GPUs sharing the routed experts
-    int redundant_experts = 0;    // extra expert replicas (EPLB)
-    double batch = 128;           // decode: requests per GPU (a TP group serves batch x attn_tp)
-    double tokens = 16384;        // prefill: new prompt tokens per GPU per step
-    double prompt_len = 4096;     // prefill: tokens per prompt (new + cached)
-    double cached_prefix = 0;     // prefill: tokens of each prompt served by the prefix cache
-    double kv_len = 4989;         // decode: average context a request attends to
     Overlap overlap = Overlap::kTwoBatch;
-    int mtp = 0;                  // decode: MTP draft tokens per step
-    double mtp_accepted = 0;      // decode: draft tokens accepted per step on average (<= mtp)
     bool kv_fp8 = false;          // FP8 latent cache (FlashMLA's FP8 layout), else BF16
     bool attn_fp8 = false;        // FP8 attention math (FP8 queries and cache on the FP8 tensor cores; needs kv_fp8)
     bool dispatch_fp8 = true;     // FP8 dispatch payload (+ 1x128 FP32 scales), else BF16
     bool weights_fp8 = true;      // FP8 block-scaled weights (DeepSeek's), else BF16
     bool experts_fp4 = false;     // NVFP4 routed and shared experts on FP4 tensor cores (nvidia/DeepSeek-R1-FP4)
-    int dense_tp = 1;             // the dense MLP split over this many GPUs of a node (1: data-parallel)
-    int moe_tp = 1;               // each routed expert split over this many GPUs of a node: the ep GPUs form
-                                  // ep / moe_tp expert groups (TensorRT-LLM's MoE TP x EP; 1: pure EP)
-    double imbalance = 1.0;       // max / mean routed rows per GPU (1: perfectly balanced)
-    int comm_sms = -1;            // SMs the communication kernels hold while they overlap (-1: device's)
-    double step_overhead_ms = -1; // scheduler, sampling, launch gaps per step (-1: phase default)
     void validate(const ModelConfig& m, const DeviceSpec& d) const;  // names the field
 };
 
 // Defaults where the deployment does not say: assumptions, documented in docs/VALIDATION.md.
 constexpr double kDecodeStepOverheadMs = 1.0;
-// The largest max/mean routed load per GPU a deployment may carry: the max over ep GPUs is at most
-// ep times the mean, and EP reaches 4096. (64 refused what EPLB itself derives for a Zipf 1.2 load
-// on EP256 without redundant experts: 64.7.)
-constexpr double kMaxImbalance = 4096;
 constexpr double kPrefillStepOverheadMs = 2.0;
 constexpr double kMinKernelUs = 2.0;          // floor of a call priced without a table row
 constexpr double kMemoryReserve = 0.9;        // of device memory usable for weights + KV cache

@@ -426,9 +426,9 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
                                     rows[k].append(nan)
                                 continue
                             att = grounded._deployment("decode", batch=t_attn, kv_len=kv_len, ep=F, overlap="none",
-                                                       kv_fp8=kv, redundant_experts=r)
+                                                       kv_fp8=kv, redundant_experts=r, attn_tp=1)
                             ffn = grounded._deployment("decode", batch=t_ffn, kv_len=kv_len, ep=F, overlap="none",
-                                                       kv_fp8=kv, redundant_experts=r)
+                                                       kv_fp8=kv, redundant_experts=r, attn_tp=1)
                             sa = SM.step_stages(m, spec, tables, att)
                             sf = SM.step_stages(m, spec, tables, ffn)
                             disp = max(t_attn, t_ffn) * K * payload / (gbps[A][0] * 1e3)  # us

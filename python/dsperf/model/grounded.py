@@ -236,25 +236,39 @@ def _check_int(name, v, lo, hi) -> int:
 _check_bool = flag
 
 
-def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128, tokens=16384, prompt_len=4096,
+# Each numeric field's bounds, declared once with the field in C++ (step_model.hpp's
+# DSPERF_DEPLOYMENT_FIELDS): name -> (lowest, highest, sentinel or None).
+DEPLOYMENT_BOUNDS = dict(SM.Deployment.BOUNDS)
+
+
+def _field(name, value, lo=None):
+    """A deployment field checked against its declared bounds (lo: a tighter lower bound the
+    relation to another field sets); integers stay integers. None asks for the field's sentinel."""
+    flo, hi, sentinel = DEPLOYMENT_BOUNDS[name]
+    if value is None and sentinel is not None:
+        return type(getattr(SM.Deployment(), name))(sentinel)
+    if isinstance(getattr(SM.Deployment(), name), int):
+        return _check_int(name, value, int(flo), int(hi))
+    return _check_real(name, value, flo if lo is None else max(flo, lo), hi)
+
+
+def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens=16384, prompt_len=4096,
                 cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
                 attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
                 dense_tp=1, moe_tp=1) -> "SM.Deployment":
+    """The C++ Deployment of a call's arguments, each checked against its declared bounds and named."""
     d = SM.Deployment()
     d.phase = phase
     if overlap not in OVERLAPS:
         raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
     d.overlap = overlap
-    d.attn_tp = _check_int("attn_tp", attn_tp, 1, 64)
-    d.ep = _check_int("ep", ep, 1, 4096)
-    d.redundant_experts = _check_int("redundant_experts", redundant_experts, 0, 4096)
-    d.batch = _check_real("batch", batch, 1 / d.attn_tp, 1e6)  # a TP group serves batch x attn_tp requests
-    d.tokens = _check_real("tokens", tokens, 1, 1e7)
-    d.prompt_len = _check_real("prompt_len", prompt_len, 1, 1e7)
-    d.cached_prefix = _check_real("cached_prefix", cached_prefix, 0, 1e7)
-    d.kv_len = _check_real("kv_len", kv_len, 1, 1e8)
-    d.mtp = _check_int("mtp", mtp, 0, 8)
-    d.mtp_accepted = _check_real("mtp_accepted", mtp_accepted, 0, 8)
+    d.attn_tp = _field("attn_tp", attn_tp)
+    values = dict(ep=ep, redundant_experts=redundant_experts, tokens=tokens, prompt_len=prompt_len,
+                  cached_prefix=cached_prefix, kv_len=kv_len, mtp=mtp, mtp_accepted=mtp_accepted, dense_tp=dense_tp,
+                  moe_tp=moe_tp, imbalance=imbalance, comm_sms=comm_sms, step_overhead_ms=step_overhead_ms)
+    for name, value in values.items():
+        setattr(d, name, _field(name, value))
+    d.batch = _field("batch", batch, lo=1 / d.attn_tp)  # a TP group serves batch x attn_tp requests: at least one
     d.kv_fp8 = _check_bool("kv_fp8", kv_fp8)
     d.attn_fp8 = _check_bool("attn_fp8", attn_fp8)
     d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
@@ -262,11 +276,6 @@ def _deployment(phase: str, *, attn_tp=1, ep=32, redundant_experts=0, batch=128,
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
     d.weights_fp8 = weight_dtype != "bf16"
     d.experts_fp4 = weight_dtype == "fp4"
-    d.dense_tp = _check_int("dense_tp", dense_tp, 1, 64)
-    d.moe_tp = _check_int("moe_tp", moe_tp, 1, 64)
-    d.imbalance = _check_real("imbalance", imbalance, 1, SM.MAX_IMBALANCE)
-    d.comm_sms = -1 if comm_sms is None else _check_int("comm_sms", comm_sms, 0, 4096)
-    d.step_overhead_ms = -1.0 if step_overhead_ms is None else _check_real("step_overhead_ms", step_overhead_ms, 0, 1e4)
     return d
 
 

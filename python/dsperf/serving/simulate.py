@@ -118,10 +118,13 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
                                attn_fp8=attn_fp8, batch=1, **layout)
     dec_chunk = grounded._deployment("prefill", ep=ep, **layout)
     # The prefill pool's layout is checked by the same rules, under its own argument names.
-    prefill_ep = number("prefill_ep", prefill_ep, integer=True, lo=1, hi=4096)
-    prefill_attn_tp = number("prefill_attn_tp", prefill_attn_tp, integer=True, lo=1, hi=64)
-    prefill_redundant_experts = number("prefill_redundant_experts", prefill_redundant_experts, integer=True, lo=0,
-                                       hi=4096)
+    # ... under the bounds the deployment's fields declare (grounded.DEPLOYMENT_BOUNDS).
+    bounds = grounded.DEPLOYMENT_BOUNDS
+    prefill_ep = number("prefill_ep", prefill_ep, integer=True, lo=int(bounds["ep"][0]), hi=int(bounds["ep"][1]))
+    prefill_attn_tp = number("prefill_attn_tp", prefill_attn_tp, integer=True, lo=int(bounds["attn_tp"][0]),
+                             hi=int(bounds["attn_tp"][1]))
+    prefill_redundant_experts = number("prefill_redundant_experts", prefill_redundant_experts, integer=True,
+                                       lo=int(bounds["redundant_experts"][0]), hi=int(bounds["redundant_experts"][1]))
     _choice("prefill_overlap", prefill_overlap, grounded.OVERLAPS)
     pre_layout = dict(layout, attn_tp=prefill_attn_tp, redundant_experts=prefill_redundant_experts,
                       overlap=prefill_overlap)

@@ -1,5 +1,7 @@
 #include "costmodel/explore.hpp"
 
+#include "common/require.hpp"
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -8,10 +10,6 @@
 namespace dsperf {
 
 namespace {
-void require(bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-
 // rows = a x b x ..., refusing a product that overflows or exceeds what the caller could hold.
 size_t checked_product(std::initializer_list<size_t> sizes) {
     constexpr size_t kMaxRows = size_t(1) << 34;

@@ -1,5 +1,7 @@
 #include "costmodel/kernel_cost.hpp"
 
+#include "common/require.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -11,10 +13,6 @@ namespace {
 constexpr double kBf16 = 2, kFp32 = 4;
 
 // Messages are built only on failure: these checks run inside the explorer's inner loop.
-void require(bool ok, const char* what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-
 void require_nonneg(int64_t v, const char* name) {
     if (v < 0) throw std::invalid_argument(std::string(name) + " must be >= 0");
 }

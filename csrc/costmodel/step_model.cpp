@@ -1,5 +1,7 @@
 #include "costmodel/step_model.hpp"
 
+#include "common/require.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -12,10 +14,6 @@
 namespace dsperf {
 
 namespace {
-
-void require(bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument(what);
-}
 
 // Bytes a token's dispatch payload takes: FP8 values + one FP32 scale per 128, or BF16.
 double dispatch_payload(const ModelConfig& m, bool fp8) {

@@ -1,5 +1,7 @@
 #include "ep/ep_copy.hpp"
 
+#include "common/require.hpp"
+
 #include <algorithm>
 #include "kernels/common/parallel.hpp"
 #include "kernels/cpu/cpu_features.hpp"
@@ -24,10 +26,6 @@ namespace {
 using kernels::max_threads;
 
 // Checks run inside per-element loops: a literal message must not build a std::string each time.
-void require(bool ok, const char* what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-
 }  // namespace
 
 namespace {

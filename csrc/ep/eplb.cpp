@@ -1,5 +1,7 @@
 #include "ep/eplb.hpp"
 
+#include "common/require.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -8,10 +10,6 @@
 namespace dsperf::ep {
 
 namespace {
-
-void require(bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument(what);
-}
 
 std::string num(int64_t v) { return std::to_string(v); }
 

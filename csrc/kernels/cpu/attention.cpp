@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.hpp"
 
+#include "common/require.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -12,9 +14,6 @@
 namespace dsperf::kernels {
 
 void AttentionArgs::validate() const {
-    auto require = [](bool ok, const char* what) {
-        if (!ok) throw std::invalid_argument(what);
-    };
     require(q_len >= 1 && kv_len >= 1 && heads >= 1, "attention: q_len, kv_len and heads must be positive");
     require(kv_heads == 1 || kv_heads == heads, "attention: kv_heads must be 1 or heads");
     require(q1 && k1 && d1 >= 1 && v && dv >= 1, "attention: q, k and v are required");

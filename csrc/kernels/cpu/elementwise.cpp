@@ -1,5 +1,7 @@
 #include "kernels/cpu/elementwise.hpp"
 
+#include "common/require.hpp"
+
 #include "kernels/common/fast_math.hpp"
 #include "kernels/common/parallel.hpp"
 #include "kernels/cpu/cpu_features.hpp"
@@ -24,9 +26,6 @@ inline float store<float>(float v) { return v; }
 template <>
 inline bf16_t store<bf16_t>(float v) { return f32_to_bf16(v); }
 
-void require(bool ok, const char* what) {
-    if (!ok) throw std::invalid_argument(what);
-}
 }  // namespace
 
 template <typename T>

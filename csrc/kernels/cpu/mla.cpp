@@ -1,5 +1,7 @@
 #include "kernels/cpu/mla.hpp"
 
+#include "common/require.hpp"
+
 #include "kernels/common/parallel.hpp"
 
 #include <algorithm>
@@ -20,13 +22,6 @@ namespace {
 
 // Checks run inside per-element loops: a literal message must not build a std::string each time,
 // and computed messages are built only on failure (callers write `if (!cond) require(false, ...)`).
-void require(bool ok, const char* what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-[[maybe_unused]] void require(bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-
 // dst[2d] = a[d], dst[2d + 1] = b[d] (0 without b), d < n.
 void interleave_pair(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
     if (use_avx512()) return avx512::interleave_rows(a, b, n, dst);

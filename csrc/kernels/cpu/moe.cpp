@@ -1,5 +1,7 @@
 #include "kernels/cpu/moe.hpp"
 
+#include "common/require.hpp"
+
 #include "kernels/common/parallel.hpp"
 
 #include <algorithm>
@@ -17,13 +19,6 @@ namespace dsperf::kernels {
 namespace {
 // Checks run inside per-element loops: a literal message must not build a std::string each time,
 // and computed messages are built only on failure (callers write `if (!cond) require(false, ...)`).
-void require(bool ok, const char* what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-[[maybe_unused]] void require(bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument(what);
-}
-
 // Indices of the k largest values, best first, ties to the lower index; NaN ranks below every
 // number (as in numpy's argsort of the negated scores), which also keeps the ordering strict and
 // weak, as partial_sort requires.

@@ -1,5 +1,6 @@
 // Python face of the grounded model (costmodel/kernel_table.hpp, costmodel/step_model.hpp):
 // dsperf._C.step_model. dsperf.grounded checks the arguments; this adapter converts and calls.
+#include <iterator>
 #include <pybind11/pybind11.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -135,24 +136,29 @@ void bind_step_model(py::module_& root) {
         py::arg("default_efficiency") = py::make_tuple(kMinDefaultEfficiency, kMaxDefaultEfficiency));
 
     py::class_<Deployment> deployment(m, "Deployment");
+    // The enums' names from their one table (step_model.hpp), in value order.
+    auto names_of = [](const auto& table) {
+        py::tuple t(std::size(table));
+        for (size_t i = 0; i < std::size(table); ++i) t[i] = table[i];
+        return t;
+    };
+    m.attr("PHASES") = names_of(kPhaseNames);
+    m.attr("OVERLAPS") = names_of(kOverlapNames);
+    auto index_of = [](const auto& table, const std::string& v, const char* what) {
+        for (size_t i = 0; i < std::size(table); ++i)
+            if (v == table[i]) return int(i);
+        std::string known;
+        for (size_t i = 0; i < std::size(table); ++i) known += std::string(i ? ", " : "") + table[i];
+        throw std::invalid_argument(std::string(what) + " must be one of " + known + ", got '" + v + "'");
+    };
     deployment.def(py::init<>())
         .def_property(
-            "phase", [](const Deployment& d) { return d.phase == Phase::kPrefill ? "prefill" : "decode"; },
-            [](Deployment& d, const std::string& v) {
-                if (v != "prefill" && v != "decode") throw std::invalid_argument("phase must be 'prefill' or 'decode'");
-                d.phase = v == "prefill" ? Phase::kPrefill : Phase::kDecode;
-            })
+            "phase", [](const Deployment& d) { return kPhaseNames[int(d.phase)]; },
+            [index_of](Deployment& d, const std::string& v) { d.phase = Phase(index_of(kPhaseNames, v, "phase")); })
         .def_property(
-            "overlap",
-            [](const Deployment& d) {
-                return d.overlap == Overlap::kTwoBatch ? "two_batch"
-                                                       : (d.overlap == Overlap::kSingleBatch ? "single_batch" : "none");
-            },
-            [](Deployment& d, const std::string& v) {
-                if (v == "two_batch") d.overlap = Overlap::kTwoBatch;
-                else if (v == "single_batch") d.overlap = Overlap::kSingleBatch;
-                else if (v == "none") d.overlap = Overlap::kNone;
-                else throw std::invalid_argument("overlap must be 'two_batch', 'single_batch' or 'none'");
+            "overlap", [](const Deployment& d) { return kOverlapNames[int(d.overlap)]; },
+            [index_of](Deployment& d, const std::string& v) {
+                d.overlap = Overlap(index_of(kOverlapNames, v, "overlap"));
             })
         .def_readwrite("kv_fp8", &Deployment::kv_fp8)
         .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)

@@ -15,9 +15,12 @@
 namespace dsperf {
 
 enum class Phase { kPrefill = 0, kDecode = 1 };
+// Each enum's names, indexed by its value: the binding and Python read them from here.
+inline constexpr const char* kPhaseNames[] = {"prefill", "decode"};
 // kTwoBatch: two micro-batches, one's communication under the other's compute (DeepSeek's
 // dual micro-batch overlap); kSingleBatch: dispatch under the shared expert; kNone: serial.
 enum class Overlap { kNone = 0, kTwoBatch = 1, kSingleBatch = 2 };
+inline constexpr const char* kOverlapNames[] = {"none", "two_batch", "single_batch"};
 
 // The largest max/mean routed load per GPU a deployment may carry (imbalance's bound): the max
 // over ep GPUs is at most ep times the mean, and EP reaches 4096. (64 refused what EPLB itself

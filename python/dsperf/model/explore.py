@@ -41,7 +41,7 @@ DEFAULT_ATTN_TP = (1, 2, 4, 8)
 # 85-90% acceptance of the second token; SGLang's H20 post 2.4-2.7 accepted tokens with 3 drafted.
 DEFAULT_MTP = ((0, 0.0), (1, 0.85), (2, 1.55))
 DEFAULT_BATCH = tuple(float(b) for b in (0.125, 0.25, 0.5, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512))
-OVERLAP_CODES = {"none": 0, "two_batch": 1, "single_batch": 2}
+OVERLAP_CODES = {name: code for code, name in enumerate(_C.step_model.OVERLAPS)}  # C++ Overlap values, named once there
 # Why a configuration cannot run: the texts by code, and the codes by name, from their one home
 # (explore.hpp's Infeasible).
 _REASONS = _C.step_model.infeasible_reasons()

@@ -33,7 +33,7 @@ from . import bands
 
 SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
-OVERLAPS = ("two_batch", "single_batch", "none")
+OVERLAPS = tuple(SM.OVERLAPS)  # the overlap schedules, named once in C++ (step_model.hpp)
 # Weights as stored: DeepSeek's FP8 with 128x128 block scales, BF16 (no BF16 GEMM table rows:
 # those GEMMs run at the default efficiency), or "fp4": NVFP4 routed and shared experts on FP4
 # tensor cores with FP8 weights elsewhere (nvidia/DeepSeek-R1-FP4, Blackwell).

@@ -335,7 +335,7 @@ def scenario_fault(a):
     catches it and the next call must refuse the windows (never reused stale); with --mode
     per_token only rank 1 fails and leaves the error uncaught (run as a plain script): the job
     must end, naming the rank."""
-    from dsperf.ep import exchange
+    from dsperf.ep import exchange_combine as exchange  # the combine half holds the pull-and-sum
     ep = EpComm(E, DIM, timeout_s=a.timeout)
     x = np.zeros((4, DIM), BF16)
     ids = np.tile(np.arange(TOPK, dtype=np.int32), (4, 1))

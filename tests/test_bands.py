@@ -229,3 +229,15 @@ def test_allreduce_rows_need_a_message_size(tmp_path):
     with pytest.raises(ValueError, match=r"n.csv, row 1 \(line 2\): field .gbps.: an allreduce row needs gbps, or latency_us "
                                          r"and bytes"):
         grounded.read_table_rows(path)
+
+
+def test_amd_gemm_rows_make_a_partial_table_with_the_widest_band():
+    rows = grounded.read_table_rows(DATA / "efficiency" / "MI300X.csv")
+    assert rows and {r["family"] for r in rows} == {"gemm_fp8"} and all("aiter" in r["source"] for r in rows)
+    for dev in ("MI300X", "MI325X", "MI355X"):
+        assert grounded.table_kind(dev) == "partial"
+        r = grounded.decode("DeepSeek-V3", dev, batch=64, kv_len=2048, ep=8)
+        calls = grounded.calls_frame(r)
+        assert calls.loc[calls["family"] == "gemm_fp8", "from_table"].all()
+        assert not calls.loc[calls["family"] == "mla_decode", "from_table"].any()
+        assert r["regime"].startswith("partial/") and r["band_regime"] == "worst of all"

@@ -5,7 +5,8 @@ where a regime is (how the device's kernel table was obtained, the phase, what b
 
 - table: ``measured`` (a table of kernel timings measured on that GPU family), ``derived`` (the
   Hopper curve over shapes scaled to published figures of the device at large shapes; see
-  model/derive_table.py) or ``default`` (no table: every compute call at the default efficiency);
+  model/derive_table.py), ``partial`` (measured rows for some families only, e.g. AMD GEMMs) or
+  ``default`` (no table: every compute call at the default efficiency);
 - phase: ``decode``, ``prefill`` or ``e2e`` (prefill and decode on the same GPUs);
 - bound: ``latency`` where a decode step serves fewer than LATENCY_BATCH requests per GPU (fixed
   costs, launches and all-reduces dominate), else ``throughput``.
@@ -33,7 +34,7 @@ import pandas as pd
 LATENCY_BATCH = 8           # requests per GPU below which a decode step is called latency-bound (assumed)
 BAND_QUANTILE = 0.8         # the band holds for about this share of points in its regime (assumed)
 MIN_POINTS = 3              # fewer check points than this in a regime: use the coarser regime
-TABLE_KINDS = ("measured", "derived", "default")
+TABLE_KINDS = ("measured", "derived", "partial", "default")
 BAND_COLUMNS = ("table", "phase", "bound", "points", "band", "from_regime")
 
 

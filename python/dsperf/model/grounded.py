@@ -310,15 +310,25 @@ def error_bands(phase: str, kinds, code, batch) -> np.ndarray:
 
 def table_kind(device: DeviceLike) -> str:
     """How the device's kernel table was obtained: "measured", "derived" (any row moved from another
-    GPU's table by a published figure) or "default" (no table)."""
+    GPU's table by a published figure), "partial" (measured rows, but not for every family in
+    CORE_FAMILIES: most of a step runs at the default efficiency) or "default" (no table)."""
     return device_pricing(device)["table_kind"]
+
+
+# The families that carry most of a step: a table without one of them prices most of the step at the
+# default efficiency, and its band is the default regime's ("partial").
+CORE_FAMILIES = ("gemm_fp8", "mla_decode", ("grouped_masked", "grouped_contiguous"))
 
 
 @functools.lru_cache(maxsize=32)
 def _table_kind_of(path: str) -> str:
     p = Path(path)
     rows = read_table_rows(p) if p.is_file() else read_table_rows(_tables_dir() / p.name)
-    return "derived" if any(r["basis"] == "derived" for r in rows) else "measured"
+    if any(r["basis"] == "derived" for r in rows):
+        return "derived"
+    families = {r["family"] for r in rows}
+    covered = all((f in families) if isinstance(f, str) else bool(families & set(f)) for f in CORE_FAMILIES)
+    return "measured" if covered else "partial"
 
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,

@@ -178,14 +178,7 @@ inline MlaSequenceCache sequence_cache(Arr<uint16_t>& latent, Arr<uint16_t>& k_p
     return c;
 }
 
-inline MlaVariant mla_variant(const std::string& v) {
-    if (v == "CD") return MlaVariant::CD;
-    if (v == "CC") return MlaVariant::CC;
-    if (v == "A_CC") return MlaVariant::A_CC;
-    if (v == "A_CC_ME") return MlaVariant::A_CC_ME;
-    if (v == "AM_CC_ME") return MlaVariant::AM_CC_ME;
-    throw std::invalid_argument("variant must be one of CD, CC, A_CC, A_CC_ME, AM_CC_ME, got '" + v + "'");
-}
+inline MlaVariant mla_variant(const std::string& v) { return dsperf::mla_variant_named(v); }
 
 inline GateConfig gate_config(int64_t n_group, int64_t topk_group, int64_t top_k, float route_scale,
                        const std::string& score_func) {

@@ -69,8 +69,10 @@ void bind_kernel_cost(py::module_& root) {
     m.def("dispatch_combine_work", &dispatch_combine_work, py::arg("tokens"), py::arg("top_k"), py::arg("dim"));
     m.def("mla_decode_work", &mla_decode_work, py::arg("keys"), py::arg("batch"), py::arg("q_len"), py::arg("heads"),
           py::arg("kv_lora") = 512, py::arg("rope") = 64, py::arg("fp8_cache") = false);
-    m.def("mla_forward_work", &mla_forward_work, py::arg("variant"), py::arg("tokens"), py::arg("prefix"),
-          py::arg("shape"));
+    // MLA variants by value (the index of a name in dsperf._C.kernels.MLA_VARIANTS), checked here.
+    m.def("mla_forward_work", [](int v, int64_t t, int64_t p, const MlaShape& s) {
+        return mla_forward_work(mla_variant_at(v), t, p, s);
+    }, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"));
     py::class_<GemmShape>(m, "GemmShape")
         .def_readonly("m", &GemmShape::m)
         .def_readonly("n", &GemmShape::n)
@@ -80,8 +82,11 @@ void bind_kernel_cost(py::module_& root) {
             return "GemmShape(m=" + std::to_string(g.m) + ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) +
                    ", count=" + std::to_string(g.count) + ")";
         });
-    m.def("mla_gemms", &mla_gemms, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"));
-    m.def("mla_attention_work", &mla_attention_work, py::arg("variant"), py::arg("tokens"), py::arg("prefix"),
-          py::arg("shape"));
+    m.def("mla_gemms", [](int v, int64_t t, int64_t p, const MlaShape& s) {
+        return mla_gemms(mla_variant_at(v), t, p, s);
+    }, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"));
+    m.def("mla_attention_work", [](int v, int64_t t, int64_t p, const MlaShape& s) {
+        return mla_attention_work(mla_variant_at(v), t, p, s);
+    }, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"));
     m.def("rmsnorm_work", &rmsnorm_work, py::arg("tokens"), py::arg("width"));
 }

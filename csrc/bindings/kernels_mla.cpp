@@ -110,6 +110,11 @@ void bind_mla(py::module_& m) {
         }
         return py::make_tuple(qa, oa);
     }, py::arg("weights"), py::arg("heads"), py::arg("nope"), py::arg("rope"), py::arg("v"));
+    {
+        py::tuple names(kMlaVariantCount);
+        for (int i = 0; i < kMlaVariantCount; ++i) names[i] = kMlaVariantNames[i];
+        m.attr("MLA_VARIANTS") = names;  // value order: the one declaration in model/mla_variant.hpp
+    }
     m.def("mla_forward", [](const std::string& variant, Arr<uint16_t> x, const py::dict& d, int64_t heads,
                                        int64_t nope, int64_t rope, int64_t v, float eps, Arr<float> freqs,
                                        float scale, Arr<uint16_t> latent, Arr<uint16_t> k_pe, py::object k_full,

@@ -148,18 +148,17 @@ KernelWork rmsnorm_work(int64_t tokens, int64_t width) {
 }
 
 namespace {
-void check_mla(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
-    require(variant >= 0 && variant <= 4, "variant must be one of CD, CC, A_CC, A_CC_ME, AM_CC_ME (0..4)");
+void check_mla(int64_t tokens, int64_t prefix, const MlaShape& s) {
     require_pos(tokens, "tokens"), require_nonneg(prefix, "prefix");
     s.validate();
 }
 }  // namespace
 
-std::vector<GemmShape> mla_gemms(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
-    check_mla(variant, tokens, prefix, s);
+std::vector<GemmShape> mla_gemms(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+    check_mla(tokens, prefix, s);
     const int64_t T = tokens, S = prefix + tokens, H = s.heads;
     const int64_t D = s.dim, QL = s.q_lora, L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
-    const bool absorbed = variant >= 2, materialised = variant == 4;
+    const bool absorbed = dsperf::absorbed(variant), materialised = variant == MlaVariant::AM_CC_ME;
     std::vector<GemmShape> g;
     // Prolog: wq_a, then wq_b (AM_CC_ME: only its rope columns, and q_absorb for the rest), wkv_a.
     g.push_back({T, QL, D});
@@ -168,7 +167,7 @@ std::vector<GemmShape> mla_gemms(int variant, int64_t tokens, int64_t prefix, co
     g.push_back({T, L + R, D});
     if (!absorbed) {
         // CD decompresses the new tokens into its cache; CC decompresses all S from the latent.
-        g.push_back({variant == 0 ? T : S, H * (N + V), L});
+        g.push_back({variant == MlaVariant::CD ? T : S, H * (N + V), L});
         g.push_back({T, D, H * V});  // wo
     } else if (materialised) {
         g.push_back({T, D, H * L});  // o_absorb
@@ -180,27 +179,27 @@ std::vector<GemmShape> mla_gemms(int variant, int64_t tokens, int64_t prefix, co
     return g;
 }
 
-KernelWork mla_attention_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
-    check_mla(variant, tokens, prefix, s);
+KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+    check_mla(tokens, prefix, s);
     const int64_t T = tokens, S = prefix + tokens, H = s.heads;
     const int64_t QL = s.q_lora, L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
     KernelWork w = rmsnorm_work(T, QL);
     w += rmsnorm_work(T, L);
     const double rect = double(T) * S * H;  // every query row against all S keys
-    if (variant <= 1) {
+    if (!dsperf::absorbed(variant)) {
         w.flops += 2 * rect * ((N + R) + V);
         // CD reads its per-head K/V cache; CC reads the latent and writes then reads the K/V it
         // decompressed.
         const double kv_row = double(H) * ((N + R) + V) * kBf16;
-        w.bytes += double(S) * (L + R) * kBf16 + double(S) * kv_row * (variant == 0 ? 1 : 2);
+        w.bytes += double(S) * (L + R) * kBf16 + double(S) * kv_row * (variant == MlaVariant::CD ? 1 : 2);
     } else {
         w.flops += 2 * rect * ((L + R) + L);
-        w.bytes += double(S) * (L + R) * kBf16 * (variant == 2 ? 3 : 1);  // A_CC copies [latent | k_pe]
+        w.bytes += double(S) * (L + R) * kBf16 * (variant == MlaVariant::A_CC ? 3 : 1);  // A_CC copies [latent | k_pe]
     }
     return w;
 }
 
-KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+KernelWork mla_forward_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
     KernelWork w = mla_attention_work(variant, tokens, prefix, s);
     for (const GemmShape& g : mla_gemms(variant, tokens, prefix, s)) {
         KernelWork one = linear_work(g.m, g.n, g.k, false);

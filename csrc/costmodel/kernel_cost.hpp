@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ep/ep_layout.hpp"
+#include "model/mla_variant.hpp"
 
 #include "hardware/device_spec.hpp"
 
@@ -129,20 +130,20 @@ struct MlaShape {
 };
 
 // One MLA layer (prolog, attention in a variant, wo) for `tokens` new tokens after `prefix`
-// cached ones of one sequence. variant: 0 CD, 1 CC, 2 A_CC, 3 A_CC_ME, 4 AM_CC_ME.
+// cached ones of one sequence, in one of the variants (model/mla_variant.hpp).
 // It is the sum of its GEMMs (mla_gemms: the projections, CD/CC's decompression, the run-time
 // absorption) and its attention core (mla_attention_work), so each can be priced on its own.
-KernelWork mla_forward_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s);
+KernelWork mla_forward_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
 
 // One GEMM of the layer: `count` calls of y[m, n] = x[m, k] w[n, k]^T (count > 1: per head).
 struct GemmShape {
     int64_t m = 0, n = 0, k = 0, count = 1;
 };
-std::vector<GemmShape> mla_gemms(int variant, int64_t tokens, int64_t prefix, const MlaShape& s);
+std::vector<GemmShape> mla_gemms(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
 
 // The rest of the layer: the two RMSNorms, attention over the full q x kv rectangle (computed,
 // then masked), the cache reads and writes, A_CC's concatenation copies.
-KernelWork mla_attention_work(int variant, int64_t tokens, int64_t prefix, const MlaShape& s);
+KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
 
 // RMSNorm of T rows of width `width` (BF16 in and out, FP32 weight).
 KernelWork rmsnorm_work(int64_t tokens, int64_t width);

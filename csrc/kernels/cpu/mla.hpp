@@ -5,6 +5,7 @@
 // and rope[num_blocks, block_size, rope_dim], BF16. A request's tokens live in the blocks its row of
 // block_table lists, in order.
 #pragma once
+#include "model/mla_variant.hpp"
 #include <cstdint>
 
 #include "kernels/common/dtype.hpp"
@@ -44,15 +45,8 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
 
 namespace dsperf::kernels {
 
-// The five execution variants of MLA (seed 001):
-//   CD       cache the decompressed K/V per head; plain MHA over them.
-//   CC       cache the latent; decompress K/V from it at run time; MHA.
-//   A_CC     absorb W_UK into the query and W_UV into the output at run time; MQA over the latent
-//            with queries and keys concatenated [nope | rope] (copies).
-//   A_CC_ME  as A_CC with the nope and rope scores computed separately and added: no concatenation.
-//   AM_CC_ME as A_CC_ME with the absorbed products materialised ahead of time (mla_absorb_weights):
-//            q_absorb = W_UK^T wq_b_nope per head, o_absorb = wo W_UV per head.
-enum class MlaVariant { CD, CC, A_CC, A_CC_ME, AM_CC_ME };
+// The five execution variants: model/mla_variant.hpp.
+using dsperf::MlaVariant;
 
 // One MLA layer's weights, BF16 in nn.Linear layout [out, in] (norm weights FP32).
 struct MlaWeights {

@@ -104,7 +104,7 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
                                   block_table, seqlens, softmax_scale, num_splits)
 
 
-MLA_VARIANTS = ("CD", "CC", "A_CC", "A_CC_ME", "AM_CC_ME")
+MLA_VARIANTS = tuple(_K.MLA_VARIANTS)  # declared once in C++ (csrc/model/mla_variant.hpp), in value order
 _MLA_BF16 = ("wq_a", "wq_b", "wkv_a", "wkv_b", "wo")
 _MLA_F32 = ("q_norm", "kv_norm")
 

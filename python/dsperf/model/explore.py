@@ -18,6 +18,7 @@ the prefill GPUs either way.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 import math
 import numbers
 from typing import Iterable, Sequence
@@ -146,11 +147,49 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
     `prefill_ep` GPUs, `total_gpus`) for disaggregated serving; afd: add attention-FFN disaggregated
     deployments (`kind` "afd": `afd_attn_gpus` attention GPUs x the `ep` sizes as expert GPUs,
-    micro-batches ping-ponged between them, see afd_columns)."""
+    micro-batches ping-ponged between them, see explore_afd.afd_columns)."""
     m = load_model(model)
     isl, osl = _positive("isl", isl, 1e7), _positive("osl", osl, 1e7)
     devices = device_list(devices)
     pairs = resolve_devices(devices, "corrected")
+    ax = _axes(pairs, ep=ep, redundant_experts=redundant_experts, attn_tp=attn_tp, mtp=mtp, kv_fp8=kv_fp8,
+               overlap=overlap, batch=batch, imbalance=imbalance, weight_dtype=weight_dtype, dense_tp=dense_tp,
+               moe_tp=moe_tp, gpu_hour_usd=gpu_hour_usd, step_overhead_ms=step_overhead_ms,
+               routing_load=routing_load)
+    # Tables and board power resolved once per device, as grounded.decode resolves them.
+    pricing = [grounded.device_pricing(d) for d in devices]
+    cols = _price_grid(m, pairs, pricing, ax, kv_len=isl + osl / 2)
+    if afd:
+        from .explore_afd import with_afd  # (it reads this module's reasons and axes)
+
+        cols = with_afd(cols, m, pairs, pricing, ax, afd_attn_gpus, afd_micro_batches, kv_len=isl + osl / 2)
+    return _frame(model, m, devices, pairs, pricing, ax, cols, isl=isl, osl=osl, prefill_ep=prefill_ep,
+                  prefill_tokens=prefill_tokens, ttft_ms=ttft_ms, request_rate=request_rate)
+
+
+@dataclass
+class _Axes:
+    """The grid's axes, each checked once (search's arguments)."""
+    labels: list
+    eps: list
+    reds: list
+    tps: list
+    mtp_n: list
+    mtp_a: list
+    kvs: list
+    ovs: list
+    batches: list
+    imbalances: list
+    weights: list
+    dense_tps: list
+    moe_tps: list
+    prices: dict
+    overhead: float
+    groups: list   # (ep sizes, redundant counts, imbalances) priced together
+
+
+def _axes(pairs, *, ep, redundant_experts, attn_tp, mtp, kv_fp8, overlap, batch, imbalance, weight_dtype, dense_tp,
+          moe_tp, gpu_hour_usd, step_overhead_ms, routing_load) -> _Axes:
     labels = [label for label, _ in pairs]
     # A device given twice (under one name or two: 'H800', 'h800') would be two frames' worth of one.
     keys = [(spec.name,) + tuple(getattr(spec, k) for k in SPEC_FIELDS) for _, spec in pairs]
@@ -158,8 +197,6 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     if twice is not None:
         raise ValueError(f"devices lists {labels[twice]!r} twice ({labels[keys.index(keys[twice])]!r} is the same "
                          "device); give each device once")
-    # Tables and board power resolved once per device, as grounded.decode resolves them.
-    pricing = [grounded.device_pricing(d) for d in devices]
     eps = _ints("ep", ep, 1, 4096)
     red_map = DEFAULT_REDUNDANT if redundant_experts is None else dict(redundant_experts)
     # Each EP size with each of its redundant-expert counts (an int, or a sequence to search).
@@ -204,9 +241,6 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     prices = _prices(labels, gpu_hour_usd)
     overhead = (SM.decode_step_overhead_ms if step_overhead_ms is None
                 else grounded._check_real("step_overhead_ms", step_overhead_ms, 0, 1e4))
-
-    # The C++ grid takes one weight dtype, dense TP and imbalance per call; the few values of those
-    # axes are looped here.
     # With a routing distribution, each (EP, redundant experts) pair gets the imbalance dsperf.ep's
     # EPLB leaves for it; otherwise every pair takes each of the given imbalances.
     if routing_load is not None:
@@ -216,15 +250,24 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
                   for e, r in zip(eps, reds)]
     else:
         groups = [(eps, reds, imbalances)]
+    return _Axes(labels, eps, reds, tps, mtp_n, mtp_a, kvs, ovs, batches, imbalances, weights, dense_tps, moe_tps,
+                 prices, overhead, groups)
+
+
+def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
+    """The C++ grid's columns over every axis (one call per weight dtype, dense TP, MoE TP and
+    imbalance group)."""
+    # The C++ grid takes one weight dtype, dense TP and imbalance per call; the few values of those
+    # axes are looped here.
     parts = []
-    for w in weights:
-        for dtp, mtp_ in itertools.product(dense_tps, moe_tps):
-            for g_eps, g_reds, g_imbs in groups:
+    for w in ax.weights:
+        for dtp, mtp_ in itertools.product(ax.dense_tps, ax.moe_tps):
+            for g_eps, g_reds, g_imbs in ax.groups:
                 for imb in g_imbs:
                     c = SM.explore_decode(m, [sp for _, sp in pairs], [p["tables"] for p in pricing],
-                                          g_eps, g_reds, tps, mtp_n, mtp_a, [int(v) for v in kvs],
-                                          [OVERLAP_CODES[o] for o in ovs], batches, kv_len=isl + osl / 2,
-                                          imbalance=imb, step_overhead_ms=overhead, weights_fp8=w != "bf16",
+                                          g_eps, g_reds, ax.tps, ax.mtp_n, ax.mtp_a, [int(v) for v in ax.kvs],
+                                          [OVERLAP_CODES[o] for o in ax.ovs], ax.batches, kv_len=kv_len,
+                                          imbalance=imb, step_overhead_ms=ax.overhead, weights_fp8=w != "bf16",
                                           dense_tp=dtp, moe_tp=mtp_, experts_fp4=w == "fp4")
                     n = len(c["ep"])
                     c["weights_fp8"], c["dense_tp"] = np.full(n, w != "bf16"), np.full(n, dtp, np.int32)
@@ -235,17 +278,14 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     cols = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     cols["kind"] = np.zeros(len(cols["ep"]), np.int8)
     cols["attn_gpus"] = cols["ep"].astype(float)
-    if afd:
-        a_gpus = _ints("afd_attn_gpus", afd_attn_gpus, 1, 4096)
-        micro = _ints("afd_micro_batches", afd_micro_batches, 1, 8)
-        extra = afd_columns(m, pairs, [p["tables"] for p in pricing], eps, reds, a_gpus, micro, kvs, batches,
-                            isl + osl / 2, overhead)
-        n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
-        extra["weights_fp8"], extra["dense_tp"] = np.ones(n, bool), np.ones(n, np.int32)
-        extra["experts_fp4"] = np.zeros(n, bool)
-        extra["moe_tp"] = np.ones(n, np.int32)
-        extra["imbalance"] = np.full(n, imbalances[0])
-        cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
+    return cols
+
+
+def _frame(model, m, devices, pairs, pricing, ax: _Axes, cols, *, isl, osl, prefill_ep, prefill_tokens, ttft_ms,
+           request_rate) -> pd.DataFrame:
+    """The search's frame: the grid's columns, feasibility, the serving columns per device's chosen
+    prefill layout, cost, energy and error band; checked finite on every feasible row."""
+    labels = ax.labels
     # Derived columns in numpy over the device codes (a million rows: no per-row Python).
     code = cols.pop("device_index")
     ttft_target = None if ttft_ms is None else _positive("ttft_ms", ttft_ms)
@@ -257,7 +297,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
                 for kv in (False, True)}
     # Plain Python values only: pandas compares attrs when frames are concatenated.
     context = {"labels": labels, "isl": isl, "osl": osl, "prefill_options": options.to_dict("list"), "request_rate": rate,
-               "kv_bytes": kv_bytes, "price": [prices[label] for label in labels],
+               "kv_bytes": kv_bytes, "price": [ax.prices[label] for label in labels],
                "power": [p["board_power_w"] for p in pricing], "scaleout_gbps": [sp.scaleout_gbps for _, sp in pairs],
                "gpus_per_node": [sp.gpus_per_node for _, sp in pairs]}
     reason = cols.pop("infeasible").astype(np.int8)
@@ -369,81 +409,6 @@ def with_prefill_for(df: pd.DataFrame, ttft_ms) -> pd.DataFrame:
     out = df.assign(**_serving_columns(cols, context, target))
     out.attrs["explore"] = {**context, "ttft_ms": target}
     return out
-
-
-def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_len, overhead_ms) -> dict:
-    """Attention-FFN disaggregation: A attention GPUs (DP attention, `batch` requests each, the
-    dense layers and the head) and F expert GPUs (the routed experts over F, the shared expert),
-    the step cut into `micro` micro-batches that ping-pong between the two clusters over the
-    network (seed 000's backbone + MoE cluster). Per MoE layer a micro-batch costs the slowest of
-    the attention stage, the expert stage and the exchange (dispatch A -> F and combine F -> A run
-    on opposite directions of the links); the pipeline fills once per step. The exchange is priced
-    as the low-latency all-to-all over A + F ranks at the NIC (a pair per (token, expert) from each
-    attention GPU, received spread over the F expert GPUs)."""
-    rows = {k: [] for k in ("device_index", "ep", "redundant_experts", "attn_tp", "mtp", "mtp_accepted", "kv_fp8",
-                            "overlap", "batch", "infeasible", "step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s",
-                            "batch_limit", "fits_memory", "weights_gib", "kv_gib", "kind", "attn_gpus")}
-    pc = _C.param_counts(m, False)
-    attn_weights = (pc["mla"] * m.n_layers + pc["dense_mlp"] * m.n_dense_layers + pc["gate"] * m.n_moe_layers
-                    + 2 * (pc["embedding"] + pc["lm_head"]))
-    K, dim = m.n_activated_experts, m.dim
-    payload = dim + dim / 128 * 4  # FP8 + 1x128 FP32 scales
-    nan = math.nan
-    for di, ((_, spec), tables) in enumerate(zip(pairs, tables)):
-        mem = spec.mem_gb * 2**30 * 0.9
-        kv_per_token = {kv: grounded.decode(m, spec, batch=1, kv_len=kv_len, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
-                        for kv in kvs}
-        for F, r in zip(eps, reds):
-            ffn_weights = ((m.n_routed_experts + r) / F + m.n_shared_experts) * pc["expert"] * m.n_moe_layers
-            gbps = {}
-            for A in attn_gpus:
-                link = SM.KernelShape(ep=float(A + F))
-                scale = spec.scaleout_gbps / 50.0  # network rows were measured on 50 GB/s NICs
-                gbps[A] = (tables.lookup("dispatch_ll", link)["value"] * scale,
-                           tables.lookup("combine_ll", link)["value"] * scale)
-            for A in attn_gpus:
-                for mb in micro_batches:
-                    for kv in kvs:
-                        for b in batches:
-                            t_attn = b / mb                  # tokens per attention GPU per micro-batch
-                            t_ffn = A * b / (mb * F)          # tokens per expert GPU per micro-batch
-                            why = WHY["none"]
-                            if m.n_routed_experts + r < F:
-                                why = WHY["ep_exceeds_experts"]
-                            elif t_attn < 1 or t_ffn < 1:
-                                why = WHY["too_few_tokens"]
-                            limit = max(0.0, (mem - attn_weights) / (kv_per_token[kv] * kv_len))
-                            fits = b <= limit and ffn_weights <= mem
-                            rows["device_index"].append(di), rows["ep"].append(F), rows["redundant_experts"].append(r)
-                            rows["attn_tp"].append(1), rows["mtp"].append(0), rows["mtp_accepted"].append(0.0)
-                            rows["kv_fp8"].append(kv), rows["overlap"].append(3), rows["batch"].append(b)
-                            rows["infeasible"].append(why), rows["kind"].append(1), rows["attn_gpus"].append(A)
-                            rows["batch_limit"].append(limit), rows["fits_memory"].append(fits)
-                            rows["weights_gib"].append(attn_weights / 2**30)
-                            rows["kv_gib"].append(kv_per_token[kv] * kv_len * b / 2**30)
-                            if why:
-                                for k in ("step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s"):
-                                    rows[k].append(nan)
-                                continue
-                            att = grounded._deployment("decode", batch=t_attn, kv_len=kv_len, ep=F, overlap="none",
-                                                       kv_fp8=kv, redundant_experts=r, attn_tp=1)
-                            ffn = grounded._deployment("decode", batch=t_ffn, kv_len=kv_len, ep=F, overlap="none",
-                                                       kv_fp8=kv, redundant_experts=r, attn_tp=1)
-                            sa = SM.step_stages(m, spec, tables, att)
-                            sf = SM.step_stages(m, spec, tables, ffn)
-                            disp = max(t_attn, t_ffn) * K * payload / (gbps[A][0] * 1e3)  # us
-                            comb = max(t_attn, t_ffn) * K * 2 * dim / (gbps[A][1] * 1e3)
-                            stage = max(sa["attn_us"], sf["moe_us"], disp, comb)
-                            fill = sa["attn_us"] + sf["moe_us"] + disp + comb - stage
-                            step_ms = ((m.n_moe_layers * mb * stage + fill + m.n_dense_layers * mb * sa["dense_us"]) / 1e3
-                                       + mb * sa["head_ms"] + overhead_ms)
-                            rows["step_ms"].append(step_ms), rows["tpot_ms"].append(step_ms)
-                            rows["tps_user"].append(1e3 / step_ms)
-                            rows["tokens_per_gpu_s"].append(A * b / (step_ms / 1e3) / (A + F))
-    types = {"device_index": np.int32, "ep": np.int32, "redundant_experts": np.int32, "attn_tp": np.int32,
-             "mtp": np.int32, "overlap": np.int32, "infeasible": np.int32, "kind": np.int8, "kv_fp8": bool,
-             "fits_memory": bool}
-    return {k: np.asarray(v, dtype=types.get(k, float)) for k, v in rows.items()}
 
 
 def board_power_w(device: DeviceLike) -> float:

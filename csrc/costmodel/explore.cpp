@@ -59,85 +59,89 @@ void ExploreGrid::validate(const ModelConfig& m) const {
     size();
 }
 
+namespace {
+// One batch point of one (device, ep, tp, mtp, kv) block: its rows for every overlap.
+void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumns& out, size_t di, size_t ei,
+                 size_t ti, size_t mi, size_t ki, size_t bi, bool need_single, bool need_two) {
+    const size_t nb = g.batch.size(), no = g.overlap.size(), nk = g.kv_fp8.size(), nm = g.mtp.size();
+    const size_t nt = g.attn_tp.size(), ne = g.ep.size();
+    const size_t blk = (((di * ne + ei) * nt + ti) * nm + mi) * nk + ki;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const DeviceSpec& d = g.devices[di];
+    const KernelTables& t = *g.tables[di];
+    Deployment dep;
+    dep.phase = Phase::kDecode;
+    dep.ep = g.ep[ei], dep.redundant_experts = g.redundant_experts[ei], dep.attn_tp = g.attn_tp[ti];
+    dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
+    dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
+    dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp;
+    dep.experts_fp4 = g.experts_fp4;
+    Infeasible why = Infeasible::kNone;
+    if (dep.experts_fp4 && d.fp4_tflops <= 0)
+        why = Infeasible::kNoFp4;
+    else if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0 || d.gpus_per_node % dep.dense_tp != 0)
+        why = Infeasible::kTpDoesNotDivideNode;
+    else if (d.gpus_per_node % dep.moe_tp != 0 || dep.ep % dep.moe_tp != 0) why = Infeasible::kMoeTpDoesNotDivide;
+    else if (m.n_routed_experts + dep.redundant_experts < dep.ep / dep.moe_tp) why = Infeasible::kEpExceedsExperts;
+    else if (dep.ep % dep.attn_tp != 0) why = Infeasible::kEpNotMultipleOfTp;
+
+    dep.batch = g.batch[bi];
+    StepStages single, two;
+    StepResult mem;
+    const Infeasible why_b = why == Infeasible::kNone && dep.batch * dep.attn_tp < 1 ? Infeasible::kNoRequest : why;
+    if (why_b == Infeasible::kNone) {
+        const double draft_ms = mtp_draft_ms(m, d, t, dep);
+        if (need_single) dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep, nullptr, draft_ms);
+        if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep, nullptr, draft_ms);
+        memory(m, d, dep, mem);
+    }
+    for (size_t oi = 0; oi < no; ++oi) {
+        const size_t row = blk * no * nb + oi * nb + bi;
+        const Overlap ov = static_cast<Overlap>(g.overlap[oi]);
+        out.device_index[row] = int32_t(di);
+        out.ep[row] = dep.ep, out.redundant_experts[row] = dep.redundant_experts;
+        out.attn_tp[row] = dep.attn_tp, out.mtp[row] = dep.mtp, out.mtp_accepted[row] = dep.mtp_accepted;
+        out.kv_fp8[row] = dep.kv_fp8, out.overlap[row] = int32_t(ov), out.batch[row] = dep.batch;
+        out.infeasible[row] = int32_t(why_b);
+        if (why_b != Infeasible::kNone) {
+            out.step_ms[row] = out.tpot_ms[row] = out.tps_user[row] = out.tokens_per_gpu_s[row] = nan;
+            out.batch_limit[row] = out.weights_gib[row] = out.kv_gib[row] = nan;
+            out.fits_memory[row] = false;
+            continue;
+        }
+        const double step_ms =
+            schedule_ms(m, ov == Overlap::kTwoBatch ? two : single, ov) + g.step_overhead_ms;
+        const double tokens = dep.batch * (1 + dep.mtp_accepted);
+        out.step_ms[row] = step_ms;
+        out.tpot_ms[row] = step_ms / (1 + dep.mtp_accepted);
+        out.tps_user[row] = 1e3 / out.tpot_ms[row];
+        out.tokens_per_gpu_s[row] = tokens / (step_ms / 1e3);
+        out.batch_limit[row] = mem.batch_limit, out.fits_memory[row] = mem.fits_memory;
+        out.weights_gib[row] = mem.weights_gib, out.kv_gib[row] = mem.kv_gib;
+    }
+}
+}  // namespace
+
 void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreColumns& out) {
     g.validate(m);
     const size_t nb = g.batch.size(), no = g.overlap.size(), nk = g.kv_fp8.size(), nm = g.mtp.size();
     const size_t nt = g.attn_tp.size(), ne = g.ep.size();
-    const size_t blocks = g.devices.size() * ne * nt * nm * nk;
-    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const size_t blocks = g.devices.size() * ne * nm;
     bool need_single = false, need_two = false;
     for (int o : g.overlap) (o == int(Overlap::kTwoBatch) ? need_two : need_single) = true;
 
-    // One block per (device, ep, tp, mtp, kv): its overlap x batch rows. Small grids stay on the
-    // calling thread: a thread pool costs more than it saves there, and a process forked after
-    // OpenMP ran (a test harness's isolated case) must not start one.
-    const bool parallel = blocks * nb * no >= 4096;
+    // One work unit per (device, ep, mtp): its tp x kv x overlap x batch rows. The attention TP
+    // and the KV format change the attention calls only, so one thread pricing them back to back
+    // for the same batch finds the MoE and dense calls in the lookup memo (KernelTables::lookup).
+    // Small grids stay on the calling thread: a thread pool costs more than it saves there, and a
+    // process forked after OpenMP ran (a test harness's isolated case) must not start one.
+    const bool parallel = blocks * nt * nk * nb * no >= 4096;
 #pragma omp parallel for schedule(dynamic) if (parallel)
-    for (long long blk = 0; blk < (long long)blocks; ++blk) {
-        size_t rest = size_t(blk);
-        const size_t ki = rest % nk;
-        rest /= nk;
-        const size_t mi = rest % nm;
-        rest /= nm;
-        const size_t ti = rest % nt;
-        rest /= nt;
-        const size_t ei = rest % ne;
-        const size_t di = rest / ne;
-        const DeviceSpec& d = g.devices[di];
-        const KernelTables& t = *g.tables[di];
-
-        Deployment dep;
-        dep.phase = Phase::kDecode;
-        dep.ep = g.ep[ei], dep.redundant_experts = g.redundant_experts[ei], dep.attn_tp = g.attn_tp[ti];
-        dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
-        dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
-        dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp;
-        dep.experts_fp4 = g.experts_fp4;
-        Infeasible why = Infeasible::kNone;
-        if (dep.experts_fp4 && d.fp4_tflops <= 0)
-            why = Infeasible::kNoFp4;
-        else if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0 || d.gpus_per_node % dep.dense_tp != 0)
-            why = Infeasible::kTpDoesNotDivideNode;
-        else if (d.gpus_per_node % dep.moe_tp != 0 || dep.ep % dep.moe_tp != 0) why = Infeasible::kMoeTpDoesNotDivide;
-        else if (m.n_routed_experts + dep.redundant_experts < dep.ep / dep.moe_tp) why = Infeasible::kEpExceedsExperts;
-        else if (dep.ep % dep.attn_tp != 0) why = Infeasible::kEpNotMultipleOfTp;
-
-        for (size_t bi = 0; bi < nb; ++bi) {
-            dep.batch = g.batch[bi];
-            StepStages single, two;
-            StepResult mem;
-            const Infeasible why_b = why == Infeasible::kNone && dep.batch * dep.attn_tp < 1 ? Infeasible::kNoRequest : why;
-            if (why_b == Infeasible::kNone) {
-                const double draft_ms = mtp_draft_ms(m, d, t, dep);
-                if (need_single) dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep, nullptr, draft_ms);
-                if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep, nullptr, draft_ms);
-                memory(m, d, dep, mem);
-            }
-            for (size_t oi = 0; oi < no; ++oi) {
-                const size_t row = size_t(blk) * no * nb + oi * nb + bi;
-                const Overlap ov = static_cast<Overlap>(g.overlap[oi]);
-                out.device_index[row] = int32_t(di);
-                out.ep[row] = dep.ep, out.redundant_experts[row] = dep.redundant_experts;
-                out.attn_tp[row] = dep.attn_tp, out.mtp[row] = dep.mtp, out.mtp_accepted[row] = dep.mtp_accepted;
-                out.kv_fp8[row] = dep.kv_fp8, out.overlap[row] = int32_t(ov), out.batch[row] = dep.batch;
-                out.infeasible[row] = int32_t(why_b);
-                if (why_b != Infeasible::kNone) {
-                    out.step_ms[row] = out.tpot_ms[row] = out.tps_user[row] = out.tokens_per_gpu_s[row] = nan;
-                    out.batch_limit[row] = out.weights_gib[row] = out.kv_gib[row] = nan;
-                    out.fits_memory[row] = false;
-                    continue;
-                }
-                const double step_ms =
-                    schedule_ms(m, ov == Overlap::kTwoBatch ? two : single, ov) + g.step_overhead_ms;
-                const double tokens = dep.batch * (1 + dep.mtp_accepted);
-                out.step_ms[row] = step_ms;
-                out.tpot_ms[row] = step_ms / (1 + dep.mtp_accepted);
-                out.tps_user[row] = 1e3 / out.tpot_ms[row];
-                out.tokens_per_gpu_s[row] = tokens / (step_ms / 1e3);
-                out.batch_limit[row] = mem.batch_limit, out.fits_memory[row] = mem.fits_memory;
-                out.weights_gib[row] = mem.weights_gib, out.kv_gib[row] = mem.kv_gib;
-            }
-        }
+    for (long long unit = 0; unit < (long long)blocks; ++unit) {
+        const size_t mi = size_t(unit) % nm, ei = size_t(unit) / nm % ne, di = size_t(unit) / nm / ne;
+        for (size_t bi = 0; bi < nb; ++bi)
+            for (size_t ti = 0; ti < nt; ++ti)
+                for (size_t ki = 0; ki < nk; ++ki) price_point(m, g, out, di, ei, ti, mi, ki, bi, need_single, need_two);
     }
 }
 

@@ -147,6 +147,22 @@ double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d, double clo
 
 namespace {
 double safe_log(double x) { return std::log(std::max(x, 1e-30)); }
+
+// A slot of a per-thread memo for a pointer and a key of doubles. Every bit of every double must
+// reach the slot bits: call shapes differ in their high (exponent and leading mantissa) bits, which
+// a multiply alone carries only upward and out of a small table's index.
+size_t memo_slot(const void* owner, const double* key, int n, size_t slots) {
+    uint64_t h = reinterpret_cast<uintptr_t>(owner);
+    for (int i = 0; i < n; ++i) {
+        uint64_t bits;
+        std::memcpy(&bits, &key[i], sizeof bits);
+        h ^= bits + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    }
+    h ^= h >> 30, h *= 0xBF58476D1CE4E5B9ull;  // splitmix64's finaliser
+    h ^= h >> 27, h *= 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    return size_t(h % slots);
+}
 }  // namespace
 
 uint64_t EfficiencyCurve::next_generation() {
@@ -191,13 +207,7 @@ const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& ke
     };
     constexpr size_t kSlots = 256;
     thread_local Entry cache[kSlots];
-    uint64_t h = reinterpret_cast<uintptr_t>(this) * 0x9E3779B97F4A7C15ull;
-    for (int i = 0; i < keys.n; ++i) {
-        uint64_t bits;
-        std::memcpy(&bits, &keys.v[i], sizeof bits);
-        h = (h ^ bits) * 0x100000001B3ull;
-    }
-    Entry& e = cache[(h >> 17) % kSlots];
+    Entry& e = cache[memo_slot(this, keys.v, keys.n, kSlots)];
     if (e.curve == this && e.generation == generation_ && e.n == keys.n && std::equal(e.v, e.v + keys.n, keys.v))
         return e.group;
     double lk[3];
@@ -364,6 +374,38 @@ TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, c
     }
     const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
     if ((attention && shape.fp8_math) || curve.empty()) return r;
+    // The explorer prices the same call on the same device again and again (a layout's calls do
+    // not all change with the batch, the overlap or the KV format): remember recent answers per
+    // thread, keyed by everything the answer reads (the curve and its generation, the shape, and
+    // the priced device's peaks, bandwidth and clock).
+    const DeviceSpec& priced = priced_on ? *priced_on : measured_on_;
+    const double priced_clock_key = priced_on ? clock_ratio : 1.0;
+    const double key[] = {double(int(family)), shape.m, shape.n, shape.k, shape.groups, shape.batch, shape.kv_len,
+                          shape.heads, shape.q_len, shape.bytes, shape.ep, shape.tp, double(shape.fp8),
+                          double(shape.fp8_math), priced.fp16_tflops, priced.fp8_tflops, priced.fp4_tflops,
+                          priced.mem_bw_gbps, priced_clock_key};
+    constexpr size_t kKey = sizeof key / sizeof key[0];
+    struct Memo {
+        const EfficiencyCurve* curve = nullptr;
+        uint64_t generation = 0;
+        double key[kKey];
+        TableLookup result;
+    };
+    constexpr size_t kSlots = 4096;
+    thread_local Memo memo[kSlots];
+    Memo& slot = memo[memo_slot(&curve, key, int(kKey), kSlots)];
+    if (slot.curve == &curve && slot.generation == curve.generation() && std::memcmp(slot.key, key, sizeof key) == 0)
+        return slot.result;
+    r = price_from_rows(family, shape, priced_on, clock_ratio);
+    slot.curve = &curve, slot.generation = curve.generation(), slot.result = r;
+    std::memcpy(slot.key, key, sizeof key);
+    return r;
+}
+
+TableLookup KernelTables::price_from_rows(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
+                                          double clock_ratio) const {
+    TableLookup r;
+    const EfficiencyCurve& curve = curves_[int(family)];
     // Across groups along the first secondary axis where it grows with the work: the attention
     // core's query rows and a grouped GEMM's experts (a GEMM's n and k are the model's, fixed).
     const bool across = family == TableFamily::kMlaDecode || family == TableFamily::kGroupedContiguous ||

@@ -128,6 +128,8 @@ public:
     double time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
                 const MeasuredRoof& measured_roof, bool* clamped) const;
     bool empty() const { return groups_.empty(); }
+    // Changes whenever a row is added: a memo keyed by curve and generation never serves stale rows.
+    uint64_t generation() const { return generation_; }
     size_t rows() const;
 
 private:
@@ -170,6 +172,9 @@ public:
     AllReduceTable allreduce;
 
 private:
+    // A compute family's lookup from its rows (lookup remembers its recent answers).
+    TableLookup price_from_rows(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
+                                double clock_ratio) const;
     std::array<EfficiencyCurve, kTableFamilyCount> curves_;
     DeviceSpec measured_on_;  // of the compute rows (one table file, one device)
     bool has_measured_on_ = false;

@@ -107,6 +107,28 @@ int main() {
             std::printf("FAIL clamp flag\n");
             ++failures;
         }
+        // The lookup memo never serves stale rows: a row added after a lookup changes the answer
+        // (here: a faster row at the looked-up shape), and a copy's new rows leave the original's.
+        {
+            KernelTables copy = t;
+            const double before = copy.lookup(TableFamily::kGemmFp8, mid, &d).value;
+            copy.add_latency(TableFamily::kGemmFp8, mid, 5.0, d);
+            check_close(copy.lookup(TableFamily::kGemmFp8, mid, &d).value, rm / 5e-6, 1e-12, "memo after a new row");
+            check_close(t.lookup(TableFamily::kGemmFp8, mid, &d).value, before, 1e-15, "memo per table copy");
+            // The same shape priced on a device with a hundredth of the FP8 peak (compute-bound
+            // there) is priced there: the answer of a fresh copy (nothing remembered for it), not
+            // the first device's.
+            DeviceSpec slow = d;
+            slow.fp8_tflops = d.fp8_tflops / 100;
+            const KernelTables fresh = t;
+            const double on_slow = t.lookup(TableFamily::kGemmFp8, mid, &slow).value;
+            check_close(on_slow, fresh.lookup(TableFamily::kGemmFp8, mid, &slow).value, 1e-15, "memo per device");
+            ++checks;
+            if (!(std::abs(on_slow - before) > 1e-3 * before)) {
+                std::printf("FAIL memo keyed by the priced device (%g vs %g)\n", on_slow, before);
+                ++failures;
+            }
+        }
         check_throws([&] { t.add_latency(TableFamily::kGemmFp8, a, -1.0, d); }, "negative latency");
         check_throws([&] { t.add_bandwidth(TableFamily::kGemmFp8, 8, 50); }, "bandwidth for a compute family");
         check_throws([] { table_family_from_name("gemm_int4"); }, "unknown family");

@@ -14,12 +14,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-import dsperf
-from dsperf import _C
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.timing, run as a script
+
+import dsperf  # noqa: E402
+from benchmarks.timing import timed  # noqa: E402
+from dsperf import _C  # noqa: E402
 
 
 # ---- plain-Python transcription of the seed's decode formulas ---------------------------------
@@ -174,7 +179,9 @@ def time_sweep(devices, seq_lens, batches, repeats):
 
     The first call of the process pays the kernel's first-touch cost for ~120 MB of fresh
     columns; later calls reuse the allocator's memory once the previous result is freed.
-    Both are reported; the headline is the median of the later calls.
+    Both are reported; the headline is the median of the later calls. (Timed here rather than by
+    benchmarks.timing, which keeps the previous result alive during a call: the frame is freed
+    before each call so that the allocator's memory is reused.)
     """
     n = len(devices) * len(seq_lens) * len(batches)
     kw = dict(devices=devices, batch=batches, seq_len=seq_lens, decode_len=[1210], tp=[0], mode="as_published")
@@ -195,12 +202,8 @@ def time_core(devices, seq_lens, batches, repeats):
     """The C++ call alone (arrays in, arrays out), without the DataFrame."""
     m = dsperf.load_model("DeepSeek-V3")
     specs = [dsperf.load_device(d, "as_published") for d in devices]
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        _C.decode_sweep(m, specs, [0], [144], [32], [1], list(seq_lens), [1210.0], list(batches))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return timed(lambda: _C.decode_sweep(m, specs, [0], [144], [32], [1], list(seq_lens), [1210.0], list(batches)),
+                 repeats, warm_up=False).median
 
 
 def time_plain_python(devices, seq_lens, batches, points, repeats):
@@ -209,12 +212,9 @@ def time_plain_python(devices, seq_lens, batches, points, repeats):
     configs = [(devices[i], float(seq_lens[j]), float(batches[k]))
                for i, j, k in zip(rng.integers(0, len(devices), points), rng.integers(0, len(seq_lens), points),
                                   rng.integers(0, len(batches), points))]
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = [seed_decode_point(args, name, SEED_GPUS[name], s, b) for name, s, b in configs]
-        times.append(time.perf_counter() - t0)
-    return configs, out, statistics.median(times)
+    loop = timed(lambda: [seed_decode_point(args, name, SEED_GPUS[name], s, b) for name, s, b in configs], repeats,
+                 warm_up=False)
+    return configs, loop.result, loop.median
 
 
 def check_agreement(configs, out, sweep_df, seq_lens, batches):

@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
-from dsperf import explore, grounded
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.timing, run as a script
+
+from benchmarks.timing import timed  # noqa: E402
+from dsperf import explore, grounded  # noqa: E402
 
 DEVICES = ("H800", "H20", "H200", "B200")
 EP = (8, 16, 32, 64, 72, 128, 144, 256)
@@ -35,36 +38,36 @@ def main() -> None:
     grid = dict(devices=DEVICES, isl=4096, osl=1024, ep=EP, batch=batch)
 
     explore.search(**{**grid, "batch": batch[:2]})  # warm: tables loaded, prefill priced once
-    times, df = [], None
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        df = explore.search(**grid)
-        times.append(time.perf_counter() - t0)
+    search = timed(lambda: explore.search(**grid), args.repeats, warm_up=False)
+    df = search.result
     n = len(df)
-    t_search = statistics.median(times)
 
     # The plain loop over a sample of the same grid, each point checked against the search's row.
     rng = random.Random(0)
     rows = df[df["feasible"]]
     sample = rows.iloc[[rng.randrange(len(rows)) for _ in range(args.python_points)]]
-    t0 = time.perf_counter()
-    worst = 0.0
-    for r in sample.itertuples():
-        g = grounded.decode("DeepSeek-V3", str(r.device), batch=r.batch, kv_len=4096 + 1024 / 2, ep=int(r.ep),
-                            attn_tp=int(r.attn_tp), redundant_experts=int(r.redundant_experts), overlap=str(r.overlap),
-                            mtp=int(r.mtp), mtp_accepted=float(r.mtp_accepted), kv_fp8=bool(r.kv_fp8))
-        worst = max(worst, abs(g["tokens_per_gpu_s"] / r.tokens_per_gpu_s - 1))
-    t_plain = time.perf_counter() - t0
+
+    def plain_loop() -> float:
+        worst = 0.0
+        for r in sample.itertuples():
+            g = grounded.decode("DeepSeek-V3", str(r.device), batch=r.batch, kv_len=4096 + 1024 / 2, ep=int(r.ep),
+                                attn_tp=int(r.attn_tp), redundant_experts=int(r.redundant_experts),
+                                overlap=str(r.overlap), mtp=int(r.mtp), mtp_accepted=float(r.mtp_accepted),
+                                kv_fp8=bool(r.kv_fp8))
+            worst = max(worst, abs(g["tokens_per_gpu_s"] / r.tokens_per_gpu_s - 1))
+        return worst
+
+    plain = timed(plain_loop, 1, warm_up=False)
+    worst, t_plain = plain.result, plain.median
     if worst > 1e-9:
         raise SystemExit(f"the search and the per-point model disagree by {worst:.2e}")
     plain_rate = len(sample) / t_plain
-    rate = n / t_search
+    rate = n / search.median
 
     print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'all')} of {os.cpu_count()} cores")
     print(f"grid: {n} configurations ({len(DEVICES)} devices x {len(EP)} EP x 4 attention TP x 3 MTP x 2 KV dtypes "
           f"x 3 overlaps x {len(batch)} batches)")
-    print(f"search (C++ grid + pandas columns, SLA-ready frame): median {t_search:.3f} s of {args.repeats} "
-          f"({', '.join(f'{t:.3f}' for t in times)})")
+    print(f"search (C++ grid + pandas columns, SLA-ready frame): {search.spread()}")
     print(f"plain Python loop (grounded.decode per point), {len(sample)} sampled points: {t_plain:.2f} s, "
           f"{plain_rate:.0f} configs/s; agreement with the search: worst {worst:.1e}")
     print(f"explore configs/s: {rate:.0f} ({rate / plain_rate:.0f} x plain Python)")

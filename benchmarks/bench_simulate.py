@@ -17,15 +17,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.timing, run as a script
 import serving_python_loop  # noqa: E402
+
+from benchmarks.timing import timed  # noqa: E402
 
 from dsperf import _C, serving  # noqa: E402
 from dsperf.model import grounded  # noqa: E402
@@ -56,29 +57,23 @@ def main() -> None:
     trace = serving.load_trace("conversation")
     n = len(trace)
 
-    serving.simulate("DeepSeek-V3", "H800", trace=trace, **LAYOUT)  # warm: tables loaded
-    times, r = [], None
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        r = serving.simulate("DeepSeek-V3", "H800", trace=trace, **LAYOUT)
-        times.append(time.perf_counter() - t0)
-    t_sim = statistics.median(times)
+    sim = timed(lambda: serving.simulate("DeepSeek-V3", "H800", trace=trace, **LAYOUT), args.repeats)
+    r, t_sim = sim.result, sim.median
     s = r.summary()
 
     # The plain loop on the same requests (all of them, or the first N), priced from the same table.
     m, d = load_model("DeepSeek-V3"), load_device("H800", "corrected")
     tables = grounded.kernel_tables("H800")
-    common = dict(redundant_experts=32)
+    common = dict(attn_tp=1, redundant_experts=32)  # simulate()'s defaults for the LAYOUT above
     dec = grounded._deployment("decode", ep=144, batch=1, **common)
     pre_layout = grounded._deployment("decode", ep=32, batch=1, **common)
     pricer_d = _C.serving.StepPricer(m, d, tables, dec, grounded._deployment("prefill", ep=144, **common))
     pricer_p = _C.serving.StepPricer(m, d, tables, pre_layout, grounded._deployment("prefill", ep=32, **common))
     k = args.python_requests or n
     part = trace.take(slice(0, k))
-    t0 = time.perf_counter()
-    plain = serving_python_loop.run(part, pricer_d, pricer_p, decode_ranks=144, prefill_ranks=32,
-                                    kv_gbps=d.scaleout_gbps, max_running=128)
-    t_plain = time.perf_counter() - t0
+    loop = timed(lambda: serving_python_loop.run(part, pricer_d, pricer_p, decode_ranks=144, prefill_ranks=32,
+                                                 kv_gbps=d.scaleout_gbps, max_running=128), 1, warm_up=False)
+    plain, t_plain = loop.result, loop.median
 
     ref = r if k == n else serving.simulate("DeepSeek-V3", "H800", trace=part, **LAYOUT)
     first = np.array([q["first"] for q in plain], dtype=float)

@@ -48,8 +48,8 @@ def residency(nbytes: int, sizes: dict) -> str:
 
 
 def median(fn, repeats: int) -> float:
-    """Median seconds of `repeats` runs after one untimed warm-up (baseline.common.run_times)."""
-    from benchmarks.deepseek_v3.baseline.common import run_times
+    """Median seconds of `repeats` runs after one untimed warm-up (benchmarks.timing)."""
+    from benchmarks.timing import run_times
 
     return float(np.median(run_times(fn, repeats)))
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-
+from benchmarks.timing import run_times
 from dsperf import cuda as dsperf_cuda
 from dsperf import kernels as K
 from dsperf.harness import random_bf16  # noqa: F401  (re-exported to the baselines)
@@ -29,17 +28,6 @@ def parse(description: str):
         ap.error("--max-tokens and --repeats must be >= 1")
     a.tokens = [t for t in (2 ** i for i in range(12)) if t <= a.max_tokens]
     return a
-
-
-def run_times(fn, repeats):
-    """Seconds of `repeats` runs of fn after one warm-up run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
 
 
 def median_ms(fn, repeats):

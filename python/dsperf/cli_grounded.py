@@ -144,7 +144,8 @@ def add_explore_parser(sub) -> None:
                    help="decode: time between tokens; with_ttft: (TTFT + osl x TPOT) / osl")
     e.add_argument("--serving", choices=("disaggregated", "aggregated"), default="disaggregated")
     e.add_argument("--gpu-hour-usd", type=float, default=None,
-                   help="price per GPU-hour for every device (default: dsperf.explore.DEFAULT_GPU_HOUR_USD)")
+                   help="price per GPU-hour for every device (default: each device's row in data/prices.csv, "
+                        "sourced or marked assumed)")
     e.add_argument("--request-rate", type=float, default=None,
                    help="requests/s to serve: adds the xPyD plan (decode and prefill instances, total GPUs)")
     e.add_argument("--weight-dtype", default="fp8", help="weight dtypes to search, comma-separated: fp8,bf16,fp4 (NVFP4 experts)")

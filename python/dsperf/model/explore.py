@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _C
-from . import grounded
+from . import grounded, prices
 from .._checks import finite_results, number, number_list
 from .devices import SPEC_FIELDS, DeviceLike, device_list, resolve_devices
 from .configs import load_model
@@ -54,10 +54,9 @@ DEFAULT_PREFILL_EP = (8, 16, 32, 64)
 DEFAULT_PREFILL_TOKENS = (4096.0, 8192.0, 16384.0, 32768.0)
 # Attention GPUs of an attention-FFN disaggregated deployment (the expert GPUs are the `ep` sizes).
 DEFAULT_AFD_ATTN = (8, 16, 32, 64)
-# USD per GPU-hour when the caller gives none: rough 2025 rental prices, an assumption to replace
-# with your own (`gpu_hour_usd=`); devices not listed get NaN cost.
-DEFAULT_GPU_HOUR_USD = {"H800": 2.0, "H100": 2.5, "H200": 3.5, "H20": 1.2, "H20-3e": 1.5, "B200": 5.0, "B300": 6.5,
-                        "GB200": 6.0, "GB300": 7.0, "RTX4090": 0.4}
+# USD per GPU-hour when the caller gives none: data/prices.csv, a source or "assumed" per device
+# (model/prices.py); devices not listed get NaN cost.
+DEFAULT_GPU_HOUR_USD = prices.DEFAULT_GPU_HOUR_USD
 
 
 def _ints(name, values, lo, hi) -> list[int]:
@@ -379,6 +378,7 @@ def _serving_columns(cols, context: dict, ttft_ms) -> dict:
         tpot_with_ttft_ms=(ttft + osl * cols["tpot_ms"]) / osl,
         prefill_gpus=prefill_gpus,
         nodes=np.ceil((gpus + prefill_gpus) / per_dev(context["gpus_per_node"])),
+        gpu_hour_usd=price,
         cost_per_m_output_usd=price / 3600 / served * 1e6,
         cost_per_m_tokens_usd=price / 3600 / (served * (1 + isl / osl)) * 1e6,
         energy_j_per_output_token=power / served,

@@ -5,6 +5,15 @@ from ._base import *  # noqa: F401,F403  (numpy, the extension, placement and ch
 
 
 # ---- MLA ---------------------------------------------------------------------------------------
+def _check_decompressed(cache, ndim: int) -> None:
+    """A cache's decompressed keys and values (CD variant): both or neither, BF16, `ndim` dims."""
+    if (cache.k_full is None) != (cache.v_full is None):
+        raise ValueError("cache.k_full and cache.v_full go together")
+    if cache.k_full is not None:
+        _cache_array("cache.k_full", cache.k_full, (BF16,), ndim)
+        _cache_array("cache.v_full", cache.v_full, (BF16,), ndim)
+
+
 class PagedMlaCache:
     """A paged latent cache shared by many requests: `num_blocks` blocks of `block_size` tokens
     holding each token's latent (BF16, or FP8 e4m3 with one FP32 scale per 128 values) and its
@@ -45,11 +54,7 @@ class PagedMlaCache:
         elif self.latent_scale is not None:
             raise ValueError("cache.latent_scale goes with an FP8 cache.latent only")
         _cache_array("cache.rope", self.rope, (BF16,), 3)
-        if (self.k_full is None) != (self.v_full is None):
-            raise ValueError("cache.k_full and cache.v_full go together")
-        if self.k_full is not None:
-            _cache_array("cache.k_full", self.k_full, (BF16,), 4)
-            _cache_array("cache.v_full", self.v_full, (BF16,), 4)
+        _check_decompressed(self, 4)
 
 
 def paged_cache_write(cache, block_table, requests, positions, latent, k_pe):
@@ -141,11 +146,7 @@ class MlaCache:
         replaced): a strided or converted array would take the new rows in a temporary copy."""
         _cache_array("cache.latent", self.latent, (BF16,), 2)
         _cache_array("cache.k_pe", self.k_pe, (BF16,), 2)
-        if (self.k_full is None) != (self.v_full is None):
-            raise ValueError("cache.k_full and cache.v_full go together")
-        if self.k_full is not None:
-            _cache_array("cache.k_full", self.k_full, (BF16,), 3)
-            _cache_array("cache.v_full", self.v_full, (BF16,), 3)
+        _check_decompressed(self, 3)
         return _int("cache.prefix", self.prefix, 0, self.capacity)
 
 

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "costmodel/kernel_cost.hpp"
+#include "model/mla_calls.hpp"
 
 namespace py = pybind11;
 using namespace dsperf;
@@ -85,6 +86,28 @@ void bind_kernel_cost(py::module_& root) {
     m.def("mla_gemms", [](int v, int64_t t, int64_t p, const MlaShape& s) {
         return mla_gemms(mla_variant_at(v), t, p, s);
     }, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"));
+    // The one list of a layer's calls that every cost model reads (model/mla_calls.hpp).
+    py::class_<MlaCall>(m, "MlaCall")
+        .def_property_readonly("name", [](const MlaCall& c) { return std::string(c.name()); })
+        .def_property_readonly("part", [](const MlaCall& c) { return std::string(kMlaPartNames[int(c.part)]); })
+        .def_property_readonly("gemm", &MlaCall::gemm)
+        .def_readonly("m", &MlaCall::m)
+        .def_readonly("n", &MlaCall::n)
+        .def_readonly("k", &MlaCall::k)
+        .def_readonly("count", &MlaCall::count)
+        .def_readonly("per_head", &MlaCall::per_head)
+        .def_readonly("qk", &MlaCall::qk)
+        .def_readonly("v", &MlaCall::v)
+        .def("__repr__", [](const MlaCall& c) {
+            return std::string("MlaCall(") + c.name() + ", m=" + std::to_string(c.m) + ", n=" + std::to_string(c.n) +
+                   ", k=" + std::to_string(c.k) + ", count=" + std::to_string(c.count) + ")";
+        });
+    m.attr("MLA_PARTS") = py::tuple(py::cast(std::vector<std::string>(std::begin(kMlaPartNames), std::end(kMlaPartNames))));
+    m.def("mla_layer_calls", [](int v, int64_t t, int64_t p, const MlaShape& s) {
+        return mla_layer_calls(mla_variant_at(v), t, p, s);
+    }, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"),
+          "The calls of one MLA layer in a variant (by value), in the order they run: `tokens` new tokens after "
+          "`prefix` cached ones.");
     m.def("mla_attention_work", [](int v, int64_t t, int64_t p, const MlaShape& s) {
         return mla_attention_work(mla_variant_at(v), t, p, s);
     }, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"));

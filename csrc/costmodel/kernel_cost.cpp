@@ -1,6 +1,7 @@
 #include "costmodel/kernel_cost.hpp"
 
 #include "common/require.hpp"
+#include "model/mla_calls.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -154,46 +155,35 @@ void check_mla(int64_t tokens, int64_t prefix, const MlaShape& s) {
 }
 }  // namespace
 
-std::vector<GemmShape> mla_gemms(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+std::vector<MlaCall> mla_layer_calls(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
     check_mla(tokens, prefix, s);
-    const int64_t T = tokens, S = prefix + tokens, H = s.heads;
-    const int64_t D = s.dim, QL = s.q_lora, L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
-    const bool absorbed = dsperf::absorbed(variant), materialised = variant == MlaVariant::AM_CC_ME;
+    const MlaDims d{double(s.dim), double(s.heads), double(s.q_lora), double(s.kv_lora), double(s.nope),
+                    double(s.rope), double(s.v)};
+    return mla_layer_calls(variant, d, mla_rows(variant, double(tokens), double(prefix + tokens)));
+}
+
+std::vector<GemmShape> mla_gemms(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
     std::vector<GemmShape> g;
-    // Prolog: wq_a, then wq_b (AM_CC_ME: only its rope columns, and q_absorb for the rest), wkv_a.
-    g.push_back({T, QL, D});
-    g.push_back({T, H * (materialised ? R : N + R), QL});
-    if (materialised) g.push_back({T, H * L, QL});
-    g.push_back({T, L + R, D});
-    if (!absorbed) {
-        // CD decompresses the new tokens into its cache; CC decompresses all S from the latent.
-        g.push_back({variant == MlaVariant::CD ? T : S, H * (N + V), L});
-        g.push_back({T, D, H * V});  // wo
-    } else if (materialised) {
-        g.push_back({T, D, H * L});  // o_absorb
-    } else {
-        g.push_back({T, L, N, H});   // q_nope x W_UK, per head
-        g.push_back({T, V, L, H});   // o_latent x W_UV, per head
-        g.push_back({T, D, H * V});  // wo
-    }
+    for (const MlaCall& c : mla_layer_calls(variant, tokens, prefix, s))
+        if (c.gemm()) g.push_back({int64_t(c.m), int64_t(c.n), int64_t(c.k), int64_t(c.count)});
     return g;
 }
 
 KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
-    check_mla(tokens, prefix, s);
+    const std::vector<MlaCall> calls = mla_layer_calls(variant, tokens, prefix, s);
+    const MlaCall& core = *std::find_if(calls.begin(), calls.end(), [](const MlaCall& c) { return !c.gemm(); });
     const int64_t T = tokens, S = prefix + tokens, H = s.heads;
-    const int64_t QL = s.q_lora, L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
-    KernelWork w = rmsnorm_work(T, QL);
-    w += rmsnorm_work(T, L);
+    const int64_t L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
+    KernelWork w = rmsnorm_work(T, L);
+    if (s.q_lora > 0) w += rmsnorm_work(T, s.q_lora);  // without a query LoRA there is no query norm
     const double rect = double(T) * S * H;  // every query row against all S keys
+    w.flops += 2 * rect * (core.qk + core.v);
     if (!dsperf::absorbed(variant)) {
-        w.flops += 2 * rect * ((N + R) + V);
         // CD reads its per-head K/V cache; CC reads the latent and writes then reads the K/V it
         // decompressed.
         const double kv_row = double(H) * ((N + R) + V) * kBf16;
         w.bytes += double(S) * (L + R) * kBf16 + double(S) * kv_row * (variant == MlaVariant::CD ? 1 : 2);
     } else {
-        w.flops += 2 * rect * ((L + R) + L);
         w.bytes += double(S) * (L + R) * kBf16 * (variant == MlaVariant::A_CC ? 3 : 1);  // A_CC copies [latent | k_pe]
     }
     return w;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ep/ep_layout.hpp"
+#include "model/mla_calls.hpp"
 #include "model/mla_variant.hpp"
 
 #include "hardware/device_spec.hpp"
@@ -132,10 +133,15 @@ struct MlaShape {
 // One MLA layer (prolog, attention in a variant, wo) for `tokens` new tokens after `prefix`
 // cached ones of one sequence, in one of the variants (model/mla_variant.hpp).
 // It is the sum of its GEMMs (mla_gemms: the projections, CD/CC's decompression, the run-time
-// absorption) and its attention core (mla_attention_work), so each can be priced on its own.
+// absorption, as model/mla_calls.hpp lists them) and its attention core (mla_attention_work), so
+// each can be priced on its own.
 KernelWork mla_forward_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
 
-// One GEMM of the layer: `count` calls of y[m, n] = x[m, k] w[n, k]^T (count > 1: per head).
+// The layer's calls (model/mla_calls.hpp) for `tokens` new tokens after `prefix` cached ones, checked.
+std::vector<MlaCall> mla_layer_calls(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
+
+// One GEMM of the layer: `count` calls of y[m, n] = x[m, k] w[n, k]^T (count > 1: per head), in
+// the order of model/mla_calls.hpp's list.
 struct GemmShape {
     int64_t m = 0, n = 0, k = 0, count = 1;
 };

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/block_costs.hpp"
+#include "model/mla_calls.hpp"
 
 namespace dsperf {
 
@@ -119,54 +120,60 @@ struct LayerTokens {
     double requests;    // decode: requests per micro-batch on this GPU
 };
 
+// The attention core: FlashMLA's decode over `requests` requests of the TP group, or `prompts`
+// causal prefills of the deployment's prompts (priced as one, counted `prompts` times).
+void attention_core(CallBuilder& b, const Deployment& dep, double heads, double requests, double prompts) {
+    const char* name = kMlaCallNames[int(MlaCallId::kCore)];
+    KernelShape s;
+    s.heads = heads, s.fp8_math = dep.attn_fp8;
+    if (dep.phase == Phase::kDecode) {
+        s.batch = requests, s.kv_len = dep.kv_len, s.q_len = 1 + dep.mtp, s.fp8 = dep.kv_fp8;
+        return b.compute(name, TableFamily::kMlaDecode, Stage::kAttention, s);
+    }
+    s.m = dep.prompt_len - dep.cached_prefix, s.kv_len = dep.prompt_len;
+    CallBuilder one = b;  // price one prompt, count it `prompts` times
+    one.calls.clear();
+    one.keep_all();
+    one.compute(name, TableFamily::kMlaPrefill, Stage::kAttention, s);
+    KernelCall c = one.calls.front();
+    c.us *= prompts, c.flops *= prompts, c.bytes *= prompts;
+    b.add(c);
+}
+
 void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t,
                      double requests) {
-    const double tp = dep.attn_tp, H = double(m.n_heads) / tp;
+    const double tp = dep.attn_tp;
     const double T = t * tp;  // tokens the TP group's attention sees
-    const double D = double(m.dim), QL = double(m.q_lora_rank), L = double(m.kv_lora_rank);
-    const double N = double(m.qk_nope_head_dim), R = double(m.qk_rope_head_dim), V = double(m.v_head_dim);
+    const MlaDims dims = mla_dims(m, tp);
+    const double H = dims.heads, D = dims.dim, QL = dims.q_lora, L = dims.kv_lora, R = dims.rope, V = dims.v;
     const Stage A = Stage::kAttention;
-    auto gemm = [&](const char* name, TableFamily f, double mm, double n, double k, double groups = 1) {
-        KernelShape s;
-        s.m = mm, s.n = n, s.k = k, s.groups = groups, s.fp8 = f == TableFamily::kGemmFp8;
-        b.compute(name, f, A, s);
-    };
     auto elementwise = [&](const char* name, double bytes) {
         KernelShape s;
         s.bytes = bytes;
         b.compute(name, TableFamily::kElementwise, A, s);
     };
+    // Decode runs absorbed MLA over the latent cache (FlashMLA: W_UK on the queries, W_UV on the
+    // output, at run time); prefill the decompressed form, every key of the prompts (cached prefix
+    // included) decompressed from the latent.
+    const bool decode = dep.phase == Phase::kDecode;
+    const MlaVariant variant = decode ? MlaVariant::A_CC_ME : MlaVariant::CC;
+    const double new_per_prompt = dep.prompt_len - dep.cached_prefix;
+    const double prompts = T / new_per_prompt;
+    const MlaRows rows = mla_rows(variant, T, decode ? T : prompts * dep.prompt_len);
     elementwise("attn_norm", T * D * 4);
-    if (QL > 0) gemm("wq_a", weight_gemm(dep), T, QL, D);
-    gemm("wkv_a", weight_gemm(dep), T, L + R, D);
-    elementwise("q_kv_norm_rope", T * ((QL > 0 ? QL : 0) + L + R) * 4 + T * H * R * 4);
-    gemm("wq_b", weight_gemm(dep), T, H * (N + R), QL > 0 ? QL : D);
-    if (dep.phase == Phase::kDecode) {
-        // Absorbed MLA over the latent cache (FlashMLA): W_UK on the queries, W_UV on the output.
-        gemm("q_absorb_w_uk", TableFamily::kGemmBf16, T, L, N, H);
+    for (const MlaCall& c : mla_layer_calls(variant, dims, rows)) {
+        // The attention output is BF16; the FP8 wo GEMM quantises it first (per-token 1x128 scales).
+        if (c.id == MlaCallId::kWo) elementwise("wo_act_quant", T * H * V * 3);
+        if (c.id == MlaCallId::kCore) {
+            attention_core(b, dep, H, requests * tp, decode ? 0 : prompts);
+            continue;
+        }
         KernelShape s;
-        s.batch = requests * tp, s.kv_len = dep.kv_len, s.heads = H, s.q_len = 1 + dep.mtp, s.fp8 = dep.kv_fp8;
-        s.fp8_math = dep.attn_fp8;
-        b.compute("attention_core", TableFamily::kMlaDecode, A, s);
-        gemm("o_absorb_w_uv", TableFamily::kGemmBf16, T, V, L, H);
-    } else {
-        // Standard MLA: decompress every key of the prompts (cached prefix included), causal core.
-        const double new_per_prompt = dep.prompt_len - dep.cached_prefix;
-        const double prompts = T / new_per_prompt;
-        gemm("wkv_b", weight_gemm(dep), prompts * dep.prompt_len, H * (N + V), L);
-        KernelShape s;
-        s.m = new_per_prompt, s.kv_len = dep.prompt_len, s.heads = H, s.fp8_math = dep.attn_fp8;
-        CallBuilder one = b;  // price one prompt, count it `prompts` times
-        one.calls.clear();
-        one.keep_all();
-        one.compute("attention_core", TableFamily::kMlaPrefill, A, s);
-        KernelCall c = one.calls.front();
-        c.us *= prompts, c.flops *= prompts, c.bytes *= prompts;
-        b.add(c);
+        const TableFamily f = c.per_head ? TableFamily::kGemmBf16 : weight_gemm(dep);
+        s.m = c.m, s.n = c.n, s.k = c.k, s.groups = c.count, s.fp8 = f == TableFamily::kGemmFp8;
+        b.compute(c.name(), f, A, s);
+        if (c.id == MlaCallId::kWkvA) elementwise("q_kv_norm_rope", T * ((QL > 0 ? QL : 0) + L + R) * 4 + T * H * R * 4);
     }
-    // The attention output is BF16; the FP8 wo GEMM quantises it first (per-token 1x128 scales).
-    elementwise("wo_act_quant", T * H * V * 3);
-    gemm("wo", weight_gemm(dep), T, D, H * V);
     if (tp > 1) b.allreduce("attn_allreduce", A, tp, T * D * 2, d.nvlink_gbps);  // BF16 activations
 }
 

@@ -1,53 +1,55 @@
 #include "model/block_costs.hpp"
 
+#include <vector>
+
+#include "model/mla_calls.hpp"
+
 namespace dsperf {
 
 namespace {
 constexpr double kGiga = 1e9;
 
-// Query path MACs per token up to the per-head q (nope + rope).
-double q_projection_macs(const ModelConfig& m, double q_head_width) {
-    if (m.q_lora_rank > 0)
-        return double(m.dim) * m.q_lora_rank + double(m.q_lora_rank) * m.n_heads * q_head_width;
-    return double(m.dim) * m.n_heads * q_head_width;  // no query compression
+// The seed's split of a layer's FLOPs (model/mla_calls.hpp lists the calls): the projections
+// (prolog and decompression) against the attention core and the output projection. `pairs`: the
+// query-key pairs per head the core computes.
+MlaFlops seed_split(const std::vector<MlaCall>& calls, double heads, double pairs) {
+    double projections = 0, attention = 0;
+    for (const MlaCall& c : calls) {
+        if (!c.gemm())
+            attention += 2 * heads * pairs * (c.qk + c.v);
+        else if (c.part == MlaPart::kOutput)
+            attention += c.gemm_flops();
+        else
+            projections += c.gemm_flops();
+    }
+    return {projections / kGiga, attention / kGiga};
+}
+
+// The seed's plain and absorbed layers: the KV down-projection runs over every key that is not
+// already cached (kv_len x (1 - kv_cache_hit) rows), not over the new tokens only.
+MlaFlops seed_layer(MlaVariant v, double q_len, double kv_len, const ModelConfig& m, double kv_cache_hit) {
+    const MlaDims d = mla_dims(m);
+    MlaRows r = mla_rows(v, q_len, kv_len);
+    r.compressed = kv_len * (1.0 - kv_cache_hit);
+    return seed_split(mla_layer_calls(v, d, r), d.heads, q_len * kv_len);  // the full q x kv rectangle
 }
 }  // namespace
 
 MlaFlops mla_flops(double q_len, double kv_len, const ModelConfig& m, double kv_cache_hit) {
-    const double H = double(m.n_heads);
-    const double q_proj = q_len * q_projection_macs(m, double(m.qk_head_dim()));
-    const double kv_down = kv_len * m.dim * m.kv_cache_width() * (1.0 - kv_cache_hit);
-    const double k_up = kv_len * double(m.kv_lora_rank) * H * m.qk_nope_head_dim;
-    const double v_up = kv_len * double(m.kv_lora_rank) * H * m.v_head_dim;
-    const double mha = H * q_len * kv_len * double(m.qk_rope_head_dim + m.qk_nope_head_dim + m.v_head_dim);
-    const double wo = q_len * H * m.v_head_dim * m.dim;
-    return {(q_proj + kv_down + k_up + v_up) * 2 / kGiga, (mha + wo) * 2 / kGiga};
+    return seed_layer(MlaVariant::CC, q_len, kv_len, m, kv_cache_hit);
 }
 
+// The seed's absorbed block is the materialised form: q_absorb and o_absorb are weights.
 MlaFlops mla_absorbed_flops(double q_len, double kv_len, const ModelConfig& m, double kv_cache_hit) {
-    const double H = double(m.n_heads);
-    const double q_in = m.q_lora_rank > 0 ? double(m.q_lora_rank) : double(m.dim);
-    // Rope part of the query projection, plus the nope part folded with W_UK into q_in x kv_lora.
-    const double q_down = m.q_lora_rank > 0 ? q_len * double(m.dim) * m.q_lora_rank : 0.0;
-    const double q_rope_up = q_len * q_in * H * m.qk_rope_head_dim;
-    const double q_absorb = q_len * H * q_in * m.kv_lora_rank;
-    const double kv_down = kv_len * m.dim * m.kv_cache_width() * (1.0 - kv_cache_hit);
-    const double mqa = H * q_len * kv_len * double(m.qk_rope_head_dim + 2 * m.kv_lora_rank);
-    const double o_absorb = q_len * H * m.kv_lora_rank * m.dim;
-    return {(q_down + q_rope_up + q_absorb + kv_down) * 2 / kGiga, (mqa + o_absorb) * 2 / kGiga};
+    return seed_layer(MlaVariant::AM_CC_ME, q_len, kv_len, m, kv_cache_hit);
 }
 
 MlaFlops mla_flops_causal(double new_tokens, double cached_tokens, const ModelConfig& m) {
-    const double H = double(m.n_heads);
-    const double kv_len = cached_tokens + new_tokens;
-    const double q_proj = new_tokens * q_projection_macs(m, double(m.qk_head_dim()));
-    const double kv_down = new_tokens * m.dim * m.kv_cache_width();
-    const double kv_up = kv_len * double(m.kv_lora_rank) * H * (m.qk_nope_head_dim + m.v_head_dim);
+    const MlaDims d = mla_dims(m);
     // Sum over new queries of the keys each one sees: n*c + n(n+1)/2.
-    const double score_pairs = new_tokens * cached_tokens + new_tokens * (new_tokens + 1) / 2;
-    const double mha = H * score_pairs * double(m.qk_head_dim() + m.v_head_dim);
-    const double wo = new_tokens * H * m.v_head_dim * m.dim;
-    return {(q_proj + kv_down + kv_up) * 2 / kGiga, (mha + wo) * 2 / kGiga};
+    const double pairs = new_tokens * cached_tokens + new_tokens * (new_tokens + 1) / 2;
+    return seed_split(mla_layer_calls(MlaVariant::CC, d, mla_rows(MlaVariant::CC, new_tokens, new_tokens + cached_tokens)),
+                      d.heads, pairs);
 }
 
 double dense_mlp_gflop(const ModelConfig& m, double tokens) {

@@ -104,7 +104,8 @@ void bind_kernel_cost(py::module_& root) {
         });
     m.attr("MLA_PARTS") = py::tuple(py::cast(std::vector<std::string>(std::begin(kMlaPartNames), std::end(kMlaPartNames))));
     m.def("mla_layer_calls", [](int v, int64_t t, int64_t p, const MlaShape& s) {
-        return mla_layer_calls(mla_variant_at(v), t, p, s);
+        const MlaCallList calls = mla_layer_calls(mla_variant_at(v), t, p, s);
+        return std::vector<MlaCall>(calls.begin(), calls.end());
     }, py::arg("variant"), py::arg("tokens"), py::arg("prefix"), py::arg("shape"),
           "The calls of one MLA layer in a variant (by value), in the order they run: `tokens` new tokens after "
           "`prefix` cached ones.");

@@ -155,7 +155,7 @@ void check_mla(int64_t tokens, int64_t prefix, const MlaShape& s) {
 }
 }  // namespace
 
-std::vector<MlaCall> mla_layer_calls(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+MlaCallList mla_layer_calls(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
     check_mla(tokens, prefix, s);
     const MlaDims d{double(s.dim), double(s.heads), double(s.q_lora), double(s.kv_lora), double(s.nope),
                     double(s.rope), double(s.v)};
@@ -170,8 +170,7 @@ std::vector<GemmShape> mla_gemms(MlaVariant variant, int64_t tokens, int64_t pre
 }
 
 KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
-    const std::vector<MlaCall> calls = mla_layer_calls(variant, tokens, prefix, s);
-    const MlaCall& core = *std::find_if(calls.begin(), calls.end(), [](const MlaCall& c) { return !c.gemm(); });
+    const MlaCall core = mla_layer_calls(variant, tokens, prefix, s).core();
     const int64_t T = tokens, S = prefix + tokens, H = s.heads;
     const int64_t L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
     KernelWork w = rmsnorm_work(T, L);

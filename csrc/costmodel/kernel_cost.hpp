@@ -138,7 +138,7 @@ struct MlaShape {
 KernelWork mla_forward_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
 
 // The layer's calls (model/mla_calls.hpp) for `tokens` new tokens after `prefix` cached ones, checked.
-std::vector<MlaCall> mla_layer_calls(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
+MlaCallList mla_layer_calls(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s);
 
 // One GEMM of the layer: `count` calls of y[m, n] = x[m, k] w[n, k]^T (count > 1: per head), in
 // the order of model/mla_calls.hpp's list.

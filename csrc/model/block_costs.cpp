@@ -1,7 +1,5 @@
 #include "model/block_costs.hpp"
 
-#include <vector>
-
 #include "model/mla_calls.hpp"
 
 namespace dsperf {
@@ -12,7 +10,7 @@ constexpr double kGiga = 1e9;
 // The seed's split of a layer's FLOPs (model/mla_calls.hpp lists the calls): the projections
 // (prolog and decompression) against the attention core and the output projection. `pairs`: the
 // query-key pairs per head the core computes.
-MlaFlops seed_split(const std::vector<MlaCall>& calls, double heads, double pairs) {
+MlaFlops seed_split(const MlaCallList& calls, double heads, double pairs) {
     double projections = 0, attention = 0;
     for (const MlaCall& c : calls) {
         if (!c.gemm())

@@ -13,12 +13,19 @@ MlaRows mla_rows(MlaVariant v, double tokens, double keys) {
     return {tokens, tokens, v == MlaVariant::CD ? tokens : keys};
 }
 
-std::vector<MlaCall> mla_layer_calls(MlaVariant variant, const MlaDims& d, const MlaRows& r) {
+const MlaCall& MlaCallList::core() const {
+    for (const MlaCall& c : *this)
+        if (!c.gemm()) return c;
+    return items_[0];  // unreachable: every list has its core
+}
+
+MlaCallList mla_layer_calls(MlaVariant variant, const MlaDims& d, const MlaRows& r) {
     const double T = r.queries, H = d.heads, L = d.kv_lora, N = d.nope, R = d.rope, V = d.v, D = d.dim;
     const double q_in = d.q_lora > 0 ? d.q_lora : D;  // what wq_b (and the absorbed query) reads
     const bool absorbed = dsperf::absorbed(variant), materialised = variant == MlaVariant::AM_CC_ME;
     auto gemm = [](MlaCallId id, MlaPart part, double m, double n, double k) {
-        MlaCall c{id, part};
+        MlaCall c;
+        c.id = id, c.part = part;
         c.m = m, c.n = n, c.k = k;
         return c;
     };
@@ -27,8 +34,7 @@ std::vector<MlaCall> mla_layer_calls(MlaVariant variant, const MlaDims& d, const
         c.count = H, c.per_head = true;
         return c;
     };
-    std::vector<MlaCall> calls;
-    calls.reserve(8);
+    MlaCallList calls;
     const MlaPart P = MlaPart::kProlog, O = MlaPart::kOutput;
     if (d.q_lora > 0) calls.push_back(gemm(MlaCallId::kWqA, P, T, d.q_lora, D));
     calls.push_back(gemm(MlaCallId::kWkvA, P, r.compressed, L + R, D));
@@ -37,7 +43,7 @@ std::vector<MlaCall> mla_layer_calls(MlaVariant variant, const MlaDims& d, const
     if (materialised) calls.push_back(gemm(MlaCallId::kQAbsorb, P, T, H * L, q_in));
     if (!absorbed) calls.push_back(gemm(MlaCallId::kWkvB, MlaPart::kDecompress, r.decompressed, H * (N + V), L));
     if (absorbed && !materialised) calls.push_back(per_head(MlaCallId::kQNopeWuk, P, L, N));
-    MlaCall core{MlaCallId::kCore, MlaPart::kCore};
+    MlaCall core;  // the core's id and part are the defaults
     core.m = T;
     // Decompressed MHA: [nope | rope] keys and per-head values. Absorbed MQA: [latent | rope] keys,
     // the latent as values.

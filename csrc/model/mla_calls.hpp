@@ -7,7 +7,7 @@
 // which elementwise and communication calls it adds around them (norms, quantisation, all-reduce)
 // is the consumer's, because they price different implementations.
 #pragma once
-#include <vector>
+#include <array>
 
 #include "model/mla_variant.hpp"
 #include "model/model_config.hpp"
@@ -52,8 +52,8 @@ enum class MlaPart { kProlog = 0, kDecompress = 1, kCore = 2, kOutput = 3 };
 inline constexpr const char* kMlaPartNames[] = {"prolog", "decompress", "core", "output"};
 
 struct MlaCall {
-    MlaCallId id;
-    MlaPart part;
+    MlaCallId id = MlaCallId::kCore;
+    MlaPart part = MlaPart::kCore;
     // A GEMM: `count` products y[m, n] = x[m, k] w[n, k]^T (count = heads for the run-time per-head
     // products, which multiply activations by a BF16 slice of wkv_b; the rest are model weights).
     double m = 0, n = 0, k = 0, count = 1;
@@ -65,6 +65,20 @@ struct MlaCall {
     double gemm_flops() const { return 2 * m * n * k * count; }
 };
 
-std::vector<MlaCall> mla_layer_calls(MlaVariant v, const MlaDims& d, const MlaRows& r);
+// At most 8 calls, held inline: the explorer builds this list for every configuration it prices.
+class MlaCallList {
+public:
+    void push_back(const MlaCall& c) { items_[size_++] = c; }
+    const MlaCall* begin() const { return items_.data(); }
+    const MlaCall* end() const { return items_.data() + size_; }
+    int size() const { return size_; }
+    const MlaCall& core() const;  // the attention core's entry
+
+private:
+    std::array<MlaCall, 8> items_{};
+    int size_ = 0;
+};
+
+MlaCallList mla_layer_calls(MlaVariant v, const MlaDims& d, const MlaRows& r);
 
 }  // namespace dsperf

@@ -2,7 +2,8 @@
 
 `emit(row, stack)` turns one row of `dsperf.explore.search` (a device, EP size, attention TP, batch,
 MTP, KV dtype, overlap, redundant experts, and for disaggregated serving the prefill layout) into
-the commands or config files of SGLang, vLLM or TensorRT-LLM. Each stack's options were read from
+the commands or config files of SGLang, vLLM or TensorRT-LLM, or of NVIDIA Dynamo running one of
+them (launch_dynamo.py). Each stack's options were read from
 its own documentation, whose version is named in STACKS; where a stack has no option for what the
 prediction assumed, the export either refuses (a layout the stack cannot run: an error naming the
 feature and the stack) or says so in `notes` (an optimisation the stack lacks, so it runs slower
@@ -29,6 +30,11 @@ STACKS = {
             "config/parallel EPLBConfig, speculative decoding, disaggregated prefill with NixlConnector)",
     "trtllm": "TensorRT-LLM 1.x PyTorch backend, trtllm-serve --extra_llm_api_options YAML (LLM API reference, "
               "DeepSeek-R1 best-performance practice)",
+    "dynamo": "NVIDIA Dynamo 1.x (docs.nvidia.com/dynamo v1.5; ai-dynamo/dynamo: "
+              "docs/backends/sglang/dsr1-wideep-h100.md @119290c, recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml "
+              "@08ebb8b, recipes/deepseek-r1/vllm/disagg/deploy_hopper_16gpu.yaml @0044eb9, "
+              "recipes/deepseek-r1/trtllm/disagg/wide_ep/gb200/deploy.yaml @09783f6, "
+              "examples/backends/vllm/launch/disagg.sh @11bc2e8, DynamoGraphDeployment nvidia.com/v1alpha1)",
 }
 MODEL_PATHS = {"fp8": "deepseek-ai/DeepSeek-R1", "bf16": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-FP4"}
 
@@ -239,6 +245,8 @@ def _yaml(d: Mapping, indent=0) -> str:
                 if isinstance(item, Mapping):
                     body = _yaml(item, indent + 2)
                     lines.append(f"{pad}- " + body[indent + 2:])
+                elif isinstance(item, str) and "\n" in item:
+                    lines += [f"{pad}- |"] + [f"{pad}  {line}" for line in item.split("\n")]
                 else:
                     lines.append(f"{pad}- {_scalar(item)}")
         elif isinstance(v, str) and "\n" in v:
@@ -324,15 +332,26 @@ def _native(stack: str):
     return emitter
 
 
+def _dynamo(lay: dict, backend: str | None = None) -> Launch:
+    from .launch_dynamo import dynamo      # its own module; it builds on ENGINES above
+    return dynamo(lay, "sglang" if backend is None else backend)
+
+
 EMITTERS = {stack: _native(stack) for stack in ENGINES}
+EMITTERS["dynamo"] = _dynamo               # the stacks that take a backend: their engine
 
 
-def emit(row: Mapping, stack: str) -> Launch:
-    """The launch configuration of one explorer row for `stack` (sglang, vllm or trtllm). A row
-    without prefill_ep is aggregated serving (one command); with it, PD-disaggregated (a prefill and
-    a decode command). Raises ValueError naming the stack, or the feature the stack cannot run."""
+def emit(row: Mapping, stack: str, backend: str | None = None) -> Launch:
+    """The launch configuration of one explorer row for `stack` (sglang, vllm, trtllm or dynamo; for
+    dynamo, `backend` names the engine its workers run: sglang (default), vllm or trtllm). A row
+    without prefill_ep is aggregated serving (one instance); with it, PD-disaggregated (a prefill and
+    a decode instance). Raises ValueError naming the stack or backend, or the feature the stack
+    cannot run."""
     if not isinstance(stack, str) or stack not in EMITTERS:
         raise ValueError(f"stack must be one of {', '.join(EMITTERS)}, got {stack!r}")
+    if backend is not None and stack != "dynamo":
+        raise ValueError(f"backend: only the dynamo stack runs another engine, got backend {backend!r} "
+                         f"for stack {stack!r}")
     lay = _layout(row)
     _common_checks(lay, stack)
-    return EMITTERS[stack](lay)
+    return EMITTERS[stack](lay) if backend is None else EMITTERS[stack](lay, backend)

@@ -59,3 +59,24 @@ def test_devices_and_deepseek_commands():
     assert r.returncode == 0 and "B200" in r.stdout and "RTX4090" in r.stdout
     r = run("deepseek")
     assert r.returncode == 0 and "14800" in r.stdout and "73700" in r.stdout
+
+
+def test_explore_emits_dynamo_with_the_chosen_backend(tmp_path):
+    r = run("explore", "--devices", "H200", "--tpot-ms", "50", "--out", str(tmp_path), "--emit", "dynamo",
+            "--dynamo-backend", "vllm")
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "launch_dynamo.txt").read_text()
+    assert text.startswith("# dynamo:") and "python3 -m dynamo.frontend" in text
+    assert "python3 -m dynamo.vllm" in text and "kind: DynamoGraphDeployment" in text
+    assert "python3 -m dynamo.vllm" in r.stdout
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--emit", "dynamo", "--dynamo-backend", "tgi"], "--dynamo-backend must be one of sglang, vllm, trtllm, got 'tgi'"),
+    (["--emit", "vllm", "--dynamo-backend", "vllm"], "--dynamo-backend applies to --emit dynamo only"),
+])
+def test_explore_bad_dynamo_backend_is_one_line(args, word):
+    r = run("explore", "--devices", "H200", *args)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0] and "Traceback" not in r.stderr

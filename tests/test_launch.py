@@ -85,15 +85,15 @@ def test_mtp_fp8_kv_and_overlap_reach_every_stack():
     assert any("two-batch overlap" in n for n in t.notes)  # TensorRT-LLM runs it without
 
 
-@pytest.mark.parametrize("stack", ["sglang", "vllm", "trtllm"])
+@pytest.mark.parametrize("stack", ["sglang", "vllm", "trtllm", "dynamo"])
 def test_attention_ffn_disaggregation_is_refused_naming_feature_and_stack(stack):
     with pytest.raises(ValueError, match=r"attention-FFN disaggregation.*" + launch.STACK_NAMES[stack]):
         launch.emit(_row(kind="afd"), stack)
 
 
 def test_bad_input_is_named():
-    with pytest.raises(ValueError, match="stack must be one of sglang, vllm, trtllm, got 'dynamo'"):
-        launch.emit(_row(), "dynamo")
+    with pytest.raises(ValueError, match="stack must be one of sglang, vllm, trtllm, dynamo, got 'tgi'"):
+        launch.emit(_row(), "tgi")
     with pytest.raises(ValueError, match="MoE tensor parallelism.*vLLM"):
         launch.emit(_row(moe_tp=2, attn_tp=8, ep=8), "vllm")
     row = _row()
@@ -117,5 +117,151 @@ def test_explore_cli_emits_the_best_rows_launch_and_a_page(tmp_path):
     assert (tmp_path / "page.html").stat().st_size > 0
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        assert cli_main(["explore", "--devices", "H200", "--emit", "dynamo"]) != 0
-    assert "--emit must be one of sglang, vllm, trtllm, got 'dynamo'" in err.getvalue()
+        assert cli_main(["explore", "--devices", "H200", "--emit", "tgi"]) != 0
+    assert "--emit must be one of sglang, vllm, trtllm, dynamo, got 'tgi'" in err.getvalue()
+
+
+# ---- NVIDIA Dynamo --------------------------------------------------------------------------------
+# Dynamo's DeepSeek-R1 wide-EP example on H100 (ai-dynamo/dynamo docs/backends/sglang/dsr1-wideep-h100.md
+# @119290c): one EP32 prefill worker and one EP32 decode worker, 4 nodes each, two-batch overlap,
+# 32 redundant experts. Its head-node commands, paths and ports as published.
+DYNAMO_H100_PREFILL = (
+    "python3 -m dynamo.sglang --model-path /model/ --served-model-name deepseek-ai/DeepSeek-R1 --skip-tokenizer-init "
+    "--disaggregation-mode prefill --disaggregation-transfer-backend nixl --disaggregation-bootstrap-port 30001 "
+    "--dist-init-addr ${HEAD_PREFILL_NODE_IP}:29500 --nnodes 4 --node-rank 0 --tp-size 32 --dp-size 32 "
+    "--enable-dp-attention --decode-log-interval 1000 --moe-a2a-backend deepep --load-balance-method round_robin "
+    "--page-size 1 --trust-remote-code --moe-dense-tp-size 1 --enable-dp-lm-head --disable-radix-cache "
+    "--watchdog-timeout 1000000 --enable-two-batch-overlap --deepep-mode normal --mem-fraction-static 0.85 "
+    "--deepep-config /configs/deepep.json --ep-num-redundant-experts 32 --ep-dispatch-algorithm dynamic "
+    "--eplb-algorithm deepseek")
+DYNAMO_H100_DECODE = (
+    "python3 -m dynamo.sglang --model-path /model/ --served-model-name deepseek-ai/DeepSeek-R1 --skip-tokenizer-init "
+    "--disaggregation-mode decode --disaggregation-transfer-backend nixl --disaggregation-bootstrap-port 30001 "
+    "--dist-init-addr ${HEAD_DECODE_NODE_IP}:29500 --nnodes 4 --node-rank 0 --tp-size 32 --dp-size 32 "
+    "--enable-dp-attention --decode-log-interval 1000 --moe-a2a-backend deepep --prefill-round-robin-balance "
+    "--page-size 1 --trust-remote-code --moe-dense-tp-size 1 --enable-dp-lm-head --disable-radix-cache "
+    "--watchdog-timeout 1000000 --enable-two-batch-overlap --deepep-mode low_latency --mem-fraction-static 0.835 "
+    "--ep-num-redundant-experts 32 --cuda-graph-bs 128")
+
+
+def _dgd(L):
+    yaml = pytest.importorskip("yaml")
+    docs = list(yaml.safe_load_all(L.files["dynamo.yaml"]))
+    assert docs[-1]["apiVersion"] == "nvidia.com/v1alpha1" and docs[-1]["kind"] == "DynamoGraphDeployment"
+    return docs
+
+
+def test_dynamo_sglang_workers_match_the_published_h100_wideep_example_where_they_overlap():
+    L = launch.emit(_row(ep=32, batch=128), "dynamo")
+    assert L.roles["frontend"] == "python3 -m dynamo.frontend"
+    shared = {"--tp-size", "--dp-size", "--enable-dp-attention", "--nnodes", "--moe-a2a-backend", "--deepep-mode",
+              "--moe-dense-tp-size", "--enable-two-batch-overlap", "--ep-num-redundant-experts", "--trust-remote-code",
+              "--skip-tokenizer-init", "--disaggregation-mode", "--disaggregation-transfer-backend"}
+    for role, recipe, own in (("prefill", DYNAMO_H100_PREFILL, {"--load-balance-method"}),
+                              ("decode", DYNAMO_H100_DECODE, {"--prefill-round-robin-balance"})):
+        assert L.roles[role].startswith("python3 -m dynamo.sglang")
+        got, want = flags(L.roles[role]), flags(recipe)
+        for f in sorted(shared | own):
+            assert got.get(f) == want[f], (role, f, got.get(f), want[f])
+    # Where they differ (docs/EXPLORE.md): dsperf sizes the decode CUDA graphs with --cuda-graph-max-bs
+    # (the example lists --cuda-graph-bs 128) and leaves SGLang's default bootstrap port.
+    decode = flags(L.roles["decode"])
+    assert decode["--cuda-graph-max-bs"] == "128" and "--cuda-graph-bs" not in decode
+    assert "--disaggregation-bootstrap-port" not in decode
+
+
+def test_dynamo_disaggregated_rows_give_frontend_prefill_and_decode_workers():
+    for backend, module in (("sglang", "dynamo.sglang"), ("vllm", "dynamo.vllm"), ("trtllm", "dynamo.trtllm")):
+        L = launch.emit(_row(), "dynamo", backend=backend)
+        assert list(L.roles) == ["frontend", "prefill", "decode"], backend
+        for role in ("prefill", "decode"):
+            assert L.roles[role].startswith(f"python3 -m {module}") and flags(L.roles[role])["--disaggregation-mode"] == role
+        services = _dgd(L)[-1]["spec"]["services"]
+        assert services["Frontend"]["componentType"] == "frontend"
+        # EP32 prefill on 4 H100 nodes, EP72 decode on 9: one worker each, 8 GPUs a pod.
+        for role, nodes in (("prefill", 4), ("decode", 9)):
+            svc = services[role]
+            assert (svc["componentType"], svc["subComponentType"]) == ("worker", role), backend
+            assert svc["multinode"]["nodeCount"] == nodes and svc["resources"]["limits"]["gpu"] == "8"
+            cmd = svc["extraPodSpec"]["mainContainer"]["args"][0]
+            # The operator wires a multinode worker's ranks; no placeholders reach Kubernetes.
+            assert "<" not in cmd and "--node-rank" not in cmd and f"--disaggregation-mode {role}" in cmd
+
+
+def test_dynamo_aggregated_row_is_one_worker_without_a_role():
+    L = launch.emit(_row(ep=8, prefill_ep=None, prefill_tokens=None), "dynamo", backend="vllm")
+    assert list(L.roles) == ["frontend", "serve"] and "--disaggregation-mode" not in L.roles["serve"]
+    svc = _dgd(L)[-1]["spec"]["services"]["serve"]
+    assert "subComponentType" not in svc and "multinode" not in svc and svc["resources"]["limits"]["gpu"] == "8"
+
+
+@pytest.mark.parametrize("backend", ["sglang", "vllm", "trtllm"])
+def test_dynamo_workers_carry_the_engines_own_configuration(backend):
+    # One concept, one home: the Dynamo worker runs the very flags (or engine YAML) of the engine's export.
+    row = _row(mtp=2, kv_fp8=True, overlap="single_batch" if backend != "sglang" else "two_batch")
+    native, dyn = launch.emit(row, backend), launch.emit(row, "dynamo", backend=backend)
+    for role in ("prefill", "decode"):
+        engine_flags = {f: v for f, v in flags(native.roles[role]).items()
+                        if f not in ("--model-path", "--backend", "--tp_size", "--ep_size", "--extra_llm_api_options")}
+        got = flags(dyn.roles[role])
+        assert all(got.get(f) == v for f, v in engine_flags.items()), role
+    for name in ("prefill.yaml", "decode.yaml"):
+        assert dyn.files.get(name) == native.files.get(name)
+    engine_notes = [n for n in native.notes if "router" not in n and "joins the two" not in n]
+    assert all(n in dyn.notes for n in engine_notes) and not any("router in front" in n for n in dyn.notes)
+
+
+def test_dynamo_vllm_matches_the_hopper_16gpu_recipe_where_they_overlap():
+    # recipes/deepseek-r1/vllm/disagg/deploy_hopper_16gpu.yaml @0044eb9: DEP16 prefill and decode,
+    # 2 nodes each, DeepEP high-throughput / low-latency, DBO, EPLB with 32 redundant experts,
+    # max-num-seqs 512 on decode, --data-parallel-hybrid-lb across the nodes.
+    L = launch.emit(_row(device="H200", ep=16, batch=512, prefill_ep=16), "dynamo", backend="vllm")
+    services = _dgd(L)[-1]["spec"]["services"]
+    for role, a2a in (("prefill", "deepep_high_throughput"), ("decode", "deepep_low_latency")):
+        svc = services[role]
+        got = flags(svc["extraPodSpec"]["mainContainer"]["args"][0])
+        assert svc["multinode"]["nodeCount"] == 2 and svc["subComponentType"] == role
+        assert got["--tensor-parallel-size"] == "1" and got["--data-parallel-size"] == "16"
+        assert got["--all2all-backend"] == a2a and got["--enable-expert-parallel"] is True
+        assert got["--enable-dbo"] is True and got["--enable-eplb"] is True and got["--data-parallel-hybrid-lb"] is True
+        assert '"num_redundant_experts": 32' in svc["extraPodSpec"]["mainContainer"]["args"][0]
+    assert flags(L.roles["decode"])["--max-num-seqs"] == "512"
+    # Differs: the recipe marks the prefill worker with the older --is-prefill-worker (deprecated for
+    # --disaggregation-mode in dynamo.vllm) and passes no --kv-transfer-config; dsperf gives both roles
+    # NixlConnector as Dynamo's examples/backends/vllm/launch/disagg.sh does.
+    assert "--is-prefill-worker" not in L.roles["prefill"] and "NixlConnector" in L.roles["prefill"]
+
+
+def test_dynamo_trtllm_matches_the_gb200_wide_ep_recipe_where_they_overlap():
+    # recipes/deepseek-r1/trtllm/disagg/wide_ep/gb200/deploy.yaml @09783f6: a DEP4 prefill worker on one
+    # GB200 tray (max_num_tokens 4608) and a DEP32 decode worker on 8 trays (max_batch_size 32), FP4
+    # weights, FP8 KV cache, the engine YAML in a ConfigMap mounted at /config.
+    L = launch.emit(_row(device="GB200", ep=32, batch=32, redundant_experts=0, overlap="none", kv_fp8=True,
+                         experts_fp4=True, prefill_ep=4, prefill_tokens=4608), "dynamo", backend="trtllm")
+    docs = _dgd(L)
+    configmap, services = docs[0], docs[-1]["spec"]["services"]
+    assert configmap["kind"] == "ConfigMap" and docs[-1]["spec"]["backendFramework"] == "trtllm"
+    yaml = pytest.importorskip("yaml")
+    prefill = yaml.safe_load(configmap["data"]["prefill.yaml"])
+    decode = yaml.safe_load(configmap["data"]["decode.yaml"])
+    assert (prefill["tensor_parallel_size"], prefill["moe_expert_parallel_size"], prefill["enable_attention_dp"],
+            prefill["max_num_tokens"]) == (4, 4, True, 4608)
+    assert (decode["tensor_parallel_size"], decode["moe_expert_parallel_size"], decode["enable_attention_dp"],
+            decode["max_batch_size"]) == (32, 32, True, 32)
+    for cfg in (prefill, decode):
+        assert cfg["kv_cache_config"]["dtype"] == "fp8" and cfg["cache_transceiver_config"]["backend"] == "DEFAULT"
+    assert "multinode" not in services["prefill"] and services["decode"]["multinode"]["nodeCount"] == 8
+    assert services["decode"]["resources"]["limits"]["gpu"] == "4"
+    cmd = flags(services["decode"]["extraPodSpec"]["mainContainer"]["args"][0])
+    assert cmd["--extra-engine-args"] == "/config/decode.yaml" and cmd["--disaggregation-mode"] == "decode"
+    # Differs: the recipe runs the WIDEEP MoE backend where dsperf's TensorRT-LLM export picks TRTLLM for FP4.
+    assert decode["moe_config"]["backend"] == "TRTLLM"
+
+
+def test_dynamo_bad_backend_and_unsupported_layouts_are_named():
+    with pytest.raises(ValueError, match="backend must be one of sglang, vllm, trtllm, got 'tgi'"):
+        launch.emit(_row(), "dynamo", backend="tgi")
+    with pytest.raises(ValueError, match="backend: only the dynamo stack.*'vllm'.*'sglang'"):
+        launch.emit(_row(), "sglang", backend="vllm")
+    with pytest.raises(ValueError, match="MoE tensor parallelism.*NVIDIA Dynamo with its vLLM backend"):
+        launch.emit(_row(moe_tp=2, attn_tp=8, ep=8), "dynamo", backend="vllm")

@@ -161,8 +161,10 @@ def add_explore_parser(sub) -> None:
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
     e.add_argument("--emit", default=None, metavar="STACK",
-                   help="also write the best configuration's launch command for sglang, vllm or trtllm "
+                   help="also write the best configuration's launch command for sglang, vllm, trtllm or dynamo "
                         "(OUT/launch_STACK.txt; dsperf.model.launch)")
+    e.add_argument("--dynamo-backend", default=None, metavar="ENGINE",
+                   help="with --emit dynamo: the engine Dynamo's workers run, sglang (default), vllm or trtllm")
     e.add_argument("--html", default=None, metavar="FILE",
                    help="also write one self-contained interactive page of the configurations that meet the SLA")
 
@@ -179,7 +181,7 @@ def run_explore(args: argparse.Namespace) -> str:
     from pathlib import Path
 
     from ._checks import number, number_list
-    from .model import explore, explore_page, grounded, launch
+    from .model import explore, explore_page, grounded, launch, launch_dynamo
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not devices:
@@ -201,6 +203,11 @@ def run_explore(args: argparse.Namespace) -> str:
         number_list(flag_name, values, integer=True, lo=1, hi=64)
     if args.emit is not None and args.emit not in launch.EMITTERS:
         raise ValueError(f"--emit must be one of {', '.join(launch.EMITTERS)}, got {args.emit!r}")
+    if args.dynamo_backend is not None and args.emit != "dynamo":
+        raise ValueError(f"--dynamo-backend applies to --emit dynamo only, got --emit {args.emit}")
+    if args.dynamo_backend is not None and args.dynamo_backend not in launch_dynamo.BACKENDS:
+        raise ValueError(f"--dynamo-backend must be one of {', '.join(launch_dynamo.BACKENDS)}, "
+                         f"got {args.dynamo_backend!r}")
     weights = [w.strip() for w in args.weight_dtype.split(",") if w.strip()]
     if not weights or any(w not in grounded.WEIGHT_DTYPES for w in weights):
         raise ValueError(f"--weight-dtype values must be among {', '.join(grounded.WEIGHT_DTYPES)}, "
@@ -258,7 +265,7 @@ def run_explore(args: argparse.Namespace) -> str:
         sla_given = {"tpot_ms": args.tpot_ms, "ttft_ms": args.ttft_ms}
         extra += f"page: {explore_page.write_html(ok, args.html, sla=sla_given)}\n"
     if args.emit:
-        launched = launch.emit(best.iloc[0], args.emit)
+        launched = launch.emit(best.iloc[0], args.emit, backend=args.dynamo_backend)
         (out / f"launch_{args.emit}.txt").write_text(launched.text())
         extra += (f"\nLaunch ({args.emit}) of the best configuration, also in {out / f'launch_{args.emit}.txt'}:\n\n"
                   + launched.text())

@@ -2,7 +2,8 @@
 
 `emit(row, stack)` turns one row of `dsperf.explore.search` (a device, EP size, attention TP, batch,
 MTP, KV dtype, overlap, redundant experts, and for disaggregated serving the prefill layout) into
-the commands or config files of SGLang, vLLM or TensorRT-LLM. Each stack's options were read from
+the commands or config files of SGLang, vLLM or TensorRT-LLM, or of NVIDIA Dynamo running one of
+them (launch_dynamo.py). Each stack's options were read from
 its own documentation, whose version is named in STACKS; where a stack has no option for what the
 prediction assumed, the export either refuses (a layout the stack cannot run: an error naming the
 feature and the stack) or says so in `notes` (an optimisation the stack lacks, so it runs slower
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -28,6 +30,11 @@ STACKS = {
             "config/parallel EPLBConfig, speculative decoding, disaggregated prefill with NixlConnector)",
     "trtllm": "TensorRT-LLM 1.x PyTorch backend, trtllm-serve --extra_llm_api_options YAML (LLM API reference, "
               "DeepSeek-R1 best-performance practice)",
+    "dynamo": "NVIDIA Dynamo 1.x (docs.nvidia.com/dynamo v1.5; ai-dynamo/dynamo: "
+              "docs/backends/sglang/dsr1-wideep-h100.md @119290c, recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml "
+              "@08ebb8b, recipes/deepseek-r1/vllm/disagg/deploy_hopper_16gpu.yaml @0044eb9, "
+              "recipes/deepseek-r1/trtllm/disagg/wide_ep/gb200/deploy.yaml @09783f6, "
+              "examples/backends/vllm/launch/disagg.sh @11bc2e8, DynamoGraphDeployment nvidia.com/v1alpha1)",
 }
 MODEL_PATHS = {"fp8": "deepseek-ai/DeepSeek-R1", "bf16": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-FP4"}
 
@@ -81,10 +88,10 @@ def _layout(row: Mapping) -> dict:
 
 
 def _refuse(feature: str, stack: str, why: str):
-    raise ValueError(f"{feature}: {STACK_NAMES[stack]} cannot run this layout ({why})")
+    raise ValueError(f"{feature}: {STACK_NAMES.get(stack, stack)} cannot run this layout ({why})")
 
 
-STACK_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+STACK_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM", "dynamo": "NVIDIA Dynamo"}
 
 
 def _common_checks(lay: dict, stack: str) -> None:
@@ -93,159 +100,258 @@ def _common_checks(lay: dict, stack: str) -> None:
                 "experts onto separate GPUs")
 
 
+def _join(args: list[str]) -> str:
+    return " \\\n    ".join(args)
+
+
+# ---- Engines --------------------------------------------------------------------------------------
+# An engine's configuration of a row is kept apart from the program that starts it, because the same
+# SGLang, vLLM or TensorRT-LLM flags are started either by the engine's own server or by a Dynamo
+# worker (launch_dynamo.py).
+
+@dataclass
+class Instance:
+    gpus: int
+    args: list[str]              # the engine's own flags, without launcher and model
+    config: str | None = None    # TensorRT-LLM: the name of its engine YAML in Engine.files
+
+
+@dataclass
+class Engine:
+    instances: dict[str, Instance]            # serve, or prefill and decode
+    files: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _split(lay: dict, serve_or_decode, prefill) -> dict[str, Instance]:
+    """A row's instances: one serving instance, or with a prefill layout a prefill and a decode one."""
+    if not lay["prefill_ep"]:
+        return {"serve": serve_or_decode("serve")}
+    return {"prefill": prefill(), "decode": serve_or_decode("decode")}
+
+
 # ---- SGLang ---------------------------------------------------------------------------------------
 
-def _sglang(lay: dict) -> Launch:
-    L = Launch("sglang", {}, source=STACKS["sglang"])
+def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str, running: int | None) -> list[str]:
+    nodes = max(1, math.ceil(gpus / lay["gpus_per_node"]))
+    a = ["--trust-remote-code", f"--tp-size {gpus}"]
+    if attn_tp < gpus:
+        a += [f"--dp-size {gpus // attn_tp}", "--enable-dp-attention"]
+    a += [f"--ep-size {gpus // lay['moe_tp']}", "--moe-a2a-backend deepep", f"--deepep-mode {deepep_mode}",
+          f"--moe-dense-tp-size {lay['dense_tp']}"]
+    if nodes > 1:
+        a += [f"--nnodes {nodes}", "--node-rank <rank>", "--dist-init-addr <host>:<port>"]
+    if lay["redundant"]:
+        a += [f"--ep-num-redundant-experts {lay['redundant']}", "--enable-eplb"]
+    if lay["overlap"] == "two_batch":
+        a.append("--enable-two-batch-overlap")
+    elif lay["overlap"] == "single_batch":
+        a.append("--enable-single-batch-overlap")
+    if lay["kv_fp8"]:
+        a.append("--kv-cache-dtype fp8_e4m3")
+    if lay["weight"] == "fp4":
+        a.append("--quantization modelopt_fp4")
+    if role != "prefill" and lay["mtp"]:
+        a += ["--speculative-algorithm EAGLE", f"--speculative-num-steps {lay['mtp']}",
+              "--speculative-eagle-topk 1", f"--speculative-num-draft-tokens {lay['mtp'] + 1}"]
+    if running is not None:
+        a += [f"--max-running-requests {running * (gpus // attn_tp)}", f"--cuda-graph-max-bs {running}"]
+    if role != "serve":
+        a.append(f"--disaggregation-mode {role}")
+    return a
 
-    def cmd(role: str, gpus: int, attn_tp: int, deepep_mode: str, running: int | None) -> str:
-        nodes = max(1, math.ceil(gpus / lay["gpus_per_node"]))
-        a = ["python -m sglang.launch_server", f"--model-path {MODEL_PATHS[lay['weight']]}", "--trust-remote-code",
-             f"--tp-size {gpus}"]
-        if attn_tp < gpus:
-            a += [f"--dp-size {gpus // attn_tp}", "--enable-dp-attention"]
-        a += [f"--ep-size {gpus // lay['moe_tp']}", "--moe-a2a-backend deepep", f"--deepep-mode {deepep_mode}",
-              f"--moe-dense-tp-size {lay['dense_tp']}"]
-        if nodes > 1:
-            a += [f"--nnodes {nodes}", "--node-rank <rank>", "--dist-init-addr <host>:<port>"]
-        if lay["redundant"]:
-            a += [f"--ep-num-redundant-experts {lay['redundant']}", "--enable-eplb"]
-        if lay["overlap"] == "two_batch":
-            a.append("--enable-two-batch-overlap")
-        elif lay["overlap"] == "single_batch":
-            a.append("--enable-single-batch-overlap")
-        if lay["kv_fp8"]:
-            a.append("--kv-cache-dtype fp8_e4m3")
-        if lay["weight"] == "fp4":
-            a.append("--quantization modelopt_fp4")
-        if role != "prefill" and lay["mtp"]:
-            a += ["--speculative-algorithm EAGLE", f"--speculative-num-steps {lay['mtp']}",
-                  "--speculative-eagle-topk 1", f"--speculative-num-draft-tokens {lay['mtp'] + 1}"]
-        if running is not None:
-            a += [f"--max-running-requests {running * (gpus // attn_tp)}", f"--cuda-graph-max-bs {running}"]
-        if role != "serve":
-            a.append(f"--disaggregation-mode {role}")
-        return " \\\n    ".join(a)
 
-    if lay["prefill_ep"]:
+def _sglang_engine(lay: dict, stack: str) -> Engine:
+    def serve_or_decode(role: str) -> Instance:
+        mode = "auto" if role == "serve" else "low_latency"
+        return Instance(lay["ep"], _sglang_args(lay, role, lay["ep"], lay["attn_tp"], mode, lay["running"]))
+
+    def prefill() -> Instance:
         pe = int(lay["prefill_ep"])
-        L.roles["prefill"] = cmd("prefill", pe, 1, "normal", None) + (
-            f" \\\n    --chunked-prefill-size {int(lay['prefill_tokens'])}" if lay["prefill_tokens"] else "")
-        L.roles["decode"] = cmd("decode", lay["ep"], lay["attn_tp"], "low_latency", lay["running"])
-    else:
-        L.roles["serve"] = cmd("serve", lay["ep"], lay["attn_tp"], "auto", lay["running"])
-    return L
+        chunk = [f"--chunked-prefill-size {int(lay['prefill_tokens'])}"] if lay["prefill_tokens"] else []
+        return Instance(pe, _sglang_args(lay, "prefill", pe, 1, "normal", None) + chunk)
+
+    return Engine(_split(lay, serve_or_decode, prefill))
 
 
 # ---- vLLM -----------------------------------------------------------------------------------------
 
-def _vllm(lay: dict) -> Launch:
+def _vllm_args(lay: dict, role: str, gpus: int, attn_tp: int, backend: str, running: int | None) -> list[str]:
+    a = ["--trust-remote-code", f"--tensor-parallel-size {attn_tp}", f"--data-parallel-size {gpus // attn_tp}",
+         "--enable-expert-parallel", f"--all2all-backend {backend}"]
+    nodes = max(1, math.ceil(gpus / lay["gpus_per_node"]))
+    if nodes > 1:
+        a += [f"--data-parallel-size-local {max(1, lay['gpus_per_node'] // attn_tp)}",
+              "--data-parallel-address <host>", "--data-parallel-rpc-port <port>"]
+    if lay["redundant"]:
+        a += ["--enable-eplb", "--eplb-config '" + json.dumps({"num_redundant_experts": lay["redundant"]}) + "'"]
+    if lay["overlap"] == "two_batch":
+        a.append("--enable-dbo")
+    if lay["kv_fp8"]:
+        a.append("--kv-cache-dtype fp8")
+    if role != "prefill" and lay["mtp"]:
+        a.append("--speculative-config '" + json.dumps({"method": "deepseek_mtp",
+                                                         "num_speculative_tokens": lay["mtp"]}) + "'")
+    if running is not None:
+        a.append(f"--max-num-seqs {running}")
+    if role != "serve":
+        a.append("--kv-transfer-config '" + json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}) + "'")
+    return a
+
+
+def _vllm_engine(lay: dict, stack: str) -> Engine:
     if lay["moe_tp"] > 1:
-        _refuse(f"MoE tensor parallelism x expert parallelism (moe_tp {lay['moe_tp']})", "vllm",
+        _refuse(f"MoE tensor parallelism x expert parallelism (moe_tp {lay['moe_tp']})", stack,
                 "--enable-expert-parallel makes the MoE group pure EP")
-    L = Launch("vllm", {}, source=STACKS["vllm"])
 
-    def cmd(role: str, gpus: int, attn_tp: int, backend: str, running: int | None) -> str:
-        a = [f"vllm serve {MODEL_PATHS[lay['weight']]}", "--trust-remote-code", f"--tensor-parallel-size {attn_tp}",
-             f"--data-parallel-size {gpus // attn_tp}", "--enable-expert-parallel", f"--all2all-backend {backend}"]
-        nodes = max(1, math.ceil(gpus / lay["gpus_per_node"]))
-        if nodes > 1:
-            a += [f"--data-parallel-size-local {max(1, lay['gpus_per_node'] // attn_tp)}",
-                  "--data-parallel-address <host>", "--data-parallel-rpc-port <port>"]
-        if lay["redundant"]:
-            a += ["--enable-eplb", "--eplb-config '" + json.dumps({"num_redundant_experts": lay["redundant"]}) + "'"]
-        if lay["overlap"] == "two_batch":
-            a.append("--enable-dbo")
-        if lay["kv_fp8"]:
-            a.append("--kv-cache-dtype fp8")
-        if role != "prefill" and lay["mtp"]:
-            a.append("--speculative-config '" + json.dumps({"method": "deepseek_mtp",
-                                                             "num_speculative_tokens": lay["mtp"]}) + "'")
-        if running is not None:
-            a.append(f"--max-num-seqs {running}")
-        if role != "serve":
-            a.append("--kv-transfer-config '" + json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}) + "'")
-        return " \\\n    ".join(a)
+    def serve_or_decode(role: str) -> Instance:
+        return Instance(lay["ep"], _vllm_args(lay, role, lay["ep"], lay["attn_tp"], "deepep_low_latency",
+                                              lay["running"]))
 
+    def prefill() -> Instance:
+        pe = int(lay["prefill_ep"])
+        tokens = [f"--max-num-batched-tokens {int(lay['prefill_tokens'])}"] if lay["prefill_tokens"] else []
+        return Instance(pe, _vllm_args(lay, "prefill", pe, 1, "deepep_high_throughput", None) + tokens)
+
+    notes = []
     if lay["overlap"] == "single_batch":
-        L.notes.append("single-batch overlap (dispatch under the shared expert) has no vLLM option: it runs "
-                       "without it, slower than predicted")
-    if lay["prefill_ep"]:
-        L.roles["prefill"] = cmd("prefill", int(lay["prefill_ep"]), 1, "deepep_high_throughput", None) + (
-            f" \\\n    --max-num-batched-tokens {int(lay['prefill_tokens'])}" if lay["prefill_tokens"] else "")
-        L.roles["decode"] = cmd("decode", lay["ep"], lay["attn_tp"], "deepep_low_latency", lay["running"])
-        L.notes.append("a router in front of the prefill and decode instances is the operator's (vLLM's "
-                       "disaggregated-prefill proxy, llm-d or Dynamo)")
-    else:
-        L.roles["serve"] = cmd("serve", lay["ep"], lay["attn_tp"], "deepep_low_latency", lay["running"])
-    return L
+        notes.append("single-batch overlap (dispatch under the shared expert) has no vLLM option: it runs "
+                     "without it, slower than predicted")
+    return Engine(_split(lay, serve_or_decode, prefill), notes=notes)
 
 
 # ---- TensorRT-LLM ---------------------------------------------------------------------------------
 
+_PLAIN = re.compile(r"[A-Za-z_/.][A-Za-z0-9_./@+=-]*")
+
+
+def _scalar(v) -> str:
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, str) and not _PLAIN.fullmatch(v):
+        return json.dumps(v)      # a JSON string is a valid double-quoted YAML scalar
+    return str(v)
+
+
 def _yaml(d: Mapping, indent=0) -> str:
-    lines = []
+    """YAML of nested mappings, lists and scalars; a multi-line string becomes a literal block."""
+    pad, lines = " " * indent, []
     for k, v in d.items():
         if isinstance(v, Mapping):
-            lines.append(" " * indent + f"{k}:")
-            lines.append(_yaml(v, indent + 2))
+            lines += [f"{pad}{k}:", _yaml(v, indent + 2)]
+        elif isinstance(v, list):
+            lines.append(f"{pad}{k}:")
+            for item in v:
+                if isinstance(item, Mapping):
+                    body = _yaml(item, indent + 2)
+                    lines.append(f"{pad}- " + body[indent + 2:])
+                elif isinstance(item, str) and "\n" in item:
+                    lines += [f"{pad}- |"] + [f"{pad}  {line}" for line in item.split("\n")]
+                else:
+                    lines.append(f"{pad}- {_scalar(item)}")
+        elif isinstance(v, str) and "\n" in v:
+            lines += [f"{pad}{k}: |"] + [f"{pad}  {line}" for line in v.split("\n")]
         else:
-            s = "true" if v is True else "false" if v is False else v
-            lines.append(" " * indent + f"{k}: {s}")
+            lines.append(f"{pad}{k}: {_scalar(v)}")
     return "\n".join(lines)
 
 
-def _trtllm(lay: dict) -> Launch:
-    L = Launch("trtllm", {}, source=STACKS["trtllm"])
+def _trtllm_options(lay: dict, gpus: int, attn_tp: int, running: int | None, tokens: int | None,
+                    decode: bool) -> dict:
+    o = {"tensor_parallel_size": gpus, "moe_expert_parallel_size": gpus // lay["moe_tp"],
+         "enable_attention_dp": attn_tp == 1 and gpus > 1}
+    if lay["moe_tp"] > 1:
+        o["moe_tensor_parallel_size"] = lay["moe_tp"]
+    if running is not None:
+        o["max_batch_size"] = running
+        o["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": running}
+    if tokens:
+        o["max_num_tokens"] = tokens
+    o["kv_cache_config"] = {"dtype": "fp8" if lay["kv_fp8"] else "auto"}
+    o["moe_config"] = {"backend": "TRTLLM" if lay["weight"] == "fp4" else "DEEPGEMM"}
+    if decode and lay["mtp"]:
+        o["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": lay["mtp"]}
+    return o
+
+
+def _trtllm_engine(lay: dict, stack: str) -> Engine:
+    # TensorRT-LLM takes its layout from an engine YAML, not flags: each instance names its file.
+    files: dict[str, str] = {}
+    transfer = {"cache_transceiver_config": {"backend": "DEFAULT"}} if lay["prefill_ep"] else {}
+
+    def instance(role: str, gpus: int, attn_tp: int, running, tokens, decode: bool) -> Instance:
+        files[f"{role}.yaml"] = _yaml({**_trtllm_options(lay, gpus, attn_tp, running, tokens, decode), **transfer})
+        return Instance(gpus, [], config=f"{role}.yaml")
+
+    def serve_or_decode(role: str) -> Instance:
+        return instance(role, lay["ep"], lay["attn_tp"], lay["running"], None, True)
+
+    def prefill() -> Instance:
+        tokens = int(lay["prefill_tokens"]) if lay["prefill_tokens"] else None
+        return instance("prefill", int(lay["prefill_ep"]), 1, None, tokens, False)
+
+    notes = []
     if lay["overlap"] in ("two_batch", "single_batch"):
-        L.notes.append(f"{lay['overlap'].replace('_', '-')} overlap has no option in dsperf's TensorRT-LLM export: "
-                       "the emitted configuration runs without it, slower than the prediction assumed")
-
-    def options(gpus: int, attn_tp: int, running: int | None, tokens: int | None, decode: bool) -> dict:
-        o = {"tensor_parallel_size": gpus, "moe_expert_parallel_size": gpus // lay["moe_tp"],
-             "enable_attention_dp": attn_tp == 1 and gpus > 1}
-        if lay["moe_tp"] > 1:
-            o["moe_tensor_parallel_size"] = lay["moe_tp"]
-        if running is not None:
-            o["max_batch_size"] = running
-            o["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": running}
-        if tokens:
-            o["max_num_tokens"] = tokens
-        o["kv_cache_config"] = {"dtype": "fp8" if lay["kv_fp8"] else "auto"}
-        o["moe_config"] = {"backend": "TRTLLM" if lay["weight"] == "fp4" else "DEEPGEMM"}
-        if decode and lay["mtp"]:
-            o["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": lay["mtp"]}
-        return o
-
-    def serve(name: str, gpus: int) -> str:
-        return (f"trtllm-serve {MODEL_PATHS[lay['weight']]} --backend pytorch --tp_size {gpus} "
-                f"--ep_size {gpus // lay['moe_tp']} --extra_llm_api_options {name}")
-
-    if lay["prefill_ep"]:
-        pe, tokens = int(lay["prefill_ep"]), int(lay["prefill_tokens"]) if lay["prefill_tokens"] else None
-        L.files["prefill.yaml"] = _yaml({**options(pe, 1, None, tokens, False),
-                                         "cache_transceiver_config": {"backend": "DEFAULT"}})
-        L.files["decode.yaml"] = _yaml({**options(lay["ep"], lay["attn_tp"], lay["running"], None, True),
-                                        "cache_transceiver_config": {"backend": "DEFAULT"}})
-        L.roles["prefill"] = serve("prefill.yaml", pe)
-        L.roles["decode"] = serve("decode.yaml", lay["ep"])
-        L.notes.append("trtllm-serve disaggregated (context and generation servers) joins the two: its "
-                       "config names their URLs")
-    else:
-        L.files["serve.yaml"] = _yaml(options(lay["ep"], lay["attn_tp"], lay["running"], None, True))
-        L.roles["serve"] = serve("serve.yaml", lay["ep"])
-    return L
+        notes.append(f"{lay['overlap'].replace('_', '-')} overlap has no option in dsperf's TensorRT-LLM export: "
+                     "the emitted configuration runs without it, slower than the prediction assumed")
+    return Engine(_split(lay, serve_or_decode, prefill), files=files, notes=notes)
 
 
-EMITTERS = {"sglang": _sglang, "vllm": _vllm, "trtllm": _trtllm}
+ENGINES = {"sglang": _sglang_engine, "vllm": _vllm_engine, "trtllm": _trtllm_engine}
 
 
-def emit(row: Mapping, stack: str) -> Launch:
-    """The launch configuration of one explorer row for `stack` (sglang, vllm or trtllm). A row
-    without prefill_ep is aggregated serving (one command); with it, PD-disaggregated (a prefill and
-    a decode command). Raises ValueError naming the stack, or the feature the stack cannot run."""
+# ---- Each engine's own server ---------------------------------------------------------------------
+
+def _trtllm_serve(lay: dict, inst: Instance) -> list[str]:
+    return [f"trtllm-serve {MODEL_PATHS[lay['weight']]} --backend pytorch --tp_size {inst.gpus} "
+            f"--ep_size {inst.gpus // lay['moe_tp']} --extra_llm_api_options {inst.config}"]
+
+
+NATIVE_HEADS = {
+    "sglang": lambda lay, inst: ["python -m sglang.launch_server", f"--model-path {MODEL_PATHS[lay['weight']]}"],
+    "vllm": lambda lay, inst: [f"vllm serve {MODEL_PATHS[lay['weight']]}"],
+    "trtllm": _trtllm_serve,
+}
+# What joins a native prefill and decode instance (SGLang's needs no note: its router is documented there).
+NATIVE_ROUTERS = {
+    "vllm": "a router in front of the prefill and decode instances is the operator's (vLLM's "
+            "disaggregated-prefill proxy, llm-d or Dynamo)",
+    "trtllm": "trtllm-serve disaggregated (context and generation servers) joins the two: its config names their URLs",
+}
+
+
+def _native(stack: str):
+    def emitter(lay: dict) -> Launch:
+        eng = ENGINES[stack](lay, stack)
+        L = Launch(stack, {}, files=eng.files, notes=list(eng.notes), source=STACKS[stack])
+        for role, inst in eng.instances.items():
+            L.roles[role] = _join(NATIVE_HEADS[stack](lay, inst) + inst.args)
+        if "prefill" in eng.instances and stack in NATIVE_ROUTERS:
+            L.notes.append(NATIVE_ROUTERS[stack])
+        return L
+    return emitter
+
+
+def _dynamo(lay: dict, backend: str | None = None) -> Launch:
+    from .launch_dynamo import dynamo      # its own module; it builds on ENGINES above
+    return dynamo(lay, "sglang" if backend is None else backend)
+
+
+EMITTERS = {stack: _native(stack) for stack in ENGINES}
+EMITTERS["dynamo"] = _dynamo               # the stacks that take a backend: their engine
+
+
+def emit(row: Mapping, stack: str, backend: str | None = None) -> Launch:
+    """The launch configuration of one explorer row for `stack` (sglang, vllm, trtllm or dynamo; for
+    dynamo, `backend` names the engine its workers run: sglang (default), vllm or trtllm). A row
+    without prefill_ep is aggregated serving (one instance); with it, PD-disaggregated (a prefill and
+    a decode instance). Raises ValueError naming the stack or backend, or the feature the stack
+    cannot run."""
     if not isinstance(stack, str) or stack not in EMITTERS:
         raise ValueError(f"stack must be one of {', '.join(EMITTERS)}, got {stack!r}")
+    if backend is not None and stack != "dynamo":
+        raise ValueError(f"backend: only the dynamo stack runs another engine, got backend {backend!r} "
+                         f"for stack {stack!r}")
     lay = _layout(row)
     _common_checks(lay, stack)
-    return EMITTERS[stack](lay)
+    return EMITTERS[stack](lay) if backend is None else EMITTERS[stack](lay, backend)

@@ -330,6 +330,37 @@ def scenario_inplace(a):
     report(dict(errors=errors, error=msg, exchange=type(ep).__name__))
 
 
+def scenario_combine_args(a):
+    """Either exchange (base.EpExchange holds the calls and their checks): combine(out=) writes into
+    the given array and returns it, equal to a fresh result; a y with fewer rows than dispatch
+    returned, on rank 0 only, raises the same error on every rank."""
+    T = 5
+    ep = EpComm(E, DIM, max_tokens=T, timeout_s=30)
+    rng = np.random.default_rng(a.seed)
+    ids = np.stack([rng.choice(E, TOPK, replace=False) for _ in range(T)]).astype(np.int32)
+    w = rng.random((T, TOPK)).astype(np.float32)
+    x = rng.standard_normal((T, DIM)).astype(np.float32).astype(BF16)
+    errors = []
+    d = ep.dispatch(x, ids, w, fp8=False, layout="expert")
+    y = rng.standard_normal((int(d.offsets[-1]), DIM)).astype(np.float32)
+    fresh = ep.combine(y, d.handle)
+    kept = np.full((T, DIM), np.nan, np.float32)
+    into = ep.combine(y, d.handle, out=kept)
+    if into is not kept or not np.array_equal(fresh, kept):
+        errors.append("combine(out=) differs from a fresh result or is not the array given")
+    lo = ep.low_latency_dispatch(x, ids, fp8=False)
+    yl = rng.standard_normal(lo.x.shape).astype(np.float32)
+    kept = np.full((T, DIM), np.nan, np.float32)
+    if not np.array_equal(ep.low_latency_combine(yl, w, lo.handle), ep.low_latency_combine(yl, w, lo.handle, out=kept)):
+        errors.append("low_latency_combine(out=) differs from a fresh result")
+    d = ep.dispatch(x, ids, w, fp8=False, layout="expert")
+    rows = int(d.offsets[-1])
+    short = np.zeros((max(rows - 1, 0), DIM), np.float32) if rank == 0 and rows else \
+        np.zeros((rows, DIM), np.float32)
+    msg = expect_error(lambda: ep.combine(short, d.handle))
+    report(dict(errors=errors, error=msg, rows=rows, exchange=type(ep).__name__))
+
+
 def scenario_fault(a):
     """An error inside a window exchange, after the first sync: with --mode normal every rank
     catches it and the next call must refuse the windows (never reused stale); with --mode
@@ -401,6 +432,8 @@ def main():
         scenario_inplace(a)
     elif a.scenario == "fault":
         scenario_fault(a)
+    elif a.scenario == "combine_args":
+        scenario_combine_args(a)
     else:
         raise SystemExit(f"unknown scenario {a.scenario}")
 

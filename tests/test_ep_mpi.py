@@ -213,6 +213,15 @@ def test_outputs_in_the_combine_buffer_equal_copied_ones(np_):
         assert r["error"].startswith("rank 0: out must be a writable C-contiguous float32 array"), r
 
 
+@pytest.mark.parametrize("exchange, cls", [("window", "WindowEpComm"), ("alltoallv", "AlltoallvEpComm")])
+def test_both_exchanges_share_the_combine_checks_and_out(exchange, cls):
+    per_rank = result(2, "combine_args", "--seed", 3, "--exchange", exchange)
+    assert per_rank[0]["rows"] > 0, "rank 0 received no rows: the short-y check would not be exercised"
+    for r in per_rank:
+        assert r["exchange"] == cls and r["errors"] == [], r
+        assert r["error"] and r["error"].startswith("rank 0: y must have the"), r
+
+
 def test_an_error_inside_a_window_exchange_invalidates_the_windows():
     per_rank = result(2, "fault", "--mode", "normal")
     for r in per_rank:

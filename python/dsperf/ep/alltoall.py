@@ -27,9 +27,9 @@ from . import routed
 from .guards import ABORT_CODE, _mpi, install_abort_on_error  # noqa: F401 (re-exported)
 from .plan import ExchangeHandle
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _calls_out_of_order,  # noqa: F401
-                       _check_array, _displs, _Done, _header, _local_check, _parse_headers, check_tokens,
-                       open_ep_comm)
+                       _displs, _Done, _header, _local_check, _parse_headers, open_ep_comm)
 from .transport import MpiTransport
+from .base import EpExchange
 
 DispatchHandle = LowLatencyHandle = ExchangeHandle     # its former handle types' names: one type now
 _VALUES = ("call", "seq", "top_k", "fp8")
@@ -61,7 +61,7 @@ def _unpack(rows, vb, sc_col):
     return rows[..., :vb].view(FP8), rows[..., sc_col:].view(F32)
 
 
-class AlltoallvEpComm:
+class AlltoallvEpComm(EpExchange):
     """Dispatch and combine over an MPI communicator whose ranks each own num_experts / ranks
     consecutive experts, with the calls, arguments and results of exchange.WindowEpComm (one
     handle type, ExchangeHandle). Collective construction: the ranks must agree on num_experts,
@@ -76,10 +76,6 @@ class AlltoallvEpComm:
         # Verdicts, descriptors and rows travel on a private duplicate, apart from the caller's traffic.
         self._t = MpiTransport(self.comm.Dup(), timeout_s=self.timeout_s)
         self._call_seq = 0
-
-    def _waitall(self, reqs, what):
-        with self._watchdog.guard(what):
-            self._mpi.Request.Waitall(reqs)
 
     def _head(self, call, err, top_k=0, fp8=0):
         """This rank's verdict and call as header words, the check of every rank's, and the wait's name."""
@@ -110,33 +106,10 @@ class AlltoallvEpComm:
     def barrier(self):
         self._agree_call("barrier", None)
 
-    # -- dispatch ----------------------------------------------------------------------------------
-    def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, layout="expert", async_op=False):
-        """Normal-mode dispatch. x: BF16 [tokens, hidden] (quantised here when fp8) or an FP8
-        (values, scales) pair from kernels.act_quant; topk_ids int [tokens, top_k] in
-        [0, num_experts); topk_weights FP32 [tokens, top_k]. layout: "expert" (rows in the contiguous
-        per-expert layout) or "token" (each received token once; DeepEP's layout). Returns a
-        DispatchOut (with async_op=True, an object whose wait() returns it)."""
-        def check():
-            if layout not in ("expert", "token"):
-                raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
-            return check_tokens(x, topk_ids, topk_weights, fp8, True, self.hidden, self.num_experts)
+    def _handle_fits(self, handle) -> bool:
+        return isinstance(handle, ExchangeHandle) and handle.plan is not None   # a transport plan to read back
 
-        return self._dispatch("dispatch(normal)", check, fp8, layout, async_op)
-
-    def low_latency_dispatch(self, x, topk_ids, *, fp8=True, async_op=False):
-        """Low-latency dispatch into the masked layout [local_experts, ranks * max_tokens, hidden]
-        (zero past each expert's count). Returns a LowLatencyOut."""
-        def check():
-            if self.max_tokens is None:
-                raise ValueError("the low-latency mode needs EpComm(max_tokens=...)")
-            out = check_tokens(x, topk_ids, None, fp8, False, self.hidden, self.num_experts)
-            if out[3] > self.max_tokens:
-                raise ValueError(f"x has {out[3]} tokens, more than max_tokens = {self.max_tokens}")
-            return out
-
-        return self._dispatch("dispatch(low_latency)", check, fp8, "masked", async_op)
-
+    # -- dispatch (the public calls and their checks: base.EpExchange) -------------------------------
     def _dispatch(self, call, check, fp8, layout, async_op):
         checked, err = _local_check(check)
         # The verdict and call ride in routed's count allgather; a bad rank takes part with no tokens.
@@ -159,45 +132,17 @@ class AlltoallvEpComm:
             out = dataclasses.replace(res, x=xv, scales=xs, records=records, scale_col=sc_col)
         return _Done(lambda: out) if async_op else out
 
-    # -- combine -----------------------------------------------------------------------------------
-    def combine(self, y, handle, *, per_token=False, async_op=False):
-        """Normal-mode combine. y: FP32 or BF16 expert outputs in the per-expert layout (weighted by
-        the dispatch's topk_weights, summed over each token's experts in slot order), or with
-        per_token=True, BF16 or FP32 [received tokens, hidden] already reduced per received token
-        (token layout; summed over ranks in rank order). Returns FP32 [tokens, hidden]."""
-        ok = isinstance(handle, ExchangeHandle) and handle.plan is not None and handle.mode == "normal"
-
-        def check():
-            if not ok:
-                raise ValueError("handle must be the handle of a normal-mode dispatch on this EpComm")
-            if per_token:
-                return _check_array("y", y, (BF16, F32), (int(handle.plan.n_recv[self.rank]), self.hidden))
-            return _check_array("y", y, (F32, BF16), (None, self.hidden))
-
-        return self._combine("combine(normal)", check, handle, per_token, None, async_op)
-
-    def low_latency_combine(self, y, topk_weights, handle, *, async_op=False):
-        """Low-latency combine: y FP32 or BF16 [local_experts, ranks * max_tokens, hidden] in the
-        masked layout; returns FP32 [tokens, hidden] = sum_k topk_weights[t, k] * y of pair (t, k)."""
-        ok = isinstance(handle, ExchangeHandle) and handle.plan is not None and handle.mode == "low_latency"
-
-        def check():
-            if not ok:
-                raise ValueError("handle must be the handle of a low-latency dispatch on this EpComm")
-            cap = self.size * (self.max_tokens or 1)
-            yy = _check_array("y", y, (F32, BF16), (self.local_experts, cap, self.hidden))
-            _check_array("topk_weights", topk_weights, (F32,), (handle.num_tokens, handle.top_k))
-            return yy
-
-        return self._combine("combine(low_latency)", check, handle, False, topk_weights, async_op)
-
-    def _combine(self, call, check, handle, per_token, weights, async_op):
+    # -- combine ---------------------------------------------------------------------------------
+    def _combine(self, call, check, handle, rows, per_token, weights, async_op, out):
         yy, err = _local_check(check)
         self._agree_call(call, err)
         if weights is not None:
             handle = dataclasses.replace(handle, weights=np.ascontiguousarray(weights, F32))
-        out = routed.combine(self._t, {self.rank: yy}, {self.rank: handle}, per_token=per_token)[self.rank]
-        return _Done(lambda: out) if async_op else out
+        res = routed.combine(self._t, {self.rank: yy}, {self.rank: handle}, per_token=per_token)[self.rank]
+        if out is not None:
+            out[...] = res
+            res = out
+        return _Done(lambda: res) if async_op else res
 
 
 def raw_alltoallv(comm, send, send_counts, recv, recv_counts):

@@ -47,11 +47,12 @@ import numpy as np
 
 from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
-                       _displs, _Done, _header, _header_words, _local_check, _parse_headers, check_tokens,
+                       _displs, _Done, _header, _header_words, _local_check, _parse_headers,
                        open_ep_comm)
 from .plan import ExchangeHandle, RowFormat, _ranks_within, row_format
 from .window import ShmTransport, WindowBroken
 from .exchange_combine import CombineSteps
+from .base import EpExchange
 
 _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
@@ -88,12 +89,14 @@ def _window_plan(rows, W, E_loc, cap, layout, fp8, hidden, K, me):
                        pair_recv=out[5 * W:6 * W], counts=out[6 * W:], cap=cap)
 
 
-class WindowEpComm(CombineSteps):
+class WindowEpComm(CombineSteps, EpExchange):
     """EpComm over shared-memory windows on each node, and MPI between nodes (see the module doc).
     The same calls, arguments and results as the previous exchange (alltoall.AlltoallvEpComm), with
     one handle type (ExchangeHandle), combine_buffer(handle) for outputs computed in place, and
     combine(out=) for a kept output array. node: the node of every rank (window.node_layout);
     None: all on one node."""
+
+    _check_id_values = False          # dispatch_counts checks the ids' values while counting them (C++)
 
     def __init__(self, num_experts, hidden, *, comm=None, max_tokens=None, timeout_s=60.0, abort_on_error=True,
                  node=None):
@@ -136,10 +139,6 @@ class WindowEpComm(CombineSteps):
         self._ll_filled = {}      # (turn, fp8) -> rows per local expert the last use filled
         self._pub_read = {}       # turn -> transport seq at which peers last read that combine buffer
         self._bufs = {}           # private rail buffers, kept between calls
-
-    def _waitall(self, reqs, what):
-        with self._watchdog.guard(what):
-            self._mpi.Request.Waitall(reqs)
 
     def _next_turn(self, kind):
         t = self._turn.get(kind, 1) ^ 1
@@ -230,32 +229,10 @@ class WindowEpComm(CombineSteps):
         """Free the windows (collective)."""
         self._t.free()
 
-    # -- dispatch --------------------------------------------------------------------------------
-    def dispatch(self, x, topk_ids, topk_weights, *, fp8=True, layout="expert", async_op=False):
-        """Normal-mode dispatch, as AlltoallvEpComm.dispatch: layout "token" (each received token once,
-        views of this rank's window) or "expert" (rows written straight into the per-expert layout).
-        Returns a DispatchOut (its handle an ExchangeHandle), or with async_op an object whose
-        wait() returns it."""
-        def check():
-            if layout not in ("expert", "token"):
-                raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
-            return check_tokens(x, topk_ids, topk_weights, fp8, True, self.hidden, self.num_experts, False)
+    def _row_index(self) -> int:
+        return self._li               # handles count rows per rank of this node
 
-        return self._dispatch("dispatch(normal)", check, fp8, layout, async_op)
-
-    def low_latency_dispatch(self, x, topk_ids, *, fp8=True, async_op=False):
-        """Low-latency dispatch into the masked layout [local_experts, ranks * max_tokens, hidden] of
-        this rank's window (zero past each expert's count). Returns a LowLatencyOut."""
-        def check():
-            if self.max_tokens is None:
-                raise ValueError("the low-latency mode needs EpComm(max_tokens=...)")
-            out = check_tokens(x, topk_ids, None, fp8, False, self.hidden, self.num_experts, False)
-            if out[3] > self.max_tokens:
-                raise ValueError(f"x has {out[3]} tokens, more than max_tokens = {self.max_tokens}")
-            return out
-
-        return self._dispatch("dispatch(low_latency)", check, fp8, "masked", async_op)
-
+    # -- dispatch (the public calls and their checks: base.EpExchange) ------------------------------
     def _dispatch(self, call, check, fp8, layout, async_op):
         W, E, E_loc = self.size, self.num_experts, self.local_experts
         fp8 = bool(fp8)

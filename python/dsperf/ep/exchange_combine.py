@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C
-from .protocol import BF16, F32, _byte_rows, _check_array, _Done, _local_check
+from .protocol import BF16, F32, _byte_rows, _Done, _local_check
 from .plan import ExchangeHandle
 
 _C_EP = _C.ep
 
 
 class CombineSteps:
-    """combine, low_latency_combine and combine_buffer of the window exchange."""
+    """The window exchange's combine (the _combine hook of base.EpExchange, whose combine and
+    low_latency_combine check the arguments) and combine_buffer."""
 
     def combine_buffer(self, handle: ExchangeHandle, *, per_token=False):
         """The BF16 rows combine(…, handle) reads, in this rank's window: write the expert outputs
@@ -29,56 +30,15 @@ class CombineSteps:
             out = out.reshape(self.local_experts, -1, h)
         return out
 
-    def combine(self, y, handle: ExchangeHandle, *, per_token=False, async_op=False, out=None):
-        """Normal-mode combine, as AlltoallvEpComm.combine: y FP32 or BF16 expert outputs in the
-        per-expert layout (weighted by the dispatch's topk_weights and summed over each token's
-        experts in slot order), or, with per_token=True, rows already reduced per received token
-        (summed over ranks in rank order). Returns FP32 [tokens, hidden] on the tokens' rank, written
-        into out when given (FP32 [tokens, hidden], C-contiguous: a buffer kept between calls saves
-        the page faults of a fresh one)."""
-        ok = isinstance(handle, ExchangeHandle)
-        n = int(handle.tok_rows[self._li] if per_token else handle.pair_rows[self._li]) if ok else 0
-
-        def check():
-            if not ok or handle.mode != "normal":
-                raise ValueError("handle must be the handle of a normal-mode dispatch on this EpComm")
-            if per_token:
-                return _check_array("y", y, (BF16, F32), (n, handle.hidden))
-            yy = _check_array("y", y, (F32, BF16), (None, handle.hidden))
-            if yy.shape[0] < n:
-                raise ValueError(f"y must have the {n} rows dispatch returned, got {yy.shape[0]}")
-            return yy
-
-        return self._combine("combine(normal)", check, handle, n, per_token, handle.weights if ok and not per_token
-                             else None, async_op, out)
-
-    def low_latency_combine(self, y, topk_weights, handle: ExchangeHandle, *, async_op=False, out=None):
-        """Low-latency combine: y FP32 or BF16 [local_experts, ranks * max_tokens, hidden] in the
-        masked layout; returns FP32 [tokens, hidden] = sum_k topk_weights[t, k] * y of pair (t, k)."""
-        cap = self.size * (self.max_tokens or 1)
-        ok = isinstance(handle, ExchangeHandle)
-
-        def check():
-            if not ok or handle.mode != "low_latency":
-                raise ValueError("handle must be the handle of a low-latency dispatch on this EpComm")
-            yy = _check_array("y", y, (F32, BF16), (self.local_experts, cap, self.hidden))
-            _check_array("topk_weights", topk_weights, (F32,), (handle.num_tokens, handle.top_k))
-            return yy.reshape(self.local_experts * cap, self.hidden)
-
-        w = topk_weights if isinstance(topk_weights, np.ndarray) else None
-        return self._combine("combine(low_latency)", check, handle, self.local_experts * cap, False, w, async_op, out)
-
     def _combine(self, call, check, handle, n, per_token, weights, async_op, out):
         h, li = self.hidden, self._li
 
+        if weights is None and not per_token and isinstance(handle, ExchangeHandle) and handle.mode == "normal":
+            weights = handle.weights            # the dispatch's topk_weights, summed here
+
         def check_all():
-            yy = check()
-            if out is not None:
-                if not isinstance(out, np.ndarray) or out.dtype != F32 or out.shape != (handle.num_tokens, h) \
-                        or not out.flags.c_contiguous or not out.flags.writeable:
-                    raise ValueError(f"out must be a writable C-contiguous float32 array of shape "
-                                     f"[{handle.num_tokens}, {h}]")
-            return yy
+            yy = check()                        # EpExchange's checks (base.py), out included
+            return yy.reshape(-1, h) if yy.ndim == 3 else yy   # the masked layout as rows
 
         checked, err = _local_check(check_all)
         self._call_seq += 1

@@ -169,7 +169,7 @@ def test_experts_reject_bad_layouts(rng):
         K.experts_contiguous(x, np.array([0, 5, 4], np.int64), w13, w2)
     with pytest.raises(ValueError, match="w2 must have shape"):
         K.experts_contiguous(x, np.array([0, 2, 4], np.int64), w13, w2[:, :, :32].copy())
-    with pytest.raises(ValueError, match="counts must have 2 entries in \\[0, capacity = x.shape\\[1\\] = 2\\]"):
+    with pytest.raises(ValueError, match="counts must lie in \\[0, capacity = 2\\]"):
         K.experts_masked(x.reshape(2, 2, 128), np.array([3, 0], np.int32), w13, w2)
     with pytest.raises(ValueError, match="FP8 expert weights need w13_scale"):
         K.experts_contiguous(x, np.array([0, 2, 4], np.int64), w13.astype(np.float32).astype(FP8),

@@ -136,3 +136,22 @@ def read_small_file(path, max_bytes: int, what: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} '{path}' is not UTF-8 text: {e}") from None
+
+
+# ---- the expert layouts: one check for the CPU kernels (dsperf.kernels) and the CUDA ones (dsperf.cuda)
+def expert_offsets(offsets, experts: int, rows: int) -> None:
+    """The contiguous layout's offsets (int64 [experts + 1]; expert e owns rows offsets[e]:offsets[e+1]
+    of x): their length always, their values where they live on the host (a device array's values
+    are checked on the device, by the kernel's own validation)."""
+    if offsets.shape[0] != experts + 1:
+        raise ValueError(f"offsets must have experts + 1 = {experts + 1} entries, got {offsets.shape[0]}")
+    if isinstance(offsets, np.ndarray) and (offsets[0] != 0 or offsets[-1] != rows or np.any(np.diff(offsets) < 0)):
+        raise ValueError(f"offsets must start at 0, not decrease, and end at the rows of x ({rows})")
+
+
+def expert_counts(counts, experts: int, capacity: int) -> None:
+    """The masked layout's counts (valid rows per expert, [experts]): length always, values on the host."""
+    if counts.shape[0] != experts:
+        raise ValueError(f"counts must have {experts} entries (one per expert), got {counts.shape[0]}")
+    if isinstance(counts, np.ndarray) and (np.any(counts < 0) or np.any(counts > capacity)):
+        raise ValueError(f"counts must lie in [0, capacity = {capacity}]")

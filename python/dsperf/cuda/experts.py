@@ -3,6 +3,7 @@ the cuBLAS baseline."""
 from __future__ import annotations
 
 from ._base import *  # noqa: F401,F403  (the binding, dtypes, placement and checks)
+from .. import _checks
 from .elementwise import silu_mul
 
 
@@ -15,19 +16,12 @@ def _check_offsets(c, E, M):
             c.args["offsets"] = offs = offs.astype(np.int64)
     else:
         _check("offsets", offs, (I64,), 1)
-    if offs.shape[0] != E + 1:
-        raise ValueError(f"offsets must have experts + 1 = {E + 1} entries, got {offs.shape[0]}")
-    if isinstance(offs, np.ndarray) and (offs[0] != 0 or offs[-1] != M or np.any(np.diff(offs) < 0)):
-        raise ValueError(f"offsets must start at 0, not decrease, and end at the rows of x ({M})")
+    _checks.expert_offsets(offs, E, M)
 
 
 def _check_counts(c, E, capacity):
     _ids(c, "counts", 1)
-    counts = c["counts"]
-    if counts.shape[0] != E:
-        raise ValueError(f"counts must have {E} entries (one per expert), got {counts.shape[0]}")
-    if isinstance(counts, np.ndarray) and (np.any(counts < 0) or np.any(counts > capacity)):
-        raise ValueError(f"counts must lie in [0, capacity = {capacity}]")
+    _checks.expert_counts(c["counts"], E, capacity)
 
 
 def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None, out=None, validate=True):

@@ -3,6 +3,7 @@ masked layouts) and the whole MoE layer."""
 from __future__ import annotations
 
 from ._base import *  # noqa: F401,F403  (numpy, the extension, placement and checks)
+from .. import _checks
 from .blocks import linear
 
 
@@ -73,10 +74,7 @@ def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None):
     _arr("x", x, (BF16,), 2)
     offsets = _arr("offsets", offsets, (np.dtype(np.int64), np.dtype(np.int32)), 1).astype(np.int64, copy=False)
     w = _expert_weights(w13, w2, w13_scale, w2_scale)
-    if offsets.shape[0] != w13.shape[0] + 1:
-        raise ValueError(f"offsets must have experts + 1 = {w13.shape[0] + 1} entries, got {offsets.shape[0]}")
-    if offsets[0] != 0 or offsets[-1] != x.shape[0] or np.any(np.diff(offsets) < 0):
-        raise ValueError("offsets must start at 0, not decrease, and end at the rows of x")
+    _checks.expert_offsets(offsets, w13.shape[0], x.shape[0])
     return _K.experts_contiguous(_bits(x), offsets, *w)
 
 
@@ -90,8 +88,7 @@ def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None):
     w = _expert_weights(w13, w2, w13_scale, w2_scale)
     if x.shape[0] != w13.shape[0] or x.shape[2] != w13.shape[2]:
         raise ValueError(f"x must be [experts={w13.shape[0]}, capacity, dim={w13.shape[2]}], got {x.shape}")
-    if counts.shape[0] != x.shape[0] or np.any(counts < 0) or np.any(counts > x.shape[1]):
-        raise ValueError(f"counts must have {x.shape[0]} entries in [0, capacity = x.shape[1] = {x.shape[1]}]")
+    _checks.expert_counts(counts, x.shape[0], x.shape[1])
     return _K.experts_masked(_bits(x), counts, *w)
 
 

@@ -295,15 +295,21 @@ def scenario_out_of_order(a):
     print(f"rank {rank} finished", flush=True)
 
 
+def _small_exchange(seed, T):
+    """An EpComm for T tokens per rank and (rng, x, ids, w) of T random BF16 tokens."""
+    ep = EpComm(E, DIM, max_tokens=T, timeout_s=30)
+    rng = np.random.default_rng(seed)
+    ids = np.stack([rng.choice(E, TOPK, replace=False) for _ in range(T)]).astype(np.int32)
+    w = rng.random((T, TOPK)).astype(np.float32)
+    x = rng.standard_normal((T, DIM)).astype(np.float32).astype(BF16)
+    return ep, rng, x, ids, w
+
+
 def scenario_inplace(a):
     """The window exchange: outputs computed in the combine buffer give the same result as copied
     ones, for every layout; a bad out= on one rank raises on every rank."""
     T = 5
-    ep = EpComm(E, DIM, max_tokens=T, timeout_s=30)
-    rng = np.random.default_rng(a.seed)
-    ids = np.stack([rng.choice(E, TOPK, replace=False) for _ in range(T)]).astype(np.int32)
-    w = rng.random((T, TOPK)).astype(np.float32)
-    x = rng.standard_normal((T, DIM)).astype(np.float32).astype(BF16)
+    ep, rng, x, ids, w = _small_exchange(a.seed, T)
     errors = []
     for layout, per_token in (("token", True), ("token", False), ("expert", False)):
         d = ep.dispatch(x, ids, w, fp8=False, layout=layout)
@@ -335,11 +341,7 @@ def scenario_combine_args(a):
     the given array and returns it, equal to a fresh result; a y with fewer rows than dispatch
     returned, on rank 0 only, raises the same error on every rank."""
     T = 5
-    ep = EpComm(E, DIM, max_tokens=T, timeout_s=30)
-    rng = np.random.default_rng(a.seed)
-    ids = np.stack([rng.choice(E, TOPK, replace=False) for _ in range(T)]).astype(np.int32)
-    w = rng.random((T, TOPK)).astype(np.float32)
-    x = rng.standard_normal((T, DIM)).astype(np.float32).astype(BF16)
+    ep, rng, x, ids, w = _small_exchange(a.seed, T)
     errors = []
     d = ep.dispatch(x, ids, w, fp8=False, layout="expert")
     y = rng.standard_normal((int(d.offsets[-1]), DIM)).astype(np.float32)

@@ -69,7 +69,10 @@ def test_cli_validate_csv_has_one_row_per_point_and_the_error_recomputes():
     with contextlib.redirect_stdout(out):
         assert cli_main(["validate", "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
-    assert len(rows) == len(validation.load_points())
+    from dsperf.model.validation_latency import load_latency_points
+
+    # The peak rows, then the latency section's under the same header.
+    assert len(rows) == len(validation.load_points()) + len(load_latency_points())
     for col in ("point", "source", "published", "predicted", "error"):
         assert col in rows[0]
     for r in rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 FORMATS = ("table", "csv", "markdown")
+SECTIONS = ("all", "peak", "latency")
 
 
 def add_parsers(sub) -> None:
@@ -12,6 +13,9 @@ def add_parsers(sub) -> None:
                                         "(docs/VALIDATION.md)")
     v.add_argument("--format", choices=FORMATS, default="table",
                    help="csv: one row per point with point,source,published,predicted,error (predicted / published - 1)")
+    v.add_argument("--section", choices=SECTIONS, default="all",
+                   help="peak: the grounded model's step figures; latency: the serving simulator's TTFT/TPOT at a "
+                        "stated concurrency (docs/VALIDATION.md); all: both, the CSV rows of both under one header")
     v.add_argument("--write-bands", action="store_true",
                    help="rewrite data/validation/bands.csv (each regime's error band) from this validation")
     p = sub.add_parser("predict", help="one prefill or decode step of a deployment as priced kernel calls (grounded model)")
@@ -46,24 +50,56 @@ def _render(df, fmt: str, floatfmt: str = ".4g") -> str:
 def run_validate(args: argparse.Namespace) -> str:
     from .model.validation import summary, validate
 
-    df = validate()
-    written = ""
-    if getattr(args, "write_bands", False):
-        from .model.bands import write_bands
-        written = f"wrote {write_bands(df)}\n"
+    section = getattr(args, "section", "all")
+    frames, text, written = [], "", ""
+    if section in ("all", "peak") or getattr(args, "write_bands", False):
+        df = validate()
+        if getattr(args, "write_bands", False):
+            from .model.bands import write_bands
+            written = f"wrote {write_bands(df)}\n"
+        if section in ("all", "peak"):
+            frames.append(df)
+            if args.format != "csv":
+                text += _peak_text(df, summary(df), args.format) + written
+    if section in ("all", "latency"):
+        from .model.validation_latency import latency_summary, validate_latency
+
+        lat = validate_latency()
+        frames.append(lat)
+        if args.format != "csv":
+            text += ("\n" if text else "") + _latency_text(lat, latency_summary(lat), args.format)
     if args.format == "csv":
-        return df.to_csv(index=False, float_format="%.6g")
-    shown = df[["point", "device", "role", "phase", "metric", "published", "predicted", "error", "loo_band",
-                "utilisation", "missing"]]
-    s = summary(df)
-    text = _render(shown, args.format)
+        import pandas as pd
+
+        return pd.concat(frames, ignore_index=True).to_csv(index=False, float_format="%.6g")
+    return text
+
+
+_SHOWN = ["point", "device", "role", "phase", "metric", "published", "predicted", "error", "loo_band", "utilisation",
+          "missing"]
+
+
+def _peak_text(df, s, fmt) -> str:
+    text = _render(df[_SHOWN], fmt)
     text += (f"\n{s['points']} peak points: median |error| {s['median_abs_error']:.1%} (prefill "
              f"{s.get('median_abs_error_prefill', float('nan')):.1%}, decode {s.get('median_abs_error_decode', float('nan')):.1%}), "
              f"worst {s['max_abs_error']:.1%}; beyond 30% without a named missing input: "
              f"{', '.join(s['beyond_30pct_unexplained']) or 'none'}\n"
              f"{s['check_points']} check points (no model term shaped on them): median |error| "
              f"{s['median_abs_error_check']:.1%}; inside their leave-one-out band (loo_band): "
-             f"{s['inside_band_check']:.0%}\n" + written)
+             f"{s['inside_band_check']:.0%}\n")
+    return text
+
+
+def _latency_text(df, s, fmt) -> str:
+    text = ("Latency section: the serving simulator (dsperf simulate) at each published figure's concurrency "
+            "and settings\n\n")
+    text += _render(df[[c for c in _SHOWN if c != "utilisation"]], fmt)
+    text += (f"\n{s['points']} latency points: median |error| {s['median_abs_error']:.1%} (TTFT "
+             f"{s.get('median_abs_error_ttft', float('nan')):.1%}, TPOT / ITL / tokens per user "
+             f"{s.get('median_abs_error_tpot', float('nan')):.1%}), worst {s['max_abs_error']:.1%}; beyond 30% "
+             f"without a named missing input: {', '.join(s['beyond_30pct_unexplained']) or 'none'}; inside their "
+             f"leave-one-out band: {s['inside_band_check']:.0%}\n")
     return text
 
 

@@ -27,9 +27,20 @@ def _points_path():
     return resources.files("dsperf") / "data" / "validation" / "points.csv"
 
 
+TEXT_FIELDS = ("point", "source", "device", "phase", "metric", "kind", "overlap", "weight_dtype", "assumed", "missing")
+BOOL_FIELDS = ("kv_fp8", "attn_fp8")
+
+
 def load_points() -> list[dict]:
     """The published points as dicts (numbers parsed, blanks dropped)."""
-    with _points_path().open(newline="") as f:
+    return load_table(_points_path(), TEXT_FIELDS, BOOL_FIELDS)
+
+
+def load_table(path, text_fields, bool_fields) -> list[dict]:
+    """Rows of a published-points CSV (lines starting with # are comments) as dicts: the text
+    fields as text, the boolean ones true/false, role one of ROLES, added a date, every other field
+    a number; blanks dropped. Errors name the file, the row and the field."""
+    with path.open(newline="") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     out = []
     for i, raw in enumerate(rows, start=1):
@@ -38,32 +49,31 @@ def load_points() -> list[dict]:
             v = (v or "").strip()
             if v == "":
                 continue
-            if k in ("kv_fp8", "attn_fp8"):
+            if k in bool_fields:
                 if v not in ("true", "false"):
-                    raise ValueError(f"{_points_path()}, row {i}: field '{k}' must be true or false, got {v!r}")
+                    raise ValueError(f"{path}, row {i}: field '{k}' must be true or false, got {v!r}")
                 p[k] = v == "true"
-            elif k in ("point", "source", "device", "phase", "metric", "kind", "overlap", "weight_dtype", "assumed",
-                       "missing"):
+            elif k in text_fields:
                 p[k] = v
             elif k == "role":
                 if v not in ROLES:
-                    raise ValueError(f"{_points_path()}, row {i}: field 'role' must be one of {', '.join(ROLES)}, "
+                    raise ValueError(f"{path}, row {i}: field 'role' must be one of {', '.join(ROLES)}, "
                                      f"got {v!r}")
                 p[k] = v
             elif k == "added":
                 try:
                     p[k] = datetime.date.fromisoformat(v).isoformat()
                 except ValueError:
-                    raise ValueError(f"{_points_path()}, row {i}: field 'added' must be a date YYYY-MM-DD, "
+                    raise ValueError(f"{path}, row {i}: field 'added' must be a date YYYY-MM-DD, "
                                      f"got {v!r}") from None
             else:
                 try:
                     p[k] = float(v)
                 except ValueError:
-                    raise ValueError(f"{_points_path()}, row {i}: field '{k}' must be a number, got {v!r}") from None
+                    raise ValueError(f"{path}, row {i}: field '{k}' must be a number, got {v!r}") from None
         for k in ("role", "added"):
             if k not in p:
-                raise ValueError(f"{_points_path()}, row {i}: field '{k}' is required")
+                raise ValueError(f"{path}, row {i}: field '{k}' is required")
         out.append(p)
     return out
 

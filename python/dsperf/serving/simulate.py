@@ -34,7 +34,7 @@ MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deploymen
 
 
 # A layout rule's message starts with the field it names; for the prefill pool that is prefill_<field>.
-_PREFILL_NAME = re.compile(r"^(ep|attn_tp|redundant_experts|overlap)\b")
+_PREFILL_NAME = re.compile(r"^(ep|attn_tp|redundant_experts|overlap|moe_tp)\b")
 
 
 def _choice(name, value, allowed):
@@ -65,7 +65,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
              max_batch=None, max_num_tokens=None, mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
              dispatch_fp8=True, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
              prefill_ep=32, prefill_attn_tp=1, prefill_redundant_experts=0, prefill_overlap="two_batch",
-             prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS,
+             prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS, prefill_moe_tp=None,
              routing="least_loaded", prefix_cache=True, block_tokens=512, kv_transfer_gbps=None,
              sla_ttft_ms=None, sla_tpot_ms=None, sla_percentile=90.0, max_waiting=DEFAULT_MAX_WAITING,
              max_time_s=None, default_efficiency=grounded.DEFAULT_EFFICIENCY) -> ServingResult:
@@ -83,7 +83,8 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     rank, ``replicas`` EP groups; ``max_batch`` requests per GPU (default: as many as the KV cache
     holds); ``max_num_tokens`` tokens per rank per step (default 8192). ``mode="disaggregated"``
     adds a prefill pool of ``prefill_replicas`` groups of ``prefill_ep`` GPUs whose prompts' KV
-    caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU).
+    caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU);
+    ``prefill_moe_tp`` splits its experts (default: ``moe_tp``, the decode pool's).
     SLA: per-request ``sla_ttft_ms`` / ``sla_tpot_ms`` at ``sla_percentile``."""
     given = [n for n, v in (("rate", rate), ("concurrency", concurrency), ("trace", trace)) if v is not None]
     if not given or (len(given) > 1 and set(given) not in ({"rate", "trace"}, {"concurrency", "trace"})):
@@ -126,8 +127,11 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     prefill_redundant_experts = number("prefill_redundant_experts", prefill_redundant_experts, integer=True,
                                        lo=int(bounds["redundant_experts"][0]), hi=int(bounds["redundant_experts"][1]))
     _choice("prefill_overlap", prefill_overlap, grounded.OVERLAPS)
+    if prefill_moe_tp is not None:
+        prefill_moe_tp = number("prefill_moe_tp", prefill_moe_tp, integer=True, lo=int(bounds["moe_tp"][0]),
+                                hi=int(bounds["moe_tp"][1]))
     pre_layout = dict(layout, attn_tp=prefill_attn_tp, redundant_experts=prefill_redundant_experts,
-                      overlap=prefill_overlap)
+                      overlap=prefill_overlap, moe_tp=moe_tp if prefill_moe_tp is None else prefill_moe_tp)
     pre = grounded._deployment("decode", ep=prefill_ep, kv_fp8=kv_fp8, **pre_layout)
     pre_chunk = grounded._deployment("prefill", ep=prefill_ep, **pre_layout)
     for dep in (dec, dec_chunk):

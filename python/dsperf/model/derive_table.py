@@ -14,7 +14,9 @@ reads. The rule that fills the gap:
 - best_hopper(family): the best efficiency of the Hopper rows the anchor is compared with (both
   "up to" figures): compute-bound rows for a TFLOPS anchor, memory-bound rows for a GB/s anchor,
   among rows at or below the roofline (a few rows' shapes fit the work model
-  badly and come out above 1; they are not a best case).
+  badly and come out above 1; they are not a best case). Where the Hopper table has no row bound
+  like the anchor (all its rows of the family lie on the other side of the H800 roofline), the
+  family's best row of the other bound is the reference, and the derived row's source2 says so.
 
 Each derived row keeps the Hopper row's source and names the anchor's as `source2`, with
 `basis = derived`. Rows of the NVFP4 families have no Hopper counterpart: they take the FP8 rows'
@@ -119,9 +121,19 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
         for family in anchor["families"]:
             curves = FP4_CURVES.get(family, (family,))
             reference = max(best.get((c, memory), 0.0) for c in curves)
+            bound_note = ""
             if reference <= 0:
-                raise ValueError(f"anchor for {target} {family}: the {hopper_table} table has no "
-                                 f"{'memory' if memory else 'compute'}-bound row to compare it with")
+                # No Hopper row is bound like the anchor: every H800 row of the family sits on the
+                # other side of its roofline (FlashMLA decode with a BF16 cache and 128 heads is
+                # memory-bound on the H800, while the same shapes are compute-bound on a part with
+                # less bandwidth per FLOP). Both figures are still a kernel's best fraction of its own
+                # roofline: compare with the family's best row, and say so.
+                reference = max(best.get((c, not memory), 0.0) for c in curves)
+                if reference <= 0:
+                    raise ValueError(f"anchor for {target} {family}: the {hopper_table} table has no "
+                                     "row at or below the roofline to compare it with")
+                bound_note = f", {'compute' if memory else 'memory'}-bound: the {hopper_table} table has no " \
+                             f"{'memory' if memory else 'compute'}-bound row of {family}"
             for r in rows:
                 if r["family"] not in curves:
                     continue
@@ -137,7 +149,7 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
                 new["basis"] = "derived"
                 new["source"] = f"{r['source']} [curve over shapes]"
                 new["source2"] = f"{anchor['source']} [{anchor['published']:g} = {anchor_eff:.4f} of {target} " \
-                                 f"{anchor['peak_field']}; best {hopper_table} row {reference:.4f}]"
+                                 f"{anchor['peak_field']}; best {hopper_table} row {reference:.4f}{bound_note}]"
                 out.append(new)
     return out
 

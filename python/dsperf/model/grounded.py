@@ -310,8 +310,8 @@ def error_bands(phase: str, kinds, code, batch) -> np.ndarray:
 
 def table_kind(device: DeviceLike) -> str:
     """How the device's kernel table was obtained: "measured", "derived" (any row moved from another
-    GPU's table by a published figure), "partial" (measured rows, but not for every family in
-    CORE_FAMILIES: most of a step runs at the default efficiency) or "default" (no table)."""
+    GPU's table by a published figure), "partial" (rows, measured or derived, but not for every
+    family in CORE_FAMILIES: most of a step runs at the default efficiency) or "default" (no table)."""
     return device_pricing(device)["table_kind"]
 
 
@@ -324,11 +324,13 @@ CORE_FAMILIES = ("gemm_fp8", "mla_decode", ("grouped_masked", "grouped_contiguou
 def _table_kind_of(path: str) -> str:
     p = Path(path)
     rows = read_table_rows(p) if p.is_file() else read_table_rows(_tables_dir() / p.name)
-    if any(r["basis"] == "derived" for r in rows):
-        return "derived"
     families = {r["family"] for r in rows}
     covered = all((f in families) if isinstance(f, str) else bool(families & set(f)) for f in CORE_FAMILIES)
-    return "measured" if covered else "partial"
+    # Coverage first: a table without rows for a core family (the Ascend 910C's, derived MLA decode
+    # rows only) prices most of a step at the default efficiency, however its rows were obtained.
+    if not covered:
+        return "partial"
+    return "derived" if any(r["basis"] == "derived" for r in rows) else "measured"
 
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,

@@ -91,6 +91,18 @@ def test_user_device_file(tmp_path):
     assert df["batch_limit"].iloc[0] > df["batch_limit"].iloc[1]
 
 
+@pytest.mark.parametrize("bad", [-1, float("nan"), "671e9", True, 1e16])
+def test_quoted_total_is_checked_naming_the_key(bad):
+    cfg = dict(dsperf.model.configs._shipped_config("DeepSeek-V3"), dsperf_quoted_total_params=bad)
+    with pytest.raises(ValueError, match="dsperf_quoted_total_params"):
+        dsperf.from_hf_config(cfg)
+
+
+def test_only_the_seeds_model_quotes_a_total():
+    assert dsperf.load_model("DeepSeek-V3").quoted_total_params == 671.16e9
+    assert dsperf.load_model("Kimi-K2").quoted_total_params == 0
+
+
 def test_from_hf_config_roundtrip():
     cfg = json.loads((dsperf.model.configs.resources.files("dsperf") / "data" / "models" / "DeepSeek-V2.json").read_text())
     m = dsperf.from_hf_config(cfg, name="v2")

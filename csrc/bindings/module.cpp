@@ -299,6 +299,7 @@ PYBIND11_MODULE(_C, mod) {
     strict_field(model_cls, "ModelConfig", "n_expert_groups", &ModelConfig::n_expert_groups);
     strict_field(model_cls, "ModelConfig", "n_limited_groups", &ModelConfig::n_limited_groups);
     strict_field(model_cls, "ModelConfig", "route_scale", &ModelConfig::route_scale);
+    strict_field(model_cls, "ModelConfig", "quoted_total_params", &ModelConfig::quoted_total_params);
     strict_field(model_cls, "ModelConfig", "q_lora_rank", &ModelConfig::q_lora_rank);
     strict_field(model_cls, "ModelConfig", "kv_lora_rank", &ModelConfig::kv_lora_rank);
     strict_field(model_cls, "ModelConfig", "qk_nope_head_dim", &ModelConfig::qk_nope_head_dim);

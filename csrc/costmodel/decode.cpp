@@ -66,7 +66,9 @@ double decode_batch_limit(const ModelConfig& m, const DeviceSpec& d, const Decod
         const double mla_std_m = cut2(pc.mla / 1e6);
         const double mla_m = p.absorbed ? cut2(pc.mla_absorbed / 1e6) : mla_std_m;
         const double expert_m = cut2(pc.expert / 1e6);
-        const double others_b = cut2(cut2(pc.total / 1e9) - mla_std_m * m.n_layers / 1e3 -
+        // The seed subtracts from the total it quotes (671.16B), not from its blocks' exact sum.
+        const double total_b = m.quoted_total_params > 0 ? m.quoted_total_params / 1e9 : cut2(pc.total / 1e9);
+        const double others_b = cut2(total_b - mla_std_m * m.n_layers / 1e3 -
                                      expert_m * double(m.n_routed_experts + m.n_shared_experts) *
                                          m.n_moe_layers() / 1e3);
         const double others_gb = cut2(others_b * std::pow(1000.0 / 1024.0, 3));

@@ -56,6 +56,8 @@ void ModelConfig::validate() const {
             "model field 'n_activated_experts' exceeds the experts in the 'n_limited_groups' kept groups");
     if (!(route_scale > 0 && route_scale <= 1e6))
         throw std::invalid_argument("model field 'route_scale' must lie in (0, 1e6]");
+    if (!(quoted_total_params >= 0 && quoted_total_params <= 1e15))
+        throw std::invalid_argument("model field 'quoted_total_params' must lie in [0, 1e15] (0: none quoted)");
 }
 
 }  // namespace dsperf

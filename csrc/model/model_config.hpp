@@ -32,6 +32,11 @@ struct ModelConfig {
     int64_t qk_nope_head_dim = 128;
     int64_t qk_rope_head_dim = 64;
     int64_t v_head_dim = 128;
+    // The total parameter count the seed analysis quotes for this model (its 1.4 table's SUM row,
+    // the sum of its own rounded row totals: 671.16e9 for DeepSeek-V3), from which its batch-size
+    // code derives the "other" parameters (2.91 GB). Read by the as_published mode only; 0: none
+    // quoted, the total is computed.
+    double quoted_total_params = 0;
 
     int64_t n_moe_layers() const { return n_layers - n_dense_layers; }
     int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }

@@ -38,6 +38,9 @@ HF_FIELDS = {
     "v_head_dim": "v_head_dim",
 }
 _NULLABLE = {"q_lora_rank"}
+# Optional keys dsperf adds to a shipped config.json: what the seed analysis quotes for the model
+# (read by the as_published mode only; absent from a Hugging Face config, and then 0).
+DSPERF_FIELDS = {"dsperf_quoted_total_params": "quoted_total_params"}
 
 ModelLike = Union[str, os.PathLike, Mapping[str, Any], ModelConfig]
 
@@ -103,6 +106,13 @@ def from_hf_config(config: Mapping[str, Any], name: str = "custom", source: str 
             if not 0 <= int(value) <= MODEL_FIELD_MAX:
                 raise ValueError(f"{where} field '{key}' must lie in [0, {MODEL_FIELD_MAX}], got {value!r}")
             setattr(m, field, int(value))
+    for key, field in DSPERF_FIELDS.items():
+        if key in config:
+            value = config[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not 0 <= value <= 1e15:
+                raise ValueError(f"{where} field '{key}' must be a number in [0, 1e15], got {value!r}")
+            setattr(m, field, float(value))
     try:
         m.validate()
     except ValueError as e:  # name the config.json key, not only the C++ field

@@ -304,7 +304,7 @@ def parameter_table(model="DeepSeek-V3", mode=SEED_TABLE_MODE) -> pd.DataFrame:
     as_published counts a bias on every linear layer (the seed measured nn.Linear with bias=True)
     and uses the per-block counts as the seed quotes them (187.17M, 396.41M, 44.05M, 1.83M,
     926.67M). Their exact sum is 671.18B; the seed prints 671.16B, the sum of its rounded row
-    totals (docs/DEVIATIONS.md). With the exact_parameter_counts fix (corrected mode) the
+    totals, and SUM is that quoted total (ModelConfig.quoted_total_params; docs/DEVIATIONS.md). With the exact_parameter_counts fix (corrected mode) the
     bias-free linears of DeepSeek-V3 are counted exactly.
     """
     m = load_model(model)
@@ -322,7 +322,10 @@ def parameter_table(model="DeepSeek-V3", mode=SEED_TABLE_MODE) -> pd.DataFrame:
     ]
     df = pd.DataFrame(rows, columns=["Block", "params_per_block", "blocks_per_layer", "layers"]).set_index("Block")
     df["params_total"] = df["params_per_block"] * df["blocks_per_layer"] * df["layers"]
-    df.loc["SUM"] = [np.nan, np.nan, np.nan, df["params_total"].sum()]
+    # as_published prints the total the seed quotes where the model has one (671.16B, the sum of
+    # its rounded row totals); otherwise the sum of the rows.
+    total = m.quoted_total_params if seed and m.quoted_total_params > 0 else df["params_total"].sum()
+    df.loc["SUM"] = [np.nan, np.nan, np.nan, total]
     return df
 
 

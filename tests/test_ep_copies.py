@@ -158,8 +158,9 @@ def test_window_scatter_places_every_row_as_the_numpy_definition(layout, streame
         n = tokens[s]
         tp, tr = np.empty((n, W), np.int32), np.empty((n, W), np.int64)
         pp, pr = np.empty((n, K), np.int32), np.empty((n, K), np.int64)
-        _C.ep.window_scatter(payload[s], 0, scales[s], 0, ids[s], weights[s], s, rows, E_loc, code, cap, vb, sb, rec,
-                             sc_col, sc_col + sb, np.arange(W, dtype=np.int64), addr, nbytes, tp, tr, pp, pr, 1)
+        fmt = _C.ep.RowFormat(vb=vb, sb=sb, rec=rec, sc_col=sc_col, id_col=sc_col + sb)
+        _C.ep.window_scatter(payload[s], 0, scales[s], 0, ids[s], weights[s], s, rows, E_loc, code, cap, fmt,
+                             np.arange(W, dtype=np.int64), (addr, nbytes), (tp, tr, pp, pr), 1)
         places.append((tp, tr, pp, pr))
     # The definition, in numpy.
     for d in range(W):
@@ -211,7 +212,7 @@ def test_window_scatter_refuses_rows_past_a_segment():
     tp, tr = np.empty((1, 1), np.int32), np.empty((1, 1), np.int64)
     pp, pr = np.empty((1, 2), np.int32), np.empty((1, 2), np.int64)
     with pytest.raises(ValueError, match="segment has 64"):
-        _C.ep.window_scatter(np.zeros((1, 128), np.uint8), 0, None, 0, ids, None, 0, rows, 2, 1, 1, 128, 0, 0, 0, 0,
-                             np.zeros(1, np.int64), np.array([buf.ctypes.data], np.int64), np.array([64], np.int64),
-                             tp, tr, pp, pr, 1)
+        _C.ep.window_scatter(np.zeros((1, 128), np.uint8), 0, None, 0, ids, None, 0, rows, 2, 1, 1,
+                             _C.ep.RowFormat(vb=128, sb=0, rec=0, sc_col=0, id_col=0), np.zeros(1, np.int64),
+                             (np.array([buf.ctypes.data], np.int64), np.array([64], np.int64)), (tp, tr, pp, pr), 1)
     assert not buf.any()                                       # nothing written

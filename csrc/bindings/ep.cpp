@@ -208,43 +208,6 @@ void bind_window(py::module_& m) {
         pull_weighted_sum(bases.data(), pp, rp, wp, peer.shape(0), peer.shape(1), dim, out.mutable_data(), threads);
     }, py::arg("rows"), py::arg("peer"), py::arg("row"), py::arg("weights"), py::arg("out").noconvert(),
        py::arg("threads") = 0);
-    // values/scales: byte rows (the payload, or received records); dst: the destination's records.
-    m.def("write_records", [](Raw<uint8_t> values, int64_t vcol, int64_t vb, py::object scales, int64_t scol, int64_t sb,
-                              Raw<int64_t> token, Raw<int64_t> ids, py::object weights, int64_t dest,
-                              int64_t local_experts, Raw<uint8_t> dst, int64_t sc_col, int64_t id_col) {
-        expect(values.ndim() == 2 && dst.ndim() == 2 && token.ndim() == 1 && ids.ndim() == 2, "bad array ranks");
-        const int64_t n = token.shape(0), K = ids.shape(1), rec = dst.shape(1);
-        expect(K >= 1 && K <= 64, "top_k must be in [1, 64]");
-        expect(dst.shape(0) == n, "dst must have one record per token");
-        expect(vcol >= 0 && vb >= 0 && vcol + vb <= values.shape(1), "value columns out of range");
-        expect(vb <= sc_col && sc_col + sb <= id_col && id_col + 8 * K == rec, "record columns do not fit");
-        expect(local_experts >= 1 && dest >= 0, "dest and local_experts out of range");
-        const int64_t* tp = token.data();
-        for (int64_t i = 0; i < n; ++i)
-            expect(tp[i] >= 0 && tp[i] < values.shape(0) && tp[i] < ids.shape(0), "token entries out of range");
-        Raw<uint8_t> sc;
-        const uint8_t* sp = nullptr;
-        int64_t sstride = 0;
-        if (sb) {
-            sc = scales.cast<Raw<uint8_t>>();
-            expect(sc.ndim() == 2 && scol >= 0 && scol + sb <= sc.shape(1), "scale columns out of range");
-            for (int64_t i = 0; i < n; ++i) expect(tp[i] < sc.shape(0), "token entries out of range of scales");
-            sp = sc.data();
-            sstride = sc.shape(1);
-        }
-        Raw<float> w;
-        const float* wp = nullptr;
-        if (!weights.is_none()) {
-            w = weights.cast<Raw<float>>();
-            expect(w.ndim() == 2 && w.shape(0) == ids.shape(0) && w.shape(1) == K, "weights must match ids");
-            wp = w.data();
-        }
-        py::gil_scoped_release release;
-        write_records(values.data(), values.shape(1), vcol, vb, sp, sstride, scol, sb, tp, n, ids.data(), wp, K, dest,
-                      local_experts, dst.mutable_data(), rec, sc_col, id_col);
-    }, py::arg("values"), py::arg("vcol"), py::arg("vb"), py::arg("scales"), py::arg("scol"), py::arg("sb"),
-       py::arg("token"), py::arg("ids"), py::arg("weights"), py::arg("dest"), py::arg("local_experts"),
-       py::arg("dst").noconvert(), py::arg("sc_col"), py::arg("id_col"));
 }
 
 
@@ -274,56 +237,76 @@ void bind_window_plan(py::module_& m) {
         window_plan(rows.data(), rows.shape(1), W, local_experts, dsperf::EpLayout(layout), cap, me, out.mutable_data());
     }, py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("me"),
        py::arg("out").noconvert());
+    py::class_<RowFormat>(m, "RowFormat", "How a dispatch's rows are laid out in bytes (plan.py's RowFormat)")
+        .def(py::init([](int64_t vb, int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col) {
+                 expect(vb >= 0 && sb >= 0 && rec >= 0 && sc_col >= 0 && id_col >= 0, "row format fields must be >= 0");
+                 return RowFormat{vb, sb, rec, sc_col, id_col};
+             }),
+             py::kw_only(), py::arg("vb"), py::arg("sb"), py::arg("rec"), py::arg("sc_col"), py::arg("id_col"))
+        .def_readonly("vb", &RowFormat::vb)
+        .def_readonly("sb", &RowFormat::sb)
+        .def_readonly("rec", &RowFormat::rec)
+        .def_readonly("sc_col", &RowFormat::sc_col)
+        .def_readonly("id_col", &RowFormat::id_col);
+    // windows: (addresses, bytes) of this node's receive segments; places: (tok_peer, tok_row,
+    // pair_peer, pair_row), filled. Every index is checked here; the core trusts them.
     m.def("window_scatter", [](Raw<uint8_t> values, int64_t vcol, py::object scales, int64_t scol, Raw<int64_t> ids,
                                py::object weights, int64_t source, Raw<int64_t> rows, int64_t local_experts, int layout,
-                               int64_t cap, int64_t vb, int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col,
-                               Raw<int64_t> local_of, Raw<int64_t> dst_addr, Raw<int64_t> dst_bytes,
-                               Raw<int32_t> tok_peer, Raw<int64_t> tok_row, Raw<int32_t> pair_peer, Raw<int64_t> pair_row,
-                               int threads) {
+                               int64_t cap, const RowFormat& fmt, Raw<int64_t> local_of, py::tuple windows,
+                               py::tuple places, int threads) {
+        expect(windows.size() == 2 && places.size() == 4, "windows is (addresses, bytes), places 4 arrays");
+        auto dst_addr = windows[0].cast<Raw<int64_t>>(), dst_bytes = windows[1].cast<Raw<int64_t>>();
+        auto tok_peer = places[0].cast<Raw<int32_t>>(), pair_peer = places[2].cast<Raw<int32_t>>();
+        auto tok_row = places[1].cast<Raw<int64_t>>(), pair_row = places[3].cast<Raw<int64_t>>();
         expect(values.ndim() == 2 && ids.ndim() == 2 && rows.ndim() == 2, "values, ids and rows must be 2-D");
         const int64_t n = ids.shape(0), K = ids.shape(1), W = rows.shape(0), L = dst_addr.size();
         expect(K >= 1 && K <= 64, "top_k must be in [1, 64]");
         expect(local_experts >= 1 && rows.shape(1) >= W + W * local_experts, "rows must hold W + E counts per rank");
         expect(source >= 0 && source < W && layout >= 0 && layout <= 2, "source or layout out of range");
-        expect(values.shape(0) >= n && vcol >= 0 && vb >= 0 && vcol + vb <= values.shape(1), "value columns out of range");
+        expect(values.shape(0) >= n && vcol >= 0 && vcol + fmt.vb <= values.shape(1), "value columns out of range");
         expect(local_of.size() == W && dst_bytes.size() == L, "local_of [ranks], dst_bytes [node ranks]");
         for (int64_t d = 0; d < W; ++d) expect(local_of.data()[d] < L, "local_of out of range");
+        for (Raw<int64_t>* a : {&tok_row, &pair_row}) expect(a->writeable(), "places must be writable");
+        expect(tok_peer.writeable() && pair_peer.writeable(), "places must be writable");
         expect(tok_peer.ndim() == 2 && tok_peer.shape(0) == n && tok_peer.shape(1) == W && tok_row.ndim() == 2 &&
                tok_row.shape(0) == n && tok_row.shape(1) == W, "tok_peer and tok_row must be [tokens, ranks]");
         expect(pair_peer.ndim() == 2 && pair_peer.shape(0) == n && pair_peer.shape(1) == K && pair_row.ndim() == 2 &&
                pair_row.shape(0) == n && pair_row.shape(1) == K, "pair_peer and pair_row must be [tokens, top_k]");
-        if (layout == 0) expect(vb <= sc_col && sc_col + sb <= id_col && id_col + 8 * K == rec, "record columns do not fit");
+        if (layout == 0)
+            expect(fmt.vb <= fmt.sc_col && fmt.sc_col + fmt.sb <= fmt.id_col && fmt.id_col + 8 * K == fmt.rec,
+                   "record columns do not fit");
         const int64_t E = W * local_experts;
         const int64_t* ip = ids.data();
         for (int64_t i = 0; i < n * K; ++i) expect(ip[i] >= 0 && ip[i] < E, "ids out of range");
+        ScatterSource src;
+        src.values = values.data() + vcol, src.vstride = values.shape(1), src.ids = ip, src.n = n, src.K = K;
+        src.s = source;
         Raw<uint8_t> sc;
-        const uint8_t* sp = nullptr;
-        int64_t sstride = 0;
-        if (sb) {
+        if (fmt.sb) {
             sc = scales.cast<Raw<uint8_t>>();
-            expect(sc.ndim() == 2 && sc.shape(0) >= n && scol >= 0 && scol + sb <= sc.shape(1), "scale columns out of range");
-            sp = sc.data() + scol;
-            sstride = sc.shape(1);
+            expect(sc.ndim() == 2 && sc.shape(0) >= n && scol >= 0 && scol + fmt.sb <= sc.shape(1),
+                   "scale columns out of range");
+            src.scales = sc.data() + scol, src.sstride = sc.shape(1);
         }
         Raw<float> w;
-        const float* wp = nullptr;
         if (!weights.is_none()) {
             w = weights.cast<Raw<float>>();
             expect(w.ndim() == 2 && w.shape(0) == n && w.shape(1) == K, "weights must match ids");
-            wp = w.data();
+            src.weights = w.data();
         }
         std::vector<uint8_t*> dst(static_cast<size_t>(L));
         for (int64_t l = 0; l < L; ++l) dst[l] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(dst_addr.data()[l]));
+        ScatterPlan plan;
+        plan.rows = rows.data(), plan.stride = rows.shape(1), plan.W = W, plan.local_experts = local_experts;
+        plan.layout = dsperf::EpLayout(layout), plan.cap = cap, plan.fmt = fmt, plan.local_of = local_of.data();
+        plan.dst = dst.data(), plan.dst_bytes = dst_bytes.data();
+        const ScatterPlaces out{tok_peer.mutable_data(), tok_row.mutable_data(), pair_peer.mutable_data(),
+                                pair_row.mutable_data()};
         py::gil_scoped_release release;
-        return window_scatter(values.data() + vcol, values.shape(1), sp, sstride, ip, wp, n, K, source, rows.data(),
-                              rows.shape(1), W, local_experts, dsperf::EpLayout(layout), cap, vb, sb, rec, sc_col, id_col,
-                              local_of.data(), dst.data(), dst_bytes.data(), tok_peer.mutable_data(),
-                              tok_row.mutable_data(), pair_peer.mutable_data(), pair_row.mutable_data(), threads);
+        return window_scatter(src, plan, out, threads);
     }, py::arg("values"), py::arg("vcol"), py::arg("scales"), py::arg("scol"), py::arg("ids"), py::arg("weights"),
-       py::arg("source"), py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("vb"),
-       py::arg("sb"), py::arg("rec"), py::arg("sc_col"), py::arg("id_col"), py::arg("local_of"), py::arg("dst_addr"),
-       py::arg("dst_bytes"), py::arg("tok_peer").noconvert(), py::arg("tok_row").noconvert(),
-       py::arg("pair_peer").noconvert(), py::arg("pair_row").noconvert(), py::arg("threads") = 0);
+       py::arg("source"), py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("fmt"),
+       py::arg("local_of"), py::arg("windows"), py::arg("places"), py::arg("threads") = 0);
     // ctrl_addr: each rank's control segment (int64 words; word 0 the flag); base + row_words
     // must lie within segment_words (checked).
     m.def("ctrl_sync", [](Raw<int64_t> ctrl_addr, int64_t segment_words, int64_t me, int64_t seq, int64_t base,

@@ -186,20 +186,6 @@ inline void write_record(uint8_t* r, const uint8_t* v, const uint8_t* sc, int64_
 }
 }  // namespace
 
-void write_records(const uint8_t* values, int64_t value_stride, int64_t vcol, int64_t vb, const uint8_t* scales,
-                   int64_t scale_stride, int64_t scol, int64_t sb, const int64_t* token, int64_t n, const int64_t* ids,
-                   const float* weights, int64_t top_k, int64_t dest, int64_t local_experts, uint8_t* dst, int64_t rec,
-                   int64_t sc_col, int64_t id_col) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-        const int64_t t = token[i];
-        write_record(dst + i * rec, values + t * value_stride + vcol, sb ? scales + t * scale_stride + scol : nullptr,
-                     vb, sb, sc_col, id_col, ids + t * top_k, weights ? weights + t * top_k : nullptr, top_k,
-                     local_experts, dest);
-    }
-}
-
-
 int dispatch_counts(const int64_t* ids, int64_t n, int64_t K, int64_t E, int64_t W, int64_t local_experts,
                     const int64_t* node, int64_t nodes, int64_t* out) {
     std::fill(out, out + W + E + nodes, int64_t(0));
@@ -297,12 +283,18 @@ void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, 
     }
 }
 
-int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* scales, int64_t sstride,
-                       const int64_t* ids, const float* weights, int64_t n, int64_t K, int64_t s, const int64_t* rows,
-                       int64_t stride, int64_t W, int64_t E_loc, EpLayout layout, int64_t cap, int64_t vb,
-                       int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col, const int64_t* local_of,
-                       uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row,
-                       int32_t* pair_peer, int64_t* pair_row, int threads) {
+int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const ScatterPlaces& out, int threads) {
+    const uint8_t *values = src.values, *scales = src.scales;
+    const int64_t vstride = src.vstride, sstride = src.sstride, n = src.n, K = src.K, s = src.s;
+    const int64_t* ids = src.ids;
+    const float* weights = src.weights;
+    const int64_t *rows = plan.rows, *local_of = plan.local_of, *dst_bytes = plan.dst_bytes;
+    const int64_t stride = plan.stride, W = plan.W, E_loc = plan.local_experts, cap = plan.cap;
+    const EpLayout layout = plan.layout;
+    const int64_t vb = plan.fmt.vb, sb = plan.fmt.sb, rec = plan.fmt.rec, sc_col = plan.fmt.sc_col, id_col = plan.fmt.id_col;
+    uint8_t* const* dst = plan.dst;
+    int32_t *tok_peer = out.tok_peer, *pair_peer = out.pair_peer;
+    int64_t *tok_row = out.tok_row, *pair_row = out.pair_row;
     const PlanCore p = plan_core(rows, stride, W, E_loc, layout, cap, s);
     for (int64_t d = 0; d < W; ++d) {
         const int64_t l = local_of[d];

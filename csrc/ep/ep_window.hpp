@@ -30,17 +30,6 @@ int64_t flags_wait(int64_t* const* flags, int64_t n, int64_t target, double time
 void pull_weighted_sum(const bf16_t* const* rows, const int32_t* peer, const int64_t* row, const float* weights,
                        int64_t tokens, int64_t entries, int64_t dim, float* out, int threads = 0);
 
-// Dispatch records for one destination rank, each written in one go: for i < n, record i of dst
-// (rec bytes apart) gets vb value bytes from values[token[i]] (column vcol, rows value_stride bytes
-// apart), sb scale bytes from scales[token[i]] at column scol (rows scale_stride apart) placed at
-// sc_col, then top_k int32 ids at id_col: ids[token[i], k] - dest * local_experts where that expert
-// lives on dest, else -1, then the top_k FP32 weights (zeros when weights is null).
-void write_records(const uint8_t* values, int64_t value_stride, int64_t vcol, int64_t vb, const uint8_t* scales,
-                   int64_t scale_stride, int64_t scol, int64_t sb, const int64_t* token, int64_t n, const int64_t* ids,
-                   const float* weights, int64_t top_k, int64_t dest, int64_t local_experts, uint8_t* dst, int64_t rec,
-                   int64_t sc_col, int64_t id_col);
-
-
 // ---- The per-call planning of a window dispatch, in one pass each (no Python loops) -------------
 
 // The counts a dispatch publishes, from ids [n, K] (global experts): out[0:W) tokens sent to each
@@ -58,23 +47,57 @@ int dispatch_counts(const int64_t* ids, int64_t n, int64_t K, int64_t E, int64_t
 void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t local_experts, EpLayout layout,
                  int64_t cap, int64_t me, int64_t* out);
 
-// Source s's tokens (payload rows values/scales, rows vstride/sstride bytes apart; global expert
-// ids [n, K]; weights [n, K] or null) written into the windows of the destination ranks of this
-// node (dst[local_of[d]]: rank d's receive segment; local_of[d] < 0: another node, not written),
-// each row once at its final place: records (token layout: values | pad | scales | K local ids |
-// K weights, rec bytes) or rows of the per-expert / masked layout (values rows, then the scale rows
-// from the 64-byte-rounded end of the values). The places follow from the agreed rows alone (source
-// blocks in rank order, tokens ascending). Fills, for every token i: tok_peer[i, d] = d and
-// tok_row[i, d] its record row at d, or -1 and -1 where no expert of i lives on d; pair_peer[i, k]
-// = the rank of expert ids[i, k] and pair_row[i, k] its row in that rank's pair rows. Returns the
-// bytes written. Throws std::invalid_argument, before writing anything, where a destination's
-// rows would not fit its segment (dst_bytes[l] bytes). threads: as pull_weighted_sum.
-int64_t window_scatter(const uint8_t* values, int64_t vstride, const uint8_t* scales, int64_t sstride,
-                       const int64_t* ids, const float* weights, int64_t n, int64_t K, int64_t s, const int64_t* rows,
-                       int64_t stride, int64_t W, int64_t local_experts, EpLayout layout, int64_t cap, int64_t vb,
-                       int64_t sb, int64_t rec, int64_t sc_col, int64_t id_col, const int64_t* local_of,
-                       uint8_t* const* dst, const int64_t* dst_bytes, int32_t* tok_peer, int64_t* tok_row,
-                       int32_t* pair_peer, int64_t* pair_row, int threads = 0);
+// How a dispatch's rows are laid out in bytes (python/dsperf/ep/plan.py's RowFormat): vb value
+// bytes and sb scale bytes per row; a token-layout record is rec bytes: values | pad | scales at
+// sc_col | K int32 local ids at id_col | K FP32 weights.
+struct RowFormat {
+    int64_t vb = 0, sb = 0, rec = 0, sc_col = 0, id_col = 0;
+};
+
+// One source rank's tokens: payload rows (values, and scales or null; rows vstride / sstride bytes
+// apart), global expert ids [n, K] and weights [n, K] or null; s: the source's rank.
+struct ScatterSource {
+    const uint8_t* values = nullptr;
+    int64_t vstride = 0;
+    const uint8_t* scales = nullptr;
+    int64_t sstride = 0;
+    const int64_t* ids = nullptr;
+    const float* weights = nullptr;
+    int64_t n = 0, K = 0, s = 0;
+};
+
+// Where they land: the agreed count rows [W, stride] (tokens source -> dest at [0, W), pairs
+// source -> expert at [W, W + E)), the layout and the masked layout's rows per expert, the row
+// format, and this node's windows: dst[local_of[d]] is rank d's receive segment, dst_bytes[l] bytes
+// long (local_of[d] < 0: another node, not written).
+struct ScatterPlan {
+    const int64_t* rows = nullptr;
+    int64_t stride = 0, W = 0, local_experts = 0;
+    EpLayout layout = EpLayout::kToken;
+    int64_t cap = 0;
+    RowFormat fmt;
+    const int64_t* local_of = nullptr;
+    uint8_t* const* dst = nullptr;
+    const int64_t* dst_bytes = nullptr;
+};
+
+// Where every token went, filled by window_scatter: tok_peer/tok_row [n, W], pair_peer/pair_row [n, K].
+struct ScatterPlaces {
+    int32_t* tok_peer = nullptr;
+    int64_t* tok_row = nullptr;
+    int32_t* pair_peer = nullptr;
+    int64_t* pair_row = nullptr;
+};
+
+// The source's tokens written into the windows of the destination ranks of this node, each row
+// once at its final place: records (token layout) or rows of the per-expert / masked layout (values
+// rows, then the scale rows from the 64-byte-rounded end of the values). The places follow from the
+// agreed rows alone (source blocks in rank order, tokens ascending). Fills, for every token i:
+// tok_peer[i, d] = d and tok_row[i, d] its record row at d, or -1 and -1 where no expert of i lives
+// on d; pair_peer[i, k] = the rank of expert ids[i, k] and pair_row[i, k] its row in that rank's
+// pair rows. Returns the bytes written. Throws std::invalid_argument, before writing anything,
+// where a destination's rows would not fit its segment. threads: as pull_weighted_sum.
+int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const ScatterPlaces& out, int threads = 0);
 
 // One sync of the control window: this rank's row (len words, the rest of row_words zeroed) stored
 // at word `base` of its segment ctrl[me], the sequence number seq published at word 0 (release),

@@ -80,6 +80,11 @@ class _WindowPlan(RowFormat):
     def code(self):
         return _LAYOUT_CODE[self.layout]
 
+    @property
+    def native(self):
+        """The row format as the C++ core takes it (one object across the binding)."""
+        return _C_EP.RowFormat(vb=self.vb, sb=self.sb, rec=self.rec, sc_col=self.sc_col, id_col=self.id_col)
+
 
 def _window_plan(rows, W, E_loc, cap, layout, fp8, hidden, K, me):
     out = np.empty(6 * W + E_loc, np.int64)
@@ -289,9 +294,8 @@ class WindowEpComm(CombineSteps, EpExchange):
         tok_peer, tok_row = np.empty((n, W), np.int32), np.empty((n, W), np.int64)
         pair_peer, pair_row = np.empty((n, K), np.int32), np.empty((n, K), np.int64)
         written = _C_EP.window_scatter(vsrc, vcol, ssrc if plan.sb else None, scol, ids, w, s, plan.rows,
-                                       self.local_experts, plan.code, plan.cap, plan.vb, plan.sb, plan.rec,
-                                       plan.sc_col, plan.id_col, self._local_of, segs[0], segs[1], tok_peer, tok_row,
-                                       pair_peer, pair_row, self._threads)
+                                       self.local_experts, plan.code, plan.cap, plan.native, self._local_of,
+                                       (segs[0], segs[1]), (tok_peer, tok_row, pair_peer, pair_row), self._threads)
         return written, tok_peer, tok_row, pair_peer, pair_row
 
     def _write_inbox(self, plan, s, vsrc, vcol, ssrc, scol, ids, w, segs):

@@ -241,3 +241,24 @@ def test_amd_gemm_rows_make_a_partial_table_with_the_widest_band():
         assert calls.loc[calls["family"] == "gemm_fp8", "from_table"].all()
         assert not calls.loc[calls["family"] == "mla_decode", "from_table"].any()
         assert r["regime"].startswith("partial/") and r["band_regime"] == "worst of all"
+
+
+def test_mi355x_fused_moe_rows_load_with_their_sources():
+    # aiter's tuned FP8 block-scale fused MoE at DeepSeek-V3 expert shapes, measured on gfx950
+    # (benchmarks/tables/import_aiter_fmoe.py): one set of measurements in both grouped families.
+    rows = grounded.read_table_rows(DATA / "efficiency" / "MI355X.csv")
+    moe = [r for r in rows if r["family"] in ("grouped_masked", "grouped_contiguous")]
+    assert len(moe) == 80 and all("a8w8_blockscale_tuned_fmoe_ds_v3.csv (commit 84493f0" in r["source"]
+                                  and "gfx950 (MI355X, 256 CUs)" in r["source"] for r in moe)
+    assert {r["k"] for r in moe if r["n"] == 7168} == {256, 512}  # TP8 and TP4 down projections
+    tables = grounded.kernel_tables("MI355X")
+    assert tables.rows("grouped_masked") == tables.rows("grouped_contiguous") == 40
+    assert grounded.table_kind("MI355X") == "partial"  # no measured MLA attention rows yet
+    for phase, fam in (("decode", "grouped_masked"), ("prefill", "grouped_contiguous")):
+        r = (grounded.decode("DeepSeek-V3", "MI355X", batch=64, kv_len=4096, ep=8) if phase == "decode"
+             else grounded.prefill("DeepSeek-V3", "MI355X", ep=8))
+        calls = grounded.calls_frame(r)
+        assert calls.loc[calls["family"] == fam, "from_table"].all()
+        assert not calls.loc[calls["family"].str.startswith("mla_"), "from_table"].any()
+    # MI300X has no fused-MoE rows: aiter's 304-CU DeepSeek fmoe rows were measured on MI325X.
+    assert not grounded.kernel_tables("MI300X").rows("grouped_masked")

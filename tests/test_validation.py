@@ -106,6 +106,26 @@ def test_efficiency_rows_all_have_sources():
         assert rows and all(r["source"] for r in rows)
 
 
+def test_a_row_is_read_against_the_gpu_that_timed_it():
+    """The MI300X table holds rows timed on MI325X (aiter's commit says so): each names its GPU, and a
+    memory-bound row timed on the faster-memory MI325X prices slower on the MI300X than it would as
+    an MI300X measurement."""
+    rows = grounded.read_table_rows(resources.files("dsperf") / "data" / "efficiency" / "MI300X.csv")
+    on = {r.get("measured_on") for r in rows}
+    assert on == {"MI300X", "MI325X"}
+    assert all(f"({r['measured_on']}, 304 CUs)" in r["source"] for r in rows)
+    mi300x, mi325x = (grounded.load_device(d, "corrected") for d in ("MI300X", "MI325X"))
+    assert mi325x.mem_bw_gbps > mi300x.mem_bw_gbps
+    shape = grounded.SM.KernelShape(m=1, n=3072, k=1536, fp8=True)   # a weight read: memory-bound
+
+    def efficiency(timed_on):
+        t = grounded.SM.KernelTables(0.6)
+        t.add_latency("gemm_fp8", shape, 10.0, timed_on)
+        return t.lookup("gemm_fp8", shape, mi300x)["value"]
+
+    assert efficiency(mi325x) < efficiency(mi300x)
+
+
 @pytest.mark.parametrize("text, field", [
     ("family,source,m,n,k,latency_us\ngemm_int4,x,1,2,3,4\n", "family"),
     ("family,m,n,k,latency_us\ngemm_fp8,1,2,3,4\n", "source"),
@@ -113,6 +133,7 @@ def test_efficiency_rows_all_have_sources():
     ("family,source,m,n,latency_us\ngemm_fp8,x,1,2,4\n", "k"),
     ("family,source,ep\ndispatch_ll,x,8\n", "gbps"),
     ("family,source,m,n,k,latency_us,dtype\ngemm_fp8,x,1,2,3,4,fp4\n", "dtype"),
+    ("family,source,m,n,k,latency_us,measured_on\ngemm_fp8,x,1,2,3,4,MI999\n", "measured_on"),
 ])
 def test_bad_table_names_file_row_and_field(tmp_path, text, field):
     path = tmp_path / "bad.csv"

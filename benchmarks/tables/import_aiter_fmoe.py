@@ -81,7 +81,7 @@ def rows(path: str, cu: int, device: str, gfx: str, commit: str, origin: str) ->
         for fam in ("grouped_masked", "grouped_contiguous"):
             for proj, s, t in (("up", up, t_up), ("down", down, t_down)):
                 out.append([fam, f"{s['m']:.6g}", int(s["n"]), int(s["k"]), f"{s['groups']:.6g}", "fp8", f"{t:.6g}",
-                            f"{where}; {proj} projection of {note}"])
+                            device, f"{where}; {proj} projection of {note}"])
     return out
 
 

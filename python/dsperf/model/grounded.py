@@ -27,7 +27,7 @@ import pandas as pd
 
 from .. import _C
 from .._checks import MAX_COUNT, MAX_TOKENS, flag, finite_results, number, read_small_file
-from .devices import DeviceLike, DeviceSpec, device_metadata, kernel_table_name, load_device  # noqa: F401
+from .devices import DeviceLike, DeviceSpec, device_metadata, kernel_table_name, list_devices, load_device  # noqa: F401
 from .configs import load_model
 from . import bands
 
@@ -102,6 +102,14 @@ def read_table_rows(path) -> list[dict]:
                 raise ValueError(f"{where}: field 'source2': a derived row names both sources (the row it "
                                  "was moved from, and the published figure that moved it)")
             row["source2"] = raw["source2"].strip()
+        # measured_on: the GPU that timed the row, where it is not the table's own (a sibling part of
+        # the same die, e.g. MI325X rows in the MI300X table): its latency is read against that roofline.
+        measured_on = (raw.get("measured_on") or "").strip()
+        if measured_on:
+            if measured_on not in list_devices():
+                raise ValueError(f"{where}: field 'measured_on' must name a shipped device "
+                                 f"({', '.join(list_devices())}), got {measured_on!r}")
+            row["measured_on"] = measured_on
         dtype = (raw.get("dtype") or "").strip()
         if dtype:
             if dtype not in ("fp8", "bf16"):
@@ -157,11 +165,14 @@ def _row_gbps(row: Mapping) -> float:
 def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
     """A device's table file's rows into t; a row the tables refuse (a communication family, whose
     rows are the network table's) is an error naming the file and the row."""
+    devices = {}
     for i, row in enumerate(read_table_rows(path), start=1):
         if SM.is_comm_family(row["family"]):
             raise ValueError(f"{path}, row {i}: field 'family': {row['family']} rows belong in the network table "
                              "(data/efficiency/network.csv), not a device's kernel table")
-        t.add_latency(row["family"], _shape(row), row["latency_us"], measured_on)
+        on = row.get("measured_on")
+        timed_on = measured_on if on is None else devices.setdefault(on, load_device(on, "corrected"))
+        t.add_latency(row["family"], _shape(row), row["latency_us"], timed_on)
 
 
 @functools.lru_cache(maxsize=16)

@@ -10,7 +10,8 @@ its figure is its best round and the spread of its best rounds is recorded, name
 kernels of the calibration sweep (dsperf.sweeps.fit_points) are timed and the per-family
 efficiencies of the kernel cost model fitted to them (dsperf.predict.fit_efficiencies; at most 1,
 values at a bound of the search named). The result is a device TOML (the GPU specs'
-fields, a [calibration] table of the raw measurements and an [efficiency] table per kernel family)
+fields, each with its source, a [calibration] table of the raw measurements and an [efficiency]
+table per kernel family)
 under ~/.cache/dsperf (cpu-<host>-<kernels>.toml, or --out), with the fit sweep's CSV beside it,
 reused until asked to re-measure or until the process runs other kernels (kernel_path: DSPERF_ISA
 and DSPERF_GEMM pick them).

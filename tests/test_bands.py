@@ -1,11 +1,7 @@
 """Error bands by regime (dsperf.model.bands), the derived Blackwell table (dsperf.model.derive_table)
-and the guard that no published deployment figure is an input of the model."""
+(the guard that no published figure is an input is tests/test_input_guard.py)."""
 import csv
-import itertools
 import math
-import re
-import sys
-import tomllib
 from importlib import resources
 
 import pandas as pd
@@ -127,73 +123,7 @@ def test_clock_ratio_outside_0_1_is_refused(ratio):
         grounded.load_device("B200", "corrected", sustained_clock_ratio=ratio)
 
 
-# ---- the input guard --------------------------------------------------------------------------------
-
-def _numbers_in_device_files():
-    for f in (DATA / "devices").iterdir():
-        if f.name.endswith(".toml"):
-            def walk(d, where):
-                for k, v in d.items():
-                    if isinstance(v, dict):
-                        yield from walk(v, f"{where}.{k}")
-                    elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                        yield f"{where}.{k}", float(v)
-            yield from walk(tomllib.loads(f.read_text()), f.name)
-
-
-def _numbers_in_tables():
-    for f in (DATA / "efficiency").iterdir():
-        if f.name.endswith(".csv"):
-            for i, row in enumerate(grounded.read_table_rows(f), start=1):
-                for k, v in row.items():
-                    if isinstance(v, float):
-                        yield f"{f.name} row {i} {k}", v
-    for a in derive_table.read_anchors():
-        yield f"anchors.csv {a['table']} {a['families'][0]}", a["published"]
-
-
-def _numbers_in_assumed_values():
-    for p in validation.load_points():
-        for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?", p.get("assumed", "")):
-            yield f"points.csv {p['point']} assumed", float(m.group())
-
-
-def _model_constants():
-    from dsperf import _C
-    SM = _C.step_model
-    yield "DEFAULT_EFFICIENCY", grounded.DEFAULT_EFFICIENCY
-    for name in ("decode_step_overhead_ms", "prefill_step_overhead_ms"):
-        if hasattr(SM, name):
-            yield name, float(getattr(SM, name))
-
-
-def test_no_deployment_figure_or_ratio_of_two_is_an_input():
-    figures = sorted({p["published"] for p in validation.load_points()})
-    ratios = {a / b for a, b in itertools.permutations(figures, 2)}
-    # Small integers (counts, batch sizes, GPUs) and round shape sizes are not deployment figures.
-    trivial = lambda v: v == int(v) and (v <= 1024 or v in (2048, 4096, 8192, 16384, 32768, 65536))  # noqa: E731
-    dimensionless = list(itertools.chain(_numbers_in_device_files(), _model_constants()))
-    inputs = itertools.chain(dimensionless, _numbers_in_tables(), _numbers_in_assumed_values())
-    for where, v in inputs:
-        if v <= 0 or trivial(v):
-            continue
-        assert not any(math.isclose(v, f, rel_tol=1e-4) for f in figures), (where, v)
-    # A ratio of two figures is dimensionless: the ratios, derates, clocks and efficiencies of the
-    # device files and the model's constants (table latencies are in microseconds).
-    for where, v in dimensionless:
-        if 0 < v < 10 and not trivial(v):
-            assert not any(math.isclose(v, r, rel_tol=1e-4) for r in ratios), (where, v)
-
-
-def test_the_guard_catches_a_planted_figure(monkeypatch):
-    figure = validation.load_points()[0]["published"]
-    monkeypatch.setattr(sys.modules[__name__], "_model_constants", lambda: iter([("planted", figure)]))
-    with pytest.raises(AssertionError, match="planted"):
-        test_no_deployment_figure_or_ratio_of_two_is_an_input()
-    a, b = (p["published"] for p in validation.load_points()[:2])
-    monkeypatch.setattr(sys.modules[__name__], "_model_constants", lambda: iter([("planted ratio", a / b)]))
-    with pytest.raises(AssertionError, match="planted ratio"):
-        test_no_deployment_figure_or_ratio_of_two_is_an_input()
+# The input guard (no published figure, nor a ratio of two, is an input) is tests/test_input_guard.py.
 
 
 # ---- fixed costs: the TP all-reduce by message size, and MoE under TP attention ----------------------

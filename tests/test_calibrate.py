@@ -235,3 +235,19 @@ def test_a_rewritten_kernel_table_is_read_again(quick_run, tmp_path):
     table.write_text("\n".join(rows[:header + 1] + slower) + "\n")
     os.utime(table, ns=(table.stat().st_atime_ns, table.stat().st_mtime_ns + 1_000_000_000))
     assert dsperf.grounded.decode("DeepSeek-V2-Lite", str(dev), **kw)["step_ms"] > before
+
+
+def test_a_file_written_before_sources_is_measured_again(quick_run, tmp_path):
+    """Every number of a device file names its source (dsperf.model.devices.check_sources): the file
+    calibrate writes does, and one written before (no sources entries) is measured again, not refused."""
+    path, m = quick_run
+    text = path.read_text()
+    assert 'sources.mem_bw_gbps = "measured by dsperf calibrate on ' in text
+    old = tmp_path / "old.toml"
+    old.write_text("".join(line for line in text.splitlines(keepends=True) if not line.startswith("sources.")))
+    with pytest.raises(ValueError, match="has no source"):
+        dsperf.load_device(str(old))
+    with pytest.warns(UserWarning, match="written before device files named the source of each field"):
+        _, again = cal.calibrate(quick=True, path=old, points=[("linear", dict(m=1, n=256, k=512, dtype="bf16"))],
+                                 repeats=2)
+    assert not again["reused"] and dsperf.load_device(str(old)).sm_count == m["threads"]

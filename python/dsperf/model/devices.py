@@ -25,6 +25,11 @@ OPTIONAL = tuple(name for name, _, required in DeviceSpec.FIELDS if not required
 # Keys of a device file the spec does not hold (dsperf.hardware.device_metadata).
 METADATA_FIELDS = ("kernel_table", "board_power_w")
 REQUIRED = [k for k in SPEC_FIELDS if k not in OPTIONAL]
+# Tables a device file may hold beside its fields: the seed's values, the sources of every number,
+# and what `dsperf calibrate` measured and fitted (its own record of the measurement).
+TABLES = ("as_published", "sources", "calibration", "efficiency")
+# A source that is not a publication or a measurement starts with this and says why.
+ASSUMED = "assumed:"
 
 DeviceLike = Union[str, os.PathLike, DeviceSpec]
 
@@ -84,7 +89,7 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
         raise ValueError(f"device file {source} field 'as_published' must be a table, got {seed!r}")
     if seed_values:
         values.update({k: v for k, v in seed.items() if k in SPEC_FIELDS})
-    unknown = [k for k in data if k not in SPEC_FIELDS and k not in ("aliases", "as_published", "calibration", "efficiency")
+    unknown = [k for k in data if k not in SPEC_FIELDS and k != "aliases" and k not in TABLES
                and k not in METADATA_FIELDS]
     if unknown:
         raise ValueError(f"device file {source} has an unknown field '{unknown[0]}'")
@@ -95,7 +100,52 @@ def spec_from_dict(data: dict, mode: str = "as_published", source: str = "<dict>
         spec.validate()
     except ValueError as e:
         raise ValueError(f"device file {source}: {e}") from None
+    check_sources(data, source)
     return spec
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def numeric_fields(data: dict) -> dict:
+    """{field: value} of every number of a parsed device file the model reads: its top-level fields,
+    and its [as_published] overrides as 'as_published.<field>'. The [calibration] and [efficiency]
+    tables of a `dsperf calibrate` file are its record of the measurement and are not included."""
+    out = {k: v for k, v in data.items() if _is_number(v)}
+    seed = data.get("as_published", {})
+    if isinstance(seed, dict):
+        out.update({f"as_published.{k}": v for k, v in seed.items() if _is_number(v)})
+    return out
+
+
+def check_sources(data: dict, source: str = "<dict>") -> dict:
+    """The `sources` table of a parsed device file, checked: every numeric field (numeric_fields)
+    has a non-empty text naming where its value comes from (a datasheet, a paper, a PR, a
+    measurement) or starting with 'assumed:' and saying why; and every entry names a field the file
+    has (a stale or misspelt entry is an error, as an unknown field is). Every device file is held
+    to this, shipped or not: a number without a source cannot be told apart from a fitted one.
+    Errors name the file and the field."""
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict):
+        raise ValueError(f"device file {source} field 'sources' must be a table of texts, got {sources!r}")
+    numbers = numeric_fields(data)
+    for key in numbers:
+        text = sources.get(key)
+        if text is None:
+            name = f'"{key}"' if "." in key else key
+            raise ValueError(f"device file {source} field '{key}' has no source: add sources.{name} = \"<datasheet, "
+                             f"paper, PR or measurement>\" (or \"{ASSUMED} <why>\") (docs/ADDING_A_DEVICE.md)")
+        if not isinstance(text, str) or not text.strip() or text.strip() == ASSUMED or "\0" in text:
+            raise ValueError(f"device file {source} field '{key}': its source must be a non-empty text (where the "
+                             f"value comes from, or '{ASSUMED} <why>'), got {text!r}")
+    seed = data.get("as_published", {})
+    known = set(numbers) | {k for k in data if k not in TABLES} | (
+        {f"as_published.{k}" for k in seed} if isinstance(seed, dict) else set())
+    stale = [k for k in sources if k not in known]
+    if stale:
+        raise ValueError(f"device file {source} has a source for '{stale[0]}', which is not a field of the file")
+    return sources
 
 
 # Integer fields are C++ ints: bounded here, before the conversion (DeviceSpec::validate has the
@@ -251,6 +301,8 @@ def device_metadata(device: DeviceLike) -> dict:
                              "(or give the path of a .toml device file)")
     else:
         raise TypeError(f"device must be a name, a .toml path or a DeviceSpec, got {type(device).__name__}")
+    if data:
+        check_sources(data, f"'{device}'")
     out = {k: data[k] for k in METADATA_FIELDS if data and k in data}
     table = out.get("kernel_table")
     if table is not None and not (isinstance(table, str) and table.strip() and "\0" not in table):

@@ -10,7 +10,8 @@ its figure is its best round and the spread of its best rounds is recorded, name
 kernels of the calibration sweep (dsperf.sweeps.fit_points) are timed and the per-family
 efficiencies of the kernel cost model fitted to them (dsperf.predict.fit_efficiencies; at most 1,
 values at a bound of the search named). The result is a device TOML (the GPU specs'
-fields, a [calibration] table of the raw measurements and an [efficiency] table per kernel family)
+fields, each with its source, a [calibration] table of the raw measurements and an [efficiency]
+table per kernel family)
 under ~/.cache/dsperf (cpu-<host>-<kernels>.toml, or --out), with the fit sweep's CSV beside it,
 reused until asked to re-measure or until the process runs other kernels (kernel_path: DSPERF_ISA
 and DSPERF_GEMM pick them).
@@ -256,6 +257,43 @@ def _spec_values(m: dict, name: str) -> dict:
                 call_overhead_us=m["call_overhead_us"])
 
 
+def _spec_sources(m: dict) -> dict:
+    """The source of each field _spec_values writes (every numeric field of a device file carries
+    one: dsperf.model.devices.check_sources): the probe it was measured by, on this CPU at this
+    time, or why a CPU has that value."""
+    on = f"measured by dsperf calibrate on {m['cpu_model']}, {m['measured_at']}"
+    link = ("MPI loopback between two processes" if m.get("mpi_bandwidth_gbps")
+            else f"STREAM triad of {m['threads']} threads (no MPI loopback)")
+    return dict(
+        sm_count=f"{on}: the threads the kernels run on",
+        comm_sms_prefill="dsperf calibrate: a CPU keeps no cores for communication",
+        comm_sms_decode="dsperf calibrate: a CPU keeps no cores for communication",
+        fp16_tflops=f"{on}: the better of the VDPBF16PS and FP32 FMA peaks of all threads",
+        fp8_tflops="dsperf calibrate: no FP8 path on a CPU",
+        compute_derate="dsperf calibrate: the rates are achieved rates, so no derate",
+        mem_gb=f"{on}: physical memory (sysconf)",
+        mem_bw_gbps=f"{on}: streaming read of all threads",
+        nvlink_gbps=f"{on}: {link}",
+        scaleout_gbps=f"{on}: {link}",
+        discount="dsperf calibrate: the rates are achieved rates, so no discount",
+        gpus_per_node="dsperf calibrate: one machine",
+        cache_bw_gbps=f"{on}: read of cache-resident data, all threads",
+        call_overhead_us=f"{on}: median time of the smallest kernel call from Python",
+    )
+
+
+def _source_lines(lines: list[str], sources: dict) -> list[str]:
+    """The spec's lines with each numeric field's source beside it (sources.<field> = "...")."""
+    out = []
+    for line in lines:
+        out.append(line)
+        field = line.split(" = ", 1)[0]
+        if field in sources and not line.endswith('"'):
+            text = sources[field].replace("\\", "\\\\").replace('"', '\\"')
+            out.append(f'sources.{field} = "{text}"')
+    return out
+
+
 def spec_of(m: dict, name: str) -> DeviceSpec:
     """The DeviceSpec of the measurements, in memory (the values the file records, rounded alike)."""
     spec = DeviceSpec()
@@ -286,7 +324,7 @@ def to_toml(m: dict, name: str, efficiencies=None, kernel_table: str | None = No
         "# Compute: the better of the VDPBF16PS and FP32 FMA peaks of all threads (BF16 work can run on",
         "# either); memory: the streaming read of all threads; links: MPI loopback between two",
         "# processes where MPI is installed, else the triad bandwidth.",
-        *_spec_lines(_spec_values(m, name)),
+        *_source_lines(_spec_lines(_spec_values(m, name)), _spec_sources(m)),
         *([f'kernel_table = "{kernel_table}"'] if kernel_table else []),
         "",
         "[calibration]",
@@ -381,14 +419,23 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
         data = _read_toml(path)
         measured_on = data.get("calibration", {}).get("kernels")
         build = data.get("calibration", {}).get("kernels_build")
-        if measured_on == kernel_path() and build == kernels_build():
+        from ..model.devices import check_sources
+
+        try:
+            check_sources(data, f"'{path}'")
+            sourced = True
+        except ValueError:
+            sourced = False
+        if measured_on == kernel_path() and build == kernels_build() and sourced:
             return path, dict(data.get("calibration", {}),
                               efficiency=efficiencies_from_dict(data.get("efficiency", {})),
                               spec=load_device(str(path), "corrected"), name=data.get("name"), reused=True)
         # Another kernel path's speeds, another build's (or a file from before they were recorded)
         # would price this one's calls wrongly: measure again, and say so whether or not progress
         # is shown.
-        if measured_on != kernel_path():
+        if not sourced and measured_on == kernel_path() and build == kernels_build():
+            why = "was written before device files named the source of each field"
+        elif measured_on != kernel_path():
             why = f"was measured on the {measured_on or 'unrecorded'} kernels; this process runs {kernel_path()}"
         else:
             why = f"was measured on build {build or 'unrecorded'} of dsperf's kernels; this is build {kernels_build()}"

@@ -1,0 +1,340 @@
+"""Every number the model reads, with where it comes from, and the guard that none of them is a
+published validation figure.
+
+The model's inputs are: the device files (data/devices/*.toml, each numeric field with its
+`sources` entry, checked by dsperf.model.devices.check_sources), the kernel tables
+(data/efficiency/*.csv, each row with its source), the anchors of the transfer rule
+(data/anchors.csv), the settings and assumed values of the validation points
+(data/validation/points.csv, latency_points.csv), and the model's own constants, listed here in
+INPUT_CONSTANTS with their source or an `assumed:` tag. `model_inputs()` gathers them all;
+`guard()` says which of them equals a published figure, or (for a dimensionless input) the ratio of
+two different published figures, at 4 significant digits (tests/test_input_guard.py).
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+from .. import _C
+from . import bands, devices, grounded, validation, validation_latency
+from .derive_table import read_anchors
+
+SM = _C.step_model
+ASSUMED = devices.ASSUMED
+DIGITS = 4  # "equal" means equal when both are rounded to this many significant digits
+
+
+class Constant(NamedTuple):
+    value: float
+    source: str            # where the value comes from, or 'assumed: <why>'
+    declared: str          # where it is declared (file, and the name there)
+    dimensionless: bool
+    # For a value the Python side cannot read (a C++ constant the binding does not expose, a
+    # literal in a function): a regular expression whose first group is the value in `declared`'s
+    # file; tests/test_input_guard.py checks the recorded value against it where the source tree is.
+    pattern: str | None = None
+
+
+def _simulate_defaults() -> dict:
+    return {k: p.default for k, p in inspect.signature(_serving().simulate).parameters.items()
+            if isinstance(p.default, (int, float)) and not isinstance(p.default, bool)}
+
+
+def _serving():
+    """The module dsperf.serving.simulate (the package exports its function under the same name)."""
+    import importlib
+
+    return importlib.import_module("dsperf.serving.simulate")
+
+
+# The sources of the serving simulator's numeric defaults (dsperf.serving.simulate's arguments):
+# docs/SERVING.md, "Assumed". A new numeric default without an entry fails the guard's test.
+SIMULATE_DEFAULT_SOURCES = {
+    "seed": "assumed: the random stream's seed (no figure: any seed gives the same statistics)",
+    "cv": "assumed: gamma arrivals as bursty as Poisson (cv 1) unless asked",
+    "input_len": "assumed: a 1K prompt for generated requests, a common benchmark length",
+    "output_len": "assumed: 256 output tokens for generated requests",
+    "ep": "assumed: an API default layout (EP16, two 8-GPU nodes), not a deployment's",
+    "attn_tp": "assumed: the neutral value (no attention TP)",
+    "redundant_experts": "assumed: the neutral value (no redundant experts)",
+    "replicas": "assumed: the neutral value (one instance)",
+    "mtp": "assumed: the neutral value (no MTP)",
+    "mtp_accepted": "assumed: the neutral value (no draft accepted)",
+    "imbalance": "assumed: the neutral value (balanced routing)",
+    "dense_tp": "assumed: the neutral value (no dense-layer TP)",
+    "moe_tp": "assumed: the neutral value (no expert TP)",
+    "prefill_ep": "assumed: an API default prefill layout (EP32, DeepSeek's prefill EP)",
+    "prefill_attn_tp": "assumed: the neutral value (no attention TP)",
+    "prefill_redundant_experts": "assumed: the neutral value (no redundant experts)",
+    "prefill_replicas": "assumed: the neutral value (one prefill instance)",
+    "prefill_max_num_tokens": "DeepSeek's profile: 16K prompt tokens per GPU per step (points.csv deepseek_profile_prefill)",
+    "block_tokens": "the traces' block (512 tokens); assumed: the same granularity for KV paging",
+    "sla_percentile": "assumed: goodput at the P90 of TTFT and TPOT, a common SLA percentile",
+    "max_waiting": "assumed: overload guard, 10,000 requests waiting",
+    "default_efficiency": "grounded.DEFAULT_EFFICIENCY (listed there)",
+}
+
+
+def _constants() -> dict[str, Constant]:
+    S = _serving()
+    hpp = "csrc/costmodel/step_model.hpp"
+    stypes = "csrc/serving/serving_types.hpp"
+    out = {
+        "step_model.decode_step_overhead_ms": Constant(
+            SM.decode_step_overhead_ms,
+            "assumed: scheduler, sampling and launch gaps per decode step; not measured (docs/VALIDATION.md)",
+            f"{hpp}: kDecodeStepOverheadMs", False),
+        "step_model.prefill_step_overhead_ms": Constant(
+            SM.prefill_step_overhead_ms,
+            "assumed: scheduler and launch gaps per prefill step; not measured (docs/VALIDATION.md)",
+            f"{hpp}: kPrefillStepOverheadMs", False),
+        # Not exposed by the binding (csrc/bindings/step_model.cpp): the declared value, checked
+        # against the header by the test.
+        "step_model.kMinKernelUs": Constant(
+            2.0, "assumed: the floor of a call priced without a table row (one kernel launch)",
+            f"{hpp}: kMinKernelUs", False, r"constexpr double kMinKernelUs = ([0-9.eE+-]+);"),
+        "step_model.kMemoryReserve": Constant(
+            0.9, "assumed: 90% of device memory usable for weights and KV cache (docs/VALIDATION.md)",
+            f"{hpp}: kMemoryReserve", True, r"constexpr double kMemoryReserve = ([0-9.eE+-]+);"),
+        "grounded.DEFAULT_EFFICIENCY": Constant(
+            grounded.DEFAULT_EFFICIENCY,
+            "assumed: a flat share of the datasheet roofline for a compute call without a table row; "
+            "not fitted to any deployment figure",
+            "python/dsperf/model/grounded.py: DEFAULT_EFFICIENCY", True),
+        "grounded._DEEPEP_HIDDEN": Constant(
+            grounded._DEEPEP_HIDDEN, "DeepEP's benchmark: hidden 7168 (DeepSeek-V3), the shape its network rows were timed at",
+            "python/dsperf/model/grounded.py: _DEEPEP_HIDDEN", False),
+        "grounded._DEEPEP_TOP_K": Constant(
+            grounded._DEEPEP_TOP_K, "DeepEP's benchmark: top-8 routing, the shape its network rows were timed at",
+            "python/dsperf/model/grounded.py: _DEEPEP_TOP_K", False),
+        "bands.LATENCY_BATCH": Constant(
+            bands.LATENCY_BATCH, "assumed: requests per GPU below which a decode step is called latency-bound",
+            "python/dsperf/model/bands.py: LATENCY_BATCH", False),
+        "bands.BAND_QUANTILE": Constant(
+            bands.BAND_QUANTILE, "assumed: the share of points in a regime a band is meant to hold",
+            "python/dsperf/model/bands.py: BAND_QUANTILE", True),
+        "bands.MIN_POINTS": Constant(
+            bands.MIN_POINTS, "assumed: fewer check points than this in a regime fall back to a coarser regime",
+            "python/dsperf/model/bands.py: MIN_POINTS", False),
+        "serving.DEFAULT_DURATION_S": Constant(
+            S.DEFAULT_DURATION_S, "assumed: 60 s of arrivals unless asked",
+            "python/dsperf/serving/simulate.py: DEFAULT_DURATION_S", False),
+        "serving.DEFAULT_MAX_NUM_TOKENS": Constant(
+            S.DEFAULT_MAX_NUM_TOKENS, "assumed: a common chunked-prefill size, not read from a deployment (docs/SERVING.md)",
+            "python/dsperf/serving/simulate.py: DEFAULT_MAX_NUM_TOKENS", False),
+        "serving.DEFAULT_PREFILL_TOKENS": Constant(
+            S.DEFAULT_PREFILL_TOKENS, "DeepSeek's profile: 16K prompt tokens per GPU per step (points.csv deepseek_profile_prefill)",
+            "python/dsperf/serving/simulate.py: DEFAULT_PREFILL_TOKENS", False),
+        "serving.DEFAULT_MAX_WAITING": Constant(
+            S.DEFAULT_MAX_WAITING, "assumed: overload guard (docs/SERVING.md)",
+            "python/dsperf/serving/simulate.py: DEFAULT_MAX_WAITING", False),
+        "serving.DEFAULT_DRAIN_S": Constant(
+            S.DEFAULT_DRAIN_S, "assumed: overload guard, simulated time after the last arrival (docs/SERVING.md)",
+            "python/dsperf/serving/simulate.py: DEFAULT_DRAIN_S", False),
+        "serving.max_batch_cap": Constant(
+            4096, "assumed: requests per GPU when max_batch is not given, beyond what a KV cache holds (docs/SERVING.md)",
+            "python/dsperf/serving/simulate.py: batch_cap", False, r"batch_cap = (\d+) if max_batch is None"),
+        "serving.ctx_ratio": Constant(
+            1.02, "assumed: a numerical grid, decode contexts 2% apart (linear interpolation between them)",
+            f"{stypes}: ServeConfig::ctx_ratio", True, r"double ctx_ratio = ([0-9.eE+-]+);"),
+        "serving.prefill_ratio": Constant(
+            1.0442, "assumed: a numerical grid, prefill chunks in buckets +-2.2% wide",
+            f"{stypes}: ServeConfig::prefill_ratio", True, r"double prefill_ratio = ([0-9.eE+-]+);"),
+        "serving.prefix_slack_min": Constant(
+            2, "assumed: prefix-aware routing's slack of at least 2 requests (docs/SERVING.md)",
+            "csrc/serving/router.cpp: load_slack", False, r"return std::max\((\d+), least / \d+\);"),
+        "serving.prefix_slack_divisor": Constant(
+            4, "assumed: prefix-aware routing's slack of a quarter of the least load (docs/SERVING.md)",
+            "csrc/serving/router.cpp: load_slack", False, r"return std::max\(\d+, least / (\d+)\);"),
+    }
+    for k, v in _simulate_defaults().items():
+        out[f"serving.simulate({k}=)"] = Constant(
+            v, SIMULATE_DEFAULT_SOURCES.get(k, ""), "python/dsperf/serving/simulate.py: simulate()",
+            k in ("mtp_accepted", "imbalance", "default_efficiency", "cv"))
+    return out
+
+
+INPUT_CONSTANTS: dict[str, Constant] = _constants()
+
+
+class Input(NamedTuple):
+    where: str
+    value: float
+    dimensionless: bool
+    # Computed from other inputs rather than written down (a table row's efficiency: its latency
+    # over its GPU's datasheet roofline); see computed_inputs_at_chance().
+    computed: bool = False
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# Fields of a device file that are dimensionless (a ratio could pass as one of them).
+DIMENSIONLESS_DEVICE_FIELDS = ("compute_derate", "discount", "sustained_clock_ratio")
+
+
+def device_inputs(device) -> list[Input]:
+    """The numbers of one device file (a shipped name or a .toml path), after the loader has
+    accepted it in both modes (which checks every number's source)."""
+    name = str(device)
+    for mode in ("corrected", "as_published"):
+        devices.load_device(device, mode)
+    data = devices._catalogue().get(name.lower())
+    if data is None:
+        data = devices._read_toml(name)
+    label = Path(name).name if name.endswith(".toml") else f"devices/{data.get('name', name)}.toml"
+    return [Input(f"{label} {k}", float(v), k.rsplit(".", 1)[-1] in DIMENSIONLESS_DEVICE_FIELDS)
+            for k, v in devices.numeric_fields(data).items()]
+
+
+def _tables_dir():
+    return resources.files("dsperf") / "data" / "efficiency"
+
+
+def table_inputs() -> list[Input]:
+    """Every numeric cell of the kernel tables, and the efficiency each compute row implies on the
+    GPU that timed it (its datasheet roofline time over its latency: dimensionless)."""
+    out = []
+    specs = {}
+    for f in sorted(_tables_dir().iterdir(), key=lambda p: p.name):
+        if not f.name.endswith(".csv"):
+            continue
+        table = f.name[:-4]
+        for i, row in enumerate(grounded.read_table_rows(f), start=1):
+            where = f"efficiency/{f.name} row {i} ({row['family']})"
+            out += [Input(f"{where} {k}", v, False) for k, v in row.items() if _is_number(v)]
+            if SM.is_comm_family(row["family"]) or "latency_us" not in row:
+                continue
+            on = row.get("measured_on", table)
+            spec = specs.setdefault(on, devices.load_device(on, "corrected"))
+            work = SM.table_work(row["family"], grounded._shape(row))
+            eff = SM.datasheet_roofline_s(work, spec) / (row["latency_us"] * 1e-6)
+            out.append(Input(f"{where} efficiency on {on}", eff, True, True))
+    return out
+
+
+def anchor_inputs() -> list[Input]:
+    """The anchors' published kernel figures, and each as a fraction of its device's peak (the
+    factor the transfer rule applies: dimensionless)."""
+    out = []
+    for a in read_anchors():
+        where = f"anchors.csv {a['table']} {' '.join(a['families'])}"
+        peak = getattr(devices.load_device(a["table"], "corrected"), a["peak_field"])
+        out += [Input(f"{where} published", a["published"], False),
+                Input(f"{where} published / {a['peak_field']}", a["published"] / peak, True)]
+    return out
+
+
+# Settings of a validation point that are not inputs: its figure, and its bookkeeping.
+_NOT_INPUTS = ("published",)
+DIMENSIONLESS_SETTINGS = ("mtp_accepted", "imbalance")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?:\.\d+)?")
+
+
+def _point_inputs(points, file) -> list[Input]:
+    out = []
+    for p in points:
+        for k, v in p.items():
+            if k not in _NOT_INPUTS and _is_number(v):
+                out.append(Input(f"{file} {p['point']} {k}", float(v), k in DIMENSIONLESS_SETTINGS))
+        for m in _NUMBER.finditer(p.get("assumed", "")):
+            out.append(Input(f"{file} {p['point']} assumed text", float(m.group().replace(",", "")), False))
+    return out
+
+
+def point_inputs() -> list[Input]:
+    """The settings the validation points are predicted with (batch, context, layout, MTP
+    acceptance, imbalance, ...) and the numbers in their `assumed` texts."""
+    return (_point_inputs(validation.load_points(), "points.csv")
+            + _point_inputs(validation_latency.load_latency_points(), "latency_points.csv"))
+
+
+def constant_inputs() -> list[Input]:
+    return [Input(f"constant {k}", float(c.value), c.dimensionless) for k, c in INPUT_CONSTANTS.items()]
+
+
+def model_inputs(device_files: Iterable = None) -> list[Input]:
+    """Every number the model reads: the device files (all shipped devices unless given), the
+    kernel tables, the anchors, the validation points' settings and the constants."""
+    files = devices.list_devices() if device_files is None else list(device_files)
+    return (list(itertools.chain.from_iterable(device_inputs(d) for d in files))
+            + table_inputs() + anchor_inputs() + point_inputs() + constant_inputs())
+
+
+# Matches the guard finds that were looked into: (input, the point whose figure it equals) -> why it
+# stays. A coincidence is a number with its own source that happens to share 4 digits with a
+# figure; a finding is a real dependence on a figure, kept visible here until it is resolved.
+EXEMPT = {
+    ("devices/B300.toml scaleout_gbps", "latency_points.csv sglang_h100_pd_decode_itl"):
+        "coincidence: ConnectX-8's 800 Gb/s = 100 GB/s (NVIDIA datasheet) against an ITL of 'approximately 100 ms'",
+    ("devices/GB300.toml scaleout_gbps", "latency_points.csv sglang_h100_pd_decode_itl"):
+        "coincidence: ConnectX-8's 800 Gb/s = 100 GB/s (NVIDIA datasheet) against an ITL of 'approximately 100 ms'",
+    ("latency_points.csv sglang_h100_pd_decode_itl output_len", "latency_points.csv sglang_h100_pd_decode_itl"):
+        "coincidence: the blog's EPLB decode case study runs 100 output tokens; its ITL is 'approximately 100 ms'",
+    ("latency_points.csv sglang_h100_pd_decode_itl assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
+        "the text quotes the figure ('approximately 100 ms' read as the median) and the 100 output tokens above",
+    ("efficiency/H20.csv row 81 (gemm_fp8) latency_us", "latency_points.csv ix_gb200_trt_8k1k_c256_tpot"):
+        "coincidence: a DeepGEMM time on H20 (15.312 us, alibaba/InferSim bench_data) against a GB200 TPOT "
+        "(15.305 ms, InferenceX); other units, other sources",
+    ("efficiency/H800.csv row 72 (gemm_fp8) latency_us", "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot"):
+        "coincidence: a DeepGEMM time on H800 (M 512, N 4096, K 7168: 30.034 us, alibaba/InferSim bench_data) "
+        "against a B200 TPOT (30.034 ms, InferenceX run 23266829671); other units, other sources, the table "
+        "row was imported before the latency point was added",
+    ("points.csv cloudmatrix384_decode assumed text", "points.csv cloudmatrix384_decode"):
+        "FINDING (open): the assumed batch of 96 per NPU is derived from the figure itself (1,943 tokens/s x "
+        "a TPOT just under 50 ms); the batch should come from the paper's own statement of it, or the "
+        "point be marked design",
+}
+
+
+def exemption(m: "Match") -> str | None:
+    """Why a match stays (EXEMPT), or None."""
+    return EXEMPT.get((m.where, m.figure.split(" = ")[0]))
+
+
+def published_figures() -> list[tuple[str, float]]:
+    """(point, figure) of every published validation figure, peak and latency sections."""
+    return ([(f"points.csv {p['point']}", p["published"]) for p in validation.load_points()]
+            + [(f"latency_points.csv {p['point']}", p["published"])
+               for p in validation_latency.load_latency_points()])
+
+
+def sig(v: float, digits: int = DIGITS) -> float:
+    """v rounded to `digits` significant digits."""
+    return float(f"{v:.{digits - 1}e}")
+
+
+class Match(NamedTuple):
+    where: str
+    value: float
+    figure: str   # the published figure, or the ratio of two, it equals
+
+
+def guard(inputs: Iterable[Input], figures: list[tuple[str, float]] = None) -> list[Match]:
+    """The inputs equal (at DIGITS significant digits) to a published figure, and the dimensionless
+    inputs equal to a ratio of two different published figures; empty when none is."""
+    figures = published_figures() if figures is None else figures
+    by_value = {}
+    for name, f in figures:
+        by_value.setdefault(sig(f), []).append(f"{name} = {f:g}")
+    ratios = {}
+    for (na, a), (nb, b) in itertools.permutations(figures, 2):
+        if sig(a) != sig(b):
+            ratios.setdefault(sig(a / b), []).append(f"{na} / {nb} = {a:g} / {b:g}")
+    out = []
+    for x in inputs:
+        if x.value == 0:
+            continue
+        key = sig(abs(x.value))
+        for name in by_value.get(key, ()):
+            out.append(Match(x.where, x.value, name))
+        if x.dimensionless:
+            for name in ratios.get(key, ()):
+                out.append(Match(x.where, x.value, name))
+    return out

@@ -268,3 +268,20 @@ def test_bad_arguments_are_one_line_errors():
     r = subprocess.run([sys.executable, "-m", "dsperf.cli", "measure-gpu", "--dry-run", "--budget-s", "-1"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--budget-s" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_run_stopped_from_outside_keeps_what_it_measured(tmp_path):
+    """The device script's hard stop (SIGINT past the budget) ends the loop, not the files."""
+    class Interrupted(FakeTimer):
+        def measure(self, shape, iters):
+            if len(self.calls) == 7:
+                raise KeyboardInterrupt
+            return super().measure(shape, iters)
+    clock = FakeClock()
+    timer = Interrupted(clock)
+    code = MG.run_command(_args(tmp_path), timer_factory=lambda: timer, clock_factory=lambda: clock,
+                          print_fn=lambda s: None)
+    assert code == 0
+    assert len(G.read_table_rows(tmp_path / "out" / "H200.csv")) == 7
+    md = (tmp_path / "out" / "comparison.md").read_text()
+    assert md.count("interrupted: the run was stopped before this shape") == len(MG.plan_shapes("H800")) - 7

@@ -241,36 +241,48 @@ def run_plan(timer, shapes: list[Shape], *, budget_s: float, iters: int, clock, 
     today = today or (lambda: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     skipped = {key: why for key, why in timer.available().items() if why}
     measured, left_out, ratios, started = [], [], [], set()
-    for shape in shapes:
-        key = (shape.family, shape.kernel)
-        if key in skipped:
-            left_out.append((shape, f"not run: {skipped[key]}"))
-            continue
-        model_us, found = price(shape)
-        # The estimate's per-shape part scaled by what the shapes so far took over theirs; a
-        # family's first call (its library's set-up) is not.
-        est = estimate_s(shape, model_us, iters)
-        scale = min(10.0, max(0.5, statistics.median(ratios))) if ratios else 1.0
-        est = est * scale + (estimate_s(shape, model_us, iters, True) - est if key not in started else 0.0)
-        t0 = clock.now()
-        if t0 + est > budget_s:
-            left_out.append((shape, f"budget: estimated {est:.1f} s, {max(0.0, budget_s - t0):.1f} s left"))
-            continue
+    for i, shape in enumerate(shapes):
         try:
-            m = timer.measure(shape, iters)
-        except Exception as e:  # noqa: BLE001 - one shape's failure is reported, the run goes on
-            started.add(key)
-            left_out.append((shape, f"error: {type(e).__name__}: {' '.join(str(e).split())[:200]}"))
-            log(f"  {shape.family} [{shape.kernel}] {shape.label()}: {type(e).__name__}: {str(e)[:120]}")
-            continue
-        t1 = clock.now()
-        if key in started:  # a family's first shape carries its library's first call: not a rate
-            ratios.append((t1 - t0) / max(estimate_s(shape, model_us, iters), 1e-9))
-        started.add(key)
-        measured.append(dict(shape=shape, us=m.us, event_us=m.event_us, kernels=tuple(m.kernels), model_us=model_us,
-                             from_table=found, clock=clock.window(t0, t1), date=today(), seconds=t1 - t0))
-        log(f"  {shape.family} [{shape.kernel}] {shape.label()}: {m.us:.2f} us (model {model_us:.2f} us)")
+            _one_shape(timer, shape, iters, budget_s, clock, price, log, today, skipped, measured, left_out, ratios,
+                       started)
+        except KeyboardInterrupt:  # stopped from outside (a hard time limit): keep what was measured
+            left_out.extend((s, "interrupted: the run was stopped before this shape") for s in shapes[i:])
+            break
     return Outcome(measured, left_out, skipped, clock.now(), budget_s, dict(timer.environment()))
+
+
+def _one_shape(timer, shape, iters, budget_s, clock, price, log, today, skipped, measured, left_out, ratios, started):
+    """One shape of run_plan: left out (family not runnable, budget, error) or measured."""
+    key = (shape.family, shape.kernel)
+    if key in skipped:
+        left_out.append((shape, f"not run: {skipped[key]}"))
+        return
+    model_us, found = price(shape)
+    # The estimate's per-shape part scaled by what the shapes so far took over theirs; a
+    # family's first call (its library's set-up) is not.
+    est = estimate_s(shape, model_us, iters)
+    scale = min(10.0, max(0.5, statistics.median(ratios))) if ratios else 1.0
+    est = est * scale + (estimate_s(shape, model_us, iters, True) - est if key not in started else 0.0)
+    t0 = clock.now()
+    if t0 + est > budget_s:
+        left_out.append((shape, f"budget: estimated {est:.1f} s, {max(0.0, budget_s - t0):.1f} s left"))
+        return
+    try:
+        m = timer.measure(shape, iters)
+    except Exception as e:  # noqa: BLE001 - one shape's failure is reported, the run goes on
+        started.add(key)
+        left_out.append((shape, f"error: {type(e).__name__}: {' '.join(str(e).split())[:200]}"))
+        log(f"  {shape.family} [{shape.kernel}] {shape.label()}: {type(e).__name__}: {str(e)[:120]}")
+        return
+    t1 = clock.now()
+    if key in started:  # a family's first shape carries its library's first call: not a rate
+        ratios.append((t1 - t0) / max(estimate_s(shape, model_us, iters), 1e-9))
+    started.add(key)
+    measured.append(dict(shape=shape, us=m.us, event_us=m.event_us, kernels=tuple(m.kernels), model_us=model_us,
+                         from_table=found, clock=clock.window(t0, t1), date=today(), seconds=t1 - t0))
+    log(f"  {shape.family} [{shape.kernel}] {shape.label()}: {m.us:.2f} us (model {model_us:.2f} us)")
+
+
 
 
 # ---- output ----------------------------------------------------------------------------------------
@@ -336,6 +348,15 @@ def device_file_text(device: str, table_file: str, env: dict) -> str:
     return "\n".join(lines[:at] + key + lines[at:]) + "\n"
 
 
+def _markdown(df, floatfmt) -> str:
+    """df as a markdown table; plain text where tabulate is missing (a GPU machine's bare Python:
+    the measured files are written before this, and must not be lost to a formatting library)."""
+    try:
+        return df.to_markdown(index=False, floatfmt=floatfmt)
+    except ImportError:
+        return "```\n" + df.to_string(index=False) + "\n```"
+
+
 def comparison_frame(outcome: Outcome):
     """One row per measured shape: the measurement, the model's current price on this device and
     their ratio (model / measured); dsperf's rows also carry the production kernel's time at the
@@ -395,7 +416,7 @@ def comparison_markdown(outcome: Outcome, device: str, df, steps=None, table_kin
              "table moved onto this GPU's roofline, at the tables' clock) over the time measured here. Above 1: the "
              "model prices the call slower than this GPU ran it.", ""]
     if len(df):
-        lines += ["## By family", "", _family_summary(df).to_markdown(index=False, floatfmt=".3g"), ""]
+        lines += ["## By family", "", _markdown(_family_summary(df), ".3g"), ""]
     if outcome.skipped:
         lines += ["## Families not run here", ""]
         lines += [f"- {fam} ({kernel}): {why}" for (fam, kernel), why in outcome.skipped.items()]
@@ -414,7 +435,7 @@ def comparison_markdown(outcome: Outcome, device: str, df, steps=None, table_kin
         lines.append("")
     if len(df):
         lines += ["## Every measured shape", "",
-                  df.drop(columns=["kernel_name"]).to_markdown(index=False, floatfmt=".4g"), ""]
+                  _markdown(df.drop(columns=["kernel_name"]), ".4g"), ""]
     return "\n".join(lines)
 
 
@@ -699,12 +720,12 @@ def plan_text(shapes: list[Shape], price: Callable, iters: int, budget_s: float,
                                                           within_budget=("within_budget", "sum")).reset_index()
     out = [f"dsperf measure-gpu --dry-run: {len(shapes)} shapes priced as {device}, {iters} timed launches each "
            f"(CUPTI) plus {iters} event-timed; nothing is timed.{note}", "",
-           by.to_markdown(index=False, floatfmt=".1f"), "",
+           _markdown(by, ".1f"), "",
            f"estimated total {df['estimated_s'].sum():.0f} s; within the {budget_s:.0f}-s budget: "
            f"{int(df['within_budget'].sum())} shapes ({total:.0f} s), left out: {int((~df['within_budget']).sum())}. "
            "Families this machine cannot run (no grouped FP8 GEMM in torch, no FlashInfer, dsperf built without CUDA) "
            "are skipped on the GPU and named in the output.", "",
-           df.to_markdown(index=False, floatfmt=".3g"), ""]
+           _markdown(df, ".3g"), ""]
     return "\n".join(out)
 
 

@@ -285,3 +285,38 @@ def test_a_run_stopped_from_outside_keeps_what_it_measured(tmp_path):
     assert len(G.read_table_rows(tmp_path / "out" / "H200.csv")) == 7
     md = (tmp_path / "out" / "comparison.md").read_text()
     assert md.count("interrupted: the run was stopped before this shape") == len(MG.plan_shapes("H800")) - 7
+
+
+def test_the_real_timer_skips_what_the_installed_libraries_lack():
+    """TorchTimer.available over a stand-in torch module: no torch._scaled_grouped_mm means no
+    grouped rows (never a per-expert loop in its place); FlashInfer and dsperf's CUDA build absent
+    here are named."""
+    class FakeTorch:
+        __version__ = "2.4.0+cu121"
+        float8_e4m3fn = object()
+        _scaled_mm = object()
+
+        class cuda:
+            @staticmethod
+            def get_device_capability(i):
+                return (9, 0)
+
+    timer = MG.TorchTimer.__new__(MG.TorchTimer)  # no GPU set-up: only the library checks
+    timer.torch, timer._kernel_text = FakeTorch, {}
+    got = timer.available()
+    assert got[("gemm_fp8", "production")] is None and got[("gemm_bf16", "production")] is None
+    for fam in ("grouped_masked", "grouped_contiguous"):
+        assert "has no torch._scaled_grouped_mm" in got[(fam, "production")]
+    FakeTorch._scaled_grouped_mm = object()
+    got = timer.available()
+    assert got[("grouped_masked", "production")] is None and got[("grouped_contiguous", "production")] is None
+    FakeTorch.cuda.get_device_capability = staticmethod(lambda i: (8, 0))
+    got = timer.available()
+    assert "sm_90" in got[("grouped_masked", "production")] and "sm_89" in got[("gemm_fp8", "production")]
+    try:
+        import flashinfer  # noqa: F401
+    except ImportError:
+        assert "flashinfer is not importable" in got[("mla_decode", "production")]
+    from dsperf import cuda
+    if not cuda.available()[0]:
+        assert all("not usable" in got[(f, "dsperf")] for f in MG.DSPERF_FAMILIES)

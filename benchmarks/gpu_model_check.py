@@ -21,85 +21,20 @@ swamps the small-M shapes. Without a CUDA GPU (or PyTorch) it says so and exits 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, run as a script
-from benchmarks.gpu_validate import ClockSampler  # noqa: E402
-
-
-def gpu_device_name(torch) -> str | None:
-    """The device file matching the GPU's name (H100 / H200 / H800 / H20), None if unknown."""
-    name = torch.cuda.get_device_name(0).upper()
-    for known in ("H200", "H800", "H100", "H20"):
-        if known in name:
-            return known
-    return None
-
-
-def time_us(torch, fn, iters: int, flush) -> float:
-    fn()  # warm-up: library heuristics, workspace
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
-def _is_gpu_kernel(evt) -> bool:
-    return str(getattr(evt, "device_type", "")).endswith("CUDA")
-
-
-def _device_us(evt) -> float:
-    for attr in ("device_time_total", "cuda_time_total"):  # the name changed across PyTorch versions
-        if hasattr(evt, attr):
-            return float(getattr(evt, attr))
-    raise AttributeError("the profiler's events carry no device time")
-
-
-def flush_kernel_names(torch, flush) -> set:
-    """The names of the kernels that flushing the L2 (flush.zero_()) launches."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        flush.zero_()
-        torch.cuda.synchronize()
-    return {e.key for e in prof.key_averages() if _is_gpu_kernel(e)}
-
-
-def kernel_us(torch, fn, iters: int, flush, flush_kernels: set) -> float:
-    """Mean GPU time per call of the kernels fn launches (the flush's kernels, named by
-    flush_kernel_names, left out), from PyTorch's profiler."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            flush.zero_()
-            fn()
-        torch.cuda.synchronize()
-    total = sum(_device_us(e) for e in prof.key_averages() if _is_gpu_kernel(e) and e.key not in flush_kernels)
-    if total <= 0:
-        raise RuntimeError("the profiler recorded no GEMM kernel")
-    return total / iters
-
-
-def predicted_us(SM, tables, spec, family: str, m: float, n: float, k: float) -> tuple[float, bool]:
-    """The grounded model's latency of one GEMM (us, at the tables' clock) and whether a table
-    row gave its efficiency (False: the default efficiency)."""
-    shape = SM.KernelShape(m=m, n=n, k=k, fp8=family == "gemm_fp8")
-    work = SM.table_work(family, shape)
-    eff = tables.lookup(family, shape)
-    return SM.datasheet_roofline_s(work, spec, 1.0) / eff["value"] * 1e6, bool(eff["found"])
+try:
+    import dsperf  # noqa: F401
+except ImportError:  # run from a checkout without an install: dsperf from its python/ folder
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+# The timing and pricing pieces live in dsperf (shared with `dsperf measure-gpu`); re-exported here
+# under the names this script always had.
+from dsperf.predict.gpu_timing import (ClockSampler, _device_us, _is_gpu_kernel, flush_kernel_names,  # noqa: E402,F401
+                                       gpu_device_name, kernel_us, predicted_us, time_us)
 
 
 def measure_row(torch, SM, tables, spec, r, iters, flush, flush_kernels, one) -> dict:

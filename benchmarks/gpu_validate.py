@@ -33,6 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
+try:
+    import dsperf  # noqa: F401
+except ImportError:  # run from a checkout without an install: dsperf from its python/ folder
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from dsperf.predict.gpu_timing import ClockSampler, parse_smi_sample  # noqa: E402,F401  (shared with measure-gpu)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Shapes per --size: full (DeepSeek-V3's, the published records' shapes), quick (a smoke run on a
@@ -251,68 +257,6 @@ def bench_ep(rows, iters, size, rng):
                      baseline="raw NCCL all-to-all, BF16 bytes", baseline_value=f"{raw_us:.0f} us",
                      record="DeepEP LL combine 114 us (EP8)", vs_record=f"{c_us / raw_us:.2f}x raw",
                      target="<= 1.5x raw all-to-all"))
-
-
-def parse_smi_sample(line):
-    """One line of `nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit
-    --format=csv,noheader,nounits`: (SM MHz, max SM MHz, watts, power limit W); a field nvidia-smi
-    cannot read ('[N/A]', '[Not Supported]') is NaN."""
-    fields = [f.strip() for f in line.split(",")]
-    if len(fields) != 4:
-        raise ValueError(f"expected 4 comma-separated fields from nvidia-smi, got {line!r}")
-
-    def num(text):
-        try:
-            return float(text)
-        except ValueError:
-            return float("nan")
-    return tuple(num(f) for f in fields)
-
-
-class ClockSampler:
-    """nvidia-smi's SM clock, max clock, power and power limit of one GPU, sampled every 0.25 s on a
-    thread while the block runs: `samples` holds (seconds since the start, parse_smi_sample tuple).
-    Without nvidia-smi, `available` is False and nothing is sampled."""
-
-    def __init__(self, device=0, period_s=0.25):
-        import shutil
-        self.device, self.period_s = device, period_s
-        self.available = shutil.which("nvidia-smi") is not None
-        self.samples = []
-
-    def _run(self):
-        cmd = ["nvidia-smi", "-i", str(self.device), "--query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit",
-               "--format=csv,noheader,nounits"]
-        while not self._stop.is_set():
-            out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-            if out:
-                self.samples.append((time.perf_counter() - self.t0, parse_smi_sample(out.splitlines()[0])))
-            self._stop.wait(self.period_s)
-
-    def __enter__(self):
-        import threading
-        self._stop = threading.Event()
-        self.t0 = time.perf_counter()
-        if self.available:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self.available:
-            self._thread.join()
-        return False
-
-    def summary(self, after_s=0.0):
-        """(median SM MHz, max SM MHz, median W, power limit W, samples) of the samples taken at least
-        after_s into the block, or None without any."""
-        late = [v for t, v in self.samples if t >= after_s]
-        if not late:
-            return None
-        arr = np.array(late, dtype=float)
-        return (float(np.nanmedian(arr[:, 0])), float(np.nanmax(arr[:, 1])), float(np.nanmedian(arr[:, 2])),
-                float(np.nanmax(arr[:, 3])), len(late))
 
 
 def bench_clock(seconds, size, rng, device=0):

@@ -138,6 +138,8 @@ def main(argv=None) -> int:
     cli_grounded.add_parsers(sub)
     cli_grounded.add_explore_parser(sub)
     cli_serving.add_simulate_parser(sub)
+    from .predict import measure_gpu
+    measure_gpu.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "tables":
@@ -182,6 +184,8 @@ def main(argv=None) -> int:
             text = cli_grounded.run_explore(args)
         elif args.command == "simulate":
             text = cli_serving.run_simulate(args)
+        elif args.command == "measure-gpu":
+            return measure_gpu.run_command(args)  # prints as it goes; 0 also without a GPU (nothing to measure)
         elif args.command == "deviations":
             from .model.deviations import deviation_effects
 

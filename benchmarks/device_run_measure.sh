@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The one prepared call for a lent GPU machine: `dsperf measure-gpu` within the call's time limit,
+# every output (the GPU's table, the device file naming it, the comparison, the log) copied to $OUT.
+#
+#   run(command="bash benchmarks/device_run_measure.sh",
+#       carry=["python/dsperf/_C.cpython-311-x86_64-linux-gnu.so"], timeout_s=540)
+#
+# It builds nothing when the carried module imports there. Otherwise it builds the CPU module only
+# (cmake, target _C; its minutes come off the measurement's budget). dsperf's own CUDA kernels
+# need a CUDA build (MEASURE_BUILD_CUDA=1: nvcc for sm_90a, several minutes); without one their
+# rows are skipped and the comparison says so. Knobs (environment):
+#   CALL_LIMIT_S       the run call's timeout_s (default 540): the budget is what is left of it
+#   MEASURE_BUDGET_S   upper bound on measure-gpu's --budget-s (default 420)
+#   MEASURE_ARGS       more flags for measure-gpu, e.g. "--quick" or "--device H100"
+#   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first (only with time to spare)
+set -u
+START=$(date +%s)
+CALL_LIMIT_S=${CALL_LIMIT_S:-540}
+MEASURE_BUDGET_S=${MEASURE_BUDGET_S:-420}
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/device_run_measure.log") 2>&1
+elapsed() { echo $(( $(date +%s) - START )); }
+PY=${PYTHON:-python3}
+
+echo "== environment ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv || true
+"$PY" --version
+"$PY" - <<'PY' || true
+import importlib
+for name in ("torch", "flashinfer", "numpy", "pandas", "tabulate", "deep_gemm", "deep_ep"):
+    try:
+        m = importlib.import_module(name)
+        print(f"{name} {getattr(m, '__version__', '?')}")
+    except Exception as e:  # noqa: BLE001
+        print(f"{name}: not importable ({type(e).__name__}: {str(e)[:100]})")
+try:
+    import torch
+    print("torch CUDA", torch.version.cuda, "| GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+          "| _scaled_grouped_mm", hasattr(torch, "_scaled_grouped_mm"), "| _grouped_mm", hasattr(torch, "_grouped_mm"))
+except Exception as e:  # noqa: BLE001
+    print("torch:", e)
+PY
+command -v nvcc >/dev/null && nvcc --version | tail -1
+
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+build_module() {  # $1: OFF (CPU module only) or ON (with dsperf's CUDA kernels)
+    echo "== building dsperf's module (DSPERF_CUDA=$1) at $(elapsed) s"
+    local gen=""; command -v ninja >/dev/null && gen="-G Ninja"
+    cmake -S . -B build/device-$1 $gen -DCMAKE_BUILD_TYPE=Release -DDSPERF_CUDA="$1" \
+          -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v "$PY")" >/dev/null &&
+        cmake --build build/device-$1 --target _C -j "$(nproc)" >/dev/null &&
+        cp build/device-$1/_C*.so python/dsperf/ && echo "built at $(elapsed) s"
+}
+if [ "${MEASURE_BUILD_CUDA:-0}" = 1 ]; then
+    build_module ON || echo "the CUDA build failed; measuring with the module at hand"
+fi
+if ! "$PY" -c "import dsperf._C" 2>/dev/null; then
+    echo "the carried dsperf module does not import here ($("$PY" -c 'import dsperf._C' 2>&1 | tail -1))"
+    build_module OFF || { echo "no dsperf module: nothing measured"; exit 1; }
+fi
+"$PY" -c "from dsperf import cuda; print('dsperf CUDA kernels:', cuda.available())"
+
+# What is left of the call, less a minute for start-up, writing and the copy back.
+LEFT=$(( CALL_LIMIT_S - $(elapsed) - 60 ))
+BUDGET=$(( LEFT < MEASURE_BUDGET_S ? LEFT : MEASURE_BUDGET_S ))
+if [ "$BUDGET" -lt 30 ]; then echo "only $LEFT s left of the call: nothing measured"; exit 1; fi
+echo "== dsperf measure-gpu, budget $BUDGET s, at $(elapsed) s"
+# A hard stop 30 s past the budget (one long shape or a slow library first call); the budget
+# itself ends the run cleanly and writes what was measured.
+timeout -s INT $(( BUDGET + 30 )) "$PY" -m dsperf.cli measure-gpu --budget-s "$BUDGET" --out "$OUT/measure-gpu" \
+    --verbose ${MEASURE_ARGS:-}
+echo "== measure-gpu exit status $? at $(elapsed) s; files:"
+ls -la "$OUT/measure-gpu" 2>/dev/null

@@ -12,6 +12,8 @@ import pytest
 from dsperf.model import grounded as G
 from dsperf.model.devices import load_device
 from dsperf.predict import measure_gpu as MG
+from dsperf.predict import measure_gpu_output as MO
+from dsperf.predict import measure_gpu_plan as MP
 from dsperf.predict.gpu_timing import ClockSampler, model_price_us
 
 SOURCE = re.compile(r"^measured by dsperf measure-gpu: (?P<kernel>.+) \(torch 2\.9\.0, CUDA 12\.8, NVIDIA H200\), "
@@ -56,11 +58,11 @@ class FakeTimer:
     def __init__(self, clock, seconds=0.05, factor=2.0, missing=(), broken=()):
         self.clock, self.seconds, self.factor = clock, seconds, factor
         self.missing, self.broken = dict(missing), set(broken)
-        self.price = MG.Pricer("H200")
+        self.price = MP.Pricer("H200")
         self.calls = []
 
     def available(self):
-        keys = [(f, "production") for f in MG.PRODUCTION_FAMILIES] + [(f, "dsperf") for f in MG.DSPERF_FAMILIES]
+        keys = [(f, "production") for f in MP.PRODUCTION_FAMILIES] + [(f, "dsperf") for f in MP.DSPERF_FAMILIES]
         return {k: self.missing.get(k) for k in keys}
 
     def environment(self):
@@ -72,7 +74,7 @@ class FakeTimer:
         if shape in self.broken:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         factor = self.factor * (1.5 if shape.kernel == "dsperf" else 1.0)
-        return MG.Measurement(self.price(shape)[0] * factor, self.price(shape)[0] * factor + 9, ("fake_kernel",))
+        return MP.Measurement(self.price(shape)[0] * factor, self.price(shape)[0] * factor + 9, ("fake_kernel",))
 
 
 def _args(tmp_path, **kw):
@@ -92,9 +94,9 @@ def _run(tmp_path, timer_kw=None, **kw):
 
 
 def test_the_plan_covers_the_tables_families_and_dsperfs_kernels_beside_them():
-    shapes = MG.plan_shapes("H800")
+    shapes = MP.plan_shapes("H800")
     rows = G.read_table_rows(G._tables_dir() / "H800.csv")
-    count = {f: sum(r["family"] == f for r in rows) for f in MG.PRODUCTION_FAMILIES}
+    count = {f: sum(r["family"] == f for r in rows) for f in MP.PRODUCTION_FAMILIES}
     prod = [s for s in shapes if s.kernel == "production"]
     for fam in ("gemm_fp8", "grouped_masked", "grouped_contiguous", "mla_decode", "mla_prefill"):
         assert sum(s.family == fam for s in prod) == count[fam] > 0, fam
@@ -102,11 +104,11 @@ def test_the_plan_covers_the_tables_families_and_dsperfs_kernels_beside_them():
     assert {s.dims for s in prod if s.family == "gemm_bf16"} == {s.dims for s in prod if s.family == "gemm_fp8"}
     assert all(s.dtype == "bf16" for s in prod if s.family == "gemm_bf16")
     own = [s for s in shapes if s.kernel == "dsperf"]
-    assert {s.family for s in own} == set(MG.DSPERF_FAMILIES)
+    assert {s.family for s in own} == set(MP.DSPERF_FAMILIES)
     # Production first, then dsperf's; the first round visits every production family once.
     assert shapes.index(own[0]) == len(prod)
-    assert [s.family for s in shapes[:6]] == list(MG.PRODUCTION_FAMILIES)
-    quick = MG.plan_shapes("H800", quick=True)
+    assert [s.family for s in shapes[:6]] == list(MP.PRODUCTION_FAMILIES)
+    quick = MP.plan_shapes("H800", quick=True)
     assert len(prod) / 2 <= sum(s.kernel == "production" for s in quick) <= len(prod) / 2 + 6
     assert set(quick) < set(shapes)
 
@@ -114,12 +116,12 @@ def test_the_plan_covers_the_tables_families_and_dsperfs_kernels_beside_them():
 def test_the_whole_run_writes_a_table_the_model_reads_with_every_rows_source(tmp_path):
     code, timer, printed, out = _run(tmp_path)
     assert code == 0
-    assert {it for _, it in timer.calls} == {MG.DEFAULT_ITERS}
+    assert {it for _, it in timer.calls} == {MP.DEFAULT_ITERS}
     table = out / "H200.csv"
     rows = G.read_table_rows(table)
     # Production kernels only in the model's table, one row per production shape of the plan.
-    assert len(rows) == sum(s.kernel == "production" for s in MG.plan_shapes("H800"))
-    assert {r["family"] for r in rows} == set(MG.PRODUCTION_FAMILIES)
+    assert len(rows) == sum(s.kernel == "production" for s in MP.plan_shapes("H800"))
+    assert {r["family"] for r in rows} == set(MP.PRODUCTION_FAMILIES)
     dates = set()
     for r in rows:
         m = SOURCE.match(r["source"])
@@ -132,7 +134,7 @@ def test_the_whole_run_writes_a_table_the_model_reads_with_every_rows_source(tmp
     assert all("_scaled_grouped_mm" in r["source"] for r in rows if r["family"].startswith("grouped"))
     # dsperf's kernels: their own file, in the same format, each row saying so.
     own = G.read_table_rows(out / "H200-dsperf-kernels.csv")
-    assert {r["family"] for r in own} == set(MG.DSPERF_FAMILIES)
+    assert {r["family"] for r in own} == set(MP.DSPERF_FAMILIES)
     assert all("dsperf's own kernel" in r["source"] and SOURCE.match(r["source"]) for r in own)
     assert "wrote" not in printed and "H200.csv" in printed
 
@@ -163,8 +165,8 @@ def test_the_comparison_gives_each_shape_the_models_price_and_the_ratio(tmp_path
     _, _, _, out = _run(tmp_path)
     with open(out / "comparison.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(MG.plan_shapes("H800"))
-    price = MG.Pricer("H200")
+    assert len(rows) == len(MP.plan_shapes("H800"))
+    price = MP.Pricer("H200")
     for r in rows[:40] + rows[-40:]:
         ratio = float(r["model_over_measured"])
         assert ratio == pytest.approx(float(r["model_us"]) / float(r["measured_us"]), rel=1e-4)
@@ -172,7 +174,7 @@ def test_the_comparison_gives_each_shape_the_models_price_and_the_ratio(tmp_path
         if r["kernel"] == "dsperf":
             assert float(r["dsperf_over_production"]) == pytest.approx(1.5, rel=1e-4)
     gemm = next(r for r in rows if r["family"] == "gemm_fp8")
-    shape = MG.Shape("gemm_fp8", "fp8", tuple((f, int(float(gemm[f]))) for f in ("m", "n", "k")))
+    shape = MP.Shape("gemm_fp8", "fp8", tuple((f, int(float(gemm[f]))) for f in ("m", "n", "k")))
     assert float(gemm["model_us"]) == pytest.approx(price(shape)[0], rel=1e-5)
     assert {r["model_from_table"] for r in rows if r["family"] == "gemm_bf16"} == {"False"}  # default efficiency
     md = (out / "comparison.md").read_text()
@@ -187,10 +189,10 @@ def test_the_budget_leaves_shapes_out_and_says_which(tmp_path):
     rows = G.read_table_rows(out / "H200.csv")
     assert len(rows) == measured
     # Round-robin: a short run still holds every production family.
-    assert {r["family"] for r in rows} == set(MG.PRODUCTION_FAMILIES)
+    assert {r["family"] for r in rows} == set(MP.PRODUCTION_FAMILIES)
     md = (out / "comparison.md").read_text()
     left = [ln for ln in md.splitlines() if ln.startswith("- ") and "budget: estimated" in ln]
-    assert len(left) == len(MG.plan_shapes("H800")) - measured
+    assert len(left) == len(MP.plan_shapes("H800")) - measured
     assert f"{measured} shapes measured" in md and f"{len(left)} left out" in md
     # No shape started past the budget: the clock stopped within one shape of it.
     assert timer.clock.now() <= 60.0 + 1.0
@@ -198,7 +200,7 @@ def test_the_budget_leaves_shapes_out_and_says_which(tmp_path):
 
 def test_a_family_that_cannot_run_and_a_shape_that_fails_are_reported(tmp_path):
     why = "torch 2.3.0 has no torch._scaled_grouped_mm"
-    broken = MG.plan_shapes("H800")[0]
+    broken = MP.plan_shapes("H800")[0]
     _, _, _, out = _run(tmp_path, timer_kw=dict(missing={("grouped_masked", "production"): why,
                                                          ("grouped_contiguous", "production"): why},
                                                 broken={broken}))
@@ -212,10 +214,10 @@ def test_a_family_that_cannot_run_and_a_shape_that_fails_are_reported(tmp_path):
 
 
 def test_the_estimates_follow_the_models_price_and_the_first_call():
-    s = MG.Shape("mla_decode", "bf16", (("batch", 64), ("kv_len", 32768), ("heads", 128)))
-    small = MG.Shape("mla_decode", "bf16", (("batch", 1), ("kv_len", 1024), ("heads", 128)))
-    assert MG.estimate_s(s, 1000.0, 15) > MG.estimate_s(small, 20.0, 15) > MG.FIXED_S
-    assert MG.estimate_s(small, 20.0, 15, True) - MG.estimate_s(small, 20.0, 15) == MG.FIRST_CALL_S["mla_decode"]
+    s = MP.Shape("mla_decode", "bf16", (("batch", 64), ("kv_len", 32768), ("heads", 128)))
+    small = MP.Shape("mla_decode", "bf16", (("batch", 1), ("kv_len", 1024), ("heads", 128)))
+    assert MP.estimate_s(s, 1000.0, 15) > MP.estimate_s(small, 20.0, 15) > MP.FIXED_S
+    assert MP.estimate_s(small, 20.0, 15, True) - MP.estimate_s(small, 20.0, 15) == MP.FIRST_CALL_S["mla_decode"]
     assert s.input_bytes() == pytest.approx(2 * 64 * 32768 * 576 + 4 * 64 * 128 * 576 * 2)
 
 
@@ -228,12 +230,12 @@ def test_the_clock_window_reads_the_samples_inside_or_the_nearest():
     c.samples = []
     med, lo, hi, n = c.window(0, 1)
     assert n == 0 and math.isnan(med)
-    assert MG.clock_text((med, lo, hi, n)) == "SM clock not sampled (no nvidia-smi)"
+    assert MO.clock_text((med, lo, hi, n)) == "SM clock not sampled (no nvidia-smi)"
 
 
 def test_the_device_file_names_the_table_before_any_section(tmp_path):
     env = {"gpu": "NVIDIA H20", "date": "2026-11-27"}
-    text = MG.device_file_text("H20", "H20.csv", env)
+    text = MO.device_file_text("H20", "H20.csv", env)
     assert text.count("kernel_table") == 1
     assert text.index('kernel_table = "H20.csv"') < text.index("[as_published]")
     path = tmp_path / "H20-measured.toml"
@@ -248,7 +250,7 @@ def test_dry_run_lists_the_shapes_and_the_estimate_through_the_cli():
                         "--budget-s", "60", "--no-dsperf-kernels"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    n = len(MG.plan_shapes("H800", quick=True, dsperf_kernels=False))
+    n = len(MP.plan_shapes("H800", quick=True, dsperf_kernels=False))
     assert f"{n} shapes priced as H100" in out and "nothing is timed" in out
     assert "| mla_prefill" in out and "dsperf" not in out.split("nothing is timed")[1].split("estimated total")[0]
     m = re.search(r"estimated total (\d+) s; within the 60-s budget: (\d+) shapes \((\d+) s\), left out: (\d+)", out)
@@ -284,7 +286,7 @@ def test_a_run_stopped_from_outside_keeps_what_it_measured(tmp_path):
     assert code == 0
     assert len(G.read_table_rows(tmp_path / "out" / "H200.csv")) == 7
     md = (tmp_path / "out" / "comparison.md").read_text()
-    assert md.count("interrupted: the run was stopped before this shape") == len(MG.plan_shapes("H800")) - 7
+    assert md.count("interrupted: the run was stopped before this shape") == len(MP.plan_shapes("H800")) - 7
 
 
 def test_the_real_timer_skips_what_the_installed_libraries_lack():
@@ -319,4 +321,4 @@ def test_the_real_timer_skips_what_the_installed_libraries_lack():
         assert "flashinfer is not importable" in got[("mla_decode", "production")]
     from dsperf import cuda
     if not cuda.available()[0]:
-        assert all("not usable" in got[(f, "dsperf")] for f in MG.DSPERF_FAMILIES)
+        assert all("not usable" in got[(f, "dsperf")] for f in MP.DSPERF_FAMILIES)

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "serving/router.hpp"
 #include "serving/simulator.hpp"
 #include "serving/step_pricer.hpp"
 
@@ -151,6 +152,11 @@ void bind_serving(py::module_& root) {
     m.attr("ARRIVALS") = names(arrival_kinds());
     m.attr("ROUTINGS") = names(routings());
     m.attr("MODES") = names(serve_modes());
+    // The numerical grids and routing slack the simulator assumes (dsperf.model.inputs lists them).
+    m.attr("decode_context_ratio") = ServeConfig{}.ctx_ratio;
+    m.attr("prefill_bucket_ratio") = ServeConfig{}.prefill_ratio;
+    m.attr("prefix_slack_min") = serving::kPrefixSlackMin;
+    m.attr("prefix_slack_divisor") = serving::kPrefixSlackDivisor;
     // The simulator's step prices, for callers that schedule steps themselves (the benchmark's
     // plain-Python loop prices its steps from the same cached table).
     py::class_<OwnedPricer>(m, "StepPricer")

@@ -74,6 +74,8 @@ void bind_step_model(py::module_& root) {
     m.attr("decode_step_overhead_ms") = kDecodeStepOverheadMs;
     m.attr("MAX_IMBALANCE") = kMaxImbalance;
     m.attr("prefill_step_overhead_ms") = kPrefillStepOverheadMs;
+    m.attr("min_kernel_us") = kMinKernelUs;
+    m.attr("memory_reserve") = kMemoryReserve;
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },
           py::arg("family"), "The shape fields a table row of the family must give");
     m.def("is_comm_family", [](const std::string& f) { return is_comm_family(table_family_from_name(f)); });

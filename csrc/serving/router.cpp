@@ -5,10 +5,7 @@
 namespace dsperf::serving {
 
 namespace {
-// Prefix-aware routing follows a cached prefix only to a rank whose load stays within this slack
-// of the least-loaded rank (assumed: a quarter of it, at least 2 requests). Without it, every
-// prompt sharing a popular first block (a common system prompt) lands on one rank.
-int load_slack(int least) { return std::max(2, least / 4); }
+int load_slack(int least) { return std::max(kPrefixSlackMin, least / kPrefixSlackDivisor); }
 }  // namespace
 
 int Router::route(const Request& r, const std::vector<RankScheduler>& ranks) {

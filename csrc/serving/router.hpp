@@ -8,6 +8,12 @@
 
 namespace dsperf::serving {
 
+// Prefix-aware routing follows a cached prefix only to a rank whose load stays within a slack of
+// the least-loaded rank (assumed: a quarter of it, at least 2 requests). Without it, every prompt
+// sharing a popular first block (a common system prompt) lands on one rank.
+constexpr int kPrefixSlackMin = 2;
+constexpr int kPrefixSlackDivisor = 4;
+
 class Router {
 public:
     explicit Router(Routing policy) : policy_(policy) {}

@@ -25,6 +25,7 @@ from . import bands, devices, grounded, validation, validation_latency
 from .derive_table import read_anchors
 
 SM = _C.step_model
+SV = _C.serving
 ASSUMED = devices.ASSUMED
 DIGITS = 4  # "equal" means equal when both are rounded to this many significant digits
 
@@ -33,11 +34,7 @@ class Constant(NamedTuple):
     value: float
     source: str            # where the value comes from, or 'assumed: <why>'
     declared: str          # where it is declared (file, and the name there)
-    dimensionless: bool
-    # For a value the Python side cannot read (a C++ constant the binding does not expose, a
-    # literal in a function): a regular expression whose first group is the value in `declared`'s
-    # file; tests/test_input_guard.py checks the recorded value against it where the source tree is.
-    pattern: str | None = None
+    dimensionless: bool    # every value is read from where it is declared (the binding or the module)
 
 
 def _simulate_defaults() -> dict:
@@ -95,12 +92,12 @@ def _constants() -> dict[str, Constant]:
             f"{hpp}: kPrefillStepOverheadMs", False),
         # Not exposed by the binding (csrc/bindings/step_model.cpp): the declared value, checked
         # against the header by the test.
-        "step_model.kMinKernelUs": Constant(
-            2.0, "assumed: the floor of a call priced without a table row (one kernel launch)",
-            f"{hpp}: kMinKernelUs", False, r"constexpr double kMinKernelUs = ([0-9.eE+-]+);"),
-        "step_model.kMemoryReserve": Constant(
-            0.9, "assumed: 90% of device memory usable for weights and KV cache (docs/VALIDATION.md)",
-            f"{hpp}: kMemoryReserve", True, r"constexpr double kMemoryReserve = ([0-9.eE+-]+);"),
+        "step_model.min_kernel_us": Constant(
+            SM.min_kernel_us, "assumed: the floor of a call priced without a table row (one kernel launch)",
+            f"{hpp}: kMinKernelUs", False),
+        "step_model.memory_reserve": Constant(
+            SM.memory_reserve, "assumed: 90% of device memory usable for weights and KV cache (docs/VALIDATION.md)",
+            f"{hpp}: kMemoryReserve", True),
         "grounded.DEFAULT_EFFICIENCY": Constant(
             grounded.DEFAULT_EFFICIENCY,
             "assumed: a flat share of the datasheet roofline for a compute call without a table row; "
@@ -137,20 +134,20 @@ def _constants() -> dict[str, Constant]:
             S.DEFAULT_DRAIN_S, "assumed: overload guard, simulated time after the last arrival (docs/SERVING.md)",
             "python/dsperf/serving/simulate.py: DEFAULT_DRAIN_S", False),
         "serving.max_batch_cap": Constant(
-            4096, "assumed: requests per GPU when max_batch is not given, beyond what a KV cache holds (docs/SERVING.md)",
-            "python/dsperf/serving/simulate.py: batch_cap", False, r"batch_cap = (\d+) if max_batch is None"),
+            S.MAX_BATCH_CAP, "assumed: requests per GPU when max_batch is not given, beyond what a KV cache holds "
+            "(docs/SERVING.md)", "python/dsperf/serving/simulate.py: MAX_BATCH_CAP", False),
         "serving.ctx_ratio": Constant(
-            1.02, "assumed: a numerical grid, decode contexts 2% apart (linear interpolation between them)",
-            f"{stypes}: ServeConfig::ctx_ratio", True, r"double ctx_ratio = ([0-9.eE+-]+);"),
+            SV.decode_context_ratio, "assumed: a numerical grid, decode contexts 2% apart (linear interpolation between them)",
+            f"{stypes}: ServeConfig::ctx_ratio", True),
         "serving.prefill_ratio": Constant(
-            1.0442, "assumed: a numerical grid, prefill chunks in buckets +-2.2% wide",
-            f"{stypes}: ServeConfig::prefill_ratio", True, r"double prefill_ratio = ([0-9.eE+-]+);"),
+            SV.prefill_bucket_ratio, "assumed: a numerical grid, prefill chunks in buckets +-2.2% wide",
+            f"{stypes}: ServeConfig::prefill_ratio", True),
         "serving.prefix_slack_min": Constant(
-            2, "assumed: prefix-aware routing's slack of at least 2 requests (docs/SERVING.md)",
-            "csrc/serving/router.cpp: load_slack", False, r"return std::max\((\d+), least / \d+\);"),
+            SV.prefix_slack_min, "assumed: prefix-aware routing's slack of at least 2 requests (docs/SERVING.md)",
+            "csrc/serving/router.hpp: kPrefixSlackMin", False),
         "serving.prefix_slack_divisor": Constant(
-            4, "assumed: prefix-aware routing's slack of a quarter of the least load (docs/SERVING.md)",
-            "csrc/serving/router.cpp: load_slack", False, r"return std::max\(\d+, least / (\d+)\);"),
+            SV.prefix_slack_divisor, "assumed: prefix-aware routing's slack of a quarter of the least load (docs/SERVING.md)",
+            "csrc/serving/router.hpp: kPrefixSlackDivisor", False),
     }
     for k, v in _simulate_defaults().items():
         out[f"serving.simulate({k}=)"] = Constant(

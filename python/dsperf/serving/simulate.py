@@ -28,6 +28,7 @@ DEFAULT_MAX_NUM_TOKENS = 8192          # tokens per rank per step, aggregated (a
 DEFAULT_PREFILL_TOKENS = 16384         # tokens per prefill rank per step (DeepSeek's 16K per GPU)
 DEFAULT_MAX_WAITING = 10000            # overload guard: requests waiting in queues
 DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after the last arrival
+MAX_BATCH_CAP = 4096                   # requests per GPU when max_batch is not given (beyond any KV cache)
 MAX_SEED = 2 ** 63
 MAX_REQUESTS = 10_000_000              # requests one run may generate (records stay a few GB at most)
 MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deployment, and the ranks' state stays small
@@ -148,7 +149,8 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     for name, groups, e in (("replicas", replicas, ep), ("prefill_replicas", prefill_replicas, prefill_ep)):
         if groups * e > MAX_POOL_GPUS:
             raise ValueError(f"{name} x its ep ({groups} x {e}) must be <= {MAX_POOL_GPUS} GPUs per pool")
-    batch_cap = 4096 if max_batch is None else number("max_batch", max_batch, integer=True, lo=1, hi=4096)
+    batch_cap = (MAX_BATCH_CAP if max_batch is None
+                 else number("max_batch", max_batch, integer=True, lo=1, hi=MAX_BATCH_CAP))
     tokens = DEFAULT_MAX_NUM_TOKENS if max_num_tokens is None else max_num_tokens
     tokens = number("max_num_tokens", tokens, integer=True, lo=1, hi=2 ** 24)
     prefill_tokens = number("prefill_max_num_tokens", prefill_max_num_tokens, integer=True, lo=1, hi=2 ** 24)

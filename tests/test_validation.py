@@ -446,3 +446,23 @@ def test_points_file_refuses_a_boolean_that_is_not_true_or_false(monkeypatch, tm
     monkeypatch.setattr(validation, "_points_path", lambda: bad)
     with pytest.raises(ValueError, match="must be true or false"):
         validation.load_points()
+
+
+def test_eager_launches_bound_the_step_from_below():
+    """Without CUDA graphs the host launches every kernel in turn: the step takes at least its
+    launches x eager_launch_us, and no less than the GPU's own time; 0 (graph replay) changes nothing."""
+    kw = dict(device="H200", batch=0.125, attn_tp=8, ep=8, moe_tp=2, mtp=3, mtp_accepted=1.82, kv_len=2048, overlap="none")
+    graph = grounded.decode(**kw)
+    assert graph["launch_ms"] == 0
+    gpu_ms = graph["step_ms"] - graph["overhead_ms"]
+    layer_calls = sum(1 for c in graph["calls"] if c["stage"] not in ("head", "dense_mlp"))
+    assert graph["launches"] == sum(c["calls_per_step"] for c in graph["calls"]) + 3 * (layer_calls + 1)
+    steps = []
+    for us in (1.0, 5.0, 15.0, 40.0):
+        r = grounded.decode(**kw, eager_launch_us=us)
+        assert r["launch_ms"] == pytest.approx(r["launches"] * us / 1e3)
+        assert r["step_ms"] == pytest.approx(max(gpu_ms, r["launch_ms"]) + r["overhead_ms"])
+        steps.append(r["step_ms"])
+    assert steps == sorted(steps) and steps[0] == graph["step_ms"] and steps[-1] > 2 * graph["step_ms"]
+    with pytest.raises(ValueError, match="eager_launch_us"):
+        grounded.decode(**kw, eager_launch_us=-1.0)

@@ -15,10 +15,7 @@ namespace py = pybind11;
 using namespace dsperf;
 
 namespace {
-const char* stage_name(Stage s) {
-    static const char* names[] = {"attention", "dispatch", "moe", "combine", "dense_mlp", "head", "moe_shared"};
-    return names[int(s)];
-}
+const char* stage_name(Stage s) { return kStageNames[int(s)]; }
 template <typename T>
 T* column(py::dict& out, const char* name, size_t n) {
     py::array_t<T> a(static_cast<py::ssize_t>(n));
@@ -225,6 +222,7 @@ void bind_step_model(py::module_& root) {
             }
             py::dict out(py::arg("moe_layer_ms") = r.moe_layer_ms, py::arg("dense_layer_ms") = r.dense_layer_ms,
                          py::arg("head_ms") = r.head_ms, py::arg("overhead_ms") = r.overhead_ms,
+                         py::arg("launches") = r.launches, py::arg("launch_ms") = r.launch_ms,
                          py::arg("step_ms") = r.step_ms, py::arg("compute_ms") = r.compute_ms,
                          py::arg("comm_ms") = r.comm_ms, py::arg("tokens_per_step") = r.tokens_per_step,
                          py::arg("tokens_per_gpu_s") = r.tokens_per_gpu_s, py::arg("tpot_ms") = r.tpot_ms,

@@ -478,6 +478,19 @@ double schedule_ms(const ModelConfig& m, const StepStages& s, Overlap overlap) {
     return double(m.n_dense_layers) * s.micro * s.dense / 1e3 + moe_ms + s.head_ms;
 }
 
+namespace {
+// Kernels one step launches: each priced call as often as the step runs it, and each MTP draft
+// pass (one MoE layer's calls of a micro-batch and the LM head).
+double launches_per_step(const std::vector<KernelCall>& calls, const Deployment& dep) {
+    double n = 0, layer_calls = 0;
+    for (const KernelCall& c : calls) {
+        n += c.calls;
+        if (c.stage != Stage::kHead && c.stage != Stage::kDenseMlp) layer_calls += 1;
+    }
+    return n + double(dep.mtp) * (layer_calls + 1);
+}
+}  // namespace
+
 StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
     m.validate();
     d.validate();
@@ -495,7 +508,12 @@ StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t
     const double layers_ms = schedule_ms(m, st, dep.overlap);
     // A model without MoE layers (all dense) has no MoE layer to time: 0, not 0 / 0.
     r.moe_layer_ms = n_moe > 0 ? (layers_ms - double(m.n_dense_layers) * r.dense_layer_ms - r.head_ms) / n_moe : 0.0;
-    r.step_ms = layers_ms + r.overhead_ms;
+    // Eager execution: the host launches every kernel in turn, ahead of the GPU. The GPU waits
+    // wherever its kernels are shorter than their launches, so the step takes at least the host's
+    // launch time (the larger of the two; graph mode replays the step with no host bound).
+    r.launches = launches_per_step(r.calls, dep);
+    r.launch_ms = r.launches * dep.eager_launch_us / 1e3;
+    r.step_ms = std::max(layers_ms, r.launch_ms) + r.overhead_ms;
 
     if (decode) {
         r.tokens_per_step = dep.batch * (1 + dep.mtp_accepted);

@@ -53,7 +53,10 @@ constexpr double kMaxImbalance = 4096;
     X(int, comm_sms, -1, 0, 4096, -1)            /* SMs the communication kernels hold while they     \
                                                     overlap (-1: the device's) */                     \
     X(double, step_overhead_ms, -1, 0, 1e4, -1)  /* scheduler, sampling, launch gaps per step (-1:    \
-                                                    the phase's default) */
+                                                    the phase's default) */                           \
+    X(double, eager_launch_us, 0, 0, 1e4, 0)     /* host time to launch one kernel when the step runs \
+                                                    eagerly, without CUDA graphs (0: one graph replay, \
+                                                    no host-launch bound) */
 
 struct Deployment {
 #define DSPERF_DECLARE_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel) type field = init;
@@ -80,6 +83,7 @@ enum class Stream { kCompute = 0, kComm = 1 };
 // kMoeShared: the MoE layer's calls that need no dispatched token (norm, gate, shared expert),
 // which single-batch overlap runs under the dispatch.
 enum class Stage { kAttention = 0, kDispatch = 1, kMoe = 2, kCombine = 3, kDenseMlp = 4, kHead = 5, kMoeShared = 6 };
+inline constexpr const char* kStageNames[] = {"attention", "dispatch", "moe", "combine", "dense_mlp", "head", "moe_shared"};
 
 struct KernelCall {
     const char* name;
@@ -98,6 +102,8 @@ struct StepResult {
     double dense_layer_ms = 0;
     double head_ms = 0;                // final norm + LM head (+ MTP draft passes)
     double overhead_ms = 0;
+    double launches = 0;               // kernels launched per step (every call, MTP draft passes included)
+    double launch_ms = 0;              // the host's time to launch them eagerly (0 in graph mode)
     double step_ms = 0;
     double compute_ms = 0, comm_ms = 0;  // per MoE layer, summed over micro-batches, unscheduled
     double tokens_per_step = 0;        // per GPU: prompt tokens computed (prefill) or tokens emitted (decode)

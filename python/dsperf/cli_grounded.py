@@ -38,6 +38,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--weight-dtype", choices=("fp8", "bf16", "fp4"), default="fp8",
                    help="fp4: NVFP4 experts, FP8 elsewhere (a device with FP4 tensor cores)")
     p.add_argument("--imbalance", type=float, default=1.0, help="max / mean routed load per GPU")
+    p.add_argument("--eager-launch-us", type=float, default=0.0,
+                   help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay)")
     p.add_argument("--format", choices=FORMATS, default="table")
 
 
@@ -125,10 +127,10 @@ def run_predict(args: argparse.Namespace) -> str:
 
 
 def _predict(args: argparse.Namespace) -> str:
-    from .model import grounded
+    from .model import bands, grounded
 
     common = dict(attn_tp=args.attn_tp, redundant_experts=args.redundant_experts, overlap=args.overlap,
-                  imbalance=args.imbalance, weight_dtype=args.weight_dtype)
+                  imbalance=args.imbalance, weight_dtype=args.weight_dtype, eager_launch_us=args.eager_launch_us)
     if args.phase == "decode":
         r = grounded.decode(args.model, args.device, batch=args.batch, kv_len=args.kv_len,
                             ep=128 if args.ep is None else args.ep, mtp=args.mtp, mtp_accepted=args.mtp_accepted,
@@ -143,11 +145,16 @@ def _predict(args: argparse.Namespace) -> str:
         return text
     band = r["error_band"]
     lines = [f"\n{args.phase} step on {r['device']}: {r['step_ms']:.2f} ms, {r['tokens_per_gpu_s']:.0f} tokens/s per GPU "
-             f"(+/- {band:.0%}: regime {r['regime']}, the 80% quantile of |error| of `dsperf validate`'s check "
+             f"(+/- {band:.0%}: regime {r['regime']}, the {bands.BAND_QUANTILE:.0%} quantile of |error| of `dsperf validate`'s check "
              f"points in {r['band_regime']}, {r['band_points']} points)"]
     if args.phase == "decode":
         lines.append(f"TPOT {r['tpot_ms']:.2f} ms, {r['tps_user']:.1f} tokens/s per user; memory holds "
                      f"{r['batch_limit']:.0f} requests per GPU at this context ({'fits' if r['fits_memory'] else 'does NOT fit'})")
+    if args.eager_launch_us > 0:
+        bound = "host-bound: the GPU waits for launches" if r["launch_ms"] > r["step_ms"] - r["overhead_ms"] - 1e-9 \
+            else "GPU-bound: the launches run ahead of the kernels"
+        lines.append(f"eager: {r['launches']:.0f} kernel launches x {args.eager_launch_us:g} us = {r['launch_ms']:.2f} ms "
+                     f"of host time per step ({bound})")
     lines.append(f"calls priced from a table row: {r['calls_from_table']}, clamped to a table's edge: "
                  f"{r['calls_clamped']}, at the default efficiency (no row): {r['calls_default']}")
     if r["sustained_clock_ratio"] < 1:

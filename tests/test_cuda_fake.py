@@ -2,12 +2,14 @@
 CPU kernels standing in for the CUDA ones, behind the binding's exact signatures.
 
 This runs everywhere and checks what the real GPU tests cannot check here: that every call
-stages its arrays, passes the right pointers, sizes and flags in the right order, allocates
+stages its arrays, passes the right pointers, sizes and flags in the right order (or, for the
+kernels that take an argument struct, under the right field names), allocates
 outputs of the right shape, returns numpy for numpy inputs and DeviceArray for GPU inputs,
 composes the expert FFN, plans and feeds MLA decode, moves dispatch/combine rows through the NCCL
 transport's offsets, and records / replays a CUDA graph. The CUDA kernels themselves are not
 exercised (they need a GPU: tests/test_cuda.py)."""
 import ctypes
+import enum
 import math
 
 import sys
@@ -40,6 +42,43 @@ class FakeAllocation:
         self.nbytes, self.device = nbytes, device
 
 
+class GemmLayout(enum.Enum):
+    Contiguous = 0
+    Masked = 1
+
+
+class FakeArgs:
+    """An argument struct like the binding's (GroupedGemmArgs, ...): keyword-only construction,
+    every field defaulting as in C++ (cuda_api.hpp), and no other attribute (a misspelt field
+    raises, as it does on the bound class)."""
+    __slots__ = ()
+    DEFAULTS: dict = {}
+
+    def __init__(self, **kw):
+        for f, v in self.DEFAULTS.items():
+            setattr(self, f, v)
+        for f, v in kw.items():
+            setattr(self, f, v)
+
+    @classmethod
+    def make(cls, name, fields):
+        return type(name, (cls,), {"__slots__": tuple(fields), "DEFAULTS": dict(fields), "fields": tuple(fields)})
+
+
+_ptrs = lambda *names: {n: 0 for n in names}  # noqa: E731
+FakeGroupedGemmArgs = FakeArgs.make("GroupedGemmArgs", {
+    **_ptrs("a", "a_scale", "b", "b_scale", "c"), "M": 0, "N": 0, "K": 0, "E": 0, "layout": GemmLayout.Contiguous,
+    **_ptrs("offsets", "counts"), "capacity": 0, "check_values": True})
+FakeMlaDecodeArgs = FakeArgs.make("MlaDecodeArgs", {
+    **_ptrs("q_nope", "q_rope", "latent", "latent_scale", "rope", "block_table", "seqlens", "items", "split_offsets"),
+    "n_items": 0, "n_partials": 0, "batch": 0, "q_len": 0, "heads": 0, "kv_lora": 512, "rope_dim": 64,
+    "num_blocks": 0, "block_size": 64, "max_blocks": 0, "softmax_scale": 1.0,
+    **_ptrs("out", "lse", "part_out", "part_lse"), "check_values": True})
+FakeMlaPrefillArgs = FakeArgs.make("MlaPrefillArgs", {
+    **_ptrs("q", "k", "v"), "q_len": 0, "kv_len": 0, "heads": 0, "dqk": 0, "dv": 0, "softmax_scale": 1.0,
+    **_ptrs("out", "lse")})
+
+
 class FakeG:
     """The binding's surface with host memory and the CPU kernels."""
 
@@ -49,6 +88,7 @@ class FakeG:
         self.recording = None  # a list while a "graph" is captured
         self.graphs = {}
         self.sync = True
+        self.last = {}  # kernel name -> the argument struct of its last call
 
     # availability and memory
     def built_with_cuda(self): return True
@@ -65,6 +105,10 @@ class FakeG:
     dlpack_export = staticmethod(REAL.dlpack_export)
     dlpack_import = staticmethod(REAL.dlpack_import)
     mla_plan = staticmethod(REAL.mla_plan)
+    GemmLayout = GemmLayout
+    GroupedGemmArgs = FakeGroupedGemmArgs
+    MlaDecodeArgs = FakeMlaDecodeArgs
+    MlaPrefillArgs = FakeMlaPrefillArgs
 
     def copy_to_device(self, dst, src, n, d): ctypes.memmove(dst, src, n)
     def copy_to_host(self, dst, src, n, d): ctypes.memmove(dst, src, n)
@@ -129,7 +173,14 @@ class FakeG:
                                                                  view(weights, (T, Kk), np.float32).copy())
         self._run("moe_unpermute", go)
 
-    def grouped_gemm(self, a, a_scale, b, b_scale, c, M, N, Kd, E, masked, offsets, counts, capacity, check, d):
+    def grouped_gemm(self, g, d):
+        assert isinstance(g, FakeGroupedGemmArgs) and isinstance(g.layout, GemmLayout)
+        self.last["grouped_gemm"] = g
+        a, a_scale, b, b_scale, c, offsets, counts = g.a, g.a_scale, g.b, g.b_scale, g.c, g.offsets, g.counts
+        M, N, Kd, E, capacity = g.M, g.N, g.K, g.E, g.capacity
+        masked = g.layout is GemmLayout.Masked
+        assert (offsets == 0) == masked and (counts == 0) != masked  # the layout's one index array
+        assert M == (E * capacity if masked else M) and (capacity == 0 or masked)
         def go():
             fp8_a, fp8_b = a_scale != 0, b_scale != 0
             A = f32(view(a, (M, Kd), FP8 if fp8_a else BF16))
@@ -163,9 +214,15 @@ class FakeG:
                                                               f32(view(b, (batch, N, Kd), BF16)))
         self._run("cublas", go)
 
-    def mla_decode(self, qn, qr, lat, lat_s, rope, bt, sl, items, offs, n_items, n_part, B, Q, H, L, R, nblocks, bs,
-                   max_blocks, scale, out, lse, part_o, part_lse, check, d):
-        assert part_o and part_lse  # the plan's workspace is always passed
+    def mla_decode(self, a, d):
+        assert isinstance(a, FakeMlaDecodeArgs)
+        self.last["mla_decode"] = a
+        qn, qr, lat, lat_s, rope, bt, sl = a.q_nope, a.q_rope, a.latent, a.latent_scale, a.rope, a.block_table, a.seqlens
+        items, offs, n_items, n_part = a.items, a.split_offsets, a.n_items, a.n_partials
+        B, Q, H, L, R, nblocks, bs = a.batch, a.q_len, a.heads, a.kv_lora, a.rope_dim, a.num_blocks, a.block_size
+        max_blocks, scale, out, lse = a.max_blocks, a.softmax_scale, a.out, a.lse
+        assert a.part_out and a.part_lse  # the plan's workspace is always passed
+        assert isinstance(scale, float) and isinstance(a.check_values, bool)
         def go():
             self.last_items = view(items, (n_items, 4), np.int32).copy()
             self.last_offsets = view(offs, (B + 1,), np.int32).copy()
@@ -181,7 +238,11 @@ class FakeG:
             view(lse, (B, Q, H), np.float32)[:] = ls
         self._run("mla_decode", go)
 
-    def mla_prefill(self, q, k, v, T, S, H, dqk, dv, scale, out, lse, d):
+    def mla_prefill(self, p, d):
+        assert isinstance(p, FakeMlaPrefillArgs)
+        self.last["mla_prefill"] = p
+        q, k, v, T, S, H, dqk, dv, scale, out, lse = (p.q, p.k, p.v, p.q_len, p.kv_len, p.heads, p.dqk, p.dv,
+                                                      p.softmax_scale, p.out, p.lse)
         def go():
             qq, kk, vv = (f32(view(p, (n, H, w), BF16)) for p, n, w in ((q, T, dqk), (k, S, dqk), (v, S, dv)))
             s = np.einsum("thd,shd->hts", qq, kk) * scale

@@ -304,6 +304,30 @@ def dev(a, device=0):
     return DeviceArray.from_numpy(a, device)
 
 
+# ---- the argument structs ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["GroupedGemmArgs", "MlaDecodeArgs", "MlaPrefillArgs"])
+def test_the_fake_argument_structs_mirror_the_binding(name):
+    fake_cls = getattr(FakeG, name)
+    with pytest.raises(AttributeError):
+        fake_cls(no_such_field=1)
+    with pytest.raises(TypeError):
+        fake_cls(1)
+    real = getattr(REAL, name, None)
+    if real is None:
+        pytest.skip(f"this dsperf._C predates the bound {name} (rebuild it to compare)")
+    assert real.fields == fake_cls.fields
+    r = real()
+    for f in real.fields:
+        want = getattr(r, f)
+        got = fake_cls.DEFAULTS[f]
+        assert (want.name == got.name) if f == "layout" else (want == got), f
+    with pytest.raises(AttributeError):
+        real(no_such_field=1)
+    with pytest.raises(TypeError):
+        real(1)
+    assert repr(real()).startswith(name + "(")
+
+
 # ---- elementwise and routing -------------------------------------------------------------------
 def test_elementwise_calls_stage_and_return_by_placement(fake):
     rng = np.random.default_rng(0)
@@ -363,12 +387,18 @@ def test_experts_compose_two_grouped_gemms_and_silu_mul(fake, fp8):
     want = K.experts_contiguous(x, offsets, w13, w2, s13, s2)
     assert np.linalg.norm(got - want) <= 4 * EPS_BF16 * np.linalg.norm(want)
     assert fake.calls.count("grouped_gemm") == 2 and "silu_mul" in fake.calls
+    g = fake.last["grouped_gemm"]  # the second GEMM: h [rows, I] @ w2[e]^T
+    assert (g.M, g.N, g.K, g.E, g.layout, g.capacity) == (14, D, I, E, GemmLayout.Contiguous, 0)
+    assert g.offsets and not g.counts and not g.a_scale and bool(g.b_scale) == fp8 and g.check_values is True
     xm = np.zeros((E, 10, D), BF16)
     for e in range(E):
         xm[e, :counts[e]] = x[offsets[e]:offsets[e + 1]]
     gm = cuda.experts_masked(dev(xm), dev(counts.astype(np.int32)), dev(w13), dev(w2),
                              None if s13 is None else dev(s13), None if s2 is None else dev(s2))
     assert isinstance(gm, DeviceArray) and gm.shape == (E, 10, D)
+    g = fake.last["grouped_gemm"]
+    assert (g.M, g.N, g.K, g.E, g.layout, g.capacity) == (E * 10, D, I, E, GemmLayout.Masked, 10)
+    assert g.counts and not g.offsets and g.check_values is True
     wm = K.experts_masked(xm, counts.astype(np.int32), w13, w2, s13, s2)
     assert np.linalg.norm(gm.numpy() - wm) <= 4 * EPS_BF16 * np.linalg.norm(wm)
 
@@ -379,6 +409,9 @@ def test_fp8_grouped_gemm_and_cublas_plumbing(fake):
     aq, as_ = cuda.act_quant(x)
     w, ws = rand_fp8_weight(rng, 128, 256)
     got = cuda.grouped_gemm(aq, w[None], offsets=np.array([0, 20]), a_scale=as_, b_scale=ws[None])
+    g = fake.last["grouped_gemm"]
+    assert (g.M, g.N, g.K, g.E, g.capacity, g.check_values) == (20, 128, 256, 1, 0, True)
+    assert g.a_scale and g.b_scale and g.offsets and not g.counts
     want = (f32(aq) * np.repeat(as_, 128, 1)) @ (f32(w) * np.repeat(np.repeat(ws, 128, 0), 128, 1)).T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     out = DeviceArray((20, 128), np.float32)
@@ -386,6 +419,7 @@ def test_fp8_grouped_gemm_and_cublas_plumbing(fake):
                           b_scale=dev(ws[None]), out=out, validate=False)
     assert r is out
     np.testing.assert_array_equal(out.numpy(), got)
+    assert fake.last["grouped_gemm"].c == out.ptr and fake.last["grouped_gemm"].check_values is False
     a, b = rand_bf16(rng, 2, 8, 64), rand_bf16(rng, 2, 16, 64)
     np.testing.assert_allclose(cuda.cublas_gemm_bf16(a, b), np.einsum("bmk,bnk->bmn", f32(a), f32(b)), rtol=1e-6)
 
@@ -401,6 +435,13 @@ def test_mla_decode_feeds_the_plan_and_its_workspace(fake):
             rand_bf16(rng, 8, 64, 512), rand_bf16(rng, 8, 64, 64), table, np.array(seqlens, np.int32))
     meta = cuda.get_mla_metadata(args[5], 1, 16, num_splits=2)
     out, lse = cuda.mla_decode(*args, 0.1, meta)
+    a = fake.last["mla_decode"]
+    assert (a.batch, a.q_len, a.heads, a.kv_lora, a.rope_dim) == (3, 1, 16, 512, 64)
+    assert (a.num_blocks, a.block_size, a.max_blocks, a.softmax_scale) == (8, 64, 5, 0.1)
+    assert (a.n_items, a.n_partials) == (meta.num_items, meta.num_partials)
+    items, offs, part_o, part_lse = meta.on(0, 512)
+    assert (a.items, a.split_offsets, a.part_out, a.part_lse) == (items.ptr, offs.ptr, part_o.ptr, part_lse.ptr)
+    assert a.latent_scale == 0 and a.check_values is True
     np.testing.assert_array_equal(fake.last_items, meta.items)
     np.testing.assert_array_equal(fake.last_offsets, meta.split_offsets)
     want, wlse = K.mla_decode(*args, 0.1)
@@ -409,6 +450,8 @@ def test_mla_decode_feeds_the_plan_and_its_workspace(fake):
     o, l = DeviceArray(out.shape, np.float32), DeviceArray(lse.shape, np.float32)
     r = cuda.mla_decode(*[dev(a) for a in args], 0.1, meta, out=(o, l), validate=False)
     assert r[0] is o and r[1] is l
+    a = fake.last["mla_decode"]
+    assert (a.out, a.lse, a.check_values) == (o.ptr, l.ptr, False)
     np.testing.assert_array_equal(o.numpy(), want)
 
 
@@ -417,6 +460,9 @@ def test_mla_prefill_plumbing(fake):
     q, k, v = rand_bf16(rng, 6, 2, 192), rand_bf16(rng, 9, 2, 192), rand_bf16(rng, 9, 2, 128)
     out, lse = cuda.mla_prefill(q, k, v, 0.1)
     assert out.shape == (6, 2, 128) and lse.shape == (6, 2)
+    p = fake.last["mla_prefill"]
+    assert (p.q_len, p.kv_len, p.heads, p.dqk, p.dv, p.softmax_scale) == (6, 9, 2, 192, 128, 0.1)
+    assert p.q and p.k and p.v and p.out and p.lse
     # The first query sits at position 3 and sees keys 0..3.
     s = (f32(q[0, 0]) @ f32(k[:4, 0]).T) * 0.1
     p = np.exp(s - s.max())

@@ -2,12 +2,14 @@
 CPU kernels standing in for the CUDA ones, behind the binding's exact signatures.
 
 This runs everywhere and checks what the real GPU tests cannot check here: that every call
-stages its arrays, passes the right pointers, sizes and flags in the right order, allocates
+stages its arrays, passes the right pointers, sizes and flags in the right order (or, for the
+kernels that take an argument struct, under the right field names), allocates
 outputs of the right shape, returns numpy for numpy inputs and DeviceArray for GPU inputs,
 composes the expert FFN, plans and feeds MLA decode, moves dispatch/combine rows through the NCCL
 transport's offsets, and records / replays a CUDA graph. The CUDA kernels themselves are not
 exercised (they need a GPU: tests/test_cuda.py)."""
 import ctypes
+import enum
 import math
 
 import sys
@@ -40,6 +42,43 @@ class FakeAllocation:
         self.nbytes, self.device = nbytes, device
 
 
+class GemmLayout(enum.Enum):
+    Contiguous = 0
+    Masked = 1
+
+
+class FakeArgs:
+    """An argument struct like the binding's (GroupedGemmArgs, ...): keyword-only construction,
+    every field defaulting as in C++ (cuda_api.hpp), and no other attribute (a misspelt field
+    raises, as it does on the bound class)."""
+    __slots__ = ()
+    DEFAULTS: dict = {}
+
+    def __init__(self, **kw):
+        for f, v in self.DEFAULTS.items():
+            setattr(self, f, v)
+        for f, v in kw.items():
+            setattr(self, f, v)
+
+    @classmethod
+    def make(cls, name, fields):
+        return type(name, (cls,), {"__slots__": tuple(fields), "DEFAULTS": dict(fields), "fields": tuple(fields)})
+
+
+_ptrs = lambda *names: {n: 0 for n in names}  # noqa: E731
+FakeGroupedGemmArgs = FakeArgs.make("GroupedGemmArgs", {
+    **_ptrs("a", "a_scale", "b", "b_scale", "c"), "M": 0, "N": 0, "K": 0, "E": 0, "layout": GemmLayout.Contiguous,
+    **_ptrs("offsets", "counts"), "capacity": 0, "check_values": True})
+FakeMlaDecodeArgs = FakeArgs.make("MlaDecodeArgs", {
+    **_ptrs("q_nope", "q_rope", "latent", "latent_scale", "rope", "block_table", "seqlens", "items", "split_offsets"),
+    "n_items": 0, "n_partials": 0, "batch": 0, "q_len": 0, "heads": 0, "kv_lora": 512, "rope_dim": 64,
+    "num_blocks": 0, "block_size": 64, "max_blocks": 0, "softmax_scale": 1.0,
+    **_ptrs("out", "lse", "part_out", "part_lse"), "check_values": True})
+FakeMlaPrefillArgs = FakeArgs.make("MlaPrefillArgs", {
+    **_ptrs("q", "k", "v"), "q_len": 0, "kv_len": 0, "heads": 0, "dqk": 0, "dv": 0, "softmax_scale": 1.0,
+    **_ptrs("out", "lse")})
+
+
 class FakeG:
     """The binding's surface with host memory and the CPU kernels."""
 
@@ -49,6 +88,7 @@ class FakeG:
         self.recording = None  # a list while a "graph" is captured
         self.graphs = {}
         self.sync = True
+        self.last = {}  # kernel name -> the argument struct of its last call
 
     # availability and memory
     def built_with_cuda(self): return True
@@ -65,6 +105,10 @@ class FakeG:
     dlpack_export = staticmethod(REAL.dlpack_export)
     dlpack_import = staticmethod(REAL.dlpack_import)
     mla_plan = staticmethod(REAL.mla_plan)
+    GemmLayout = GemmLayout
+    GroupedGemmArgs = FakeGroupedGemmArgs
+    MlaDecodeArgs = FakeMlaDecodeArgs
+    MlaPrefillArgs = FakeMlaPrefillArgs
 
     def copy_to_device(self, dst, src, n, d): ctypes.memmove(dst, src, n)
     def copy_to_host(self, dst, src, n, d): ctypes.memmove(dst, src, n)
@@ -129,7 +173,14 @@ class FakeG:
                                                                  view(weights, (T, Kk), np.float32).copy())
         self._run("moe_unpermute", go)
 
-    def grouped_gemm(self, a, a_scale, b, b_scale, c, M, N, Kd, E, masked, offsets, counts, capacity, check, d):
+    def grouped_gemm(self, g, d):
+        assert isinstance(g, FakeGroupedGemmArgs) and isinstance(g.layout, GemmLayout)
+        self.last["grouped_gemm"] = g
+        a, a_scale, b, b_scale, c, offsets, counts = g.a, g.a_scale, g.b, g.b_scale, g.c, g.offsets, g.counts
+        M, N, Kd, E, capacity = g.M, g.N, g.K, g.E, g.capacity
+        masked = g.layout is GemmLayout.Masked
+        assert (offsets == 0) == masked and (counts == 0) != masked  # the layout's one index array
+        assert M == (E * capacity if masked else M) and (capacity == 0 or masked)
         def go():
             fp8_a, fp8_b = a_scale != 0, b_scale != 0
             A = f32(view(a, (M, Kd), FP8 if fp8_a else BF16))
@@ -163,9 +214,15 @@ class FakeG:
                                                               f32(view(b, (batch, N, Kd), BF16)))
         self._run("cublas", go)
 
-    def mla_decode(self, qn, qr, lat, lat_s, rope, bt, sl, items, offs, n_items, n_part, B, Q, H, L, R, nblocks, bs,
-                   max_blocks, scale, out, lse, part_o, part_lse, check, d):
-        assert part_o and part_lse  # the plan's workspace is always passed
+    def mla_decode(self, a, d):
+        assert isinstance(a, FakeMlaDecodeArgs)
+        self.last["mla_decode"] = a
+        qn, qr, lat, lat_s, rope, bt, sl = a.q_nope, a.q_rope, a.latent, a.latent_scale, a.rope, a.block_table, a.seqlens
+        items, offs, n_items, n_part = a.items, a.split_offsets, a.n_items, a.n_partials
+        B, Q, H, L, R, nblocks, bs = a.batch, a.q_len, a.heads, a.kv_lora, a.rope_dim, a.num_blocks, a.block_size
+        max_blocks, scale, out, lse = a.max_blocks, a.softmax_scale, a.out, a.lse
+        assert a.part_out and a.part_lse  # the plan's workspace is always passed
+        assert isinstance(scale, float) and isinstance(a.check_values, bool)
         def go():
             self.last_items = view(items, (n_items, 4), np.int32).copy()
             self.last_offsets = view(offs, (B + 1,), np.int32).copy()
@@ -181,7 +238,11 @@ class FakeG:
             view(lse, (B, Q, H), np.float32)[:] = ls
         self._run("mla_decode", go)
 
-    def mla_prefill(self, q, k, v, T, S, H, dqk, dv, scale, out, lse, d):
+    def mla_prefill(self, p, d):
+        assert isinstance(p, FakeMlaPrefillArgs)
+        self.last["mla_prefill"] = p
+        q, k, v, T, S, H, dqk, dv, scale, out, lse = (p.q, p.k, p.v, p.q_len, p.kv_len, p.heads, p.dqk, p.dv,
+                                                      p.softmax_scale, p.out, p.lse)
         def go():
             qq, kk, vv = (f32(view(p, (n, H, w), BF16)) for p, n, w in ((q, T, dqk), (k, S, dqk), (v, S, dv)))
             s = np.einsum("thd,shd->hts", qq, kk) * scale
@@ -243,6 +304,30 @@ def dev(a, device=0):
     return DeviceArray.from_numpy(a, device)
 
 
+# ---- the argument structs ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["GroupedGemmArgs", "MlaDecodeArgs", "MlaPrefillArgs"])
+def test_the_fake_argument_structs_mirror_the_binding(name):
+    fake_cls = getattr(FakeG, name)
+    with pytest.raises(AttributeError):
+        fake_cls(no_such_field=1)
+    with pytest.raises(TypeError):
+        fake_cls(1)
+    real = getattr(REAL, name, None)
+    if real is None:
+        pytest.skip(f"this dsperf._C predates the bound {name} (rebuild it to compare)")
+    assert real.fields == fake_cls.fields
+    r = real()
+    for f in real.fields:
+        want = getattr(r, f)
+        got = fake_cls.DEFAULTS[f]
+        assert (want.name == got.name) if f == "layout" else (want == got), f
+    with pytest.raises(AttributeError):
+        real(no_such_field=1)
+    with pytest.raises(TypeError):
+        real(1)
+    assert repr(real()).startswith(name + "(")
+
+
 # ---- elementwise and routing -------------------------------------------------------------------
 def test_elementwise_calls_stage_and_return_by_placement(fake):
     rng = np.random.default_rng(0)
@@ -302,12 +387,18 @@ def test_experts_compose_two_grouped_gemms_and_silu_mul(fake, fp8):
     want = K.experts_contiguous(x, offsets, w13, w2, s13, s2)
     assert np.linalg.norm(got - want) <= 4 * EPS_BF16 * np.linalg.norm(want)
     assert fake.calls.count("grouped_gemm") == 2 and "silu_mul" in fake.calls
+    g = fake.last["grouped_gemm"]  # the second GEMM: h [rows, I] @ w2[e]^T
+    assert (g.M, g.N, g.K, g.E, g.layout, g.capacity) == (14, D, I, E, GemmLayout.Contiguous, 0)
+    assert g.offsets and not g.counts and not g.a_scale and bool(g.b_scale) == fp8 and g.check_values is True
     xm = np.zeros((E, 10, D), BF16)
     for e in range(E):
         xm[e, :counts[e]] = x[offsets[e]:offsets[e + 1]]
     gm = cuda.experts_masked(dev(xm), dev(counts.astype(np.int32)), dev(w13), dev(w2),
                              None if s13 is None else dev(s13), None if s2 is None else dev(s2))
     assert isinstance(gm, DeviceArray) and gm.shape == (E, 10, D)
+    g = fake.last["grouped_gemm"]
+    assert (g.M, g.N, g.K, g.E, g.layout, g.capacity) == (E * 10, D, I, E, GemmLayout.Masked, 10)
+    assert g.counts and not g.offsets and g.check_values is True
     wm = K.experts_masked(xm, counts.astype(np.int32), w13, w2, s13, s2)
     assert np.linalg.norm(gm.numpy() - wm) <= 4 * EPS_BF16 * np.linalg.norm(wm)
 
@@ -318,6 +409,9 @@ def test_fp8_grouped_gemm_and_cublas_plumbing(fake):
     aq, as_ = cuda.act_quant(x)
     w, ws = rand_fp8_weight(rng, 128, 256)
     got = cuda.grouped_gemm(aq, w[None], offsets=np.array([0, 20]), a_scale=as_, b_scale=ws[None])
+    g = fake.last["grouped_gemm"]
+    assert (g.M, g.N, g.K, g.E, g.capacity, g.check_values) == (20, 128, 256, 1, 0, True)
+    assert g.a_scale and g.b_scale and g.offsets and not g.counts
     want = (f32(aq) * np.repeat(as_, 128, 1)) @ (f32(w) * np.repeat(np.repeat(ws, 128, 0), 128, 1)).T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     out = DeviceArray((20, 128), np.float32)
@@ -325,6 +419,7 @@ def test_fp8_grouped_gemm_and_cublas_plumbing(fake):
                           b_scale=dev(ws[None]), out=out, validate=False)
     assert r is out
     np.testing.assert_array_equal(out.numpy(), got)
+    assert fake.last["grouped_gemm"].c == out.ptr and fake.last["grouped_gemm"].check_values is False
     a, b = rand_bf16(rng, 2, 8, 64), rand_bf16(rng, 2, 16, 64)
     np.testing.assert_allclose(cuda.cublas_gemm_bf16(a, b), np.einsum("bmk,bnk->bmn", f32(a), f32(b)), rtol=1e-6)
 
@@ -340,6 +435,13 @@ def test_mla_decode_feeds_the_plan_and_its_workspace(fake):
             rand_bf16(rng, 8, 64, 512), rand_bf16(rng, 8, 64, 64), table, np.array(seqlens, np.int32))
     meta = cuda.get_mla_metadata(args[5], 1, 16, num_splits=2)
     out, lse = cuda.mla_decode(*args, 0.1, meta)
+    a = fake.last["mla_decode"]
+    assert (a.batch, a.q_len, a.heads, a.kv_lora, a.rope_dim) == (3, 1, 16, 512, 64)
+    assert (a.num_blocks, a.block_size, a.max_blocks, a.softmax_scale) == (8, 64, 5, 0.1)
+    assert (a.n_items, a.n_partials) == (meta.num_items, meta.num_partials)
+    items, offs, part_o, part_lse = meta.on(0, 512)
+    assert (a.items, a.split_offsets, a.part_out, a.part_lse) == (items.ptr, offs.ptr, part_o.ptr, part_lse.ptr)
+    assert a.latent_scale == 0 and a.check_values is True
     np.testing.assert_array_equal(fake.last_items, meta.items)
     np.testing.assert_array_equal(fake.last_offsets, meta.split_offsets)
     want, wlse = K.mla_decode(*args, 0.1)
@@ -348,6 +450,8 @@ def test_mla_decode_feeds_the_plan_and_its_workspace(fake):
     o, l = DeviceArray(out.shape, np.float32), DeviceArray(lse.shape, np.float32)
     r = cuda.mla_decode(*[dev(a) for a in args], 0.1, meta, out=(o, l), validate=False)
     assert r[0] is o and r[1] is l
+    a = fake.last["mla_decode"]
+    assert (a.out, a.lse, a.check_values) == (o.ptr, l.ptr, False)
     np.testing.assert_array_equal(o.numpy(), want)
 
 
@@ -356,6 +460,9 @@ def test_mla_prefill_plumbing(fake):
     q, k, v = rand_bf16(rng, 6, 2, 192), rand_bf16(rng, 9, 2, 192), rand_bf16(rng, 9, 2, 128)
     out, lse = cuda.mla_prefill(q, k, v, 0.1)
     assert out.shape == (6, 2, 128) and lse.shape == (6, 2)
+    p = fake.last["mla_prefill"]
+    assert (p.q_len, p.kv_len, p.heads, p.dqk, p.dv, p.softmax_scale) == (6, 9, 2, 192, 128, 0.1)
+    assert p.q and p.k and p.v and p.out and p.lse
     # The first query sits at position 3 and sees keys 0..3.
     s = (f32(q[0, 0]) @ f32(k[:4, 0]).T) * 0.1
     p = np.exp(s - s.max())

@@ -2,7 +2,11 @@
 // the module reports why and every GPU call raises, so Python code can ask rather than guess.
 //
 // The kernels take device pointers as integers (dsperf.cuda's DeviceArray holds them and does the
-// shape and dtype checks); each call selects the arrays' device first. DLPack export and import
+// shape and dtype checks); each call selects the arrays' device first. The kernels with many
+// arguments take their C++ argument struct (GroupedGemmArgs, MlaDecodeArgs, MlaPrefillArgs: fields
+// by name, pointers as integers) and the device; the binding runs the struct's validate() once
+// before the call, and the kernel trusts it. The structs are bound in every build (they are plain
+// C++), so Python code can fill one anywhere; only the calls need CUDA. DLPack export and import
 // are pure pointer bookkeeping and work in every build, which lets the CPU machines test them.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -13,9 +17,7 @@
 #include <string>
 #include <vector>
 
-#ifdef DSPERF_WITH_CUDA
-#include "kernels/cuda/cuda_api.hpp"
-#endif
+#include "kernels/cuda/cuda_api.hpp"  // plain C++: the argument structs are bound in every build
 #include "kernels/cpu/moe.hpp"
 #include "kernels/cuda/dlpack.hpp"
 #include "kernels/cuda/mla_plan.hpp"
@@ -133,6 +135,116 @@ py::dict dlpack_import(py::object capsule) {
     return d;
 }
 
+// ---- argument structs -------------------------------------------------------------------------
+// A C++ argument struct as a Python class: a keyword-only constructor (every field defaults to the
+// C++ default), one read-write attribute per field (pointers as integers, 0 for null), the field
+// names in `fields`, and a repr. Unknown names raise AttributeError, so a misspelt field cannot be
+// dropped silently.
+template <typename S>
+class ArgsClass {
+public:
+    ArgsClass(py::module_& m, const char* name, const char* doc) : c_(m, name, doc), name_(name) {
+        c_.def(py::init([](py::kwargs kw) {
+            py::object o = py::cast(S{});
+            for (auto item : kw) py::setattr(o, item.first, item.second);
+            return o.cast<S>();
+        }));
+    }
+    template <typename T>
+    ArgsClass& ptr(const char* field, T* S::*member) {
+        c_.def_property(
+            field, [member](const S& s) { return reinterpret_cast<uintptr_t>(s.*member); },
+            [member](S& s, uintptr_t p) { s.*member = reinterpret_cast<T*>(p); });
+        names_.emplace_back(field);
+        return *this;
+    }
+    template <typename T>
+    ArgsClass& val(const char* field, T S::*member) {
+        c_.def_readwrite(field, member);
+        names_.emplace_back(field);
+        return *this;
+    }
+    void done() {
+        c_.attr("fields") = py::tuple(py::cast(names_));
+        c_.def("__repr__", [name = name_, names = names_](py::object self) {
+            std::string r = name + "(";
+            for (size_t i = 0; i < names.size(); ++i) {
+                py::object v = self.attr(names[i].c_str());
+                r += (i ? ", " : "") + names[i] + "=" + std::string(py::repr(v));
+            }
+            return r + ")";
+        });
+    }
+
+private:
+    py::class_<S> c_;
+    std::string name_;
+    std::vector<std::string> names_;
+};
+
+void bind_arg_structs(py::module_& m) {
+    namespace C = dsperf::cuda;
+    py::enum_<C::GemmLayout>(m, "GemmLayout")
+        .value("Contiguous", C::GemmLayout::Contiguous)
+        .value("Masked", C::GemmLayout::Masked);
+    ArgsClass<C::GroupedGemm>(m, "GroupedGemmArgs", "grouped_gemm's arguments (cuda_api.hpp's GroupedGemm)")
+        .ptr("a", &C::GroupedGemm::a)
+        .ptr("a_scale", &C::GroupedGemm::a_scale)
+        .ptr("b", &C::GroupedGemm::b)
+        .ptr("b_scale", &C::GroupedGemm::b_scale)
+        .ptr("c", &C::GroupedGemm::c)
+        .val("M", &C::GroupedGemm::M)
+        .val("N", &C::GroupedGemm::N)
+        .val("K", &C::GroupedGemm::K)
+        .val("E", &C::GroupedGemm::E)
+        .val("layout", &C::GroupedGemm::layout)
+        .ptr("offsets", &C::GroupedGemm::offsets)
+        .ptr("counts", &C::GroupedGemm::counts)
+        .val("capacity", &C::GroupedGemm::capacity)
+        .val("check_values", &C::GroupedGemm::check_values)
+        .done();
+    ArgsClass<C::MlaDecode>(m, "MlaDecodeArgs", "mla_decode's arguments (cuda_api.hpp's MlaDecode)")
+        .ptr("q_nope", &C::MlaDecode::q_nope)
+        .ptr("q_rope", &C::MlaDecode::q_rope)
+        .ptr("latent", &C::MlaDecode::latent)
+        .ptr("latent_scale", &C::MlaDecode::latent_scale)
+        .ptr("rope", &C::MlaDecode::rope)
+        .ptr("block_table", &C::MlaDecode::block_table)
+        .ptr("seqlens", &C::MlaDecode::seqlens)
+        .ptr("items", &C::MlaDecode::items)
+        .ptr("split_offsets", &C::MlaDecode::split_offsets)
+        .val("n_items", &C::MlaDecode::n_items)
+        .val("n_partials", &C::MlaDecode::n_partials)
+        .val("batch", &C::MlaDecode::batch)
+        .val("q_len", &C::MlaDecode::q_len)
+        .val("heads", &C::MlaDecode::heads)
+        .val("kv_lora", &C::MlaDecode::kv_lora)
+        .val("rope_dim", &C::MlaDecode::rope_dim)
+        .val("num_blocks", &C::MlaDecode::num_blocks)
+        .val("block_size", &C::MlaDecode::block_size)
+        .val("max_blocks", &C::MlaDecode::max_blocks)
+        .val("softmax_scale", &C::MlaDecode::softmax_scale)
+        .ptr("out", &C::MlaDecode::out)
+        .ptr("lse", &C::MlaDecode::lse)
+        .ptr("part_out", &C::MlaDecode::part_out)
+        .ptr("part_lse", &C::MlaDecode::part_lse)
+        .val("check_values", &C::MlaDecode::check_values)
+        .done();
+    ArgsClass<C::MlaPrefill>(m, "MlaPrefillArgs", "mla_prefill's arguments (cuda_api.hpp's MlaPrefill)")
+        .ptr("q", &C::MlaPrefill::q)
+        .ptr("k", &C::MlaPrefill::k)
+        .ptr("v", &C::MlaPrefill::v)
+        .val("q_len", &C::MlaPrefill::q_len)
+        .val("kv_len", &C::MlaPrefill::kv_len)
+        .val("heads", &C::MlaPrefill::heads)
+        .val("dqk", &C::MlaPrefill::dqk)
+        .val("dv", &C::MlaPrefill::dv)
+        .val("softmax_scale", &C::MlaPrefill::softmax_scale)
+        .ptr("out", &C::MlaPrefill::out)
+        .ptr("lse", &C::MlaPrefill::lse)
+        .done();
+}
+
 #ifdef DSPERF_WITH_CUDA
 namespace C = dsperf::cuda;
 template <typename T = void>
@@ -190,6 +302,7 @@ void bind_cuda(py::module_& root) {
     m.def("dlpack_export", &dlpack_export, py::arg("ptr"), py::arg("shape"), py::arg("code"), py::arg("bits"),
           py::arg("device_type"), py::arg("device_id"), py::arg("owner"));
     m.def("dlpack_import", &dlpack_import, py::arg("capsule"));
+    bind_arg_structs(m);
     // Host work: planned in every build.
     m.def("mla_plan", [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> seqlens, int64_t block_size,
                          int64_t rows_per_request, int64_t num_splits, int64_t sm_count, int64_t rows_per_block) {
@@ -276,17 +389,14 @@ void bind_cuda(py::module_& root) {
             C::moe_unpermute(P<float>(y), rows, dim, P<int32_t>(position), P<float>(weights), T, K, P<float>(out));
         });
     });
-    m.def("grouped_gemm", [](uintptr_t a, uintptr_t a_scale, uintptr_t b, uintptr_t b_scale, uintptr_t c, int64_t M,
-                             int64_t N, int64_t K, int64_t E, bool masked, uintptr_t offsets, uintptr_t counts,
-                             int64_t capacity, bool check_values, int d) {
-        C::GroupedGemm g;
-        g.check_values = check_values;
-        g.a = P(a), g.a_scale = P<float>(a_scale), g.b = P(b), g.b_scale = P<float>(b_scale), g.c = P<float>(c);
-        g.M = M, g.N = N, g.K = K, g.E = E;
-        g.layout = masked ? C::GemmLayout::Masked : C::GemmLayout::Contiguous;
-        g.offsets = P<int64_t>(offsets), g.counts = P<int32_t>(counts), g.capacity = capacity;
-        on(d, [&] { C::grouped_gemm(g); });
-    });
+    // The argument-struct kernels: validated here, once (the kernel trusts its caller).
+    m.def(
+        "grouped_gemm",
+        [](const C::GroupedGemm& g, int d) {
+            g.validate();
+            on(d, [&] { C::grouped_gemm(g); });
+        },
+        py::arg("args"), py::arg("device"));
     m.def("cublas_why_unavailable", [] {
         std::string why;
         C::cublas_available(&why);
@@ -296,29 +406,20 @@ void bind_cuda(py::module_& root) {
                                  int64_t sa, int64_t sb, int64_t sc, int d) {
         on(d, [&] { C::cublas_gemm_bf16(P<uint16_t>(a), P<uint16_t>(b), P<float>(c), M, N, K, batch, sa, sb, sc); });
     });
-    m.def("mla_decode", [](uintptr_t q_nope, uintptr_t q_rope, uintptr_t latent, uintptr_t latent_scale, uintptr_t rope,
-                           uintptr_t block_table, uintptr_t seqlens, uintptr_t items, uintptr_t split_offsets,
-                           int64_t n_items, int64_t n_partials, int64_t batch, int64_t q_len, int64_t heads,
-                           int64_t kv_lora, int64_t rope_dim, int64_t num_blocks, int64_t block_size,
-                           int64_t max_blocks, float scale, uintptr_t out, uintptr_t lse, uintptr_t part_out,
-                           uintptr_t part_lse, bool check_values, int d) {
-        C::MlaDecode a;
-        a.part_out = P<float>(part_out), a.part_lse = P<float>(part_lse), a.check_values = check_values;
-        a.q_nope = P<uint16_t>(q_nope), a.q_rope = P<uint16_t>(q_rope), a.latent = P(latent);
-        a.latent_scale = P<float>(latent_scale), a.rope = P<uint16_t>(rope), a.block_table = P<int32_t>(block_table);
-        a.seqlens = P<int32_t>(seqlens), a.items = P<int32_t>(items), a.split_offsets = P<int32_t>(split_offsets);
-        a.n_items = n_items, a.n_partials = n_partials, a.batch = batch, a.q_len = q_len, a.heads = heads;
-        a.kv_lora = kv_lora, a.rope_dim = rope_dim, a.num_blocks = num_blocks, a.block_size = block_size;
-        a.max_blocks = max_blocks, a.softmax_scale = scale, a.out = P<float>(out), a.lse = P<float>(lse);
-        on(d, [&] { C::mla_decode(a); });
-    });
-    m.def("mla_prefill", [](uintptr_t q, uintptr_t k, uintptr_t v, int64_t q_len, int64_t kv_len, int64_t heads,
-                            int64_t dqk, int64_t dv, float scale, uintptr_t out, uintptr_t lse, int d) {
-        on(d, [&] {
-            C::mla_prefill(P<uint16_t>(q), P<uint16_t>(k), P<uint16_t>(v), q_len, kv_len, heads, dqk, dv, scale,
-                           P<float>(out), P<float>(lse));
-        });
-    });
+    m.def(
+        "mla_decode",
+        [](const C::MlaDecode& a, int d) {
+            a.validate();
+            on(d, [&] { C::mla_decode(a); });
+        },
+        py::arg("args"), py::arg("device"));
+    m.def(
+        "mla_prefill",
+        [](const C::MlaPrefill& p, int d) {
+            p.validate();
+            on(d, [&] { C::mla_prefill(p); });
+        },
+        py::arg("args"), py::arg("device"));
     m.def("graph_begin_capture", [](int d) {
         C::set_device(d);
         return C::graph_begin_capture();

@@ -6,6 +6,11 @@
 // block tables) are checked on the device before the kernel proper, and a bad one throws
 // std::invalid_argument after that check (it costs one synchronisation). CUDA failures throw
 // std::runtime_error with the CUDA error string.
+//
+// The kernels with many arguments take one argument struct (GroupedGemm, MlaDecode, MlaPrefill),
+// which the Python binding exposes field by field. Their host-side checks are the struct's
+// validate(), called once at the boundary (the binding) before the call; grouped_gemm, mla_decode
+// and mla_prefill trust their caller and do not repeat it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -96,9 +101,9 @@ struct GroupedGemm {
     // Check offsets / counts on the device first (one synchronisation); callers that checked
     // them already (benchmarks timing back-to-back launches) may skip it.
     bool check_values = true;
-    void validate() const;  // sizes and pointers (host side)
+    void validate() const;  // sizes and pointers (host side); the caller runs it once
 };
-void grouped_gemm(const GroupedGemm& g);
+void grouped_gemm(const GroupedGemm& g);  // g validated by the caller
 
 // ---- cuBLAS baseline (cublas_baseline.cu; libcublas loaded at run time) -------------------------
 // c[i] = a[i] @ b[i]^T for i < batch, row-major: a [M, K] BF16, b [N, K] BF16, c [M, N] FP32, with
@@ -129,10 +134,10 @@ struct MlaDecode {
     float* part_out = nullptr;
     float* part_lse = nullptr;
     bool check_values = true;  // seqlens and block ids checked on the device first (one sync)
-    void validate() const;
+    void validate() const;     // sizes, pointers and alignment (host side); the caller runs it once
 };
 // The CPU mla_decode_absorbed's semantics: causal among the Q new tokens, probabilities rounded to
-// BF16 for the value product, partial results merged by log-sum-exp.
+// BF16 for the value product, partial results merged by log-sum-exp. d validated by the caller.
 void mla_decode(const MlaDecode& d);
 
 // ---- MLA prefill (mla_prefill.cu) ----------------------------------------------------------------
@@ -140,8 +145,17 @@ void mla_decode(const MlaDecode& d);
 // v [kv_len, heads, dv] BF16 (16-byte aligned; dqk a multiple of 16 up to 256, dv up to 128);
 // query t sits at position kv_len - q_len + t and sees keys up to it. out [q_len, heads, dv] FP32
 // (normalised), lse [q_len, heads] FP32 (natural log). Probabilities are rounded to BF16 for P V.
-void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len, int64_t heads,
-                 int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse);
+struct MlaPrefill {
+    const uint16_t* q = nullptr;  // [q_len, heads, dqk] BF16
+    const uint16_t* k = nullptr;  // [kv_len, heads, dqk] BF16
+    const uint16_t* v = nullptr;  // [kv_len, heads, dv] BF16
+    int64_t q_len = 0, kv_len = 0, heads = 0, dqk = 0, dv = 0;
+    float softmax_scale = 1;
+    float* out = nullptr;  // [q_len, heads, dv] FP32
+    float* lse = nullptr;  // [q_len, heads] FP32
+    void validate() const;  // sizes, pointers and alignment (host side); the caller runs it once
+};
+void mla_prefill(const MlaPrefill& p);  // p validated by the caller
 
 // ---- CUDA graphs (graph.cu) ----------------------------------------------------------------------
 // Begins capturing this thread's dsperf launches on a new stream (returned as an integer);

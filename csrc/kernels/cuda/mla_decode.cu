@@ -296,7 +296,6 @@ bool mla_decode_mma_enabled(int64_t kv_lora);
 void mla_decode_mma_launch(const MlaDecode& d, float* part_o, float* part_lse);
 
 void mla_decode(const MlaDecode& d) {
-    d.validate();
     if (d.batch == 0) return;
     if (d.check_values) check_inputs(d);
     const int64_t QH = d.q_len * d.heads, W = d.kv_lora + d.rope_dim;

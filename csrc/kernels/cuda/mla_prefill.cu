@@ -137,24 +137,27 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void mla_prefill(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t q_len, int64_t kv_len, int64_t heads,
-                 int64_t dqk, int64_t dv, float softmax_scale, float* out, float* lse) {
+void MlaPrefill::validate() const {
     auto need = [](bool ok, const std::string& what) {
         if (!ok) throw std::invalid_argument("mla_prefill: " + what);
     };
     need(q_len >= 0 && kv_len >= q_len && heads >= 1, "q_len >= 0, kv_len >= q_len and heads >= 1 are required");
+    need(heads <= 65535, "at most 65535 heads");
     need(dqk >= 16 && dqk % 16 == 0 && dqk <= kMaxQk,
          "the query/key width must be a multiple of 16 in [16, 256], got " + std::to_string(dqk));
     need(dv >= 16 && dv % 16 == 0 && dv <= kMaxV,
          "the value width must be a multiple of 16 in [16, 128], got " + std::to_string(dv));
     need(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale must be positive");
+    need(q_len == 0 || (q && k && v && out && lse), "every array is required");
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     need(aligned(q) && aligned(k) && aligned(v), "q, k and v must start at 16-byte aligned addresses");
-    if (q_len == 0) return;
-    if (heads > 65535) throw std::invalid_argument("mla_prefill: at most 65535 heads");
-    const dim3 grid(unsigned((q_len + kRows - 1) / kRows), unsigned(heads));
-    mla_prefill_kernel<<<grid, kThreads, 0, current_stream()>>>(q, k, v, q_len, kv_len, heads, dqk, dv, softmax_scale,
-                                                                out, lse);
+}
+
+void mla_prefill(const MlaPrefill& p) {
+    if (p.q_len == 0) return;
+    const dim3 grid(unsigned((p.q_len + kRows - 1) / kRows), unsigned(p.heads));
+    mla_prefill_kernel<<<grid, kThreads, 0, current_stream()>>>(p.q, p.k, p.v, p.q_len, p.kv_len, p.heads, p.dqk, p.dv,
+                                                                p.softmax_scale, p.out, p.lse);
     check_launch("mla_prefill");
 }
 

@@ -75,9 +75,12 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
         if c["b_scale"].shape != (E, -(-N // 128), kb):
             raise ValueError(f"b_scale must have shape {(E, -(-N // 128), kb)}, got {c['b_scale'].shape}")
     out = _out(c, out, c["a"].shape[:-1] + (N,), F32, "out")
-    check_values = bool(validate) or not c.on_device
-    _G.grouped_gemm(c.dev("a").ptr, _ptr(c.dev("a_scale")), c.dev("b").ptr, _ptr(c.dev("b_scale")), out.ptr, M, N,
-                    Kd, E, masked, _ptr(c.dev("offsets")), _ptr(c.dev("counts")), capacity, check_values, c.device)
+    args = _G.GroupedGemmArgs(
+        a=c.dev("a").ptr, a_scale=_ptr(c.dev("a_scale")), b=c.dev("b").ptr, b_scale=_ptr(c.dev("b_scale")), c=out.ptr,
+        M=M, N=N, K=Kd, E=E, layout=_G.GemmLayout.Masked if masked else _G.GemmLayout.Contiguous,
+        offsets=_ptr(c.dev("offsets")), counts=_ptr(c.dev("counts")), capacity=capacity,
+        check_values=bool(validate) or not c.on_device)
+    _G.grouped_gemm(args, c.device)
     return c.out(out)
 
 

@@ -130,11 +130,14 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
     o = _out(c, None if out is None else out[0], (B, Q, H, L), F32, "out[0]")
     lse = _out(c, None if out is None else out[1], (B, Q, H), F32, "out[1]")
     items, offs, part_o, part_lse = metadata.on(c.device, L)
-    _G.mla_decode(c.dev("q_nope").ptr, c.dev("q_rope").ptr, c.dev("latent_cache").ptr, _ptr(c.dev("latent_scale")),
-                  c.dev("rope_cache").ptr, c.dev("block_table").ptr, c.dev("seqlens").ptr, items.ptr, offs.ptr,
-                  metadata.num_items, metadata.num_partials, B, Q, H, L, R, nblocks, bs, bt.shape[1],
-                  float(softmax_scale), o.ptr, lse.ptr, part_o.ptr, part_lse.ptr, bool(validate) or not c.on_device,
-                  c.device)
+    args = _G.MlaDecodeArgs(
+        q_nope=c.dev("q_nope").ptr, q_rope=c.dev("q_rope").ptr, latent=c.dev("latent_cache").ptr,
+        latent_scale=_ptr(c.dev("latent_scale")), rope=c.dev("rope_cache").ptr, block_table=c.dev("block_table").ptr,
+        seqlens=c.dev("seqlens").ptr, items=items.ptr, split_offsets=offs.ptr, n_items=metadata.num_items,
+        n_partials=metadata.num_partials, batch=B, q_len=Q, heads=H, kv_lora=L, rope_dim=R, num_blocks=nblocks,
+        block_size=bs, max_blocks=bt.shape[1], softmax_scale=float(softmax_scale), out=o.ptr, lse=lse.ptr,
+        part_out=part_o.ptr, part_lse=part_lse.ptr, check_values=bool(validate) or not c.on_device)
+    _G.mla_decode(args, c.device)
     return c.out(o), c.out(lse)
 
 
@@ -164,6 +167,7 @@ def mla_prefill(q, k, v, softmax_scale):
         raise ValueError(f"softmax_scale must be a positive number, got {softmax_scale!r}")
     c.require_gpu()
     out, lse = c.new((T, H, dv), F32), c.new((T, H), F32)
-    _G.mla_prefill(c.dev("q").ptr, c.dev("k").ptr, c.dev("v").ptr, T, S, H, dqk, dv, float(softmax_scale), out.ptr,
-                   lse.ptr, c.device)
+    args = _G.MlaPrefillArgs(q=c.dev("q").ptr, k=c.dev("k").ptr, v=c.dev("v").ptr, q_len=T, kv_len=S, heads=H,
+                             dqk=dqk, dv=dv, softmax_scale=float(softmax_scale), out=out.ptr, lse=lse.ptr)
+    _G.mla_prefill(args, c.device)
     return c.out(out), c.out(lse)

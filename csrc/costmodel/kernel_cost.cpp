@@ -1,6 +1,7 @@
 #include "costmodel/kernel_cost.hpp"
 
 #include "common/require.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "model/mla_calls.hpp"
 
 #include <algorithm>
@@ -177,6 +178,11 @@ KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix
     if (s.q_lora > 0) w += rmsnorm_work(T, s.q_lora);  // without a query LoRA there is no query norm
     const double rect = double(T) * S * H;  // every query row against all S keys
     w.flops += 2 * rect * (core.qk + core.v);
+    // The core's working buffers (kernels/cpu/attention.hpp): every one of the T x H query rows keeps
+    // an FP32 output accumulator of core.v values, read and written once per chunk of
+    // kAttentionKeyChunk keys, and writes then reads its scores (FP32) and probabilities (BF16).
+    const double rows = double(T) * H, chunks = std::ceil(double(S) / double(kernels::kAttentionKeyChunk));
+    w.bytes += chunks * rows * core.v * kFp32 * 2 + rect * (kFp32 + kBf16) * 2;
     if (!dsperf::absorbed(variant)) {
         // CD reads its per-head K/V cache; CC reads the latent and writes then reads the K/V it
         // decompressed.

@@ -105,7 +105,7 @@ struct Group {
 };
 
 void attend(const AttentionArgs& a, const Group& g) {
-    constexpr int64_t kChunk = 256;
+    constexpr int64_t kChunk = kAttentionKeyChunk;
     const int64_t R = g.rows, dv = a.dv;
     std::vector<float> m(static_cast<size_t>(R), -INFINITY), l(static_cast<size_t>(R), 0.0f);
     std::vector<float> s(static_cast<size_t>(R * kChunk)), o(static_cast<size_t>(R * dv), 0.0f);

@@ -10,6 +10,10 @@
 
 namespace dsperf::kernels {
 
+// Keys the kernel takes at a time: every query row's scores, probabilities and output accumulator
+// pass through memory once per chunk (dsperf's kernel cost model counts that traffic).
+constexpr int64_t kAttentionKeyChunk = 256;
+
 struct AttentionArgs {
     int64_t q_len = 0, kv_len = 0, heads = 0, kv_heads = 1;
     // q part p: q_p[t * heads * dq_p + h * dq_p + i]; k part p: k_p[n * kv_heads * dq_p + g * dq_p + i].

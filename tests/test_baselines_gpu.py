@@ -9,7 +9,7 @@ import pytest
 
 from dsperf import cuda, kernels as K
 from kernel_helpers import rand_bf16, rand_fp8_weight
-from test_cuda_fake import install_fake
+from cuda_fake import install_fake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.deepseek_v3.baseline import gpu  # noqa: E402

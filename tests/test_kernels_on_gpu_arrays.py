@@ -7,7 +7,7 @@ import pytest
 from dsperf import kernels as K
 from dsperf.cuda_array import DeviceArray
 from kernel_helpers import rand_bf16
-from test_cuda_fake import install_fake
+from cuda_fake import install_fake
 
 
 @pytest.fixture

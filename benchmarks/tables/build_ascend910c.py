@@ -39,8 +39,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
 
+# The installed dsperf (as the other scripts): a source tree's dsperf has no built extension.
 from dsperf.model import derive_table  # noqa: E402
 from dsperf.model.devices import load_device  # noqa: E402
 

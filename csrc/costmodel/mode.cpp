@@ -57,7 +57,8 @@ Fixes parse_mode(const std::string& text) {
     else if (base == "corrected") fx = Fixes::all();
     else
         throw std::invalid_argument(
-            "mode must be 'grounded', or 'as_published' or 'corrected' (optionally +fix/-fix), got '" + text + "'");
+            "mode must be 'as_published' or 'corrected' (optionally +fix/-fix), the seed's modes, got '" + text +
+            "' ('grounded' is a mode of prefill, decode and decode_sweep only)");
     while (end != std::string::npos) {
         const bool add = text[end] == '+';
         const size_t next = text.find_first_of("+-", end + 1);

@@ -18,17 +18,15 @@ from . import _C  # noqa: E402
 from . import _aliases  # noqa: E402
 
 _aliases.install()  # dsperf.harness, dsperf.kernel_cost, ...: the former flat names
-from .model.seed import (  # noqa: E402
+from .model.api import decode, decode_sweep, prefill  # noqa: E402  (either model: mode="grounded" by default)
+from .model.seed import (  # noqa: E402  (the seed analysis' own tables)
     EP_STRATEGIES,
     block_complexity,
-    decode,
     decode_batch_limits,
-    decode_sweep,
     ep_strategies,
     flops_summary,
     kv_cache_per_token,
     parameter_table,
-    prefill,
     prefill_mla,
 )
 from .model.devices import DeviceSpec, device_table, list_devices, load_device  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 
 FORMER_NAMES = {
     "dsperf.hardware": "dsperf.model.devices",
-    "dsperf.costmodel": "dsperf.model.seed",
+    "dsperf.costmodel": "dsperf.model.seed",   # the seed's formulas (dsperf.decode & co.: dsperf.model.api)
     "dsperf.tables": "dsperf.model.tables",
     "dsperf.deviations": "dsperf.model.deviations",
     "dsperf.compare": "dsperf.model.compare",

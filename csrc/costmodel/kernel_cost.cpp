@@ -170,8 +170,10 @@ std::vector<GemmShape> mla_gemms(MlaVariant variant, int64_t tokens, int64_t pre
     return g;
 }
 
-KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
-    const MlaCall core = mla_layer_calls(variant, tokens, prefix, s).core();
+namespace {
+// The attention core's work from the layer's list (its core entry): the norms, the q x kv rectangle,
+// the working buffers and the cache traffic.
+KernelWork core_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s, const MlaCall& core) {
     const int64_t T = tokens, S = prefix + tokens, H = s.heads;
     const int64_t L = s.kv_lora, N = s.nope, R = s.rope, V = s.v;
     KernelWork w = rmsnorm_work(T, L);
@@ -193,12 +195,19 @@ KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix
     }
     return w;
 }
+}  // namespace
+
+KernelWork mla_attention_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
+    return core_work(variant, tokens, prefix, s, mla_layer_calls(variant, tokens, prefix, s).core());
+}
 
 KernelWork mla_forward_work(MlaVariant variant, int64_t tokens, int64_t prefix, const MlaShape& s) {
-    KernelWork w = mla_attention_work(variant, tokens, prefix, s);
-    for (const GemmShape& g : mla_gemms(variant, tokens, prefix, s)) {
-        KernelWork one = linear_work(g.m, g.n, g.k, false);
-        w.flops += one.flops * g.count, w.bytes += one.bytes * g.count;
+    const MlaCallList calls = mla_layer_calls(variant, tokens, prefix, s);  // checks the arguments once
+    KernelWork w = core_work(variant, tokens, prefix, s, calls.core());
+    for (const MlaCall& c : calls) {
+        if (!c.gemm()) continue;
+        const KernelWork one = linear_work(int64_t(c.m), int64_t(c.n), int64_t(c.k), false);
+        w.flops += one.flops * c.count, w.bytes += one.bytes * c.count;
     }
     return w;
 }

@@ -54,15 +54,29 @@ def _read_toml(path) -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def _catalogue() -> dict[str, dict]:
-    """Lower-cased name or alias -> parsed TOML of every shipped device (read once; treat as read-only)."""
+def _shipped() -> dict[str, tuple]:
+    """Lower-cased name or alias -> (file, parsed TOML) of every shipped device (read once; treat as read-only)."""
     out = {}
     for p in sorted(_devices_dir().iterdir(), key=lambda p: p.name):
         if p.name.endswith(".toml"):
             data = _read_toml(p)
             for key in [data.get("name", p.name[:-5])] + list(data.get("aliases", [])):
-                out[str(key).lower()] = data
+                out[str(key).lower()] = (p, data)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _catalogue() -> dict[str, dict]:
+    """Lower-cased name or alias -> parsed TOML of every shipped device (treat as read-only)."""
+    return {key: data for key, (_, data) in _shipped().items()}
+
+
+def shipped_device_file(name: str):
+    """The file of a shipped device, by its name or an alias (any case); ValueError naming it otherwise."""
+    found = _shipped().get(str(name).lower())
+    if found is None:
+        raise ValueError(f"no shipped device file is named '{name}'")
+    return found[0]
 
 
 def list_devices() -> list[str]:

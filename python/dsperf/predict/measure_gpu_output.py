@@ -6,7 +6,6 @@ import csv
 import io
 import math
 import re
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -48,23 +47,12 @@ def table_text(measured: list, env: dict, kernel: str, device: str) -> str:
     return out.getvalue()
 
 
-def _shipped_device_file(device: str) -> Path:
-    from ..model.devices import _read_toml
-
-    folder = resources.files("dsperf") / "data" / "devices"
-    for p in sorted(folder.iterdir(), key=lambda p: p.name):
-        if p.name.endswith(".toml"):
-            data = _read_toml(p)
-            names = [str(data.get("name", p.name[:-5]))] + [str(a) for a in data.get("aliases", [])]
-            if device.lower() in (n.lower() for n in names):
-                return Path(str(p))
-    raise ValueError(f"no shipped device file is named '{device}'")
-
-
 def device_file_text(device: str, table_file: str, env: dict) -> str:
     """The shipped device file of `device` with its kernel_table pointing at the measured table
     beside it (a top-level key: placed before the file's first [section])."""
-    lines = _shipped_device_file(device).read_text().splitlines()
+    from ..model.devices import shipped_device_file
+
+    lines = Path(str(shipped_device_file(device))).read_text().splitlines()
     at = next((i for i, ln in enumerate(lines) if re.match(r"\s*kernel_table\s*=", ln)), None)
     if at is not None:  # the old key and the comment lines right above it (which describe the old table)
         start = at

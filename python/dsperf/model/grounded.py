@@ -131,7 +131,7 @@ def read_table_rows(path) -> list[dict]:
             if col not in row:
                 raise ValueError(f"{where}: field '{col}' is required for {fam}")
         # Two rows at one shape must agree: the lookup would keep both and price with either.
-        key = (fam, row.get("dtype", "fp8")) + tuple(row.get(c) for c in SHAPE_COLUMNS)
+        key = row_label(row)
         figure = tuple(row.get(c) for c in ("latency_us", "gbps", "tokens"))
         if key in seen and seen[key][1] != figure:
             j = next(j for j, (a, b) in enumerate(zip(seen[key][1], figure)) if a != b)
@@ -141,6 +141,14 @@ def read_table_rows(path) -> list[dict]:
         seen.setdefault(key, (f"row {i} (line {numbered[reader.line_num - 1][0]})", figure))
         rows.append(row)
     return rows
+
+
+def row_label(row: Mapping) -> str:
+    """A table row's identity: its family, dtype and shape (no two rows of a table share one, as
+    read_table_rows checks), e.g. 'gemm_fp8 fp8 m=512 n=4096 k=7168'. Names a row where a row
+    number would change with every edit of the file."""
+    shape = " ".join(f"{c}={row[c]:g}" for c in SHAPE_COLUMNS if c in row)
+    return f"{row['family']} {row.get('dtype', 'fp8')} {shape}".strip()
 
 
 def _shape(row: Mapping) -> "SM.KernelShape":

@@ -203,8 +203,8 @@ def table_inputs() -> list[Input]:
         if not f.name.endswith(".csv"):
             continue
         table = f.name[:-4]
-        for i, row in enumerate(grounded.read_table_rows(f), start=1):
-            where = f"efficiency/{f.name} row {i} ({row['family']})"
+        for row in grounded.read_table_rows(f):
+            where = f"efficiency/{f.name} {grounded.row_label(row)}"
             out += [Input(f"{where} {k}", v, False) for k, v in row.items() if _is_number(v)]
             if SM.is_comm_family(row["family"]) or "latency_us" not in row:
                 continue
@@ -276,10 +276,10 @@ EXEMPT = {
         "coincidence: the blog's EPLB decode case study runs 100 output tokens; its ITL is 'approximately 100 ms'",
     ("latency_points.csv sglang_h100_pd_decode_itl assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
         "the text quotes the figure ('approximately 100 ms' read as the median) and the 100 output tokens above",
-    ("efficiency/H20.csv row 81 (gemm_fp8) latency_us", "latency_points.csv ix_gb200_trt_8k1k_c256_tpot"):
+    ("efficiency/H20.csv gemm_fp8 fp8 m=128 n=5120 k=2048 latency_us", "latency_points.csv ix_gb200_trt_8k1k_c256_tpot"):
         "coincidence: a DeepGEMM time on H20 (15.312 us, alibaba/InferSim bench_data) against a GB200 TPOT "
         "(15.305 ms, InferenceX); other units, other sources",
-    ("efficiency/H800.csv row 72 (gemm_fp8) latency_us", "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot"):
+    ("efficiency/H800.csv gemm_fp8 fp8 m=512 n=4096 k=7168 latency_us", "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot"):
         "coincidence: a DeepGEMM time on H800 (M 512, N 4096, K 7168: 30.034 us, alibaba/InferSim bench_data) "
         "against a B200 TPOT (30.034 ms, InferenceX run 23266829671); other units, other sources, the table "
         "row was imported before the latency point was added",

@@ -147,7 +147,7 @@ def row_label(row: Mapping) -> str:
     """A table row's identity: its family, dtype and shape (no two rows of a table share one, as
     read_table_rows checks), e.g. 'gemm_fp8 fp8 m=512 n=4096 k=7168'. Names a row where a row
     number would change with every edit of the file."""
-    shape = " ".join(f"{c}={row[c]:g}" for c in SHAPE_COLUMNS if c in row)
+    shape = " ".join(f"{c}={row[c]:.15g}" for c in SHAPE_COLUMNS if c in row)
     return f"{row['family']} {row.get('dtype', 'fp8')} {shape}".strip()
 
 

@@ -2,7 +2,6 @@
 CPU kernels for the CUDA ones, behind the binding's exact signatures (FakeG), and the fixture that
 swaps it in (install_fake / fake)."""
 import ctypes
-import enum
 import sys
 
 import numpy as np
@@ -32,41 +31,9 @@ class FakeAllocation:
         self.nbytes, self.device = nbytes, device
 
 
-class GemmLayout(enum.Enum):
-    Contiguous = 0
-    Masked = 1
-
-
-class FakeArgs:
-    """An argument struct like the binding's (GroupedGemmArgs, ...): keyword-only construction,
-    every field defaulting as in C++ (cuda_api.hpp), and no other attribute (a misspelt field
-    raises, as it does on the bound class)."""
-    __slots__ = ()
-    DEFAULTS: dict = {}
-
-    def __init__(self, **kw):
-        for f, v in self.DEFAULTS.items():
-            setattr(self, f, v)
-        for f, v in kw.items():
-            setattr(self, f, v)
-
-    @classmethod
-    def make(cls, name, fields):
-        return type(name, (cls,), {"__slots__": tuple(fields), "DEFAULTS": dict(fields), "fields": tuple(fields)})
-
-
-_ptrs = lambda *names: {n: 0 for n in names}  # noqa: E731
-FakeGroupedGemmArgs = FakeArgs.make("GroupedGemmArgs", {
-    **_ptrs("a", "a_scale", "b", "b_scale", "c"), "M": 0, "N": 0, "K": 0, "E": 0, "layout": GemmLayout.Contiguous,
-    **_ptrs("offsets", "counts"), "capacity": 0, "check_values": True})
-FakeMlaDecodeArgs = FakeArgs.make("MlaDecodeArgs", {
-    **_ptrs("q_nope", "q_rope", "latent", "latent_scale", "rope", "block_table", "seqlens", "items", "split_offsets"),
-    "n_items": 0, "n_partials": 0, "batch": 0, "q_len": 0, "heads": 0, "kv_lora": 512, "rope_dim": 64,
-    "num_blocks": 0, "block_size": 64, "max_blocks": 0, "softmax_scale": 1.0,
-    **_ptrs("out", "lse", "part_out", "part_lse"), "check_values": True})
-FakeMlaPrefillArgs = FakeArgs.make("MlaPrefillArgs", {
-    **_ptrs("q", "k", "v"), "q_len": 0, "kv_len": 0, "heads": 0, "dqk": 0, "dv": 0, "softmax_scale": 1.0,
-    **_ptrs("out", "lse")})
+# The argument structs are bound in every build (plain C++): the fake takes the real classes, so a
+# call that fills a misspelt or missing field fails here as it would on a GPU.
+GemmLayout = REAL.GemmLayout
 
 
 class FakeG:
@@ -95,10 +62,11 @@ class FakeG:
     dlpack_export = staticmethod(REAL.dlpack_export)
     dlpack_import = staticmethod(REAL.dlpack_import)
     mla_plan = staticmethod(REAL.mla_plan)
-    GemmLayout = GemmLayout
-    GroupedGemmArgs = FakeGroupedGemmArgs
-    MlaDecodeArgs = FakeMlaDecodeArgs
-    MlaPrefillArgs = FakeMlaPrefillArgs
+    GemmLayout = REAL.GemmLayout
+    GroupedGemmArgs = REAL.GroupedGemmArgs
+    MlaDecodeArgs = REAL.MlaDecodeArgs
+    MlaPrefillArgs = REAL.MlaPrefillArgs
+    AllToAllPart = REAL.AllToAllPart
 
     def copy_to_device(self, dst, src, n, d): ctypes.memmove(dst, src, n)
     def copy_to_host(self, dst, src, n, d): ctypes.memmove(dst, src, n)
@@ -140,13 +108,12 @@ class FakeG:
                                 view(freqs, (rope_dim // 2,), np.float32).copy())
         self._run("rope", go)
 
-    def moe_gate(self, logits, T, E, bias, n_group, topk_group, top_k, route_scale, sigmoid, w, ids, d):
+    def moe_gate(self, logits, T, E, bias, config, w, ids, d):
         def go():
             b = None if bias == 0 else view(bias, (E,), np.float32).copy()
-            ww, ii = K._K.moe_gate(view(logits, (T, E), np.float32).copy(), b, n_group, topk_group, top_k,
-                                   route_scale, "sigmoid" if sigmoid else "softmax")
-            view(w, (T, top_k), np.float32)[:] = ww
-            view(ids, (T, top_k), np.int32)[:] = ii
+            ww, ii = K._K.moe_gate(view(logits, (T, E), np.float32).copy(), b, config)
+            view(w, (T, config.top_k), np.float32)[:] = ww
+            view(ids, (T, config.top_k), np.int32)[:] = ii
         self._run("moe_gate", go)
 
     def moe_permute(self, x, tokens, row_bytes, source, rows, out, d):
@@ -164,11 +131,11 @@ class FakeG:
         self._run("moe_unpermute", go)
 
     def grouped_gemm(self, g, d):
-        assert isinstance(g, FakeGroupedGemmArgs) and isinstance(g.layout, GemmLayout)
+        assert isinstance(g, REAL.GroupedGemmArgs) and isinstance(g.layout, GemmLayout)
         self.last["grouped_gemm"] = g
         a, a_scale, b, b_scale, c, offsets, counts = g.a, g.a_scale, g.b, g.b_scale, g.c, g.offsets, g.counts
         M, N, Kd, E, capacity = g.M, g.N, g.K, g.E, g.capacity
-        masked = g.layout is GemmLayout.Masked
+        masked = g.layout == GemmLayout.Masked
         assert (offsets == 0) == masked and (counts == 0) != masked  # the layout's one index array
         assert M == (E * capacity if masked else M) and (capacity == 0 or masked)
         def go():
@@ -205,7 +172,7 @@ class FakeG:
         self._run("cublas", go)
 
     def mla_decode(self, a, d):
-        assert isinstance(a, FakeMlaDecodeArgs)
+        assert isinstance(a, REAL.MlaDecodeArgs)
         self.last["mla_decode"] = a
         qn, qr, lat, lat_s, rope, bt, sl = a.q_nope, a.q_rope, a.latent, a.latent_scale, a.rope, a.block_table, a.seqlens
         items, offs, n_items, n_part = a.items, a.split_offsets, a.n_items, a.n_partials
@@ -229,7 +196,7 @@ class FakeG:
         self._run("mla_decode", go)
 
     def mla_prefill(self, p, d):
-        assert isinstance(p, FakeMlaPrefillArgs)
+        assert isinstance(p, REAL.MlaPrefillArgs)
         self.last["mla_prefill"] = p
         q, k, v, T, S, H, dqk, dv, scale, out, lse = (p.q, p.k, p.v, p.q_len, p.kv_len, p.heads, p.dqk, p.dv,
                                                       p.softmax_scale, p.out, p.lse)
@@ -250,12 +217,14 @@ class FakeG:
 
     def nccl_alltoallv(self, parts, row_bytes):
         self.calls.append("alltoallv")
-        by_rank = {comm - 1000: p for p in parts for comm in [p[0]]}
-        for r, (_, _, send, _, so, sc, _, _) in by_rank.items():
-            for peer, (_, _, _, recv, _, _, ro, rc) in by_rank.items():
-                assert sc[peer] == rc[r], f"rank {r} sends {sc[peer]} rows to {peer}, which expects {rc[r]}"
-                if sc[peer]:
-                    ctypes.memmove(recv + ro[r] * row_bytes, send + so[peer] * row_bytes, sc[peer] * row_bytes)
+        by_rank = {p.comm - 1000: p for p in parts}
+        for r, s in by_rank.items():
+            for peer, d in by_rank.items():
+                n = s.send_counts[peer]
+                assert n == d.recv_counts[r], f"rank {r} sends {n} rows to {peer}, which expects {d.recv_counts[r]}"
+                if n:
+                    ctypes.memmove(d.recv + d.recv_offsets[r] * row_bytes, s.send + s.send_offsets[peer] * row_bytes,
+                                   n * row_bytes)
 
     # graphs: captured calls are recorded, replay runs them
     def graph_begin_capture(self, d):

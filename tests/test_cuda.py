@@ -225,7 +225,7 @@ def test_gate_matches_the_cpu_kernel(score_func, bias):
     b = (rng.standard_normal(256) * 0.1).astype(np.float32) if bias else None
     args = dict(n_group=8, topk_group=4, top_k=8, route_scale=2.5, score_func=score_func)
     w_gpu, ids_gpu = cuda.moe_gate(logits, b, **args)
-    w_cpu, ids_cpu = K._K.moe_gate(logits, b, *K._gate_args(**args))
+    w_cpu, ids_cpu = K._K.moe_gate(logits, b, K._gate_args(**args))
     np.testing.assert_array_equal(ids_gpu, ids_cpu)
     np.testing.assert_allclose(w_gpu, w_cpu, rtol=1e-5)
 

@@ -14,32 +14,30 @@ import numpy as np
 import pytest
 
 from cuda_fake import REAL, FakeG, GemmLayout, dev, fake  # noqa: F401 (fake: the fixture the tests take)
-from dsperf import cuda, cuda_array, cuda_nccl, kernels as K
+from dsperf import _C, cuda, cuda_array, cuda_nccl, kernels as K
 from dsperf.cuda_array import BF16, DeviceArray
 from kernel_helpers import EPS_BF16, f32, rand_bf16, rand_fp8_weight
 
 # ---- the argument structs ------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["GroupedGemmArgs", "MlaDecodeArgs", "MlaPrefillArgs"])
-def test_the_fake_argument_structs_mirror_the_binding(name):
-    fake_cls = getattr(FakeG, name)
+@pytest.mark.parametrize("name", ["GroupedGemmArgs", "MlaDecodeArgs", "MlaPrefillArgs", "AllToAllPart"])
+def test_the_bound_argument_structs_refuse_unknown_fields_and_positional_values(name):
+    cls = getattr(REAL, name)
     with pytest.raises(AttributeError):
-        fake_cls(no_such_field=1)
+        cls(no_such_field=1)
     with pytest.raises(TypeError):
-        fake_cls(1)
-    real = getattr(REAL, name, None)
-    if real is None:
-        pytest.skip(f"this dsperf._C predates the bound {name} (rebuild it to compare)")
-    assert real.fields == fake_cls.fields
-    r = real()
-    for f in real.fields:
-        want = getattr(r, f)
-        got = fake_cls.DEFAULTS[f]
-        assert (want.name == got.name) if f == "layout" else (want == got), f
-    with pytest.raises(AttributeError):
-        real(no_such_field=1)
-    with pytest.raises(TypeError):
-        real(1)
-    assert repr(real()).startswith(name + "(")
+        cls(1)
+    assert repr(cls()).startswith(name + "(")
+    assert set(cls.fields) <= set(dir(cls()))
+
+
+def test_the_gate_configuration_is_one_bound_object():
+    g = K._gate_args(4, 2, 3, 2.5, "softmax")
+    assert (g.n_group, g.topk_group, g.top_k, g.route_scale, g.score_func) == (4, 2, 3, 2.5, "softmax")
+    g.validate(16, False)
+    with pytest.raises(ValueError, match="top_k"):
+        K._gate_args(4, 2, 9, 1.0, "sigmoid").validate(16, False)   # 2 groups of 4 hold 8 experts
+    with pytest.raises(ValueError, match="score_func"):
+        _C.kernels.GateConfig(n_group=1, topk_group=1, top_k=1, route_scale=1.0, score_func="relu")
 
 
 # ---- elementwise and routing -------------------------------------------------------------------
@@ -71,7 +69,7 @@ def test_routing_calls(fake):
     bias = (rng.standard_normal(64) * 0.1).astype(np.float32)
     args = dict(n_group=8, topk_group=4, top_k=6, route_scale=2.5)
     w, ids = cuda.moe_gate(logits, bias, **args)
-    rw, rids = K._K.moe_gate(logits, bias, *K._gate_args(**args, score_func="sigmoid"))
+    rw, rids = K._K.moe_gate(logits, bias, K._gate_args(**args, score_func="sigmoid"))
     np.testing.assert_array_equal(ids, rids)
     np.testing.assert_array_equal(w, rw)
     x = rand_bf16(rng, 16, 40)
@@ -151,7 +149,7 @@ def test_mla_decode_feeds_the_plan_and_its_workspace(fake):
     out, lse = cuda.mla_decode(*args, 0.1, meta)
     a = fake.last["mla_decode"]
     assert (a.batch, a.q_len, a.heads, a.kv_lora, a.rope_dim) == (3, 1, 16, 512, 64)
-    assert (a.num_blocks, a.block_size, a.max_blocks, a.softmax_scale) == (8, 64, 5, 0.1)
+    assert (a.num_blocks, a.block_size, a.max_blocks, a.softmax_scale) == (8, 64, 5, np.float32(0.1))  # the struct holds FP32
     assert (a.n_items, a.n_partials) == (meta.num_items, meta.num_partials)
     items, offs, part_o, part_lse = meta.on(0, 512)
     assert (a.items, a.split_offsets, a.part_out, a.part_lse) == (items.ptr, offs.ptr, part_o.ptr, part_lse.ptr)
@@ -175,7 +173,7 @@ def test_mla_prefill_plumbing(fake):
     out, lse = cuda.mla_prefill(q, k, v, 0.1)
     assert out.shape == (6, 2, 128) and lse.shape == (6, 2)
     p = fake.last["mla_prefill"]
-    assert (p.q_len, p.kv_len, p.heads, p.dqk, p.dv, p.softmax_scale) == (6, 9, 2, 192, 128, 0.1)
+    assert (p.q_len, p.kv_len, p.heads, p.dqk, p.dv, p.softmax_scale) == (6, 9, 2, 192, 128, np.float32(0.1))
     assert p.q and p.k and p.v and p.out and p.lse
     # The first query sits at position 3 and sees keys 0..3.
     s = (f32(q[0, 0]) @ f32(k[:4, 0]).T) * 0.1

@@ -3,7 +3,8 @@
 //
 // The kernels take device pointers as integers (dsperf.cuda's DeviceArray holds them and does the
 // shape and dtype checks); each call selects the arrays' device first. The kernels with many
-// arguments take their C++ argument struct (GroupedGemmArgs, MlaDecodeArgs, MlaPrefillArgs: fields
+// arguments take their C++ argument struct (GroupedGemmArgs, MlaDecodeArgs, MlaPrefillArgs, AllToAllPart,
+// and kernels.GateConfig for the gate: fields
 // by name, pointers as integers) and the device; the binding runs the struct's validate() once
 // before the call, and the kernel trusts it. The structs are bound in every build (they are plain
 // C++), so Python code can fill one anywhere; only the calls need CUDA. DLPack export and import
@@ -243,6 +244,16 @@ void bind_arg_structs(py::module_& m) {
         .ptr("out", &C::MlaPrefill::out)
         .ptr("lse", &C::MlaPrefill::lse)
         .done();
+    ArgsClass<C::AllToAllPart>(m, "AllToAllPart", "one local rank's part of nccl_alltoallv (cuda_api.hpp's AllToAllPart)")
+        .val("comm", &C::AllToAllPart::comm)
+        .val("device", &C::AllToAllPart::device)
+        .ptr("send", &C::AllToAllPart::send)
+        .ptr("recv", &C::AllToAllPart::recv)
+        .val("send_offsets", &C::AllToAllPart::send_offsets)
+        .val("send_counts", &C::AllToAllPart::send_counts)
+        .val("recv_offsets", &C::AllToAllPart::recv_offsets)
+        .val("recv_counts", &C::AllToAllPart::recv_counts)
+        .done();
 }
 
 #ifdef DSPERF_WITH_CUDA
@@ -372,11 +383,9 @@ void bind_cuda(py::module_& root) {
                                  P<float>(freqs), rope_dim);
         });
     });
-    m.def("moe_gate", [](uintptr_t logits, int64_t T, int64_t E, uintptr_t bias, int64_t n_group, int64_t topk_group,
-                         int64_t top_k, float route_scale, bool sigmoid, uintptr_t weights, uintptr_t ids, int d) {
-        dsperf::kernels::GateConfig cfg;
-        cfg.n_group = n_group, cfg.topk_group = topk_group, cfg.top_k = top_k, cfg.route_scale = route_scale;
-        cfg.score = sigmoid ? dsperf::kernels::ScoreFunc::Sigmoid : dsperf::kernels::ScoreFunc::Softmax;
+    // cfg: dsperf._C.kernels.GateConfig, validated by the caller against E (dsperf.cuda.moe_gate).
+    m.def("moe_gate", [](uintptr_t logits, int64_t T, int64_t E, uintptr_t bias, const dsperf::kernels::GateConfig& cfg,
+                         uintptr_t weights, uintptr_t ids, int d) {
         on(d, [&] { C::moe_gate(P<float>(logits), T, E, P<float>(bias), cfg, P<float>(weights), P<int32_t>(ids)); });
     });
     m.def("moe_permute",
@@ -450,23 +459,14 @@ void bind_cuda(py::module_& root) {
         return C::nccl_init_all(devices);
     });
     m.def("nccl_destroy", [](uintptr_t comm) { C::nccl_destroy(comm); });
-    // parts: (comm, device, send, recv, send_offsets, send_counts, recv_offsets, recv_counts) per local rank.
-    m.def("nccl_alltoallv",
-          [](const std::vector<std::tuple<uintptr_t, int, uintptr_t, uintptr_t, std::vector<int64_t>,
-                                          std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>>& parts,
-             int64_t row_bytes) {
-              std::vector<C::AllToAllPart> ps;
-              for (const auto& t : parts) {
-                  C::AllToAllPart p;
-                  p.comm = std::get<0>(t), p.device = std::get<1>(t), p.send = P(std::get<2>(t)),
-                  p.recv = P(std::get<3>(t));
-                  p.send_offsets = std::get<4>(t), p.send_counts = std::get<5>(t);
-                  p.recv_offsets = std::get<6>(t), p.recv_counts = std::get<7>(t);
-                  ps.push_back(std::move(p));
-              }
-              py::gil_scoped_release nogil;
-              C::nccl_alltoallv(ps, row_bytes);
-          });
+    // parts: one AllToAllPart per local rank.
+    m.def(
+        "nccl_alltoallv",
+        [](const std::vector<C::AllToAllPart>& parts, int64_t row_bytes) {
+            py::gil_scoped_release nogil;
+            C::nccl_alltoallv(parts, row_bytes);
+        },
+        py::arg("parts"), py::arg("row_bytes"));
 #else
     for (const char* name : {"device_name",
                              "sm_count",

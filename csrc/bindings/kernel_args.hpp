@@ -189,6 +189,7 @@ inline GateConfig gate_config(int64_t n_group, int64_t topk_group, int64_t top_k
     else throw std::invalid_argument("score_func must be 'sigmoid' or 'softmax', got '" + score_func + "'");
     return c;
 }
+inline std::string score_func_name(const GateConfig& c) { return c.score == ScoreFunc::Sigmoid ? "sigmoid" : "softmax"; }
 
 
 // MLA layer: weights arrive as a dict of raw arrays; sizes are checked against each other here.
@@ -227,8 +228,7 @@ inline MlaWeights mla_weights(const py::dict& d, int64_t heads, int64_t nope, in
 
 // The MoE half of a layer from one dict (python/dsperf/kernels.py builds it from checked arguments):
 // {"gate_weight", "gate_bias", "w13", "w2", "w13_scale", "w2_scale", "fp8", "shared_w13",
-// "shared_w2", "shared_w13_scale", "shared_w2_scale", "n_group", "topk_group", "top_k",
-// "route_scale", "score_func"}. The dict keeps the arrays alive for the call.
+// "shared_w2", "shared_w13_scale", "shared_w2_scale", "gate" (a GateConfig)}. The dict keeps the arrays alive for the call.
 struct MoeArgs {
     Arr<uint16_t> gate_w;
     const float* gate_bias = nullptr;
@@ -250,8 +250,7 @@ inline MoeArgs moe_args(const py::dict& d, int64_t dim) {
                                   d["shared_w13_scale"], d["shared_w2_scale"], fp8);
         expect(a.shared.n_experts == 1 && a.shared.dim == dim, "shared weights must be [1, 2 * I_s, dim] and [1, dim, I_s]");
     }
-    a.gate = gate_config(d["n_group"].cast<int64_t>(), d["topk_group"].cast<int64_t>(), d["top_k"].cast<int64_t>(),
-                         d["route_scale"].cast<float>(), d["score_func"].cast<std::string>());
+    a.gate = d["gate"].cast<GateConfig>();
     a.gate.validate(a.routed.n_experts, a.gate_bias != nullptr);
     return a;
 }

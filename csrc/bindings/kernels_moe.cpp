@@ -4,17 +4,25 @@
 namespace dsperf::bindings {
 
 void bind_moe(py::module_& m) {
-    m.def("check_gate_config", [](int64_t n_experts, bool has_bias, int64_t n_group, int64_t topk_group,
-                                  int64_t top_k, float route_scale, const std::string& score_func) {
-        gate_config(n_group, topk_group, top_k, route_scale, score_func).validate(n_experts, has_bias);
-    }, py::arg("n_experts"), py::arg("has_bias"), py::arg("n_group"), py::arg("topk_group"), py::arg("top_k"),
-       py::arg("route_scale"), py::arg("score_func"),
-       "The gate's configuration checked against the expert count (the GPU gate's check, with no CPU call)");
-    m.def("moe_gate", [](Arr<float> logits, py::object bias, int64_t n_group, int64_t topk_group, int64_t top_k,
-                         float route_scale, const std::string& score_func) {
+    // The gate's configuration, one object for the CPU gate, the GPU gate (dsperf._C.cuda.moe_gate)
+    // and the MoE layer; validate() checks it against an expert count (the GPU gate's check too).
+    py::class_<GateConfig>(m, "GateConfig", "moe_gate's configuration (kernels/cpu/moe.hpp's GateConfig)")
+        .def(py::init(&gate_config), py::kw_only(), py::arg("n_group"), py::arg("topk_group"), py::arg("top_k"),
+             py::arg("route_scale"), py::arg("score_func") = "sigmoid")
+        .def_readonly("n_group", &GateConfig::n_group)
+        .def_readonly("topk_group", &GateConfig::topk_group)
+        .def_readonly("top_k", &GateConfig::top_k)
+        .def_readonly("route_scale", &GateConfig::route_scale)
+        .def_property_readonly("score_func", &score_func_name)
+        .def("validate", &GateConfig::validate, py::arg("n_experts"), py::arg("has_bias"))
+        .def("__repr__", [](const GateConfig& c) {
+            return "GateConfig(n_group=" + std::to_string(c.n_group) + ", topk_group=" + std::to_string(c.topk_group) +
+                   ", top_k=" + std::to_string(c.top_k) + ", route_scale=" + std::to_string(c.route_scale) +
+                   ", score_func='" + score_func_name(c) + "')";
+        });
+    m.def("moe_gate", [](Arr<float> logits, py::object bias, const GateConfig& cfg) {
         expect(logits.ndim() == 2, "logits must be 2-D [tokens, experts]");
-        const int64_t T = logits.shape(0), E = logits.shape(1);
-        const GateConfig cfg = gate_config(n_group, topk_group, top_k, route_scale, score_func);
+        const int64_t T = logits.shape(0), E = logits.shape(1), top_k = cfg.top_k;
         const float* b = optional_bias(bias, E, "bias");
         cfg.validate(E, b != nullptr);
         auto w = empty<float>({T, top_k}, "moe_gate weights [tokens, top_k]");
@@ -24,8 +32,7 @@ void bind_moe(py::module_& m) {
             moe_gate(logits.data(), T, E, b, cfg, w.mutable_data(), ids.mutable_data());
         }
         return py::make_tuple(w, ids);
-    }, py::arg("logits").noconvert(), py::arg("bias"), py::arg("n_group"), py::arg("topk_group"), py::arg("top_k"),
-       py::arg("route_scale"), py::arg("score_func"));
+    }, py::arg("logits").noconvert(), py::arg("bias"), py::arg("config"));
 
     m.def("moe_route", [](Arr<int32_t> ids, int64_t n_experts) {
         expect(ids.ndim() == 2, "ids must be 2-D [tokens, top_k]");

@@ -126,15 +126,18 @@ def cache_array(name, a, dtypes, ndim):
 
 
 def gate_args(n_group, topk_group, top_k, route_scale, score_func):
+    """The gate's settings, each checked, as the one object every gate binding takes
+    (dsperf._C.kernels.GateConfig)."""
     if score_func not in ("sigmoid", "softmax"):
         raise ValueError(f"score_func must be 'sigmoid' or 'softmax', got {score_func!r}")
-    return (integer("n_group", n_group, 1), integer("topk_group", topk_group, 1), integer("top_k", top_k, 1),
-            real("route_scale", route_scale, positive=True), score_func)
+    return _C.kernels.GateConfig(n_group=integer("n_group", n_group, 1), topk_group=integer("topk_group", topk_group, 1),
+                                 top_k=integer("top_k", top_k, 1),
+                                 route_scale=real("route_scale", route_scale, positive=True), score_func=score_func)
 
 
 def check_gate(n_experts, has_bias, n_group, topk_group, top_k, route_scale, score_func):
-    """The gate's configuration checked against the expert count (the C++ core's own rules, one
-    home for the CPU and GPU gates): (n_group, topk_group, top_k, route_scale, score_func)."""
-    args = gate_args(n_group, topk_group, top_k, route_scale, score_func)
-    _C.kernels.check_gate_config(int(n_experts), bool(has_bias), *args)
-    return args
+    """The gate's configuration (GateConfig) checked against the expert count: the C++ core's own
+    rules, one home for the CPU and GPU gates."""
+    config = gate_args(n_group, topk_group, top_k, route_scale, score_func)
+    config.validate(int(n_experts), bool(has_bias))
+    return config

@@ -83,14 +83,12 @@ def moe_gate(logits, bias=None, *, n_group, topk_group, top_k, route_scale, scor
         if c["bias"].shape[0] != E:
             raise ValueError(f"bias must have {E} entries (one per expert), got {c['bias'].shape[0]}")
     # The configuration against the expert count, before any GPU work.
-    n_group, topk_group, top_k, route_scale, _ = A.check_gate(E, bias is not None, n_group, topk_group, top_k,
-                                                              route_scale, score_func)
-    if n_group > 64:
-        raise ValueError(f"n_group: the CUDA gate handles at most 64 groups, got {n_group}")
+    config = A.check_gate(E, bias is not None, n_group, topk_group, top_k, route_scale, score_func)
+    if config.n_group > 64:
+        raise ValueError(f"n_group: the CUDA gate handles at most 64 groups, got {config.n_group}")
     c.require_gpu()
-    w, ids = c.new((T, top_k), F32), c.new((T, top_k), I32)
-    _G.moe_gate(c.dev("logits").ptr, T, E, _ptr(c.dev("bias")), n_group, topk_group, top_k, route_scale,
-                score_func == "sigmoid", w.ptr, ids.ptr, c.device)
+    w, ids = c.new((T, config.top_k), F32), c.new((T, config.top_k), I32)
+    _G.moe_gate(c.dev("logits").ptr, T, E, _ptr(c.dev("bias")), config, w.ptr, ids.ptr, c.device)
     return c.out(w), c.out(ids)
 
 

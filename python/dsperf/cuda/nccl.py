@@ -113,8 +113,9 @@ class NcclTransport(Transport):
             so = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
             ro = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
             send = self.to_rank(rank, sends[rank])
-            parts.append((comm, self._device[rank], send.ptr, recv.ptr, so.tolist(), sc.tolist(), ro.tolist(),
-                          rc.tolist()))
+            parts.append(_G.AllToAllPart(comm=comm, device=self._device[rank], send=send.ptr, recv=recv.ptr,
+                                         send_offsets=so.tolist(), send_counts=sc.tolist(), recv_offsets=ro.tolist(),
+                                         recv_counts=rc.tolist()))
             recvs[rank] = recv
         _G.nccl_alltoallv(parts, max(row_bytes, 1))
         return recvs

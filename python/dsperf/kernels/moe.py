@@ -36,9 +36,9 @@ def moe_gate(x, weight, bias=None, *, n_group, topk_group, top_k, route_scale, s
         raise ValueError(f"weight must be [experts, {x.shape[1]}], got {weight.shape}")
     if bias is not None:
         _arr("bias", bias, (F32,), 1)
-    args = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
+    config = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
     logits = linear(x, weight) if x.dtype == BF16 else np.ascontiguousarray(x @ weight.T, dtype=np.float32)
-    return _K.moe_gate(logits, bias, *args)
+    return _K.moe_gate(logits, bias, config)
 
 
 def moe_route(ids, n_experts):
@@ -112,6 +112,6 @@ def _moe_binding_args(gate_weight, gate_bias, routed, shared, gate) -> dict:
     """The one dict the MoE bindings take: checked arrays (as bits) and the gate's settings."""
     out = dict(zip(("w13", "w2", "w13_scale", "w2_scale", "fp8"), routed))
     out.update(zip(("shared_w13", "shared_w2", "shared_w13_scale", "shared_w2_scale"), shared))
-    out.update(zip(("n_group", "topk_group", "top_k", "route_scale", "score_func"), gate))
+    out["gate"] = gate
     out.update(gate_weight=_bits(gate_weight), gate_bias=gate_bias)
     return out

@@ -111,7 +111,7 @@ def calibrated_ratios(measured, kv):
         print("\n(no calibration with fitted efficiencies: run `dsperf report` for the calibrated prediction)")
         return
     spec = __import__("dsperf").load_device(str(path), "corrected")
-    pred = {v: kernel_cost.predict_ms("mla_step", dict(variant=v, tokens=1, prefix=kv - 1, heads=H, dim=D), spec, effs)
+    pred = {v: kernel_cost.predict_ms("mla_layer_step", dict(variant=v, tokens=1, prefix=kv - 1, heads=H, dim=D), spec, effs)
             for v in K.MLA_VARIANTS}
     print(f"\nCalibrated kernel cost model ({path}):")
     print("| variant | measured ms | predicted ms | error |")

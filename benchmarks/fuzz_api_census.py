@@ -180,7 +180,7 @@ def _cases(rng: random.Random):
         "dispatch_combine": dict(tokens=16, top_k=2, dim=64),
         "experts_masked": dict(rows=16, active=4, dim=64, inter=32),
         "mla_decode": dict(keys=100, batch=2, q_len=1, heads=4),
-        "mla_prefill": dict(variant="A_CC", tokens=8, prefix=0, heads=4),
+        "mla_layer_prefill": dict(variant="A_CC", tokens=8, prefix=0, heads=4),
         "moe_layer": dict(tokens=8, dim=64, inter=32, experts=8, top_k=2, active=4, shared_inter=32),
     }
     kbad = [2 ** 63, 2 ** 64, -(2 ** 63) - 1, 10 ** 30, 1.5, True, "8", None, float("nan")]

@@ -279,7 +279,7 @@ POINTS = {
     "gate": dict(tokens=16, dim=64, experts=8, top_k=2),
     "experts_masked": dict(rows=16, active=4, dim=64, inter=32),
     "mla_decode": dict(keys=100, batch=2, q_len=1, heads=4),
-    "mla_prefill": dict(variant="A_CC", tokens=8, prefix=0, heads=4),
+    "mla_layer_prefill": dict(variant="A_CC", tokens=8, prefix=0, heads=4),
     "moe_layer": dict(tokens=8, dim=64, inter=32, experts=8, top_k=2, active=4, shared_inter=32),
 }
 PARAMS = [(f, k) for f, p in POINTS.items() for k in p if k != "variant"]

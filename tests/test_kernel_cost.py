@@ -87,7 +87,7 @@ def test_composites_are_the_sum_of_their_parts_with_one_call_overhead():
     layer = dict(p, variant="A_CC_ME", prefix=100, heads=16, tokens=1, active=8)
     names = [f for f, _, _ in kc.parts("decode_layer", layer)]
     n_gemms = len(KC.mla_gemms(3, 1, 100, KC.MlaShape(heads=16)))
-    assert names == ["linear"] * n_gemms + ["mla_step", "gate", "dispatch_combine", "experts_contiguous",
+    assert names == ["linear"] * n_gemms + ["mla_layer_step", "gate", "dispatch_combine", "experts_contiguous",
                                             "experts_contiguous"]
 
 
@@ -95,7 +95,7 @@ def test_composites_are_the_sum_of_their_parts_with_one_call_overhead():
     ("nope", {}, "unknown kernel family"),
     ("linear", dict(m=1, n=2), "needs the parameter 'k'"),
     ("linear", dict(m=1, n=2, k=3, dtype="fp16"), "dtype"),
-    ("mla_step", dict(variant="XX", tokens=1, prefix=0, heads=1), "variant"),
+    ("mla_layer_step", dict(variant="XX", tokens=1, prefix=0, heads=1), "variant"),
     ("linear", dict(m=-1, n=2, k=3), "m must be"),
     ("experts_masked", dict(rows=2, active=3, dim=4, inter=4), "active_experts"),
 ])
@@ -144,8 +144,8 @@ def test_mla_layer_is_its_gemms_plus_its_attention(variant):
     rows = [g.m for g in gemms if g.n == 16 * (128 + 128)]
     assert rows == ([3] if variant == 0 else [503] if variant == 1 else [])
     # The kernel-cost parts price the GEMMs as the linear family and the rest as the MLA family.
-    fam = [f for f, _, _ in kc.parts("mla_step", dict(variant=kc.VARIANTS[variant], tokens=3, prefix=500, heads=16))]
-    assert fam == ["linear"] * len(gemms) + ["mla_step"]
+    fam = [f for f, _, _ in kc.parts("mla_layer_step", dict(variant=kc.VARIANTS[variant], tokens=3, prefix=500, heads=16))]
+    assert fam == ["linear"] * len(gemms) + ["mla_layer_step"]
 
 
 def test_ep_exchange_bytes_by_hand():

@@ -1,5 +1,5 @@
 """decode_layer: RMSNorm -> MLA -> residual -> RMSNorm -> MoE -> residual in one C++ call.
-Composite: priced as an MLA layer (mla_step for one token, else mla_prefill) and a moe_layer."""
+Composite: priced as an MLA layer (mla_layer_step for one token, else mla_layer_prefill) and a moe_layer."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +15,7 @@ PARAMS = ("variant", "tokens", "prefix", "heads", "dim", "inter", "experts", "to
 def parts(p):
     mla = dict(variant=p["variant"], tokens=p["tokens"], prefix=p["prefix"], heads=p["heads"], dim=p["dim"])
     moe = {k: p[k] for k in MOE_PARAMS if k in p}
-    return [("mla_step" if p["tokens"] == 1 else "mla_prefill", mla), ("moe_layer", moe)]
+    return [("mla_layer_step" if p["tokens"] == 1 else "mla_layer_prefill", mla), ("moe_layer", moe)]
 
 
 def build(p, pool):

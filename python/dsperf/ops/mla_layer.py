@@ -1,4 +1,4 @@
-"""mla_prefill / mla_step: one MLA layer (fused prolog, attention in one of the five execution
+"""mla_layer_prefill / mla_layer_step: one MLA layer (fused prolog, attention in one of the five execution
 variants, wo) over a contiguous cache: causal prefill of `tokens` after `prefix`, or a decode step.
 
 The layer's GEMMs are priced as GEMMs (the linear family's efficiencies); the family's own
@@ -66,7 +66,7 @@ _COMMON = dict(params=PARAMS, token_params=("tokens", "prefix"), kernels=("mla_f
                references=("reference.mla_forward",), work=work, parts=gemm_parts, build=build, key_by_variant=True)
 
 PREFILL = OpFamily(
-    name="mla_prefill", summary="MLA layer, causal prefill of a chunk after a cached prefix", **_COMMON,
+    name="mla_layer_prefill", summary="MLA layer, causal prefill of a chunk after a cached prefix", **_COMMON,
     example=dict(variant="CD", tokens=4, prefix=0, heads=1, dim=256),
     # Two points per variant: each variant's attention core is fitted on its own.
     fit_points=lambda: _points(MLA_VARIANTS, 128, 0) + _points(MLA_VARIANTS, 32, 256),
@@ -75,7 +75,7 @@ PREFILL = OpFamily(
 )
 
 STEP = OpFamily(
-    name="mla_step", summary="MLA layer, one decode step over a cached context", **_COMMON,
+    name="mla_layer_step", summary="MLA layer, one decode step over a cached context", **_COMMON,
     example=dict(variant="AM_CC_ME", tokens=1, prefix=70, heads=1, dim=256),
     fit_points=lambda: _points(MLA_VARIANTS, 1, 2048) + _points(MLA_VARIANTS, 1, 512),
     default_points=lambda: _points(MLA_VARIANTS, 1, 4096) + _points(("CD", "A_CC"), 1, 1024),

@@ -1,8 +1,8 @@
-// Python face of the kernel cost model (costmodel/kernel_cost.hpp): dsperf._C.kernel_cost.
+// Python face of the kernel cost model (grounded/kernel_cost.hpp): dsperf._C.kernel_cost.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "costmodel/kernel_cost.hpp"
+#include "grounded/kernel_cost.hpp"
 #include "model/mla_calls.hpp"
 
 namespace py = pybind11;

@@ -13,9 +13,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "costmodel/decode.hpp"
-#include "costmodel/prefill.hpp"
-#include "costmodel/sweep.hpp"
+#include "seed/decode.hpp"
+#include "seed/prefill.hpp"
+#include "seed/sweep.hpp"
 #include "model/block_costs.hpp"
 
 namespace py = pybind11;

@@ -1,4 +1,4 @@
-// Python face of the grounded model (costmodel/kernel_table.hpp, costmodel/step_model.hpp):
+// Python face of the grounded model (grounded/kernel_table.hpp, grounded/step_model.hpp):
 // dsperf._C.step_model. dsperf.grounded checks the arguments; this adapter converts and calls.
 #include <iterator>
 #include <pybind11/pybind11.h>
@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "costmodel/explore.hpp"
-#include "costmodel/step_model.hpp"
+#include "grounded/explore.hpp"
+#include "grounded/step_model.hpp"
 
 namespace py = pybind11;
 using namespace dsperf;
@@ -128,7 +128,7 @@ void bind_step_model(py::module_& root) {
                 return py::dict(py::arg("value") = r.value, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
             },
             py::arg("family"), py::arg("shape"), py::arg("device") = nullptr, py::arg("clock_ratio") = 1.0);
-    // The bounds a table's figures must lie in (costmodel/kernel_table.hpp), for the loaders.
+    // The bounds a table's figures must lie in (grounded/kernel_table.hpp), for the loaders.
     m.attr("TABLE_BOUNDS") = py::dict(
         py::arg("latency_us") = py::make_tuple(kMinLatencyUs, kMaxLatencyUs),
         py::arg("gbps") = py::make_tuple(kMinTableGbps, kMaxTableGbps),

@@ -1,5 +1,5 @@
 // Where a dispatch leaves the rows it delivers, declared once: the cost model prices each layout's
-// traffic (costmodel/kernel_cost.hpp), the shared-memory exchange plans it (ep/ep_window.hpp), and
+// traffic (grounded/kernel_cost.hpp), the shared-memory exchange plans it (ep/ep_window.hpp), and
 // Python reads the names from the binding (dsperf._C.kernel_cost.EpLayout).
 //   kToken:  DeepEP's normal layout, each token once per destination rank, as received;
 //   kExpert: the same rows regrouped per local expert (the contiguous GEMM layout);

@@ -48,7 +48,7 @@ void DeviceSpec::validate() const {
 #undef DSPERF_CHECK_FIELD
     require(comm_sms_prefill < sm_count, name, "comm_sms_prefill", "must lie in [0, sm_count)");
     require(comm_sms_decode < sm_count, name, "comm_sms_decode", "must lie in [0, sm_count)");
-    // The decode plan holds TPs 1, 2, ..., 64 (costmodel/decode_plan.hpp).
+    // The decode plan holds TPs 1, 2, ..., 64 (seed/decode_plan.hpp).
     require((seed_decode_tp & (seed_decode_tp - 1)) == 0, name, "seed_decode_tp", "must be a power of two in [1, 64]");
 }
 

@@ -41,7 +41,7 @@ namespace dsperf {
     /* TP the seed's best-TP rule picks when TP beats TP1 (a power of two: the decode plan holds     \
        TPs 1, 2, ..., 64) */                                                                          \
     X(int, seed_decode_tp, 4, false, 1, 64, false)                                                    \
-    /* kernel cost model only (costmodel/kernel_cost.hpp): bandwidth of data resident in the          \
+    /* kernel cost model only (grounded/kernel_cost.hpp): bandwidth of data resident in the          \
        last-level cache (0: unknown), and the fixed cost of one kernel call (launch, or Python -> C++) */ \
     X(double, cache_bw_gbps, 0, false, 1e-3, 1e9, true)                                               \
     X(double, call_overhead_us, 0, false, 1e-3, 1e9, true)

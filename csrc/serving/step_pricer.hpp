@@ -1,4 +1,4 @@
-// Step times of one DP rank from the grounded step model (costmodel/step_model.hpp), priced once
+// Step times of one DP rank from the grounded step model (grounded/step_model.hpp), priced once
 // per bucket and cached for the whole run, so the event loop never calls the model per step.
 //
 // Decode part: exact in the rank's batch (an integer), linear interpolation between points of a
@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "costmodel/kernel_table.hpp"
-#include "costmodel/step_model.hpp"
+#include "grounded/kernel_table.hpp"
+#include "grounded/step_model.hpp"
 #include "hardware/device_spec.hpp"
 #include "model/model_config.hpp"
 

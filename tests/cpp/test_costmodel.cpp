@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "test_support.hpp"
-#include "costmodel/allreduce_table.hpp"
-#include "costmodel/decode.hpp"
-#include "costmodel/prefill.hpp"
-#include "costmodel/explore.hpp"
-#include "costmodel/step_model.hpp"
-#include "costmodel/sweep.hpp"
+#include "grounded/allreduce_table.hpp"
+#include "seed/decode.hpp"
+#include "seed/prefill.hpp"
+#include "grounded/explore.hpp"
+#include "grounded/step_model.hpp"
+#include "seed/sweep.hpp"
 #include "model/block_costs.hpp"
 
 using namespace dsperf;

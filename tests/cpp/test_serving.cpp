@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "test_support.hpp"
-#include "costmodel/step_model.hpp"
+#include "grounded/step_model.hpp"
 #include "serving/simulator.hpp"
 
 using namespace dsperf;

@@ -1,7 +1,7 @@
 """The grounded model: a prefill or decode step priced as the kernel calls a DeepSeek-style serving
 system runs, each at the efficiency a published kernel benchmark measured at that shape.
 
-The C++ core (csrc/costmodel/step_model.cpp) lists the calls of one layer (every MLA GEMM, the
+The C++ core (csrc/grounded/step_model.cpp) lists the calls of one layer (every MLA GEMM, the
 attention core, norms, gate, dispatch, shared and routed experts, combine, dense MLP, LM head, MTP
 drafts), prices each from its FLOPs and bytes (the kernel cost model's work functions) on the
 device's datasheet roofline (its FLOPs at the device's sustained_clock_ratio of the clock the

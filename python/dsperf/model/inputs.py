@@ -79,7 +79,7 @@ SIMULATE_DEFAULT_SOURCES = {
 
 def _constants() -> dict[str, Constant]:
     S = _serving()
-    hpp = "csrc/costmodel/step_model.hpp"
+    hpp = "csrc/grounded/step_model.hpp"
     stypes = "csrc/serving/serving_types.hpp"
     out = {
         "step_model.decode_step_overhead_ms": Constant(

@@ -1,5 +1,5 @@
 """Predicted latency of single kernel calls: the work each kernel family does (C++,
-csrc/costmodel/kernel_cost.cpp) priced on a device's roofline with per-family efficiencies.
+csrc/grounded/kernel_cost.cpp) priced on a device's roofline with per-family efficiencies.
 
 A kernel point is a family name and its parameters, e.g.
 ``("experts_masked", dict(rows=64, active=8, dim=7168, inter=2048, dtype="bf16"))``; each family

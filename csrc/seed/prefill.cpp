@@ -1,4 +1,4 @@
-#include "costmodel/prefill.hpp"
+#include "seed/prefill.hpp"
 
 #include <algorithm>
 #include <stdexcept>

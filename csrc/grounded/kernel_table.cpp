@@ -1,4 +1,4 @@
-#include "costmodel/kernel_table.hpp"
+#include "grounded/kernel_table.hpp"
 
 #include <algorithm>
 #include <atomic>

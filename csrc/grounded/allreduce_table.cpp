@@ -1,4 +1,4 @@
-#include "costmodel/allreduce_table.hpp"
+#include "grounded/allreduce_table.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "costmodel/mode.hpp"
+#include "seed/mode.hpp"
 
 #include <stdexcept>
 

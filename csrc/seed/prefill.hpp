@@ -1,7 +1,7 @@
 // Prefill cost of one DP group's batch on a TP x DP layout with routed experts spread
 // over all tp * dp GPUs (DeepSeek's EP32 prefill unit), per layer and summed over layers.
 #pragma once
-#include "costmodel/mode.hpp"
+#include "seed/mode.hpp"
 #include "hardware/device_spec.hpp"
 #include "model/model_config.hpp"
 

@@ -1,6 +1,6 @@
-#include "costmodel/sweep.hpp"
+#include "seed/sweep.hpp"
 
-#include "costmodel/decode_plan.hpp"
+#include "seed/decode_plan.hpp"
 
 #include <stdexcept>
 #include <string>

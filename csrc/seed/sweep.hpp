@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "costmodel/decode.hpp"
+#include "seed/decode.hpp"
 
 namespace dsperf {
 

@@ -1,7 +1,7 @@
 // Decode cost of one step on one GPU of a wide-EP deployment: attention (absorbed MLA,
 // DP across GPUs, optional TP), dense MLP, shared and routed experts, dispatch/combine.
 #pragma once
-#include "costmodel/mode.hpp"
+#include "seed/mode.hpp"
 #include "hardware/device_spec.hpp"
 #include "model/model_config.hpp"
 

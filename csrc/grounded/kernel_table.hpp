@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/allreduce_table.hpp"
-#include "costmodel/kernel_cost.hpp"
+#include "grounded/allreduce_table.hpp"
+#include "grounded/kernel_cost.hpp"
 
 namespace dsperf {
 

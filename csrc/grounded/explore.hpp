@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "costmodel/step_model.hpp"
+#include "grounded/step_model.hpp"
 
 namespace dsperf {
 

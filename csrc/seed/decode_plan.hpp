@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <array>
 
-#include "costmodel/decode.hpp"
+#include "seed/decode.hpp"
 
 namespace dsperf {
 

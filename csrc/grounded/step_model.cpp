@@ -1,4 +1,4 @@
-#include "costmodel/step_model.hpp"
+#include "grounded/step_model.hpp"
 
 #include "common/require.hpp"
 

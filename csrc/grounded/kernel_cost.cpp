@@ -1,4 +1,4 @@
-#include "costmodel/kernel_cost.hpp"
+#include "grounded/kernel_cost.hpp"
 
 #include "common/require.hpp"
 #include "kernels/cpu/attention.hpp"

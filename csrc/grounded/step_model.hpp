@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/kernel_table.hpp"
+#include "grounded/kernel_table.hpp"
 #include "hardware/device_spec.hpp"
 #include "model/model_config.hpp"
 

@@ -1,11 +1,11 @@
-#include "costmodel/decode.hpp"
+#include "seed/decode.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "costmodel/decode_plan.hpp"
+#include "seed/decode_plan.hpp"
 #include "model/block_costs.hpp"
 
 namespace dsperf {

@@ -1,4 +1,4 @@
-#include "costmodel/explore.hpp"
+#include "grounded/explore.hpp"
 
 #include "common/require.hpp"
 

@@ -6,8 +6,8 @@ A C++ cost model of prefill and decode over device specs, exposed as pandas Data
     dsperf.prefill("DeepSeek-V3", devices=["H800", "H20"], seq_len=4383, kv_cache_hit=0.563, tp=4, dp=8)
     dsperf.decode("DeepSeek-V3", devices=["H800"], seq_len=4383, batch_sizes=[32, 64, 128])
 
-The package by concern: dsperf.model (configs, devices, the seed and grounded models, tables,
-validation, explorer), dsperf.ops (one module per kernel family) with the front doors
+The package by concern: dsperf.seed (the seed analysis: formulas, tables, deviations),
+dsperf.model (configs, devices, the grounded model, validation, explorer), dsperf.ops (one module per kernel family) with the front doors
 dsperf.kernels and dsperf.reference, dsperf.cuda (GPU twins), dsperf.ep (expert parallelism),
 dsperf.predict (kernel cost, harness, calibration, fit, plots, report). docs/ARCHITECTURE.md maps
 every file.
@@ -19,7 +19,7 @@ from . import _aliases  # noqa: E402
 
 _aliases.install()  # dsperf.harness, dsperf.kernel_cost, ...: the former flat names
 from .model.api import decode, decode_sweep, prefill  # noqa: E402  (either model: mode="grounded" by default)
-from .model.seed import (  # noqa: E402  (the seed analysis' own tables)
+from .seed.formulas import (  # noqa: E402  (the seed analysis' own tables)
     EP_STRATEGIES,
     block_complexity,
     decode_batch_limits,

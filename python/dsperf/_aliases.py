@@ -10,10 +10,14 @@ import sys
 
 FORMER_NAMES = {
     "dsperf.hardware": "dsperf.model.devices",
-    "dsperf.costmodel": "dsperf.model.seed",   # the seed's formulas (dsperf.decode & co.: dsperf.model.api)
-    "dsperf.tables": "dsperf.model.tables",
-    "dsperf.deviations": "dsperf.model.deviations",
-    "dsperf.compare": "dsperf.model.compare",
+    "dsperf.costmodel": "dsperf.seed.formulas",   # the seed's formulas (dsperf.decode & co.: dsperf.model.api)
+    "dsperf.model.seed": "dsperf.seed.formulas",
+    "dsperf.tables": "dsperf.seed.tables",
+    "dsperf.model.tables": "dsperf.seed.tables",
+    "dsperf.deviations": "dsperf.seed.deviations",
+    "dsperf.model.deviations": "dsperf.seed.deviations",
+    "dsperf.compare": "dsperf.seed.compare",
+    "dsperf.model.compare": "dsperf.seed.compare",
     "dsperf.grounded": "dsperf.model.grounded",
     "dsperf.validation": "dsperf.model.validation",
     "dsperf.explore": "dsperf.model.explore",

@@ -85,7 +85,7 @@ def _add_deepseek(sub):
 
 
 def _run_tables(args) -> str:
-    from .model.tables import TableOptions, all_tables, render
+    from .seed.tables import TableOptions, all_tables, render
 
     unknown = set(args.sections) - {"model", "devices", "prefill", "decode"}
     if unknown:
@@ -111,7 +111,7 @@ def _run_tables(args) -> str:
 
 
 def _run_deepseek() -> str:
-    from .model.compare import deepseek_comparison
+    from .seed.compare import deepseek_comparison
 
     return deepseek_comparison().to_markdown(index=False, floatfmt=".2f") + "\n"
 
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
         elif args.command == "measure-gpu":
             return measure_gpu.run_command(args)  # prints as it goes; 0 also without a GPU (nothing to measure)
         elif args.command == "deviations":
-            from .model.deviations import deviation_effects
+            from .seed.deviations import deviation_effects
 
             df = deviation_effects()
             # One format per column, never scientific: token rates as whole numbers, the rest to 4 digits.

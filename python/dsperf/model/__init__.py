@@ -1,9 +1,9 @@
-"""dsperf.model: what is modelled and how it is priced.
+"""dsperf.model: what is modelled, and the grounded model that prices it (the seed analysis' own
+formulas and tables live in dsperf.seed).
 
 configs     model architectures (Hugging Face config.json -> ModelConfig)
 devices     device specs (TOML -> DeviceSpec)
-seed        the seed analysis' prefill/decode model, as published and corrected
-tables      the seed's tables; deviations: each correction's effect; compare: beside DeepSeek's figures
+api         dsperf.prefill / decode / decode_sweep: either model by mode
 grounded    the grounded model: a step as priced kernel calls over measured efficiency tables
 validation  the grounded model against published deployments (`dsperf validate`)
 inputs      every number the model reads, with its source, and the guard that none is a published figure

@@ -4,7 +4,7 @@ mode "grounded" (the default) prices each step kernel by kernel from published k
 validated against published deployments (model/grounded.py, laid out in these frames by
 model/grounded_frames.py; docs/VALIDATION.md), and its frames carry the error band of their regime.
 mode "corrected" or "as_published" (optionally +fix/-fix) runs the seed analysis' formulas
-(model/seed.py; docs/DEVIATIONS.md).
+(dsperf/seed/formulas.py; docs/DEVIATIONS.md).
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Iterable
 
 import pandas as pd
 
-from . import grounded_frames, seed
+from ..seed import formulas as seed
+from . import grounded_frames
 from .._checks import MAX_TOKENS, number_list, text
 from .configs import load_model
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from .._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number_list
 from .devices import device_list, resolve_devices
-from .seed import MAX_SWEEP_ROWS, _count, _integer_columns, _tokens
+from ..seed.formulas import MAX_SWEEP_ROWS, _count, _integer_columns, _tokens
 
 
 def _seed_only(name, value, default):

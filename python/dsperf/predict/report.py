@@ -54,7 +54,7 @@ def targets_line(targets) -> str:
 
 
 def _seed_tables() -> str:
-    from ..model.tables import TableOptions, all_tables, render
+    from ..seed.tables import TableOptions, all_tables, render
 
     return render(all_tables(TableOptions(), ("model", "devices", "prefill", "decode")), "markdown")
 

@@ -13,10 +13,10 @@ from typing import Sequence
 import pandas as pd
 
 from .. import _C
-from . import seed as cm
+from . import formulas as cm
 from .._checks import number
-from .devices import device_table
-from .configs import load_model
+from ..model.devices import device_table
+from ..model.configs import load_model
 
 
 @dataclass
@@ -87,7 +87,7 @@ def prefill_tables(o: TableOptions) -> list[Table]:
         out.append(Table(f"2.5 Prefill per-layer times, TP={tp} DP={dp} (ms)", detail))
         out.append(Table(f"2.5 Prefill sum over layers, TP={tp} DP={dp} (ms)", sums))
         out.append(Table(f"2.5 Prefill tokens/s per node, TP={tp} DP={dp}", tps, ".1f"))
-    from .devices import load_device
+    from ..model.devices import load_device
     variants = [load_device(o.scaleout_device, o.mode, scaleout_gbps=bw, name=label)
                 for label, bw in o.scaleout_variants]
     detail, sums, _ = _prefill_detail(o, cm.prefill(o.model, variants, o.seq_len, o.kv_cache_hit, o.tp, o.dp,

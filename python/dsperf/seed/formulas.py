@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from .. import _C
-from .devices import resolve_devices
+from ..model.devices import resolve_devices
 from .._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number, number_list, text
-from .configs import load_model
+from ..model.configs import load_model
 
 SEED_TABLE_MODE = "corrected"  # the seed's formulas' default (dsperf.prefill & co. default to grounded: model/api.py)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import seed as cm
+from . import formulas as cm
 from .._checks import flag, number
 
 DEEPSEEK_PREFILL_TOKENS_PER_NODE = 73_700
@@ -63,7 +63,7 @@ def grounded_rows() -> list[dict]:
     with 16K new tokens per GPU per step of 4,383-token prompts, 56.3% of them cached; decode EP144
     (+32) at the largest batch per GPU that keeps 20 tokens/s per user, context 4,383 + 1,210 / 2,
     BF16 cache, two-batch overlap, no MTP. `band` is the phase's median |error| in the validation."""
-    from . import explore, grounded
+    from ..model import explore, grounded
 
     prompt, cached = 4383.0, round(4383 * 0.563)
     pre = grounded.prefill("DeepSeek-V3", "H800", tokens=16384, prompt_len=prompt, cached_prefix=cached, ep=32,

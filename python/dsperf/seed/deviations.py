@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import _C
-from . import seed as cm
+from . import formulas as cm
 
 # Decode points of the seed's TL;DR whose figures the table follows.
 DECODE_POINTS = (("H800", 128), ("H20", 32), ("H20_3e", 64))

@@ -283,11 +283,11 @@ EXEMPT = {
         "coincidence: a DeepGEMM time on H800 (M 512, N 4096, K 7168: 30.034 us, alibaba/InferSim bench_data) "
         "against a B200 TPOT (30.034 ms, InferenceX run 23266829671); other units, other sources, the table "
         "row was imported before the latency point was added",
-    ("efficiency/MI300X.csv row 12 (gemm_fp8) latency_us", "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_tpot"):
+    ("efficiency/MI300X.csv gemm_fp8 fp8 m=192 n=256 k=7168 latency_us", "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_tpot"):
         "coincidence: a tuned aiter FP8 GEMM time on MI325X (M 192, N 256: 12.254 us, ROCm/aiter "
         "a8w8_blockscale_tuned_gemm_ds_v3.csv) against an MI355X TPOT (12.254 ms, InferenceX run 22047502000); "
         "other units, other sources, the table row was imported before the latency point was added",
-    ("efficiency/MI300X.csv row 14 (gemm_fp8) latency_us", "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_tpot"):
+    ("efficiency/MI300X.csv gemm_fp8 fp8 m=224 n=256 k=7168 latency_us", "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_tpot"):
         "coincidence: a tuned aiter FP8 GEMM time on MI325X (M 224, N 256: 12.245 us, ROCm/aiter "
         "a8w8_blockscale_tuned_gemm_ds_v3.csv) against an MI355X TPOT (12.254 ms, InferenceX run 22047502000); "
         "other units, other sources, the table row was imported before the latency point was added",

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from dsperf.model import bands, derive_table, grounded, validation
+from dsperf._C import step_model as SM
 
 DATA = resources.files("dsperf") / "data"
 
@@ -141,8 +142,14 @@ def test_tp_allreduce_is_priced_from_its_latency_table():
     small, big = t.allreduce_us(8, 4096), t.allreduce_us(8, 8e6)
     assert big["us"] > small["us"] and big["clamped"] and not small["clamped"]
     # A link twice as fast halves only the part above the fixed cost.
-    fast = t.allreduce_us(8, 8e6, 2.0)["us"]
+    fast = t.allreduce_us(8, 8e6, 900.0)["us"]
     assert fast == pytest.approx(5.9 + (big["us"] - 5.9) / 2)
+    # Past the largest row (1 MiB), a message's further bytes are ring traffic at NCCL's share of
+    # the link: 8 MB on 8 GPUs moves 2 x 7/8 x (8e6 - 1 MiB) bytes at 370 GB/s, not at the
+    # small-message kernels' slope (11.7 us per 512 KiB, about 45 GB/s of message).
+    ring = 2 * 7 / 8 * (8e6 - 1048576) / (450 * SM.large_allreduce_link_share * 1e3)
+    assert big["us"] == pytest.approx(33.8 + ring)
+    assert big["us"] < 33.8 + 11.7 * (8e6 - 1048576) / 524288
 
 
 def test_moe_under_tp_attention_on_the_same_gpus_needs_no_dispatch():

@@ -73,6 +73,7 @@ void bind_step_model(py::module_& root) {
     m.attr("prefill_step_overhead_ms") = kPrefillStepOverheadMs;
     m.attr("min_kernel_us") = kMinKernelUs;
     m.attr("memory_reserve") = kMemoryReserve;
+    m.attr("large_allreduce_link_share") = kLargeAllReduceLinkShare;
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },
           py::arg("family"), "The shape fields a table row of the family must give");
     m.def("is_comm_family", [](const std::string& f) { return is_comm_family(table_family_from_name(f)); });
@@ -115,10 +116,11 @@ void bind_step_model(py::module_& root) {
              [](KernelTables& t, double tp, double message_bytes, double us) { t.allreduce.add(tp, message_bytes, us); },
              py::arg("tp"), py::arg("message_bytes"), py::arg("latency_us"),
              "A measured latency (us) of one all-reduce of a message of message_bytes across tp GPUs")
-        .def("allreduce_us", [](const KernelTables& t, double tp, double message_bytes, double link_scale) {
-            const AllReduceLatency r = t.allreduce.latency_us(tp, message_bytes, link_scale);
+        .def("allreduce_us", [](const KernelTables& t, double tp, double message_bytes, double link_gbps) {
+            const AllReduceLatency r = tp_allreduce_latency(t, tp, message_bytes, link_gbps);
             return py::dict(py::arg("us") = r.us, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
-        }, py::arg("tp"), py::arg("message_bytes"), py::arg("link_scale") = 1.0)
+        }, py::arg("tp"), py::arg("message_bytes"), py::arg("link_gbps") = 450.0,
+        "One TP all-reduce as the step model prices it, on a link of link_gbps per direction")
         .def("rows", [](const KernelTables& t, const std::string& f) { return t.rows(table_family_from_name(f)); })
         .def(
             "lookup",

@@ -11,7 +11,8 @@ void AllReduceTable::add(double tp, double message_bytes, double latency_us) {
     std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.bytes < b.bytes; });
 }
 
-AllReduceLatency AllReduceTable::latency_us(double tp, double message_bytes, double link_scale) const {
+AllReduceLatency AllReduceTable::latency_us(double tp, double message_bytes, double link_scale,
+                                             double large_gbps) const {
     AllReduceLatency r;
     if (by_tp_.empty()) return r;
     // The nearest measured tp, in log space.
@@ -23,17 +24,21 @@ AllReduceLatency AllReduceTable::latency_us(double tp, double message_bytes, dou
     const std::vector<Row>& rows = best->second;
     const double fixed = rows.front().us;
     double us;
-    if (message_bytes <= rows.front().bytes || rows.size() == 1) {
+    if (message_bytes > rows.back().bytes) {
+        // Past the largest row: its latency (scaled as below), then ring traffic at the link's rate.
+        r.clamped = true;
+        const double last = fixed + std::max(0.0, rows.back().us - fixed) / link_scale;
+        const double ring_bytes = 2.0 * (tp - 1) / tp * (message_bytes - rows.back().bytes);
+        r.us = last + ring_bytes / (large_gbps * 1e3);  // GB/s = 1e3 bytes per us
+        return r;
+    } else if (message_bytes <= rows.front().bytes) {
         us = fixed;
-        if (rows.size() == 1 && message_bytes > rows.front().bytes) r.clamped = true;
     } else {
         size_t i = 1;
         while (i + 1 < rows.size() && rows[i].bytes < message_bytes) ++i;
         const Row& a = rows[i - 1];
         const Row& b = rows[i];
-        const double slope = (b.us - a.us) / (b.bytes - a.bytes);  // us per byte (past the last row too)
-        us = a.us + slope * (message_bytes - a.bytes);
-        r.clamped = r.clamped || message_bytes > rows.back().bytes;
+        us = a.us + (b.us - a.us) / (b.bytes - a.bytes) * (message_bytes - a.bytes);
     }
     // The part above the fixed cost is traffic: it scales with the link.
     r.us = fixed + std::max(0.0, us - fixed) / link_scale;

@@ -22,9 +22,13 @@ public:
     // The latency of one all-reduce of `message_bytes` across `tp` GPUs whose link is `link_scale`
     // times the table's: the smallest message's latency is a fixed cost, kept as measured; the
     // rise above it is traffic, divided by link_scale. Between rows: linear in the message size;
-    // past the largest: its last segment's slope; below the smallest: the smallest's latency.
-    // A tp without rows takes the nearest measured tp (clamped).
-    AllReduceLatency latency_us(double tp, double message_bytes, double link_scale) const;
+    // below the smallest: the smallest's latency. Past the largest: its latency plus the further
+    // bytes as ring traffic (2 (tp - 1) / tp of them per GPU) at `large_gbps` GB/s. The table's
+    // rows are small-message kernels (one-shot: each GPU reads every peer's whole message), whose
+    // slope would price a large message at a fraction of the link; large messages go the
+    // bandwidth-optimal way (ring or two-shot), so their cost is the link's. A tp without rows
+    // takes the nearest measured tp (clamped).
+    AllReduceLatency latency_us(double tp, double message_bytes, double link_scale, double large_gbps) const;
 
 private:
     struct Row {

@@ -35,6 +35,15 @@ constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
 // (NVIDIA H100 datasheet: 900 GB/s bidirectional).
 constexpr double kAllReduceTableNvlinkGbps = 450;
 
+}  // namespace
+
+AllReduceLatency tp_allreduce_latency(const KernelTables& t, double tp, double message_bytes, double link_gbps) {
+    return t.allreduce.latency_us(tp, message_bytes, link_gbps / kAllReduceTableNvlinkGbps,
+                                  link_gbps * kLargeAllReduceLinkShare);
+}
+
+namespace {
+
 // The calls of one layer for one micro-batch; each priced on its own.
 class CallBuilder {
 public:
@@ -75,7 +84,7 @@ public:
     // latency for that size where it has rows (the fixed cost of a small all-reduce dominates a
     // decode step's), else as ring traffic at the all-reduce bandwidth (the old pricing).
     void allreduce(const char* name, Stage stage, double tp, double message, double link_gbps) {
-        const AllReduceLatency lat = t_.allreduce.latency_us(tp, message, link_gbps / kAllReduceTableNvlinkGbps);
+        const AllReduceLatency lat = tp_allreduce_latency(t_, tp, message, link_gbps);
         if (!lat.found) {
             KernelShape s;
             s.tp = tp;

@@ -77,6 +77,11 @@ constexpr double kDecodeStepOverheadMs = 1.0;
 constexpr double kPrefillStepOverheadMs = 2.0;
 constexpr double kMinKernelUs = 2.0;          // floor of a call priced without a table row
 constexpr double kMemoryReserve = 0.9;        // of device memory usable for weights + KV cache
+// The share of a link's line rate a large all-reduce's ring traffic reaches: 370 of NVLink 4's
+// 450 GB/s per direction, NCCL's effective bus bandwidth after its ~20% protocol overhead (an NCCL
+// maintainer, NVIDIA/nccl-tests issue #212, 2024-05-06). Prices the bytes of an all-reduce past the
+// all-reduce table's largest measured message.
+constexpr double kLargeAllReduceLinkShare = 370.0 / 450.0;
 
 enum class Stream { kCompute = 0, kComm = 1 };
 // Which stage of a layer a call belongs to (the overlap schedule moves stages, not calls).
@@ -116,6 +121,11 @@ struct StepResult {
 };
 
 StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);
+
+// One TP all-reduce of `message_bytes` across `tp` GPUs on a device whose link runs `link_gbps` per
+// direction: the all-reduce table's latency scaled from the link it was measured on, and bytes past
+// its largest message at kLargeAllReduceLinkShare of the link (AllReduceTable::latency_us).
+AllReduceLatency tp_allreduce_latency(const KernelTables& t, double tp, double message_bytes, double link_gbps);
 
 // The stages of one step, microseconds per micro-batch per layer (head_ms: per step), for
 // callers that schedule many deployments (the explorer). The deployment is trusted (validated once).

@@ -25,21 +25,24 @@ static DeviceSpec h800(int comm_sms) {
 }
 
 // The all-reduce latency table: the smallest message's latency is the floor, linear between rows,
-// the last slope past them, the rise above the floor divided by the link's speed-up, nearest tp.
+// ring traffic at the given rate past them, the rise above the floor divided by the link's
+// speed-up, nearest tp.
 static void test_allreduce_table() {
     AllReduceTable t;
-    check_close(t.latency_us(8, 1000, 1).found, 0, 0, "allreduce table: empty");
+    check_close(t.latency_us(8, 1000, 1, 100).found, 0, 0, "allreduce table: empty");
     t.add(8, 4096, 6.0);
     t.add(8, 1024, 5.0);
     t.add(8, 8192, 10.0);
     t.add(2, 1024, 3.0);
-    check_close(t.latency_us(8, 100, 1).us, 5.0, 1e-12, "allreduce table: below the smallest message");
-    check_close(t.latency_us(8, 2560, 1).us, 5.5, 1e-12, "allreduce table: between rows");
-    check_close(t.latency_us(8, 12288, 1).us, 14.0, 1e-12, "allreduce table: past the largest row");
-    check_close(t.latency_us(8, 12288, 2).us, 5.0 + 9.0 / 2, 1e-12, "allreduce table: a link twice as fast");
-    check_close(t.latency_us(8, 12288, 1).clamped, 1, 0, "allreduce table: past the rows is clamped");
-    check_close(t.latency_us(3, 1024, 1).us, 3.0, 1e-12, "allreduce table: the nearest tp (log space)");
-    check_close(t.latency_us(3, 1024, 1).clamped, 1, 0, "allreduce table: another tp is clamped");
+    check_close(t.latency_us(8, 100, 1, 100).us, 5.0, 1e-12, "allreduce table: below the smallest message");
+    check_close(t.latency_us(8, 2560, 1, 100).us, 5.5, 1e-12, "allreduce table: between rows");
+    // Past 8192 bytes: 10 us, then 2 x 7/8 x 4096 bytes of ring traffic at 100 GB/s (1e5 bytes/us).
+    check_close(t.latency_us(8, 12288, 1, 100).us, 10.0 + 7168.0 / 1e5, 1e-12, "allreduce table: past the largest row");
+    check_close(t.latency_us(8, 12288, 2, 200).us, 5.0 + 5.0 / 2 + 7168.0 / 2e5, 1e-12,
+                "allreduce table: a link twice as fast");
+    check_close(t.latency_us(8, 12288, 1, 100).clamped, 1, 0, "allreduce table: past the rows is clamped");
+    check_close(t.latency_us(3, 1024, 1, 100).us, 3.0, 1e-12, "allreduce table: the nearest tp (log space)");
+    check_close(t.latency_us(3, 1024, 1, 100).clamped, 1, 0, "allreduce table: another tp is clamped");
 }
 
 int main() {

@@ -98,6 +98,11 @@ def _constants() -> dict[str, Constant]:
         "step_model.memory_reserve": Constant(
             SM.memory_reserve, "assumed: 90% of device memory usable for weights and KV cache (docs/VALIDATION.md)",
             f"{hpp}: kMemoryReserve", True),
+        "step_model.large_allreduce_link_share": Constant(
+            SM.large_allreduce_link_share,
+            "NCCL's effective NVLink bandwidth, 370 of 450 GB/s per direction (an NCCL maintainer, "
+            "NVIDIA/nccl-tests issue #212, 2024-05-06): the rate of an all-reduce's bytes past the "
+            "all-reduce table's largest message", f"{hpp}: kLargeAllReduceLinkShare", True),
         "grounded.DEFAULT_EFFICIENCY": Constant(
             grounded.DEFAULT_EFFICIENCY,
             "assumed: a flat share of the datasheet roofline for a compute call without a table row; "

@@ -180,12 +180,17 @@ def run(trace, decode_pricer, prefill_pricer, *, decode_ranks, prefill_ranks, bl
     def start(name, now):
         pool = pools[name]
         plans, step = [], 0.0
-        for rank in pool["ranks"]:
-            work, batch, ctx, tokens, end_sum, chunks = rank.plan()
+        planned = [rank.plan() for rank in pool["ranks"]]
+        # The experts serve the group's mean load; each rank's attention its own (as the simulator).
+        n = len(pool["ranks"])
+        mean_batch, mean_tokens = sum(p[1] for p in planned) / n, sum(p[3] for p in planned) / n
+        for rank, (work, batch, ctx, tokens, end_sum, chunks) in zip(pool["ranks"], planned):
             plans.append((rank, work))
             if batch or tokens:
                 step = max(step, pool["pricer"].step_ms(batch, ctx / batch if batch else 0.0, tokens, chunks,
-                                                        end_sum / chunks if chunks else 0.0))
+                                                        end_sum / chunks if chunks else 0.0,
+                                                        mean_batch / batch if batch else 1.0,
+                                                        mean_tokens / tokens if tokens else 1.0))
         if step <= 0:
             pool["busy"] = False
             return

@@ -162,9 +162,12 @@ void bind_serving(py::module_& root) {
     py::class_<OwnedPricer>(m, "StepPricer")
         .def(py::init<const ModelConfig&, const DeviceSpec&, const KernelTables&, const Deployment&, const Deployment&>(),
              py::arg("model"), py::arg("device"), py::arg("tables"), py::arg("decode_dep"), py::arg("prefill_dep"))
-        .def("step_ms", [](OwnedPricer& p, int batch, double ctx, double chunk_tokens, int chunks, double end_pos) {
-            return p.pricer.step_ms(batch, ctx, chunk_tokens, chunks, end_pos);
-        }, py::arg("batch"), py::arg("ctx"), py::arg("chunk_tokens"), py::arg("chunks"), py::arg("end_pos"))
+        .def("step_ms", [](OwnedPricer& p, int batch, double ctx, double chunk_tokens, int chunks, double end_pos,
+                           double decode_share, double chunk_share) {
+            return p.pricer.step_ms(batch, ctx, chunk_tokens, chunks, end_pos, decode_share, chunk_share);
+        }, py::arg("batch"), py::arg("ctx"), py::arg("chunk_tokens"), py::arg("chunks"), py::arg("end_pos"),
+        py::arg("decode_share") = 1.0, py::arg("chunk_share") = 1.0,
+        "A rank's step (ms); the shares: its lock-stepped group's mean decode batch / prompt tokens over its own")
         .def_property_readonly("kv_tokens_per_rank", [](const OwnedPricer& p) { return p.pricer.kv_tokens_per_rank(); })
         .def_property_readonly("kv_bytes_per_token", [](const OwnedPricer& p) { return p.pricer.kv_bytes_per_token(); })
         .def_property_readonly("priced_points", [](const OwnedPricer& p) { return p.pricer.priced_points(); });

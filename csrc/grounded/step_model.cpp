@@ -270,7 +270,9 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // With MoE TP the moe_tp GPUs of an expert group hold the same experts, each a 1/moe_tp slice
     // of their intermediate, and each sees all the group's rows.
     const double local = (E + dep.redundant_experts) / (dep.ep / tp);
-    const double rows = t * K * tp * dep.imbalance;
+    // The experts serve the whole EP group's tokens: t per GPU where every rank carries this one's
+    // load, routed_share times that where the group's ranks carry less (or more) on average.
+    const double rows = t * K * tp * dep.imbalance * dep.routed_share;
     const double I_gpu = I / tp;
     const double active = local * (1 - std::pow(1 - 1 / local, rows));
     const double rows_per_expert = rows / active;

@@ -50,6 +50,9 @@ constexpr double kMaxImbalance = 4096;
     X(int, moe_tp, 1, 1, 64, 0)                  /* each routed expert over this many GPUs of a node: \
                                                     ep / moe_tp expert groups (1: pure EP) */         \
     X(double, imbalance, 1.0, 1, kMaxImbalance, 0) /* max / mean routed rows per GPU (1: balanced) */ \
+    X(double, routed_share, 1.0, 1e-6, 4096, 0)  /* tokens the experts see per GPU over this rank's   \
+                                                    own: a lock-stepped DP group's mean load over the \
+                                                    priced rank's (1: every rank as this one) */      \
     X(int, comm_sms, -1, 0, 4096, -1)            /* SMs the communication kernels hold while they     \
                                                     overlap (-1: the device's) */                     \
     X(double, step_overhead_ms, -1, 0, 1e4, -1)  /* scheduler, sampling, launch gaps per step (-1:    \

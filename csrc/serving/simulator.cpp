@@ -206,6 +206,7 @@ private:
         auto& active = p.active[g];
         auto& stepped = p.stepped[g];
         stepped.clear();
+        double group_batch = 0, group_chunk_tokens = 0;
         for (int r : active) {
             RankScheduler& rank = p.ranks[r];
             RankStep& s = p.plans[r];
@@ -217,9 +218,20 @@ private:
             p.last_running[r] = rank.running(), p.last_kv[r] = rank.kv().used();
             if (s.work.empty()) continue;
             stepped.push_back(r);
+            group_batch += s.batch, group_chunk_tokens += s.chunk_tokens;
+        }
+        // The experts serve the group's tokens, spread evenly over its GPUs; each rank's attention
+        // its own. A rank is priced with its routed share (the group's mean over its own), so one
+        // prompt on one rank of an idle group is not priced as if every rank carried one.
+        const double mean_batch = group_batch / p.per_group, mean_chunk = group_chunk_tokens / p.per_group;
+        for (int r : stepped) {
+            const RankStep& s = p.plans[r];
             const double ctx = s.batch > 0 ? s.ctx_sum / s.batch : 0;
             const double end_pos = s.chunks > 0 ? s.end_pos_sum / s.chunks : 0;
-            step_ms = std::max(step_ms, p.pricer.step_ms(s.batch, ctx, s.chunk_tokens, s.chunks, end_pos, rank.ctx_hint()));
+            const double decode_share = s.batch > 0 ? mean_batch / s.batch : 1;
+            const double chunk_share = s.chunk_tokens > 0 ? mean_chunk / s.chunk_tokens : 1;
+            step_ms = std::max(step_ms, p.pricer.step_ms(s.batch, ctx, s.chunk_tokens, s.chunks, end_pos, decode_share,
+                                                         chunk_share, p.ranks[r].ctx_hint()));
         }
         active.erase(std::remove_if(active.begin(), active.end(),
                                     [&](int r) { return p.ranks[r].idle() ? (p.listed[r] = 0, true) : false; }),

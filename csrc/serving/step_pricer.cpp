@@ -36,30 +36,36 @@ StepPricer::StepPricer(const ModelConfig& m, const DeviceSpec& d, const KernelTa
     kv_bytes_per_token_ = r.kv_bytes_per_token;
 }
 
-double StepPricer::price_decode(int batch, double ctx) {
+int StepPricer::share_bucket(double share) const { return int(std::lround(std::log(share) / prefill_log_ratio_)); }
+double StepPricer::share_value(int bucket) const { return bucket == 0 ? 1.0 : std::exp(bucket * prefill_log_ratio_); }
+
+double StepPricer::price_decode(int batch, double ctx, double share) {
     Deployment dep = decode_dep_;
     dep.batch = double(batch) / dep.attn_tp;  // the grounded model's batch is per GPU
     dep.kv_len = ctx;
+    dep.routed_share = share;
     ++priced_;
     return schedule_ms(m_, step_stages(m_, d_, t_, dep), dep.overlap);
 }
 
-double StepPricer::decode_point(int batch, int i) {
-    if (size_t(batch) < decode_.size() && size_t(i) < decode_[batch].size() && !std::isnan(decode_[batch][i]))
-        return decode_[batch][i];  // the common case: priced already
-    if (size_t(batch) >= decode_.size()) decode_.resize(batch + 1);
-    auto& row = decode_[batch];
+double StepPricer::decode_point(int share, int batch, int i) {
+    auto& by_batch = decode_[share];
+    if (size_t(batch) < by_batch.size() && size_t(i) < by_batch[batch].size() && !std::isnan(by_batch[batch][i]))
+        return by_batch[batch][i];  // the common case: priced already
+    if (size_t(batch) >= by_batch.size()) by_batch.resize(batch + 1);
+    auto& row = by_batch[batch];
     if (size_t(i) >= row.size()) row.resize(i + 1, std::numeric_limits<double>::quiet_NaN());
-    if (std::isnan(row[i])) row[i] = price_decode(batch, grid_[i]);
+    if (std::isnan(row[i])) row[i] = price_decode(batch, grid_[i], share_value(share));
     return row[i];
 }
 
-double StepPricer::decode_ms(int batch, double ctx, DecodeHint* hint) {
+double StepPricer::decode_ms(int batch, double ctx, double share, DecodeHint* hint) {
     ctx = std::max(1.0, ctx);
-    if (!(hint && hint->batch == batch && hint->lo <= ctx && ctx < hint->hi)) {
+    const int sb = share == 1 ? 0 : share_bucket(share);
+    if (!(hint && hint->batch == batch && hint->share == sb && hint->lo <= ctx && ctx < hint->hi)) {
         const int i = int(std::log(ctx) / log_ctx_ratio_);
         while (grid_.size() <= size_t(i) + 1) grid_.push_back(std::pow(ctx_ratio_, double(grid_.size())));
-        DecodeHint h{batch, grid_[i], grid_[i + 1], decode_point(batch, i), decode_point(batch, i + 1)};
+        DecodeHint h{batch, sb, grid_[i], grid_[i + 1], decode_point(sb, batch, i), decode_point(sb, batch, i + 1)};
         if (!hint) {
             const double w = std::clamp((ctx - h.lo) / (h.hi - h.lo), 0.0, 1.0);
             return (1 - w) * h.v_lo + w * h.v_hi;
@@ -70,8 +76,9 @@ double StepPricer::decode_ms(int batch, double ctx, DecodeHint* hint) {
     return (1 - w) * hint->v_lo + w * hint->v_hi;
 }
 
-double StepPricer::price_prefill(double tokens, double new_per_chunk, double end_pos) {
+double StepPricer::price_prefill(double tokens, double new_per_chunk, double end_pos, double share) {
     Deployment dep = prefill_dep_;
+    dep.routed_share = share;
     new_per_chunk = std::min(new_per_chunk, tokens);
     end_pos = std::max(end_pos, new_per_chunk);
     dep.tokens = std::max(1.0, tokens / dep.attn_tp);  // per GPU: the TP group shares the rank's tokens
@@ -81,15 +88,17 @@ double StepPricer::price_prefill(double tokens, double new_per_chunk, double end
     return schedule_ms(m_, step_stages(m_, d_, t_, dep), dep.overlap);
 }
 
-double StepPricer::prefill_ms(double tokens, int chunks, double end_pos) {
+double StepPricer::prefill_ms(double tokens, int chunks, double end_pos, double share) {
     const int bt = bucket(tokens, prefill_log_ratio_);
     const int bn = bucket(tokens / std::max(1, chunks), prefill_log_ratio_);
     const int be = bucket(end_pos, prefill_log_ratio_);
-    const uint64_t key = (uint64_t(bt) << 42) | (uint64_t(bn) << 21) | uint64_t(be);
+    const int bs = share == 1 ? 0 : share_bucket(share);
+    // 16 bits each: the token buckets stay in the hundreds, the share's within +-32767.
+    const uint64_t key = (uint64_t(bt) << 48) | (uint64_t(bn) << 32) | (uint64_t(be) << 16) | uint64_t(bs + 32768);
     auto it = prefill_.find(key);
     if (it != prefill_.end()) return it->second;
     const double ms = price_prefill(bucket_value(bt, prefill_log_ratio_), bucket_value(bn, prefill_log_ratio_),
-                                    bucket_value(be, prefill_log_ratio_));
+                                    bucket_value(be, prefill_log_ratio_), share_value(bs));
     prefill_.emplace(key, ms);
     return ms;
 }

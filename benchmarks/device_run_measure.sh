@@ -12,7 +12,12 @@
 #   CALL_LIMIT_S       the run call's timeout_s (default 540): the budget is what is left of it
 #   MEASURE_BUDGET_S   upper bound on measure-gpu's --budget-s (default 420)
 #   MEASURE_ARGS       more flags for measure-gpu, e.g. "--quick" or "--device H100"
-#   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first (only with time to spare)
+#   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first (only with time to spare; for
+#                      sm_90a alone unless MEASURE_CUDA_ARCHS says otherwise)
+#   HOPPER_CHECK       1 (default): where dsperf's CUDA kernels are present, first check the Hopper
+#                      (wgmma + TMA) grouped GEMM -- never run on a GPU before -- against the mma.sync
+#                      kernel and time both beside cuBLAS (gpu_validate.py --hopper), at most
+#                      HOPPER_CHECK_S seconds (default 120; a hang is killed), before measure-gpu's budget
 set -u
 START=$(date +%s)
 CALL_LIMIT_S=${CALL_LIMIT_S:-540}
@@ -48,6 +53,7 @@ build_module() {  # $1: OFF (CPU module only) or ON (with dsperf's CUDA kernels)
     echo "== building dsperf's module (DSPERF_CUDA=$1) at $(elapsed) s"
     local gen=""; command -v ninja >/dev/null && gen="-G Ninja"
     cmake -S . -B build/device-$1 $gen -DCMAKE_BUILD_TYPE=Release -DDSPERF_CUDA="$1" \
+          -DCMAKE_CUDA_ARCHITECTURES="${MEASURE_CUDA_ARCHS:-90a}" \
           -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v "$PY")" >/dev/null &&
         cmake --build build/device-$1 --target _C -j "$(nproc)" >/dev/null &&
         cp build/device-$1/_C*.so python/dsperf/ && echo "built at $(elapsed) s"
@@ -60,6 +66,15 @@ if ! "$PY" -c "import dsperf._C" 2>/dev/null; then
     build_module OFF || { echo "no dsperf module: nothing measured"; exit 1; }
 fi
 "$PY" -c "from dsperf import cuda; print('dsperf CUDA kernels:', cuda.available())"
+
+# The Hopper grouped GEMM's first run: results against mma.sync, then times (its log in $OUT).
+if [ "${HOPPER_CHECK:-1}" = 1 ] && "$PY" -c "from dsperf import cuda; import sys; sys.exit(not cuda.available()[0])"; then
+    echo "== Hopper grouped GEMM check (gpu_validate.py --hopper) at $(elapsed) s"
+    timeout -s KILL "${HOPPER_CHECK_S:-120}" "$PY" benchmarks/gpu_validate.py --hopper --iters 10 \
+        > "$OUT/hopper_check.log" 2>&1
+    echo "exit status $? (137: killed at ${HOPPER_CHECK_S:-120} s, a hang) at $(elapsed) s"
+    cat "$OUT/hopper_check.log"
+fi
 
 # What is left of the call, less a minute for start-up, writing and the copy back.
 LEFT=$(( CALL_LIMIT_S - $(elapsed) - 60 ))

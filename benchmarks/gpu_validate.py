@@ -220,6 +220,88 @@ def bench_gemm(rows, iters, size, rng):
                      target="-"))
 
 
+def _max_errors(got, want):
+    """(max |got - want|, that over max |want|) of two FP32 arrays."""
+    diff = float(np.max(np.abs(got - want))) if got.size else 0.0
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    return diff, diff / scale if scale else diff
+
+
+def bench_gemm_hopper(rows, iters, size, rng):
+    """The Hopper (wgmma + TMA) grouped GEMM beside the mma.sync one and cuBLAS: first its results
+    against the mma.sync kernel's (and a float64 reference on a small ragged case) -- it had never
+    run on a GPU before -- then its time at the issue's shapes. Both kernels accumulate BF16
+    products in FP32, so they differ by summation order only (a relative error near 1e-6)."""
+    from dsperf import cuda
+    from dsperf.cuda_array import BF16, DeviceArray
+    why = cuda._G.wgmma_unsupported_reason(0)
+    if why:
+        rows.append(dict(kernel="grouped GEMM BF16 (wgmma, sm_90a)", time_us=None, tflops=None, gbps=None,
+                         baseline=f"skipped: {why}", baseline_value="-", record="-", vs_record="-", target="-"))
+        return
+    tol = 1e-4  # relative to the largest |c|: FP32 summation-order differences over K <= 7168
+    wrong = []
+    # Ragged experts (an empty one, one row, tile edges), N and K off the tile sizes: every edge.
+    sizes, N, Kd = [0, 1, 127, 129, 300], 320, 200
+    offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    a = rand_like((int(offs[-1]), Kd), BF16, rng)
+    b = rand_like((len(sizes), N, Kd), BF16, rng, 0.05)
+    want = np.concatenate([a[offs[e]:offs[e + 1]].astype(np.float64) @ b[e].astype(np.float64).T
+                           for e in range(len(sizes))])
+    for variant in ("mma", "wgmma"):
+        got = cuda.grouped_gemm(a, b, offsets=offs, variant=variant)
+        err, rel = _max_errors(got, want)
+        print(f"hopper check: ragged contiguous M={offs[-1]} N={N} K={Kd}, {variant} vs float64: max abs error "
+              f"{err:.3g} (relative {rel:.2g}) -> {'ok' if rel < tol else 'WRONG'}", flush=True)
+        wrong += [] if rel < tol else [f"ragged contiguous ({variant})"]
+    cap, counts = 200, np.array([0, 1, 128, 200], np.int32)
+    am = rand_like((len(counts), cap, Kd), BF16, rng)
+    bm = rand_like((len(counts), N, Kd), BF16, rng, 0.05)
+    got = cuda.grouped_gemm(am, bm, counts=counts, variant="wgmma")
+    err, rel = _max_errors(got, cuda.grouped_gemm(am, bm, counts=counts, variant="mma"))
+    print(f"hopper check: masked cap={cap} counts={counts.tolist()}, wgmma vs mma: max abs error {err:.3g} "
+          f"(relative {rel:.2g}) -> {'ok' if rel < tol else 'WRONG'}", flush=True)
+    wrong += [] if rel < tol else ["small masked"]
+    # The issue's shapes: results compared on the device-sized problem, then the three timed.
+    E, m, N, Kd = SIZES[size]["gemm"]
+    Em, capm = SIZES[size]["masked"]
+    shapes = [("contiguous", E, m, N, Kd), ("masked", Em, capm, N, Kd)]
+    for layout, E, m, N, Kd in shapes:
+        M = E * m
+        a = DeviceArray.from_numpy(rand_like((M, Kd), BF16, rng))
+        b = DeviceArray.from_numpy(rand_like((E, N, Kd), BF16, rng, 0.05))
+        if layout == "contiguous":
+            kw = dict(offsets=DeviceArray.from_numpy(np.arange(0, M + 1, m, dtype=np.int64)))
+        else:
+            a = a.reshape(E, m, Kd)
+            kw = dict(counts=DeviceArray.from_numpy(np.full(E, m, np.int32)))
+        outs = {v: DeviceArray(a.shape[:-1] + (N,), np.float32) for v in ("mma", "wgmma")}
+        for v, out in outs.items():
+            cuda.grouped_gemm(a, b, out=out, variant=v, **kw)
+        err, rel = _max_errors(outs["wgmma"].numpy(), outs["mma"].numpy())
+        ok = rel < tol
+        wrong += [] if ok else [f"{layout} at the issue's shape"]
+        us = {v: timed_us(lambda v=v: cuda.grouped_gemm(a, b, out=outs[v], variant=v, validate=False, **kw), iters)
+              for v in ("mma", "wgmma")}
+        c3 = outs["mma"].reshape(E, m, N)
+        cub_us = timed_us(lambda: cuda._G.cublas_gemm_bf16(a.ptr, b.ptr, c3.ptr, m, N, Kd, E, m * Kd, N * Kd, m * N, 0),
+                          iters)
+        flops = 2.0 * M * N * Kd
+        shape = f"E={E} {'m' if layout == 'contiguous' else 'cap'}={m} n={N} k={Kd}"
+        print(f"hopper check: {layout} {shape}, wgmma vs mma: max abs error {err:.3g} (relative {rel:.2g}) -> "
+              f"{'ok' if ok else 'WRONG'}; wgmma {us['wgmma']:.0f} us = {flops / us['wgmma'] / 1e6:.0f} TFLOPS, "
+              f"mma.sync {us['mma']:.0f} us = {flops / us['mma'] / 1e6:.0f}, cuBLAS {cub_us:.0f} us = "
+              f"{flops / cub_us / 1e6:.0f}: wgmma at {cub_us / us['wgmma']:.0%} of cuBLAS, "
+              f"{us['mma'] / us['wgmma']:.2f}x mma.sync", flush=True)
+        rows.append(dict(kernel=f"grouped GEMM BF16 {layout} {shape} (wgmma, sm_90a)"
+                         + ("" if ok else " RESULTS WRONG"), time_us=us["wgmma"], tflops=flops / us["wgmma"] / 1e6,
+                         gbps=None, baseline="cuBLAS BF16 batched", baseline_value=f"{flops / cub_us / 1e6:.0f} TFLOPS",
+                         record=f"mma.sync {flops / us['mma'] / 1e6:.0f} TFLOPS",
+                         vs_record=f"{cub_us / us['wgmma']:.0%} of cuBLAS", target="BF16 >= 70% of cuBLAS"))
+    if wrong:
+        raise RuntimeError("the wgmma grouped GEMM's results are wrong: " + ", ".join(wrong))
+
+
 def bench_ep(rows, iters, size, rng):
     from dsperf import cuda, cuda_nccl as N
     from dsperf.cuda_array import BF16, DeviceArray
@@ -293,6 +375,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="the same as --size quick")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--hopper", action="store_true",
+                    help="only the Hopper (wgmma) grouped GEMM: its results against the mma.sync kernel, and "
+                         "its time beside mma.sync and cuBLAS (no tests, no clock reading; about a minute)")
     ap.add_argument("--clock-seconds", type=float, default=20.0,
                     help="seconds of sustained GEMMs for the SM-clock reading (0: skip)")
     args = ap.parse_args(argv)
@@ -306,10 +391,12 @@ def main(argv=None):
         return 0
     print(f"GPU 0: {cuda.device_name(0)} (sm_{cuda._G.compute_capability(0)}, {cuda._G.sm_count(0)} SMs), "
           f"{cuda.device_count()} GPU(s)")
+    if args.hopper:
+        args.skip_tests, args.clock_seconds = True, 0.0
     status = 0 if args.skip_tests else run_tests()
     rng = np.random.default_rng(0)
     rows = []
-    for bench in (bench_mla, bench_gemm, bench_ep):
+    for bench in (bench_gemm_hopper,) if args.hopper else (bench_mla, bench_gemm, bench_gemm_hopper, bench_ep):
         try:
             bench(rows, args.iters, size, rng)
         except Exception as e:  # report and go on: one failing family must not hide the others

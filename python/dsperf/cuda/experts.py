@@ -24,7 +24,37 @@ def _check_counts(c, E, capacity):
     _checks.expert_counts(c["counts"], E, capacity)
 
 
-def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None, out=None, validate=True):
+GEMM_VARIANTS = ("mma", "wgmma")
+WGMMA_ENV = "DSPERF_CUDA_WGMMA"
+
+
+def _gemm_variant(variant, bf16):
+    """The kernel a call takes: "mma" (mma.sync, every GPU: the default) or "wgmma" (sm_90a, BF16
+    only, opt-in: not yet measured on a GPU). variant=None follows DSPERF_CUDA_WGMMA=1, which
+    applies to the BF16 x BF16 calls only (FP8 calls keep their kernels)."""
+    if variant is None:
+        return "wgmma" if os.environ.get(WGMMA_ENV) == "1" and bf16 else "mma"
+    if variant not in GEMM_VARIANTS:
+        raise ValueError(f"variant must be one of {GEMM_VARIANTS} or None, got {variant!r}")
+    return variant
+
+
+def _check_wgmma(c, Kd, asked):
+    """variant='wgmma''s own limits, named as the caller asked for it (argument or environment)."""
+    if c["a"].dtype != BF16 or c["b"].dtype != BF16:
+        raise TypeError(f"{asked} takes BF16 a and b only (the FP8 Hopper kernel is not written yet), got "
+                        f"{c['a'].dtype} and {c['b'].dtype}")
+    if Kd % 8:
+        raise ValueError(f"{asked} needs K % 8 == 0 (TMA row strides are whole 16 bytes), got K = {Kd}")
+    c.require_gpu()
+    cc = _G.compute_capability(c.device)
+    if cc != 90:
+        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200: the kernel is built for sm_90a only); GPU "
+                         f"{c.device} is sm_{cc}. Use variant='mma'")
+
+
+def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None, out=None, validate=True,
+                 variant=None):
     """c = a @ b[e]^T per expert, FP32 out, on tensor cores.
 
     a: BF16 [M, K] (contiguous layout, with offsets int64 [E + 1]) or [E, capacity, K] (masked
@@ -37,6 +67,11 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
     GPU arrays only: out (FP32, the result's shape) is written in place of a new array, and
     validate=False skips the device-side check of offsets / counts (a synchronisation) for callers
     that checked them once already -- bad values then make wrong results, not errors.
+
+    variant: "mma" (the default: mma.sync kernels, every GPU) or "wgmma" (Hopper's wgmma + TMA,
+    sm_90 only, BF16 a and b, K % 8 == 0). "wgmma" is opt-in: it has been compiled and its SASS
+    checked, but not yet run on a GPU (docs/CUDA.md). None: "mma", or "wgmma" for BF16 calls when
+    DSPERF_CUDA_WGMMA=1.
     """
     c = _Call(("a", a), ("b", b), ("offsets", offsets), ("counts", counts), ("a_scale", a_scale),
               ("b_scale", b_scale))
@@ -74,13 +109,16 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
         _check("b_scale", c["b_scale"], (F32,), 3)
         if c["b_scale"].shape != (E, -(-N // 128), kb):
             raise ValueError(f"b_scale must have shape {(E, -(-N // 128), kb)}, got {c['b_scale'].shape}")
+    chosen = _gemm_variant(variant, not a_fp8 and not b_fp8)
+    if chosen == "wgmma":
+        _check_wgmma(c, Kd, f"variant='wgmma'" if variant else f"{WGMMA_ENV}=1 (variant='wgmma')")
     out = _out(c, out, c["a"].shape[:-1] + (N,), F32, "out")
     args = _G.GroupedGemmArgs(
         a=c.dev("a").ptr, a_scale=_ptr(c.dev("a_scale")), b=c.dev("b").ptr, b_scale=_ptr(c.dev("b_scale")), c=out.ptr,
         M=M, N=N, K=Kd, E=E, layout=_G.GemmLayout.Masked if masked else _G.GemmLayout.Contiguous,
         offsets=_ptr(c.dev("offsets")), counts=_ptr(c.dev("counts")), capacity=capacity,
         check_values=bool(validate) or not c.on_device)
-    _G.grouped_gemm(args, c.device)
+    (_G.grouped_gemm_wgmma if chosen == "wgmma" else _G.grouped_gemm)(args, c.device)
     return c.out(out)
 
 

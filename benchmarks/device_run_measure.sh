@@ -17,7 +17,10 @@
 #   HOPPER_CHECK       1 (default): where dsperf's CUDA kernels are present, first check the Hopper
 #                      (wgmma + TMA) grouped GEMM -- never run on a GPU before -- against the mma.sync
 #                      kernel and time both beside cuBLAS (gpu_validate.py --hopper), at most
-#                      HOPPER_CHECK_S seconds (default 120; a hang is killed), before measure-gpu's budget
+#                      HOPPER_CHECK_S seconds (default 120; a hang is killed), before measure-gpu's budget.
+#                      It needs dsperf's CUDA kernels: MEASURE_BUILD_CUDA=1, or carry a module built
+#                      elsewhere with -DDSPERF_CUDA=ON -DDSPERF_PYTHON=ON (about 4 MB; its CUDA runtime
+#                      is linked statically, so the lent machine's driver must be as new as that nvcc)
 set -u
 START=$(date +%s)
 CALL_LIMIT_S=${CALL_LIMIT_S:-540}

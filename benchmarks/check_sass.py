@@ -3,9 +3,9 @@
     python benchmarks/check_sass.py [LIBRARY_OR_CUBIN] [--compile] [--json]
 
 Runs `cuobjdump -sass` on the built CUDA library (default: build/cuda/libdsperf_cuda.a, the
-target .ci/run builds) for sm_90a, finds the Hopper kernels' functions (grouped_gemm_wgmma_kernel)
-and counts, in their SASS:
-  HGMMA    the warpgroup MMA (wgmma.mma_async),
+target .ci/run builds) for sm_90a, finds the Hopper kernels' functions (grouped_gemm_wgmma_kernel
+for BF16 and for FP8) and counts, in their SASS:
+  HGMMA    the warpgroup MMA (wgmma.mma_async) on BF16, QGMMA on FP8 e4m3,
   UTMALDG  the TMA tile load (cp.async.bulk.tensor),
   SYNCS.*  the mbarrier operations (init, arrive / expect-tx, try-wait) the pipeline runs on.
 Each must be there at least once; the counts are printed. Exit 0 when all are, 1 when one is
@@ -32,9 +32,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOPPER_SOURCES = (ROOT / "csrc/kernels/cuda/grouped_gemm_sm90.cu", ROOT / "csrc/kernels/cuda/sm90_ptx.cuh")
-KERNELS = ("grouped_gemm_wgmma_kernel",)
-# What each kernel's SASS must contain: (label, regex on an instruction's opcode).
-REQUIRED = (("HGMMA", r"^HGMMA\b"), ("UTMALDG", r"^UTMALDG\b"), ("SYNCS", r"^SYNCS\."))
+# The Hopper kernels: a readable name -> (substrings of the mangled name, its warpgroup MMA opcode:
+# HGMMA for 16-bit inputs, QGMMA for FP8).
+KERNELS = {
+    "grouped_gemm_wgmma_kernel<Bf16Tiles>": (("grouped_gemm_wgmma_kernel", "Bf16Tiles"), "HGMMA"),
+    "grouped_gemm_wgmma_kernel<Fp8Tiles>": (("grouped_gemm_wgmma_kernel", "Fp8Tiles"), "QGMMA"),
+}
+# What every kernel's SASS must contain besides its MMA: (label, regex on an instruction's opcode).
+REQUIRED = (("UTMALDG", r"^UTMALDG\b"), ("SYNCS", r"^SYNCS\."))
 ARCH = "sm_90a"
 
 
@@ -121,15 +126,19 @@ def sass_functions(path):
     return funcs
 
 
+def required(kernel):
+    return ((KERNELS[kernel][1], rf"^{KERNELS[kernel][1]}\b"),) + REQUIRED
+
+
 def kernel_counts(path):
     """{kernel: {label: count, ...}} for each Hopper kernel found; opcodes of each SYNCS kind too."""
     funcs = sass_functions(path)
     result = {}
-    for kernel in KERNELS:
-        ops = [op for name, opcodes in funcs.items() if kernel in name for op in opcodes]
+    for kernel, (parts, _) in KERNELS.items():
+        ops = [op for name, opcodes in funcs.items() if all(p in name for p in parts) for op in opcodes]
         if not ops:
             continue
-        counts = {label: sum(bool(re.match(rx, op)) for op in ops) for label, rx in REQUIRED}
+        counts = {label: sum(bool(re.match(rx, op)) for op in ops) for label, rx in required(kernel)}
         for op in sorted({op for op in ops if op.startswith("SYNCS.")}):
             counts[op] = ops.count(op)
         counts["instructions"] = len(ops)
@@ -141,7 +150,7 @@ def missing(counts):
     """What the check found wanting: kernels absent, or a required instruction absent in one."""
     problems = [f"{k}: not in the SASS" for k in KERNELS if k not in counts]
     for kernel, c in counts.items():
-        problems += [f"{kernel}: no {label}" for label, _ in REQUIRED if c[label] == 0]
+        problems += [f"{kernel}: no {label}" for label, _ in required(kernel) if c[label] == 0]
     return problems
 
 

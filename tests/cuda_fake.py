@@ -164,8 +164,9 @@ class FakeG:
         self._run("moe_unpermute", go)
 
     def grouped_gemm_wgmma(self, g, d):
-        # The Hopper kernel's contract is grouped_gemm's, for BF16 x BF16 with K % 8 == 0 only.
-        assert not g.a_scale and not g.b_scale and g.K % 8 == 0
+        # The Hopper kernels' contract is grouped_gemm's, for BF16 x BF16 (K % 8 == 0) and FP8 x FP8
+        # (K % 16 == 0) only.
+        assert bool(g.a_scale) == bool(g.b_scale) and g.K % (16 if g.a_scale else 8) == 0
         self.grouped_gemm(g, d, name="grouped_gemm_wgmma")
 
     def wgmma_unsupported_reason(self, d):

@@ -52,8 +52,11 @@ def test_the_default_stays_mma_and_the_environment_opts_bf16_calls_in(fake, monk
     assert fake.calls[-1] == "grouped_gemm_wgmma"
     cuda.grouped_gemm(a, b, offsets=offsets, variant="mma")  # an explicit variant wins
     assert fake.calls[-1] == "grouped_gemm"
-    # FP8 calls keep their kernels: the Hopper FP8 kernel does not exist yet.
+    # FP8 x FP8 goes to the Hopper FP8 kernel too; BF16 x FP8 weights keep theirs (none on Hopper).
     w, ws = rand_fp8_weight(rng, 128, 256)
+    aq, as_ = cuda.act_quant(rand_bf16(rng, 4, 256))
+    cuda.grouped_gemm(aq, w[None], offsets=np.array([0, 4]), a_scale=as_, b_scale=ws[None])
+    assert fake.calls[-1] == "grouped_gemm_wgmma"
     cuda.grouped_gemm(rand_bf16(rng, 4, 256), w[None], offsets=np.array([0, 4]), b_scale=ws[None])
     assert fake.calls[-1] == "grouped_gemm"
     monkeypatch.setenv("DSPERF_CUDA_WGMMA", "0")
@@ -67,12 +70,16 @@ def test_wgmma_refuses_what_it_cannot_run_naming_the_argument(fake, monkeypatch)
     with pytest.raises(ValueError, match="variant must be one of"):
         cuda.grouped_gemm(a, b, offsets=offsets, variant="hopper")
     w, ws = rand_fp8_weight(rng, 128, 256)
-    with pytest.raises(TypeError, match="variant='wgmma' takes BF16 a and b only"):
+    with pytest.raises(TypeError, match="variant='wgmma' takes BF16 x BF16 or FP8 x FP8"):
         cuda.grouped_gemm(rand_bf16(rng, 4, 256), w[None], offsets=np.array([0, 4]), b_scale=ws[None],
                           variant="wgmma")
     a12, b12, off12 = bf16_problem(rng, K=12)
-    with pytest.raises(ValueError, match=r"variant='wgmma' needs K % 8 == 0.*K = 12"):
+    with pytest.raises(ValueError, match=r"variant='wgmma' needs K % 8 == 0 for BF16.*K = 12"):
         cuda.grouped_gemm(a12, b12, offsets=off12, variant="wgmma")
+    w8, ws8 = rand_fp8_weight(rng, 128, 136)
+    aq, as_ = cuda.act_quant(rand_bf16(rng, 4, 136))
+    with pytest.raises(ValueError, match=r"variant='wgmma' needs K % 16 == 0 for FP8.*K = 136"):
+        cuda.grouped_gemm(aq, w8[None], offsets=np.array([0, 4]), a_scale=as_, b_scale=ws8[None], variant="wgmma")
     monkeypatch.setattr(fake, "compute_capability", lambda d: 80)
     with pytest.raises(ValueError, match="variant='wgmma' needs an sm_90 GPU.*GPU 0 is sm_80"):
         cuda.grouped_gemm(a, b, offsets=offsets, variant="wgmma")
@@ -104,10 +111,24 @@ def test_sass_of_the_hopper_kernel_has_wgmma_tma_and_mbarriers():
         pytest.skip(f"{lib} is older than the Hopper sources: rebuild it to check them")
     counts = check_sass.kernel_counts(lib)
     assert check_sass.missing(counts) == [], counts
-    c = counts["grouped_gemm_wgmma_kernel"]
-    # 4 wgmma per 64-deep K step (k16 each), two TMA loads (A and B) per slot, and the waits,
-    # arrivals and initialisations of the full / empty barriers.
-    assert c["HGMMA"] >= 4 and c["UTMALDG"] >= 2 and c["SYNCS"] >= 3
+    # 4 wgmma per K step (BF16 k16 x 4 = 64 deep, FP8 k32 x 4 = 128), two TMA loads (A and B) per
+    # slot, and the waits, arrivals and initialisations of the full / empty barriers.
+    for kernel, mma in (("grouped_gemm_wgmma_kernel<Bf16Tiles>", "HGMMA"), ("grouped_gemm_wgmma_kernel<Fp8Tiles>",
+                                                                           "QGMMA")):
+        c = counts[kernel]
+        assert c[mma] >= 4 and c["UTMALDG"] >= 2 and c["SYNCS"] >= 3, (kernel, c)
+
+
+def test_fp8_wgmma_takes_the_block_scaled_contract(fake):
+    rng = np.random.default_rng(5)
+    x = rand_bf16(rng, 20, 256)
+    aq, as_ = cuda.act_quant(x)
+    w, ws = rand_fp8_weight(rng, 128, 256)
+    want = cuda.grouped_gemm(aq, w[None], offsets=np.array([0, 20]), a_scale=as_, b_scale=ws[None])
+    got = cuda.grouped_gemm(aq, w[None], offsets=np.array([0, 20]), a_scale=as_, b_scale=ws[None], variant="wgmma")
+    np.testing.assert_array_equal(got, want)
+    g = fake.last["grouped_gemm_wgmma"]
+    assert g.a_scale and g.b_scale and (g.M, g.N, g.K, g.E) == (20, 128, 256, 1)
 
 
 def test_gpu_validate_hopper_runs_on_the_fake_device(fake, capsys):
@@ -120,8 +141,10 @@ def test_gpu_validate_hopper_runs_on_the_fake_device(fake, capsys):
     spec.loader.exec_module(gv)
     assert gv.main(["--hopper", "--size", "tiny", "--iters", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.count("hopper check:") == 5 and "WRONG" not in out and "failed" not in out
+    assert out.count("hopper check:") == 11 and "WRONG" not in out and "failed" not in out
     for row in ("grouped GEMM BF16 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)",
-                "grouped GEMM BF16 masked E=2 cap=16 n=128 k=256 (wgmma, sm_90a)", "of cuBLAS", "x mma.sync"):
+                "grouped GEMM BF16 masked E=2 cap=16 n=128 k=256 (wgmma, sm_90a)",
+                "grouped GEMM FP8 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)", "FP8 ragged contiguous",
+                "of cuBLAS", "of 1297", "x mma.sync"):
         assert row in out, row
     assert "grouped_gemm_wgmma" in fake.calls and "cublas" in fake.calls

@@ -1,21 +1,25 @@
-// Expert grouped GEMM on Hopper's own instructions (sm_90a): c[m, :] = a[m, :] @ b[e(m)]^T, BF16 in,
-// FP32 out, grouped_gemm's argument contract (cuda_api.hpp: contiguous and masked layouts).
+// Expert grouped GEMM on Hopper's own instructions (sm_90a): c[m, :] = a[m, :] @ b[e(m)]^T, FP32 out,
+// grouped_gemm's argument contract (cuda_api.hpp: contiguous and masked layouts) for BF16 x BF16
+// and for FP8 x FP8 with 1x128 / 128x128 block scales (DeepGEMM's semantics).
 //
 // NOT YET RUN ON A GPU: compiled for sm_90a and its SASS checked (benchmarks/check_sass.py) only.
 // It is opt-in (variant="wgmma" / DSPERF_CUDA_WGMMA=1) until benchmarks/gpu_validate.py --hopper has
-// compared it with the mma.sync kernel on an H100 / H200 (docs/CUDA.md).
+// compared it with the mma.sync kernels on an H100 / H200 (docs/CUDA.md).
 //
 // Design (one CTA per SM, persistent):
-// - Tiles of c are 128 rows x 256 columns; K moves in 64-element (128-byte) steps through a ring of
-//   kStages shared-memory slots, each holding the A tile [128][64] and the B tile [256][64] as TMA
-//   wrote them (128-byte swizzle, so wgmma reads them without bank conflicts).
+// - A K step is one 128-byte row per operand (64 BF16 or 128 FP8): tiles of c are 128 x 256 (BF16)
+//   or 128 x 128 (FP8), and K moves through a ring of kStages shared-memory slots, each holding
+//   the A tile [128 rows][128 B] and the B tile [256 or 128 rows][128 B] as TMA wrote them
+//   (128-byte swizzle, so wgmma reads them without bank conflicts).
 // - Warpgroup 0 is the producer: one thread waits for a free slot ("empty" mbarrier), announces
 //   the slot's bytes on its "full" mbarrier and issues the two TMA loads. It gives most of its
 //   registers to the consumers (setmaxnreg).
-// - Warpgroups 1 and 2 are consumers: each owns 64 of the tile's 128 rows, waits for a full slot,
-//   issues 4 wgmma m64n256k16 (one per 16 of K) on it, and frees the slot once the NEXT step's
-//   products are issued and this step's have completed (wgmma.wait_group 1), so one step of MMAs
-//   is always in flight. After the last step the accumulators go straight from registers to c.
+// - Warpgroups 1 and 2 are consumers: each owns 64 of the tile's 128 rows, waits for a full slot
+//   and issues 4 wgmma on it (BF16 m64n256k16, FP8 m64n128k32). BF16 frees the slot once the NEXT
+//   step's products are issued and this step's have completed (wgmma.wait_group 1), so one step
+//   of MMAs is always in flight. FP8 finishes each step (one 128-deep scale block) and adds it into
+//   FP32 registers times its two scales before the next. The accumulators then go straight from
+//   registers to c.
 // - Tiles are numbered m-tile major (t = m_tile * tiles_n + n_tile) and CTA i takes tiles i,
 //   i + grid, ...: the CTAs at work at one time share a few A row blocks and sweep one expert's B.
 //   Producer and consumers walk the same sequence independently; the mbarriers keep them in step,
@@ -37,16 +41,31 @@
 namespace dsperf::cuda {
 namespace {
 
-constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
-constexpr int kConsumers = 2;                        // warpgroups of 64 rows each
-constexpr int kThreads = 128 * (1 + kConsumers);     // producer warpgroup first
-constexpr int kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2;
-constexpr int kStageBytes = kABytes + kBBytes;       // 48 KB: A and B tiles are 1024-byte multiples
-constexpr int kAlign = 1024;                         // the 128-byte swizzle's atom
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kAlign + 2 * kStages * sizeof(uint64_t);
-static_assert(kABytes % kAlign == 0 && kBBytes % kAlign == 0, "tiles must keep the swizzle atoms aligned");
-static_assert(kBK * 2 == 128, "a K step must be one 128-byte swizzle row");
-static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100 CTA may have");
+// One K step is one 128-byte row of each operand (64 BF16 or 128 FP8 values): exactly the
+// 128-byte swizzle's span, so every tile is a stack of 1024-byte swizzle atoms.
+constexpr int kBM = 128, kRowBytes = 128;
+constexpr int kConsumers = 2;                     // warpgroups of 64 rows each
+constexpr int kThreads = 128 * (1 + kConsumers);  // producer warpgroup first
+constexpr int kAlign = 1024;                      // the 128-byte swizzle's atom
+
+// The two kernels' shapes. BF16: 128 x 256 tiles, 64-deep K steps, m64n256k16 (128 FP32 per thread).
+// FP8: 128 x 128 tiles, 128-deep K steps -- one scale block, promoted into a second set of FP32
+// registers after each step -- m64n128k32 (2 x 64 FP32 per thread).
+struct Bf16Tiles {
+    static constexpr int kBN = 256, kBK = 64, kStages = 4, kAcc = 128;
+};
+struct Fp8Tiles {
+    static constexpr int kBN = 128, kBK = 128, kStages = 6, kAcc = 64;
+};
+
+template <class T>
+struct Ring {
+    static constexpr int kABytes = kBM * kRowBytes, kBBytes = T::kBN * kRowBytes;
+    static constexpr int kStageBytes = kABytes + kBBytes;  // BF16 48 KB, FP8 32 KB
+    static constexpr size_t kSmemBytes = size_t(T::kStages) * kStageBytes + kAlign + 2 * T::kStages * sizeof(uint64_t);
+    static_assert(kABytes % kAlign == 0 && kBBytes % kAlign == 0, "tiles must keep the swizzle atoms aligned");
+    static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100 CTA may have");
+};
 
 struct Schedule {
     int64_t N = 0, E = 0, capacity = 0, tiles_n = 0, tiles = 0;
@@ -55,9 +74,16 @@ struct Schedule {
     const int32_t* counts = nullptr;
 };
 
+// FP8's scales (DeepGEMM's layout): a_scale [M, ceil(K/128)], b_scale [E, ceil(N/128), ceil(K/128)].
+struct Scales {
+    const float* a = nullptr;
+    const float* b = nullptr;
+};
+
 #ifdef DSPERF_SM90A  // the device code below exists in the sm_90a image only
 // Register budget per thread after the hand-over: 128 * 40 + 256 * 232 = 64,512 <= 65,536.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int kScaleBlock = 128;  // FP8 scales: 1x128 (a) and 128x128 (b) blocks
 
 struct Tile {
     int64_t expert = 0, row0 = 0, row_end = 0, n0 = 0;
@@ -67,6 +93,7 @@ enum class TileIs { Work, Empty, PastEnd };
 
 // Tile t of the schedule: its expert, rows [row0, row_end) of a and c, and first column n0. m-tiles
 // are numbered expert by expert (ceil(rows_e / 128) each); past the last one every later t is too.
+template <int kBN>
 __device__ TileIs tile_at(const Schedule& s, int64_t t, Tile& tile) {
     const int64_t mt = t / s.tiles_n;
     tile.n0 = (t % s.tiles_n) * kBN;
@@ -93,42 +120,95 @@ __device__ TileIs tile_at(const Schedule& s, int64_t t, Tile& tile) {
     return TileIs::PastEnd;
 }
 
-// The consumer's part of one tile: rows [wg * 64, wg * 64 + 64) of it, all 256 columns.
-__device__ __forceinline__ void consume_tile(uint8_t* smem, uint64_t* full, uint64_t* empty, int wg, int64_t ksteps,
-                                             int& stage, uint32_t& phase, float (&acc)[128]) {
+// Where a consumer warpgroup stands in the ring; both consumers walk it in step with the producer.
+struct RingPos {
+    int stage = 0;
+    uint32_t phase = 0;
+    template <int kStages>
+    __device__ void next() {
+        if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+};
+
+// BF16: rows [wg * 64, wg * 64 + 64) of the tile, all 256 columns, one step of MMAs kept in flight.
+__device__ __forceinline__ void consume_tile_bf16(uint8_t* smem, uint64_t* full, uint64_t* empty, int wg,
+                                                  int64_t ksteps, RingPos& pos, float (&acc)[128]) {
+    using R = Ring<Bf16Tiles>;
     const bool leader = threadIdx.x % 128 == 0;  // one arrival per consumer warpgroup frees a slot
     int prev = -1;
     for (int64_t ks = 0; ks < ksteps; ++ks) {
-        sm90::mbar_wait(&full[stage], phase);
-        const uint8_t* a_tile = smem + size_t(stage) * kStageBytes + wg * (64 * kBK * 2);
-        const uint8_t* b_tile = smem + size_t(stage) * kStageBytes + kABytes;
+        sm90::mbar_wait(&full[pos.stage], pos.phase);
+        const uint8_t* a_tile = smem + size_t(pos.stage) * R::kStageBytes + wg * (64 * kRowBytes);
+        const uint8_t* b_tile = smem + size_t(pos.stage) * R::kStageBytes + R::kABytes;
         const uint64_t da = sm90::desc_k_major_sw128(a_tile), db = sm90::desc_k_major_sw128(b_tile);
         sm90::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk)  // +32 bytes per 16 elements: +2 in the address field
+        for (int kk = 0; kk < 4; ++kk)  // 16 BF16 = 32 bytes per MMA: +2 in the address field
             sm90::wgmma_m64n256k16_bf16(acc, da + 2 * kk, db + 2 * kk, ks > 0 || kk > 0);
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();  // the previous step's MMAs are done: its slot may be refilled
         sm90::fence_registers(acc);
         if (prev >= 0 && leader) sm90::mbar_arrive(&empty[prev]);
-        prev = stage;
-        if (++stage == kStages) stage = 0, phase ^= 1;
+        prev = pos.stage;
+        pos.next<Bf16Tiles::kStages>();
     }
     sm90::wgmma_wait<0>();
     sm90::fence_registers(acc);
     if (prev >= 0 && leader) sm90::mbar_arrive(&empty[prev]);
 }
 
-// Accumulator layout of wgmma m64nNk16 (FP32): warp w of the warpgroup holds rows 16 w .. 16 w + 15;
-// for lane = 4 g + t, registers 4 j + 0 / 1 are row g at columns 8 j + 2 t / + 1, registers
-// 4 j + 2 / 3 row g + 8 at the same columns (the mma.m16n8 pattern repeated every 8 columns).
-__device__ __forceinline__ void store_tile(const float (&acc)[128], const Tile& tile, int wg, float* c, int64_t N) {
+// FP8: each 128-deep step is one scale block, so its products are finished (wait_group 0) and added
+// into `acc` times a_scale[row, kb] * b_scale[e, n0 / 128, kb] -- DeepGEMM's promotion in FP32,
+// which also keeps FP8 sums from running long in the tensor cores' accumulator. The scales are
+// loaded while the step's MMAs run.
+__device__ __forceinline__ void consume_tile_fp8(uint8_t* smem, uint64_t* full, uint64_t* empty, int wg,
+                                                 int64_t K, const Schedule& s, const Scales& sc, const Tile& tile,
+                                                 RingPos& pos, float (&part)[64], float (&acc)[64]) {
+    using R = Ring<Fp8Tiles>;
+    const bool leader = threadIdx.x % 128 == 0;
+    const int warp = (threadIdx.x % 128) / 32, g = (threadIdx.x % 32) / 4;
+    const int64_t r_lo = tile.row0 + wg * 64 + warp * 16 + g, r_hi = r_lo + 8;
+    const int64_t kblocks = (K + kScaleBlock - 1) / kScaleBlock, nblocks = (s.N + kScaleBlock - 1) / kScaleBlock;
+    const float* sb_row = sc.b + (tile.expert * nblocks + tile.n0 / kScaleBlock) * kblocks;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+        sm90::mbar_wait(&full[pos.stage], pos.phase);
+        const uint8_t* a_tile = smem + size_t(pos.stage) * R::kStageBytes + wg * (64 * kRowBytes);
+        const uint8_t* b_tile = smem + size_t(pos.stage) * R::kStageBytes + R::kABytes;
+        const uint64_t da = sm90::desc_k_major_sw128(a_tile), db = sm90::desc_k_major_sw128(b_tile);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)  // 32 FP8 = 32 bytes per MMA: +2 in the address field
+            sm90::wgmma_m64n128k32_e4m3(part, da + 2 * kk, db + 2 * kk, kk > 0);
+        sm90::wgmma_commit();
+        // Rows past the tile's expert may lie past M: their scale is never read (and they are not stored).
+        const float sb = sb_row[kb];
+        const float s_lo = r_lo < tile.row_end ? sc.a[r_lo * kblocks + kb] * sb : 0.0f;
+        const float s_hi = r_hi < tile.row_end ? sc.a[r_hi * kblocks + kb] * sb : 0.0f;
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(part);
+        if (leader) sm90::mbar_arrive(&empty[pos.stage]);  // the slot is read: refill it at once
+        pos.next<Fp8Tiles::kStages>();
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {  // registers 4 j, 4 j + 1 are row r_lo; 4 j + 2, 4 j + 3 row r_hi
+            acc[4 * j] += part[4 * j] * s_lo, acc[4 * j + 1] += part[4 * j + 1] * s_lo;
+            acc[4 * j + 2] += part[4 * j + 2] * s_hi, acc[4 * j + 3] += part[4 * j + 3] * s_hi;
+        }
+    }
+}
+
+// Accumulator layout of wgmma m64nNk16 / m64nNk32 (FP32): warp w of the warpgroup holds rows
+// 16 w .. 16 w + 15; for lane = 4 g + t, registers 4 j + 0 / 1 are row g at columns 8 j + 2 t / + 1,
+// registers 4 j + 2 / 3 row g + 8 at the same columns (the mma.m16n8 pattern every 8 columns).
+template <int kAcc>
+__device__ __forceinline__ void store_tile(const float (&acc)[kAcc], const Tile& tile, int wg, float* c, int64_t N) {
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int64_t r_lo = tile.row0 + wg * 64 + warp * 16 + g, r_hi = r_lo + 8;
     const bool lo_in = r_lo < tile.row_end, hi_in = r_hi < tile.row_end;
     const bool pairs = N % 2 == 0;  // two adjacent FP32 as one 8-byte store (c is 16-byte aligned)
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
+    for (int j = 0; j < kAcc / 4; ++j) {
         const int64_t n = tile.n0 + 8 * j + 2 * t;
         if (n >= N) continue;
         if (pairs) {
@@ -147,68 +227,85 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Tile& 
         }
     }
 }
+
+// The producer: one thread walks the schedule and fills the ring, a and b tiles per K step.
+template <class T>
+__device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, const CUtensorMap& map_a,
+                                        const CUtensorMap& map_b, int64_t K, const Schedule& s) {
+    using R = Ring<T>;
+    const int64_t ksteps = (K + T::kBK - 1) / T::kBK;  // TMA zero-fills K's tail in both operands
+    RingPos pos;
+    Tile tile;
+    for (int64_t t = blockIdx.x; t < s.tiles; t += gridDim.x) {
+        const TileIs what = tile_at<T::kBN>(s, t, tile);
+        if (what == TileIs::PastEnd) break;
+        if (what == TileIs::Empty) continue;
+        const int32_t a_row = int32_t(tile.row0), b_row = int32_t(tile.expert * s.N + tile.n0);
+        for (int64_t ks = 0; ks < ksteps; ++ks) {
+            sm90::mbar_wait(&empty[pos.stage], pos.phase ^ 1);
+            uint8_t* slot = smem + size_t(pos.stage) * R::kStageBytes;
+            sm90::mbar_arrive_expect_tx(&full[pos.stage], R::kStageBytes);
+            sm90::tma_load_2d(slot, &map_a, &full[pos.stage], int32_t(ks * T::kBK), a_row);
+            sm90::tma_load_2d(slot + R::kABytes, &map_b, &full[pos.stage], int32_t(ks * T::kBK), b_row);
+            pos.next<T::kStages>();
+        }
+    }
+}
 #endif  // DSPERF_SM90A
 
+template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                              float* c, int64_t K, Schedule s) {
+                              float* c, int64_t K, Schedule s, Scales sc) {
 #ifdef DSPERF_SM90A
+    using R = Ring<T>;
     extern __shared__ uint8_t gemm_smem_raw[];
     // The dynamic shared memory's base is only 16-byte aligned by the language: round up to the
     // swizzle atom (the slack is in kSmemBytes).
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(gemm_smem_raw) + kAlign - 1) /
                                                kAlign * kAlign);
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * kStageBytes);
-    uint64_t* empty = full + kStages;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(T::kStages) * R::kStageBytes);
+    uint64_t* empty = full + T::kStages;
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         sm90::tma_prefetch_map(&map_a);
         sm90::tma_prefetch_map(&map_b);
-        for (int i = 0; i < kStages; ++i) {
+        for (int i = 0; i < T::kStages; ++i) {
             sm90::mbar_init(&full[i], 1);            // the producer's expect_tx arrival (+ the bytes)
             sm90::mbar_init(&empty[i], kConsumers);  // one arrival per consumer warpgroup
         }
         sm90::mbar_init_fence();
     }
     __syncthreads();
-
-    const int64_t ksteps = (K + kBK - 1) / kBK;  // TMA zero-fills K's tail in both operands
-    int stage = 0;
-    uint32_t phase = 0;
-    Tile tile;
     if (wg == 0) {
         sm90::regs_release<kProducerRegs>();
-        if (threadIdx.x != 0) return;  // one thread issues every load
-        for (int64_t t = blockIdx.x; t < s.tiles; t += gridDim.x) {
-            const TileIs what = tile_at(s, t, tile);
-            if (what == TileIs::PastEnd) break;
-            if (what == TileIs::Empty) continue;
-            const int32_t a_row = int32_t(tile.row0), b_row = int32_t(tile.expert * s.N + tile.n0);
-            for (int64_t ks = 0; ks < ksteps; ++ks) {
-                sm90::mbar_wait(&empty[stage], phase ^ 1);
-                uint8_t* slot = smem + size_t(stage) * kStageBytes;
-                sm90::mbar_arrive_expect_tx(&full[stage], kStageBytes);
-                sm90::tma_load_2d(slot, &map_a, &full[stage], int32_t(ks * kBK), a_row);
-                sm90::tma_load_2d(slot + kABytes, &map_b, &full[stage], int32_t(ks * kBK), b_row);
-                if (++stage == kStages) stage = 0, phase ^= 1;
-            }
-        }
+        if (threadIdx.x == 0) produce<T>(smem, full, empty, map_a, map_b, K, s);  // one thread issues every load
         return;
     }
     sm90::regs_claim<kConsumerRegs>();
-    float acc[128];
+    RingPos pos;
+    Tile tile;
+    float acc[T::kAcc];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;  // overwritten by the first MMA (scale_d = 0) anyway
+    for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;  // BF16: overwritten by each tile's first MMA (scale_d = 0)
     for (int64_t t = blockIdx.x; t < s.tiles; t += gridDim.x) {
-        const TileIs what = tile_at(s, t, tile);
+        const TileIs what = tile_at<T::kBN>(s, t, tile);
         if (what == TileIs::PastEnd) break;
         if (what == TileIs::Empty) continue;
-        consume_tile(smem, full, empty, wg - 1, ksteps, stage, phase, acc);
+        if constexpr (T::kBK == Bf16Tiles::kBK) {
+            consume_tile_bf16(smem, full, empty, wg - 1, (K + T::kBK - 1) / T::kBK, pos, acc);
+        } else {
+            float part[T::kAcc];  // one scale block's products, overwritten by its first MMA
+#pragma unroll
+            for (int i = 0; i < T::kAcc; ++i) part[i] = 0.0f;
+            consume_tile_fp8(smem, full, empty, wg - 1, K, s, sc, tile, pos, part, acc);
+        }
         store_tile(acc, tile, wg - 1, c, s.N);
     }
 #else
     // The sm_80 image: never launched (the host requires compute capability 9.0).
-    (void)map_a, (void)map_b, (void)c, (void)K, (void)s;
+    (void)map_a, (void)map_b, (void)c, (void)K, (void)s, (void)sc;
+    static_assert(T::kBK > 0 && T::kAcc > 0, "the shapes the sm_90a image uses");
     __trap();
 #endif
 }
@@ -233,22 +330,42 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
-// A row-major BF16 matrix [rows, K] read in boxes of box_rows x 64 with the 128-byte swizzle;
-// out-of-range elements read as zero.
-CUtensorMap bf16_rows_map(const void* base, int64_t rows, int64_t K, int box_rows) {
+// A row-major matrix [rows, K] of BF16 or FP8 bytes read in boxes of box_rows x 128 bytes with the
+// 128-byte swizzle; out-of-range elements read as zero.
+CUtensorMap rows_map(const void* base, bool fp8, int64_t rows, int64_t K, int box_rows) {
     CUtensorMap map;
+    const int elem = fp8 ? 1 : 2;
     const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(K) * 2};  // bytes between rows: a multiple of 16 (K % 8 == 0)
-    const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(K) * elem};  // bytes between rows: a multiple of 16 (checked)
+    const cuuint32_t box[2] = {cuuint32_t(kRowBytes / elem), cuuint32_t(box_rows)};
     const cuuint32_t steps[2] = {1, 1};
-    const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
-                                            strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = tensor_map_encoder()(
+        &map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
+        strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
-                                 std::to_string(rows) + ", " + std::to_string(K) + "] BF16 operand");
+                                 std::to_string(rows) + ", " + std::to_string(K) + "] " + (fp8 ? "FP8" : "BF16") +
+                                 " operand");
     return map;
+}
+
+template <class T>
+void launch(const GroupedGemm& g, Schedule s, int64_t tiles_m, bool fp8) {
+    using R = Ring<T>;
+    s.tiles_n = (g.N + T::kBN - 1) / T::kBN;
+    s.tiles = tiles_m * s.tiles_n;
+    if (s.tiles == 0) return;
+    const CUtensorMap map_a = rows_map(g.a, fp8, g.M, g.K, kBM);
+    const CUtensorMap map_b = rows_map(g.b, fp8, g.E * g.N, g.K, T::kBN);
+    const int64_t sms = multiprocessor_count(current_device());
+    const unsigned grid = unsigned(s.tiles < sms ? s.tiles : sms);
+    check(cudaFuncSetAttribute(grouped_gemm_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(R::kSmemBytes)),
+          "cudaFuncSetAttribute (grouped_gemm_wgmma shared memory)");
+    grouped_gemm_wgmma_kernel<T><<<grid, kThreads, R::kSmemBytes, current_stream()>>>(map_a, map_b, g.c, g.K, s,
+                                                                                      Scales{g.a_scale, g.b_scale});
+    check_launch("grouped_gemm (wgmma)");
 }
 
 }  // namespace
@@ -263,9 +380,13 @@ std::string wgmma_unsupported_reason(int device) {
 void grouped_gemm_wgmma(const GroupedGemm& g) {
     const std::string why = wgmma_unsupported_reason(current_device());
     if (!why.empty()) refuse(why);
-    if (g.a_scale || g.b_scale)
-        refuse("BF16 a and b only (the FP8 block-scaled Hopper kernel is not written yet); use the default variant");
-    if (g.K % 8 != 0) refuse("K must be a multiple of 8 (TMA row strides are whole 16 bytes), got " + std::to_string(g.K));
+    const bool fp8 = g.a_scale != nullptr;
+    if (!fp8 && g.b_scale)
+        refuse("BF16 a with FP8 b (dequantised weights) has no Hopper kernel: BF16 x BF16 or FP8 x FP8 only");
+    const int64_t k_align = fp8 ? 16 : 8;  // TMA row strides are whole 16 bytes
+    if (g.K % k_align != 0)
+        refuse("K must be a multiple of " + std::to_string(k_align) + " for " + (fp8 ? "FP8" : "BF16") + ", got " +
+               std::to_string(g.K));
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     if (g.M > 0 && !(aligned(g.a) && aligned(g.b) && aligned(g.c)))
         refuse("a, b and c must be 16-byte aligned (TMA bases and paired stores)");
@@ -274,7 +395,6 @@ void grouped_gemm_wgmma(const GroupedGemm& g) {
     if (g.M == 0) return;
     Schedule s;
     s.N = g.N, s.E = g.E, s.capacity = g.capacity, s.layout = g.layout, s.offsets = g.offsets, s.counts = g.counts;
-    s.tiles_n = (g.N + kBN - 1) / kBN;
     int64_t tiles_m = 0;
     if (g.layout == GemmLayout::Masked) {
         fill_zero(g.c, size_t(g.M * g.N) * sizeof(float));  // rows past each count stay zero
@@ -282,17 +402,8 @@ void grouped_gemm_wgmma(const GroupedGemm& g) {
     } else {
         tiles_m = (g.M + kBM - 1) / kBM + g.E;  // an upper bound: the kernel stops at the real end
     }
-    s.tiles = tiles_m * s.tiles_n;
-    if (s.tiles == 0) return;
-    const CUtensorMap map_a = bf16_rows_map(g.a, g.M, g.K, kBM);
-    const CUtensorMap map_b = bf16_rows_map(g.b, g.E * g.N, g.K, kBN);
-    const int64_t sms = multiprocessor_count(current_device());
-    const unsigned grid = unsigned(s.tiles < sms ? s.tiles : sms);
-    check(cudaFuncSetAttribute(grouped_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(kSmemBytes)),
-          "cudaFuncSetAttribute (grouped_gemm_wgmma shared memory)");
-    grouped_gemm_wgmma_kernel<<<grid, kThreads, kSmemBytes, current_stream()>>>(map_a, map_b, g.c, g.K, s);
-    check_launch("grouped_gemm (wgmma)");
+    if (fp8) launch<Fp8Tiles>(g, s, tiles_m, true);
+    else launch<Bf16Tiles>(g, s, tiles_m, false);
 }
 
 }  // namespace dsperf::cuda

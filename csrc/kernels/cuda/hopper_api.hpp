@@ -15,9 +15,10 @@ std::string wgmma_unsupported_reason(int device);
 // grouped_gemm's contract (cuda_api.hpp: both layouts, offsets / counts checked on the device when
 // g.check_values) on Hopper's instructions: TMA tile loads into a multi-stage shared-memory ring
 // with mbarrier completion, a producer warpgroup and two consumer warpgroups on wgmma, and a
-// persistent schedule over (expert, m-tile, n-tile). BF16 a and b only (no scales), K % 8 == 0
-// and 16-byte aligned a and b (TMA's row strides and bases); anything else, or a device that is
-// not sm_90, throws std::invalid_argument naming variant='wgmma'. g validated by the caller.
+// persistent schedule over (expert, m-tile, n-tile). BF16 x BF16 with K % 8 == 0, or FP8 x FP8
+// (a_scale and b_scale, DeepGEMM's semantics) with K % 16 == 0; 16-byte aligned a, b and c (TMA's
+// row strides and bases). Anything else (BF16 x FP8 weights included), or a device that is not
+// sm_90, throws std::invalid_argument naming variant='wgmma'. g validated by the caller.
 void grouped_gemm_wgmma(const GroupedGemm& g);
 
 // The device-side checks of g's offsets (contiguous) or counts (masked) that grouped_gemm runs

@@ -140,6 +140,23 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
           DSPERF_D8(112), DSPERF_D8(120)
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
+
+// d[64 x 128] (+)= a[64 x 32] b[128 x 32]^T, FP8 e4m3 in, FP32 accumulate; a and b K-major in shared
+// memory (descriptors: a row of 128 FP8 is 128 bytes, so the same 128-byte swizzle as BF16's 64),
+// scale_d = 0 overwrites d. Each thread of the warpgroup holds 64 floats.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1;\n}\n"
+        : DSPERF_D8(0), DSPERF_D8(8), DSPERF_D8(16), DSPERF_D8(24), DSPERF_D8(32), DSPERF_D8(40), DSPERF_D8(48),
+          DSPERF_D8(56)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
 #undef DSPERF_D8
 
 }  // namespace dsperf::cuda::sm90

@@ -21,6 +21,8 @@
 #                      It needs dsperf's CUDA kernels: MEASURE_BUILD_CUDA=1, or carry a module built
 #                      elsewhere with -DDSPERF_CUDA=ON -DDSPERF_PYTHON=ON (about 4 MB; its CUDA runtime
 #                      is linked statically, so the lent machine's driver must be as new as that nvcc)
+#   HOPPER_SANITIZE    1: after that check, the same on tiny shapes under compute-sanitizer memcheck
+#                      (and racecheck with HOPPER_RACECHECK=1), at most HOPPER_SANITIZE_S s each (90)
 set -u
 START=$(date +%s)
 CALL_LIMIT_S=${CALL_LIMIT_S:-540}
@@ -77,6 +79,17 @@ if [ "${HOPPER_CHECK:-1}" = 1 ] && "$PY" -c "from dsperf import cuda; import sys
         > "$OUT/hopper_check.log" 2>&1
     echo "exit status $? (137: killed at ${HOPPER_CHECK_S:-120} s, a hang) at $(elapsed) s"
     cat "$OUT/hopper_check.log"
+    tools=""
+    [ "${HOPPER_SANITIZE:-0}" = 1 ] && tools="memcheck"
+    [ "${HOPPER_RACECHECK:-0}" = 1 ] && tools="$tools racecheck"
+    for tool in $tools; do
+        command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer here"; break; }
+        echo "== compute-sanitizer --tool $tool on gpu_validate.py --hopper --size tiny at $(elapsed) s"
+        timeout -s KILL "${HOPPER_SANITIZE_S:-90}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+            "$PY" benchmarks/gpu_validate.py --hopper --size tiny --iters 1 > "$OUT/hopper_$tool.log" 2>&1
+        echo "exit status $? (3: errors found; 137: killed) at $(elapsed) s"
+        tail -n 15 "$OUT/hopper_$tool.log"
+    done
 fi
 
 # What is left of the call, less a minute for start-up, writing and the copy back.

@@ -12,7 +12,17 @@
 #   CALL_LIMIT_S       the run call's timeout_s (default 540): the budget is what is left of it
 #   MEASURE_BUDGET_S   upper bound on measure-gpu's --budget-s (default 420)
 #   MEASURE_ARGS       more flags for measure-gpu, e.g. "--quick" or "--device H100"
-#   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first (only with time to spare)
+#   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first (only with time to spare; for
+#                      sm_90a alone unless MEASURE_CUDA_ARCHS says otherwise)
+#   HOPPER_CHECK       1 (default): where dsperf's CUDA kernels are present, first check the Hopper
+#                      (wgmma + TMA) grouped GEMM -- never run on a GPU before -- against the mma.sync
+#                      kernel and time both beside cuBLAS (gpu_validate.py --hopper), at most
+#                      HOPPER_CHECK_S seconds (default 120; a hang is killed), before measure-gpu's budget.
+#                      It needs dsperf's CUDA kernels: MEASURE_BUILD_CUDA=1, or carry a module built
+#                      elsewhere with -DDSPERF_CUDA=ON -DDSPERF_PYTHON=ON (about 4 MB; its CUDA runtime
+#                      is linked statically, so the lent machine's driver must be as new as that nvcc)
+#   HOPPER_SANITIZE    1: after that check, the same on tiny shapes under compute-sanitizer memcheck
+#                      (and racecheck with HOPPER_RACECHECK=1), at most HOPPER_SANITIZE_S s each (90)
 set -u
 START=$(date +%s)
 CALL_LIMIT_S=${CALL_LIMIT_S:-540}
@@ -48,6 +58,7 @@ build_module() {  # $1: OFF (CPU module only) or ON (with dsperf's CUDA kernels)
     echo "== building dsperf's module (DSPERF_CUDA=$1) at $(elapsed) s"
     local gen=""; command -v ninja >/dev/null && gen="-G Ninja"
     cmake -S . -B build/device-$1 $gen -DCMAKE_BUILD_TYPE=Release -DDSPERF_CUDA="$1" \
+          -DCMAKE_CUDA_ARCHITECTURES="${MEASURE_CUDA_ARCHS:-90a}" \
           -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v "$PY")" >/dev/null &&
         cmake --build build/device-$1 --target _C -j "$(nproc)" >/dev/null &&
         cp build/device-$1/_C*.so python/dsperf/ && echo "built at $(elapsed) s"
@@ -60,6 +71,26 @@ if ! "$PY" -c "import dsperf._C" 2>/dev/null; then
     build_module OFF || { echo "no dsperf module: nothing measured"; exit 1; }
 fi
 "$PY" -c "from dsperf import cuda; print('dsperf CUDA kernels:', cuda.available())"
+
+# The Hopper grouped GEMM's first run: results against mma.sync, then times (its log in $OUT).
+if [ "${HOPPER_CHECK:-1}" = 1 ] && "$PY" -c "from dsperf import cuda; import sys; sys.exit(not cuda.available()[0])"; then
+    echo "== Hopper grouped GEMM check (gpu_validate.py --hopper) at $(elapsed) s"
+    timeout -s KILL "${HOPPER_CHECK_S:-120}" "$PY" benchmarks/gpu_validate.py --hopper --iters 10 \
+        > "$OUT/hopper_check.log" 2>&1
+    echo "exit status $? (137: killed at ${HOPPER_CHECK_S:-120} s, a hang) at $(elapsed) s"
+    cat "$OUT/hopper_check.log"
+    tools=""
+    [ "${HOPPER_SANITIZE:-0}" = 1 ] && tools="memcheck"
+    [ "${HOPPER_RACECHECK:-0}" = 1 ] && tools="$tools racecheck"
+    for tool in $tools; do
+        command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer here"; break; }
+        echo "== compute-sanitizer --tool $tool on gpu_validate.py --hopper --size tiny at $(elapsed) s"
+        timeout -s KILL "${HOPPER_SANITIZE_S:-90}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+            "$PY" benchmarks/gpu_validate.py --hopper --size tiny --iters 1 > "$OUT/hopper_$tool.log" 2>&1
+        echo "exit status $? (3: errors found; 137: killed) at $(elapsed) s"
+        tail -n 15 "$OUT/hopper_$tool.log"
+    done
+fi
 
 # What is left of the call, less a minute for start-up, writing and the copy back.
 LEFT=$(( CALL_LIMIT_S - $(elapsed) - 60 ))

@@ -220,6 +220,114 @@ def bench_gemm(rows, iters, size, rng):
                      target="-"))
 
 
+def _max_errors(got, want):
+    """(max |got - want|, that over max |want|) of two FP32 arrays."""
+    diff = float(np.max(np.abs(got - want))) if got.size else 0.0
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    return diff, diff / scale if scale else diff
+
+
+def bench_gemm_hopper(rows, iters, size, rng):
+    """The Hopper (wgmma + TMA) grouped GEMMs beside the mma.sync ones and cuBLAS: first their results
+    against the mma.sync kernels' (and float64 on small ragged cases) -- they had never run on a GPU
+    before -- then their times at the issue's shapes. Both sides accumulate exact products in FP32
+    (FP8 also scaled per 128-deep block), so they differ by summation order only."""
+    from dsperf import cuda
+    from dsperf.cuda_array import BF16, FP8, DeviceArray
+    why = cuda._G.wgmma_unsupported_reason(0)
+    if why:
+        rows.append(dict(kernel="grouped GEMM (wgmma, sm_90a)", time_us=None, tflops=None, gbps=None,
+                         baseline=f"skipped: {why}", baseline_value="-", record="-", vs_record="-", target="-"))
+        return
+    tol = 1e-4  # relative to the largest |c|: FP32 summation-order differences over K <= 7168
+    wrong = []
+
+    def verdict(what, got, want):
+        err, rel = _max_errors(got, want)
+        print(f"hopper check: {what}: max abs error {err:.3g} (relative {rel:.2g}) -> "
+              f"{'ok' if rel < tol else 'WRONG'}", flush=True)
+        wrong.extend([] if rel < tol else [what])
+        return rel < tol
+
+    def fp8_operands(shape_a, E, N, Kd):
+        kb = -(-Kd // 128)
+        return (rand_like(shape_a, FP8, rng, 100.0), (rng.random(shape_a[:-1] + (kb,)) * 1e-2).astype(np.float32),
+                rand_like((E, N, Kd), FP8, rng, 100.0), (rng.random((E, -(-N // 128), kb)) * 1e-3).astype(np.float32))
+
+    def dequant(q, s):
+        # FP8 values times their scales in float64; s has q's rows and one scale per 128 of K.
+        return q.astype(np.float64) * np.repeat(s.astype(np.float64), 128, -1)[..., :q.shape[-1]]
+
+    # Ragged experts (an empty one, one row, tile edges), N and K off the tile and scale blocks.
+    sizes, N = [0, 1, 127, 129, 300], 320
+    offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    M = int(offs[-1])
+    a, b = rand_like((M, 200), BF16, rng), rand_like((len(sizes), N, 200), BF16, rng, 0.05)
+    want = np.concatenate([a[offs[e]:offs[e + 1]].astype(np.float64) @ b[e].astype(np.float64).T
+                           for e in range(len(sizes))])
+    for v in ("mma", "wgmma"):
+        verdict(f"BF16 ragged contiguous M={M} N={N} K=200, {v} vs float64",
+                cuda.grouped_gemm(a, b, offsets=offs, variant=v), want)
+    aq, as_, bq, bs = fp8_operands((M, 208), len(sizes), N, 208)
+    a64 = dequant(aq, as_)
+    want = np.concatenate([a64[offs[e]:offs[e + 1]] @ dequant(bq[e], np.repeat(bs[e], 128, 0)[:N]).T
+                           for e in range(len(sizes))])
+    for v in ("mma", "wgmma"):
+        verdict(f"FP8 ragged contiguous M={M} N={N} K=208, {v} vs float64",
+                cuda.grouped_gemm(aq, bq, offsets=offs, a_scale=as_, b_scale=bs, variant=v), want)
+    cap, counts = 200, np.array([0, 1, 128, 200], np.int32)
+    am, bm = rand_like((len(counts), cap, 200), BF16, rng), rand_like((len(counts), N, 200), BF16, rng, 0.05)
+    verdict(f"BF16 masked cap={cap} counts={counts.tolist()}, wgmma vs mma",
+            cuda.grouped_gemm(am, bm, counts=counts, variant="wgmma"),
+            cuda.grouped_gemm(am, bm, counts=counts, variant="mma"))
+    # The issue's shapes: results compared on the full problem, then the kernels timed.
+    E, m, N, Kd = SIZES[size]["gemm"]
+    Em, capm = SIZES[size]["masked"]
+    for dtype, layout, E, m in (("BF16", "contiguous", E, m), ("BF16", "masked", Em, capm),
+                                ("FP8", "contiguous", E, m)):
+        M = E * m
+        if dtype == "BF16":
+            a = DeviceArray.from_numpy(rand_like((M, Kd), BF16, rng))
+            b = DeviceArray.from_numpy(rand_like((E, N, Kd), BF16, rng, 0.05))
+            scales = {}
+        else:
+            aq, as_, bq, bs = fp8_operands((M, Kd), E, N, Kd)
+            a, b = DeviceArray.from_numpy(aq), DeviceArray.from_numpy(bq)
+            scales = dict(a_scale=DeviceArray.from_numpy(as_), b_scale=DeviceArray.from_numpy(bs))
+        if layout == "contiguous":
+            kw = dict(offsets=DeviceArray.from_numpy(np.arange(0, M + 1, m, dtype=np.int64)), **scales)
+        else:
+            a = a.reshape(E, m, Kd)
+            kw = dict(counts=DeviceArray.from_numpy(np.full(E, m, np.int32)), **scales)
+        outs = {v: DeviceArray(a.shape[:-1] + (N,), np.float32) for v in ("mma", "wgmma")}
+        for v, out in outs.items():
+            cuda.grouped_gemm(a, b, out=out, variant=v, **kw)
+        shape = f"E={E} {'m' if layout == 'contiguous' else 'cap'}={m} n={N} k={Kd}"
+        ok = verdict(f"{dtype} {layout} {shape}, wgmma vs mma", outs["wgmma"].numpy(), outs["mma"].numpy())
+        us = {v: timed_us(lambda v=v: cuda.grouped_gemm(a, b, out=outs[v], variant=v, validate=False, **kw), iters)
+              for v in ("mma", "wgmma")}
+        flops = 2.0 * M * N * Kd
+        tf = {v: flops / t / 1e6 for v, t in us.items()}
+        if dtype == "BF16":
+            c3 = outs["mma"].reshape(E, m, N)
+            cub_us = timed_us(lambda: cuda._G.cublas_gemm_bf16(a.ptr, b.ptr, c3.ptr, m, N, Kd, E, m * Kd, N * Kd,
+                                                               m * N, 0), iters)
+            base, base_value = "cuBLAS BF16 batched", f"{flops / cub_us / 1e6:.0f} TFLOPS"
+            vs, target = f"{cub_us / us['wgmma']:.0%} of cuBLAS", "BF16 >= 70% of cuBLAS"
+        else:  # no FP8 block-scaled library here: DeepGEMM's published H800 figure
+            base, base_value = "DeepGEMM (published, H800)", "1297 TFLOPS"
+            vs, target = f"{tf['wgmma'] / 1297:.0%} of 1297", "FP8 >= 50% of DeepGEMM"
+        print(f"hopper check: {dtype} {layout} {shape}: wgmma {us['wgmma']:.0f} us = {tf['wgmma']:.0f} TFLOPS, "
+              f"mma.sync {us['mma']:.0f} us = {tf['mma']:.0f}, {base} {base_value}: wgmma at {vs}, "
+              f"{us['mma'] / us['wgmma']:.2f}x mma.sync", flush=True)
+        rows.append(dict(kernel=f"grouped GEMM {dtype} {layout} {shape} (wgmma, sm_90a)"
+                         + ("" if ok else " RESULTS WRONG"), time_us=us["wgmma"], tflops=tf["wgmma"], gbps=None,
+                         baseline=base, baseline_value=base_value, record=f"mma.sync {tf['mma']:.0f} TFLOPS",
+                         vs_record=vs, target=target))
+    if wrong:
+        raise RuntimeError("the wgmma grouped GEMM's results are wrong: " + "; ".join(wrong))
+
+
 def bench_ep(rows, iters, size, rng):
     from dsperf import cuda, cuda_nccl as N
     from dsperf.cuda_array import BF16, DeviceArray
@@ -293,6 +401,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="the same as --size quick")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--hopper", action="store_true",
+                    help="only the Hopper (wgmma) grouped GEMM: its results against the mma.sync kernel, and "
+                         "its time beside mma.sync and cuBLAS (no tests, no clock reading; about a minute)")
     ap.add_argument("--clock-seconds", type=float, default=20.0,
                     help="seconds of sustained GEMMs for the SM-clock reading (0: skip)")
     args = ap.parse_args(argv)
@@ -306,10 +417,12 @@ def main(argv=None):
         return 0
     print(f"GPU 0: {cuda.device_name(0)} (sm_{cuda._G.compute_capability(0)}, {cuda._G.sm_count(0)} SMs), "
           f"{cuda.device_count()} GPU(s)")
+    if args.hopper:
+        args.skip_tests, args.clock_seconds = True, 0.0
     status = 0 if args.skip_tests else run_tests()
     rng = np.random.default_rng(0)
     rows = []
-    for bench in (bench_mla, bench_gemm, bench_ep):
+    for bench in (bench_gemm_hopper,) if args.hopper else (bench_mla, bench_gemm, bench_gemm_hopper, bench_ep):
         try:
             bench(rows, args.iters, size, rng)
         except Exception as e:  # report and go on: one failing family must not hide the others

@@ -130,9 +130,18 @@ class FakeG:
                                                                  view(weights, (T, Kk), np.float32).copy())
         self._run("moe_unpermute", go)
 
-    def grouped_gemm(self, g, d):
+    def grouped_gemm_wgmma(self, g, d):
+        # The Hopper kernels' contract is grouped_gemm's, for BF16 x BF16 (K % 8 == 0) and FP8 x FP8
+        # (K % 16 == 0) only.
+        assert bool(g.a_scale) == bool(g.b_scale) and g.K % (16 if g.a_scale else 8) == 0
+        self.grouped_gemm(g, d, name="grouped_gemm_wgmma")
+
+    def wgmma_unsupported_reason(self, d):
+        return "" if self.compute_capability(d) == 90 else f"GPU {d} is sm_{self.compute_capability(d)}"
+
+    def grouped_gemm(self, g, d, name="grouped_gemm"):
         assert isinstance(g, REAL.GroupedGemmArgs) and isinstance(g.layout, GemmLayout)
-        self.last["grouped_gemm"] = g
+        self.last[name] = g
         a, a_scale, b, b_scale, c, offsets, counts = g.a, g.a_scale, g.b, g.b_scale, g.c, g.offsets, g.counts
         M, N, Kd, E, capacity = g.M, g.N, g.K, g.E, g.capacity
         masked = g.layout == GemmLayout.Masked
@@ -160,7 +169,7 @@ class FakeG:
                 rng = [(o[e], o[e + 1]) for e in range(E)]
             for e, (r0, r1) in enumerate(rng):
                 C[r0:r1] = A[r0:r1] @ B[e].T
-        self._run("grouped_gemm", go)
+        self._run(name, go)
 
     def cublas_why_unavailable(self): return ""
 

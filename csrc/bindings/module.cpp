@@ -263,6 +263,7 @@ void bind_ep(py::module_& root);       // ep.cpp
 void bind_kernel_cost(py::module_& root);  // kernel_cost.cpp
 void bind_step_model(py::module_& root);   // step_model.cpp
 void bind_cuda(py::module_& root);  // cuda.cpp
+void bind_cuda_hopper(py::module_& root);  // cuda_hopper.cpp (after bind_cuda: adds to its submodule)
 void bind_serving(py::module_& root);  // serving.cpp
 
 PYBIND11_MODULE(_C, mod) {
@@ -278,6 +279,7 @@ PYBIND11_MODULE(_C, mod) {
     bind_kernel_cost(mod);
     bind_step_model(mod);
     bind_cuda(mod);
+    bind_cuda_hopper(mod);
     bind_serving(mod);
 
     py::class_<ModelConfig> model_cls(mod, "ModelConfig");

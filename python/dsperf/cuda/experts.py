@@ -24,7 +24,39 @@ def _check_counts(c, E, capacity):
     _checks.expert_counts(c["counts"], E, capacity)
 
 
-def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None, out=None, validate=True):
+GEMM_VARIANTS = ("mma", "wgmma")
+WGMMA_ENV = "DSPERF_CUDA_WGMMA"
+
+
+def _gemm_variant(variant, hopper_inputs):
+    """The kernel a call takes: "mma" (mma.sync, every GPU: the default) or "wgmma" (sm_90a, BF16 x
+    BF16 or FP8 x FP8, opt-in: not yet measured on a GPU). variant=None follows DSPERF_CUDA_WGMMA=1,
+    which applies to the calls the Hopper kernels take (BF16 x FP8 weights keep theirs)."""
+    if variant is None:
+        return "wgmma" if os.environ.get(WGMMA_ENV) == "1" and hopper_inputs else "mma"
+    if variant not in GEMM_VARIANTS:
+        raise ValueError(f"variant must be one of {GEMM_VARIANTS} or None, got {variant!r}")
+    return variant
+
+
+def _check_wgmma(c, Kd, fp8, asked):
+    """variant='wgmma''s own limits, named as the caller asked for it (argument or environment)."""
+    if c["a"].dtype != c["b"].dtype:
+        raise TypeError(f"{asked} takes BF16 x BF16 or FP8 x FP8 (no Hopper kernel dequantises FP8 weights), got "
+                        f"{c['a'].dtype} a and {c['b'].dtype} b")
+    k_align = 16 if fp8 else 8
+    if Kd % k_align:
+        raise ValueError(f"{asked} needs K % {k_align} == 0 for {'FP8' if fp8 else 'BF16'} (TMA row strides are "
+                         f"whole 16 bytes), got K = {Kd}")
+    c.require_gpu()
+    cc = _G.compute_capability(c.device)
+    if cc != 90:
+        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200: the kernel is built for sm_90a only); GPU "
+                         f"{c.device} is sm_{cc}. Use variant='mma'")
+
+
+def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None, out=None, validate=True,
+                 variant=None):
     """c = a @ b[e]^T per expert, FP32 out, on tensor cores.
 
     a: BF16 [M, K] (contiguous layout, with offsets int64 [E + 1]) or [E, capacity, K] (masked
@@ -37,6 +69,11 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
     GPU arrays only: out (FP32, the result's shape) is written in place of a new array, and
     validate=False skips the device-side check of offsets / counts (a synchronisation) for callers
     that checked them once already -- bad values then make wrong results, not errors.
+
+    variant: "mma" (the default: mma.sync kernels, every GPU) or "wgmma" (Hopper's wgmma + TMA,
+    sm_90 only; BF16 x BF16 with K % 8 == 0, or FP8 x FP8 with K % 16 == 0). "wgmma" is opt-in: it
+    has been compiled and its SASS checked, but not yet run on a GPU (docs/CUDA.md). None: "mma",
+    or "wgmma" for the calls it takes when DSPERF_CUDA_WGMMA=1.
     """
     c = _Call(("a", a), ("b", b), ("offsets", offsets), ("counts", counts), ("a_scale", a_scale),
               ("b_scale", b_scale))
@@ -74,13 +111,16 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
         _check("b_scale", c["b_scale"], (F32,), 3)
         if c["b_scale"].shape != (E, -(-N // 128), kb):
             raise ValueError(f"b_scale must have shape {(E, -(-N // 128), kb)}, got {c['b_scale'].shape}")
+    chosen = _gemm_variant(variant, a_fp8 == b_fp8)
+    if chosen == "wgmma":
+        _check_wgmma(c, Kd, a_fp8, "variant='wgmma'" if variant else f"{WGMMA_ENV}=1 (variant='wgmma')")
     out = _out(c, out, c["a"].shape[:-1] + (N,), F32, "out")
     args = _G.GroupedGemmArgs(
         a=c.dev("a").ptr, a_scale=_ptr(c.dev("a_scale")), b=c.dev("b").ptr, b_scale=_ptr(c.dev("b_scale")), c=out.ptr,
         M=M, N=N, K=Kd, E=E, layout=_G.GemmLayout.Masked if masked else _G.GemmLayout.Contiguous,
         offsets=_ptr(c.dev("offsets")), counts=_ptr(c.dev("counts")), capacity=capacity,
         check_values=bool(validate) or not c.on_device)
-    _G.grouped_gemm(args, c.device)
+    (_G.grouped_gemm_wgmma if chosen == "wgmma" else _G.grouped_gemm)(args, c.device)
     return c.out(out)
 
 

@@ -1,0 +1,28 @@
+// The Hopper (sm_90a) kernels' host API, beside cuda_api.hpp's: plain C++, so the bindings compile
+// without nvcc. These kernels are opt-in (dsperf.cuda.grouped_gemm(..., variant="wgmma") or
+// DSPERF_CUDA_WGMMA=1) until they have been measured correct on a GPU: see docs/CUDA.md.
+#pragma once
+#include <string>
+
+#include "kernels/cuda/cuda_api.hpp"
+
+namespace dsperf::cuda {
+
+// Whether `device` can run the sm_90a kernels (compute capability exactly 9.0: an "a" image runs
+// on no other); "" when it can, else why not.
+std::string wgmma_unsupported_reason(int device);
+
+// grouped_gemm's contract (cuda_api.hpp: both layouts, offsets / counts checked on the device when
+// g.check_values) on Hopper's instructions: TMA tile loads into a multi-stage shared-memory ring
+// with mbarrier completion, a producer warpgroup and two consumer warpgroups on wgmma, and a
+// persistent schedule over (expert, m-tile, n-tile). BF16 x BF16 with K % 8 == 0, or FP8 x FP8
+// (a_scale and b_scale, DeepGEMM's semantics) with K % 16 == 0; 16-byte aligned a, b and c (TMA's
+// row strides and bases). Anything else (BF16 x FP8 weights included), or a device that is not
+// sm_90, throws std::invalid_argument naming variant='wgmma'. g validated by the caller.
+void grouped_gemm_wgmma(const GroupedGemm& g);
+
+// The device-side checks of g's offsets (contiguous) or counts (masked) that grouped_gemm runs
+// when g.check_values (grouped_gemm.cu), shared with the Hopper kernel.
+void check_grouped_gemm_values(const GroupedGemm& g);
+
+}  // namespace dsperf::cuda

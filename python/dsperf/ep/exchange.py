@@ -49,17 +49,13 @@ from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
                        _displs, _Done, _header, _header_words, _local_check, _parse_headers,
                        open_ep_comm)
-from .plan import ExchangeHandle, RowFormat, _ranks_within, row_format
+from .plan import _LAYOUT_CODE, ExchangeHandle, RowFormat, _ranks_within, row_format
 from .window import ShmTransport, WindowBroken
 from .exchange_combine import CombineSteps
 from .base import EpExchange
 
 _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
-
-
-# The layouts' codes, declared once in C++ (csrc/ep/ep_layout.hpp).
-_LAYOUT_CODE = {name: int(v) for name, v in _C.kernel_cost.EpLayout.__members__.items()}
 
 
 @dataclass

@@ -1,5 +1,7 @@
-// pybind11 face of the expert-parallel helpers (EPLB). python/dsperf/ep/eplb.py checks the
-// arguments' types and shapes; the core re-checks the values and names the bad argument.
+// pybind11 face of the expert-parallel helpers: EPLB (python/dsperf/ep/eplb.py checks the
+// arguments' types and shapes; the core re-checks the values and names the bad argument), the
+// exchange's row copies, the routing plan (ep/ep_plan.hpp) and the window exchange's calls (checked
+// here, once; their core trusts them).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

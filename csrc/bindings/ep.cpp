@@ -257,39 +257,38 @@ struct OutPlaces {
     }
 };
 
-// A plan's offsets as read-only numpy views of its vectors, the plan object kept alive by them.
-py::array plan_view(const py::object& owner, const std::vector<int64_t>& v, std::vector<py::ssize_t> shape) {
-    py::array_t<int64_t> a(std::move(shape), v.data(), owner);
-    a.attr("setflags")(py::arg("write") = false);
-    return a;
+// One of a plan's offset arrays as a property: a read-only numpy view of its vector, the plan
+// object kept alive by the view.
+using PlanShape = std::vector<py::ssize_t> (*)(const RoutingPlan&);
+void plan_offsets(py::class_<RoutingPlan>& cls, const char* name, std::vector<int64_t> RoutingPlan::*field,
+                  PlanShape shape, const char* doc) {
+    cls.def_property_readonly(name, [field, shape](const py::object& self) {
+        const auto& p = self.cast<const RoutingPlan&>();
+        py::array_t<int64_t> a(shape(p), (p.*field).data(), self);
+        a.attr("setflags")(py::arg("write") = false);
+        return a;
+    }, doc);
 }
 
 // The routing plan (ep/ep_plan.hpp) for the transport exchanges (dsperf/ep/plan.py), which read
 // its offsets and ask it for a source's places; the window exchange's calls below compute it in C++.
 void bind_routing_plan(py::module_& m) {
-    py::class_<RoutingPlan>(m, "RoutingPlan", "Where every source's rows land (ep/ep_plan.hpp); made by routing_plan")
-        .def_readonly("ranks", &RoutingPlan::W)
-        .def_readonly("local_experts", &RoutingPlan::local_experts)
-        .def_property_readonly("tok_off", [](const py::object& self) {
-            const auto& p = self.cast<const RoutingPlan&>();
-            return plan_view(self, p.tok_off, {p.W, p.W});
-        }, "[source, dest] first record row of the source's tokens at the dest")
-        .def_property_readonly("n_recv", [](const py::object& self) {
-            const auto& p = self.cast<const RoutingPlan&>();
-            return plan_view(self, p.n_recv, {p.W});
-        }, "[dest] records received")
-        .def_property_readonly("expert_base", [](const py::object& self) {
-            const auto& p = self.cast<const RoutingPlan&>();
-            return plan_view(self, p.expert_base, {p.W * p.local_experts});
-        }, "[expert] first row of the expert in its rank's pair rows")
-        .def_property_readonly("pair_off", [](const py::object& self) {
-            const auto& p = self.cast<const RoutingPlan&>();
-            return plan_view(self, p.pair_off, {p.W, p.W * p.local_experts});
-        }, "[source, expert] first row of the source's pairs within the expert")
-        .def_property_readonly("pair_rows", [](const py::object& self) {
-            const auto& p = self.cast<const RoutingPlan&>();
-            return plan_view(self, p.pair_rows, {p.W});
-        }, "[dest] pair rows (per-expert or masked layout)");
+    py::class_<RoutingPlan> cls(m, "RoutingPlan", "Where every source's rows land (ep/ep_plan.hpp); made by routing_plan");
+    cls.def_readonly("ranks", &RoutingPlan::W).def_readonly("local_experts", &RoutingPlan::local_experts);
+    const PlanShape ranks = [](const RoutingPlan& p) { return std::vector<py::ssize_t>{p.W}; };
+    const PlanShape experts = [](const RoutingPlan& p) { return std::vector<py::ssize_t>{p.W * p.local_experts}; };
+    const PlanShape rank_by_rank = [](const RoutingPlan& p) { return std::vector<py::ssize_t>{p.W, p.W}; };
+    const PlanShape rank_by_expert = [](const RoutingPlan& p) {
+        return std::vector<py::ssize_t>{p.W, p.W * p.local_experts};
+    };
+    plan_offsets(cls, "tok_off", &RoutingPlan::tok_off, rank_by_rank,
+                 "[source, dest] first record row of the source's tokens at the dest");
+    plan_offsets(cls, "n_recv", &RoutingPlan::n_recv, ranks, "[dest] records received");
+    plan_offsets(cls, "expert_base", &RoutingPlan::expert_base, experts,
+                 "[expert] first row of the expert in its rank's pair rows");
+    plan_offsets(cls, "pair_off", &RoutingPlan::pair_off, rank_by_expert,
+                 "[source, expert] first row of the source's pairs within the expert");
+    plan_offsets(cls, "pair_rows", &RoutingPlan::pair_rows, ranks, "[dest] pair rows (per-expert or masked layout)");
     m.def("routing_plan", [](Raw<int64_t> rows, int64_t local_experts, int layout, int64_t cap) {
         const int64_t W = counts_ranks(rows, local_experts, layout);
         expect(cap >= 0, "cap must be >= 0");

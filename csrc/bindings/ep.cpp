@@ -1,5 +1,7 @@
-// pybind11 face of the expert-parallel helpers (EPLB). python/dsperf/ep/eplb.py checks the
-// arguments' types and shapes; the core re-checks the values and names the bad argument.
+// pybind11 face of the expert-parallel helpers: EPLB (python/dsperf/ep/eplb.py checks the
+// arguments' types and shapes; the core re-checks the values and names the bad argument), the
+// exchange's row copies, the routing plan (ep/ep_plan.hpp) and the window exchange's calls (checked
+// here, once; their core trusts them).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "ep/ep_copy.hpp"
+#include "ep/ep_plan.hpp"
 #include "ep/ep_window.hpp"
 #include "ep/eplb.hpp"
 
@@ -211,6 +214,97 @@ void bind_window(py::module_& m) {
 }
 
 
+// The checks every planning call makes on its arguments, once here (the core trusts them).
+
+// rows [W, >= W + E] agreed counts, E = W * local_experts, and a layout code: returns W.
+int64_t counts_ranks(const Raw<int64_t>& rows, int64_t local_experts, int layout) {
+    expect(rows.ndim() == 2, "rows must be 2-D [ranks, counts]");
+    const int64_t W = rows.shape(0);
+    expect(local_experts >= 1 && rows.shape(1) >= W + W * local_experts, "rows must hold W + E counts per rank");
+    expect(layout >= 0 && layout <= 2, "layout out of range");
+    return W;
+}
+
+// ids [n, K >= 1] global experts in [0, E): returns n.
+int64_t source_ids(const Raw<int64_t>& ids, int64_t E) {
+    expect(ids.ndim() == 2 && ids.shape(1) >= 1, "ids must be 2-D [tokens, top_k >= 1]");
+    const int64_t* ip = ids.data();
+    for (int64_t i = 0; i < ids.size(); ++i) expect(ip[i] >= 0 && ip[i] < E, "ids out of range");
+    return ids.shape(0);
+}
+
+// places = (tok_peer int32 [n, W], tok_row int64 [n, W], pair_peer int32 [n, K], pair_row int64
+// [n, K]), filled in place: each must be exactly that array (a converted copy would be filled instead).
+struct OutPlaces {
+    Raw<int32_t> tok_peer, pair_peer;
+    Raw<int64_t> tok_row, pair_row;
+    RoutingPlaces places;
+
+    OutPlaces(const py::tuple& t, int64_t n, int64_t W, int64_t K) {
+        expect(t.size() == 4, "places must be 4 arrays (tok_peer, tok_row, pair_peer, pair_row)");
+        expect(py::isinstance<Raw<int32_t>>(t[0]) && py::isinstance<Raw<int64_t>>(t[1]) &&
+               py::isinstance<Raw<int32_t>>(t[2]) && py::isinstance<Raw<int64_t>>(t[3]),
+               "places must be C-contiguous int32, int64, int32, int64 arrays");
+        tok_peer = t[0].cast<Raw<int32_t>>(), tok_row = t[1].cast<Raw<int64_t>>();
+        pair_peer = t[2].cast<Raw<int32_t>>(), pair_row = t[3].cast<Raw<int64_t>>();
+        expect(tok_peer.writeable() && tok_row.writeable() && pair_peer.writeable() && pair_row.writeable(),
+               "places must be writable");
+        expect(tok_peer.ndim() == 2 && tok_peer.shape(0) == n && tok_peer.shape(1) == W && tok_row.ndim() == 2 &&
+               tok_row.shape(0) == n && tok_row.shape(1) == W, "tok_peer and tok_row must be [tokens, ranks]");
+        expect(pair_peer.ndim() == 2 && pair_peer.shape(0) == n && pair_peer.shape(1) == K && pair_row.ndim() == 2 &&
+               pair_row.shape(0) == n && pair_row.shape(1) == K, "pair_peer and pair_row must be [tokens, top_k]");
+        places = {tok_peer.mutable_data(), tok_row.mutable_data(), pair_peer.mutable_data(), pair_row.mutable_data()};
+    }
+};
+
+// One of a plan's offset arrays as a property: a read-only numpy view of its vector, the plan
+// object kept alive by the view.
+using PlanShape = std::vector<py::ssize_t> (*)(const RoutingPlan&);
+void plan_offsets(py::class_<RoutingPlan>& cls, const char* name, std::vector<int64_t> RoutingPlan::*field,
+                  PlanShape shape, const char* doc) {
+    cls.def_property_readonly(name, [field, shape](const py::object& self) {
+        const auto& p = self.cast<const RoutingPlan&>();
+        py::array_t<int64_t> a(shape(p), (p.*field).data(), self);
+        a.attr("setflags")(py::arg("write") = false);
+        return a;
+    }, doc);
+}
+
+// The routing plan (ep/ep_plan.hpp) for the transport exchanges (dsperf/ep/plan.py), which read
+// its offsets and ask it for a source's places; the window exchange's calls below compute it in C++.
+void bind_routing_plan(py::module_& m) {
+    py::class_<RoutingPlan> cls(m, "RoutingPlan", "Where every source's rows land (ep/ep_plan.hpp); made by routing_plan");
+    cls.def_readonly("ranks", &RoutingPlan::W).def_readonly("local_experts", &RoutingPlan::local_experts);
+    const PlanShape ranks = [](const RoutingPlan& p) { return std::vector<py::ssize_t>{p.W}; };
+    const PlanShape experts = [](const RoutingPlan& p) { return std::vector<py::ssize_t>{p.W * p.local_experts}; };
+    const PlanShape rank_by_rank = [](const RoutingPlan& p) { return std::vector<py::ssize_t>{p.W, p.W}; };
+    const PlanShape rank_by_expert = [](const RoutingPlan& p) {
+        return std::vector<py::ssize_t>{p.W, p.W * p.local_experts};
+    };
+    plan_offsets(cls, "tok_off", &RoutingPlan::tok_off, rank_by_rank,
+                 "[source, dest] first record row of the source's tokens at the dest");
+    plan_offsets(cls, "n_recv", &RoutingPlan::n_recv, ranks, "[dest] records received");
+    plan_offsets(cls, "expert_base", &RoutingPlan::expert_base, experts,
+                 "[expert] first row of the expert in its rank's pair rows");
+    plan_offsets(cls, "pair_off", &RoutingPlan::pair_off, rank_by_expert,
+                 "[source, expert] first row of the source's pairs within the expert");
+    plan_offsets(cls, "pair_rows", &RoutingPlan::pair_rows, ranks, "[dest] pair rows (per-expert or masked layout)");
+    m.def("routing_plan", [](Raw<int64_t> rows, int64_t local_experts, int layout, int64_t cap) {
+        const int64_t W = counts_ranks(rows, local_experts, layout);
+        expect(cap >= 0, "cap must be >= 0");
+        py::gil_scoped_release release;
+        return routing_plan(rows.data(), rows.shape(1), W, local_experts, dsperf::EpLayout(layout), cap);
+    }, py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"));
+    // places: (tok_peer, tok_row, pair_peer, pair_row) of the source's tokens, filled.
+    m.def("routing_places", [](const RoutingPlan& plan, int64_t source, Raw<int64_t> ids, py::tuple places) {
+        expect(source >= 0 && source < plan.W, "source out of range");
+        const int64_t n = source_ids(ids, plan.W * plan.local_experts);
+        const OutPlaces out(places, n, plan.W, ids.shape(1));
+        py::gil_scoped_release release;
+        routing_places(plan, source, ids.data(), n, ids.shape(1), out.places);
+    }, py::arg("plan"), py::arg("source"), py::arg("ids"), py::arg("places"));
+}
+
 // The window dispatch's per-call planning (dsperf/ep/exchange.py): one call each, no Python loops.
 // Segments of the shared-memory windows are passed as addresses (int64, taken once per window by
 // window.py) with their sizes; the functions check every row against those sizes before writing.
@@ -229,10 +323,9 @@ void bind_window_plan(py::module_& m) {
        py::arg("out").noconvert());
     m.def("window_plan", [](Raw<int64_t> rows, int64_t local_experts, int layout, int64_t cap, int64_t me,
                             Raw<int64_t> out) {
-        expect(rows.ndim() == 2 && out.ndim() == 1, "rows 2-D, out 1-D");
-        const int64_t W = rows.shape(0);
-        expect(local_experts >= 1 && rows.shape(1) >= W + W * local_experts, "rows must hold W + E counts per rank");
-        expect(me >= 0 && me < W && layout >= 0 && layout <= 2, "me or layout out of range");
+        expect(out.ndim() == 1, "out must be 1-D");
+        const int64_t W = counts_ranks(rows, local_experts, layout);
+        expect(me >= 0 && me < W, "me out of range");
         expect(out.shape(0) == 6 * W + local_experts, "out must hold 6 ranks + local_experts words");
         window_plan(rows.data(), rows.shape(1), W, local_experts, dsperf::EpLayout(layout), cap, me, out.mutable_data());
     }, py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("me"),
@@ -254,32 +347,23 @@ void bind_window_plan(py::module_& m) {
                                py::object weights, int64_t source, Raw<int64_t> rows, int64_t local_experts, int layout,
                                int64_t cap, const RowFormat& fmt, Raw<int64_t> local_of, py::tuple windows,
                                py::tuple places, int threads) {
-        expect(windows.size() == 2 && places.size() == 4, "windows is (addresses, bytes), places 4 arrays");
+        expect(windows.size() == 2, "windows is (addresses, bytes)");
         auto dst_addr = windows[0].cast<Raw<int64_t>>(), dst_bytes = windows[1].cast<Raw<int64_t>>();
-        auto tok_peer = places[0].cast<Raw<int32_t>>(), pair_peer = places[2].cast<Raw<int32_t>>();
-        auto tok_row = places[1].cast<Raw<int64_t>>(), pair_row = places[3].cast<Raw<int64_t>>();
-        expect(values.ndim() == 2 && ids.ndim() == 2 && rows.ndim() == 2, "values, ids and rows must be 2-D");
-        const int64_t n = ids.shape(0), K = ids.shape(1), W = rows.shape(0), L = dst_addr.size();
-        expect(K >= 1 && K <= 64, "top_k must be in [1, 64]");
-        expect(local_experts >= 1 && rows.shape(1) >= W + W * local_experts, "rows must hold W + E counts per rank");
-        expect(source >= 0 && source < W && layout >= 0 && layout <= 2, "source or layout out of range");
+        expect(values.ndim() == 2, "values must be 2-D");
+        const int64_t W = counts_ranks(rows, local_experts, layout), L = dst_addr.size();
+        expect(source >= 0 && source < W, "source out of range");
+        const int64_t n = source_ids(ids, W * local_experts);
+        const int64_t K = ids.shape(1);
+        expect(K <= 64, "top_k must be in [1, 64]");
+        const OutPlaces out(places, n, W, K);
         expect(values.shape(0) >= n && vcol >= 0 && vcol + fmt.vb <= values.shape(1), "value columns out of range");
         expect(local_of.size() == W && dst_bytes.size() == L, "local_of [ranks], dst_bytes [node ranks]");
         for (int64_t d = 0; d < W; ++d) expect(local_of.data()[d] < L, "local_of out of range");
-        for (Raw<int64_t>* a : {&tok_row, &pair_row}) expect(a->writeable(), "places must be writable");
-        expect(tok_peer.writeable() && pair_peer.writeable(), "places must be writable");
-        expect(tok_peer.ndim() == 2 && tok_peer.shape(0) == n && tok_peer.shape(1) == W && tok_row.ndim() == 2 &&
-               tok_row.shape(0) == n && tok_row.shape(1) == W, "tok_peer and tok_row must be [tokens, ranks]");
-        expect(pair_peer.ndim() == 2 && pair_peer.shape(0) == n && pair_peer.shape(1) == K && pair_row.ndim() == 2 &&
-               pair_row.shape(0) == n && pair_row.shape(1) == K, "pair_peer and pair_row must be [tokens, top_k]");
         if (layout == 0)
             expect(fmt.vb <= fmt.sc_col && fmt.sc_col + fmt.sb <= fmt.id_col && fmt.id_col + 8 * K == fmt.rec,
                    "record columns do not fit");
-        const int64_t E = W * local_experts;
-        const int64_t* ip = ids.data();
-        for (int64_t i = 0; i < n * K; ++i) expect(ip[i] >= 0 && ip[i] < E, "ids out of range");
         ScatterSource src;
-        src.values = values.data() + vcol, src.vstride = values.shape(1), src.ids = ip, src.n = n, src.K = K;
+        src.values = values.data() + vcol, src.vstride = values.shape(1), src.ids = ids.data(), src.n = n, src.K = K;
         src.s = source;
         Raw<uint8_t> sc;
         if (fmt.sb) {
@@ -300,10 +384,8 @@ void bind_window_plan(py::module_& m) {
         plan.rows = rows.data(), plan.stride = rows.shape(1), plan.W = W, plan.local_experts = local_experts;
         plan.layout = dsperf::EpLayout(layout), plan.cap = cap, plan.fmt = fmt, plan.local_of = local_of.data();
         plan.dst = dst.data(), plan.dst_bytes = dst_bytes.data();
-        const ScatterPlaces out{tok_peer.mutable_data(), tok_row.mutable_data(), pair_peer.mutable_data(),
-                                pair_row.mutable_data()};
         py::gil_scoped_release release;
-        return window_scatter(src, plan, out, threads);
+        return window_scatter(src, plan, out.places, threads);
     }, py::arg("values"), py::arg("vcol"), py::arg("scales"), py::arg("scol"), py::arg("ids"), py::arg("weights"),
        py::arg("source"), py::arg("rows"), py::arg("local_experts"), py::arg("layout"), py::arg("cap"), py::arg("fmt"),
        py::arg("local_of"), py::arg("windows"), py::arg("places"), py::arg("threads") = 0);
@@ -333,6 +415,7 @@ void bind_ep(py::module_& root) {
           py::arg("num_nodes"), py::arg("num_gpus"), py::arg("policy"));
     bind_copies(m);
     bind_window(m);
+    bind_routing_plan(m);
     bind_window_plan(m);
     m.def("imbalance", &imbalance, py::arg("load"), py::arg("phy2log"), py::arg("logcnt"), py::arg("num_gpus"));
 }

@@ -211,56 +211,9 @@ int dispatch_counts(const int64_t* ids, int64_t n, int64_t K, int64_t E, int64_t
     return rc;
 }
 
-namespace {
-
-// Where each rank's rows start and how many it holds, from the agreed rows.
-struct PlanCore {
-    std::vector<int64_t> tok_off, n_recv, expert_base, pair_off, pair_rows;
-};
-
-PlanCore plan_core(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, EpLayout layout, int64_t cap,
-                   int64_t s) {
-    const int64_t E = W * E_loc;
-    PlanCore p;
-    p.tok_off.assign(size_t(W), 0);
-    p.n_recv.assign(size_t(W), 0);
-    p.expert_base.assign(size_t(E), 0);
-    p.pair_off.assign(size_t(E), 0);
-    p.pair_rows.assign(size_t(W), 0);
-    std::vector<int64_t> totals(size_t(E), 0);
-    for (int64_t r = 0; r < W; ++r) {
-        const int64_t* N = rows + r * stride;
-        const int64_t* PE = N + W;
-        for (int64_t d = 0; d < W; ++d) {
-            if (r < s) p.tok_off[d] += N[d];
-            p.n_recv[d] += N[d];
-        }
-        for (int64_t e = 0; e < E; ++e) {
-            if (r < s) p.pair_off[e] += PE[e];
-            totals[e] += PE[e];
-        }
-    }
-    for (int64_t d = 0; d < W; ++d) {
-        int64_t at = 0;
-        for (int64_t j = 0; j < E_loc; ++j) {
-            const int64_t e = d * E_loc + j;
-            if (layout == EpLayout::kMasked) {
-                p.expert_base[e] = j * cap;
-            } else {
-                p.expert_base[e] = at;
-                at += totals[e];
-            }
-        }
-        p.pair_rows[d] = layout == EpLayout::kMasked ? E_loc * cap : at;
-    }
-    return p;
-}
-
-}  // namespace
-
 void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, EpLayout layout, int64_t cap,
                  int64_t me, int64_t* out) {
-    const PlanCore p = plan_core(rows, stride, W, E_loc, layout, cap, me);
+    const RoutingPlan p = routing_plan(rows, stride, W, E_loc, layout, cap);
     int64_t* n_recv = out;
     int64_t* pair_rows = out + W;
     int64_t* send = out + 2 * W;
@@ -283,7 +236,7 @@ void window_plan(const int64_t* rows, int64_t stride, int64_t W, int64_t E_loc, 
     }
 }
 
-int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const ScatterPlaces& out, int threads) {
+int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const RoutingPlaces& out, int threads) {
     const uint8_t *values = src.values, *scales = src.scales;
     const int64_t vstride = src.vstride, sstride = src.sstride, n = src.n, K = src.K, s = src.s;
     const int64_t* ids = src.ids;
@@ -293,9 +246,9 @@ int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const 
     const EpLayout layout = plan.layout;
     const int64_t vb = plan.fmt.vb, sb = plan.fmt.sb, rec = plan.fmt.rec, sc_col = plan.fmt.sc_col, id_col = plan.fmt.id_col;
     uint8_t* const* dst = plan.dst;
-    int32_t *tok_peer = out.tok_peer, *pair_peer = out.pair_peer;
-    int64_t *tok_row = out.tok_row, *pair_row = out.pair_row;
-    const PlanCore p = plan_core(rows, stride, W, E_loc, layout, cap, s);
+    const int32_t *tok_peer = out.tok_peer, *pair_peer = out.pair_peer;
+    const int64_t *tok_row = out.tok_row, *pair_row = out.pair_row;
+    const RoutingPlan p = routing_plan(rows, stride, W, E_loc, layout, cap);
     for (int64_t d = 0; d < W; ++d) {
         const int64_t l = local_of[d];
         if (l < 0) continue;
@@ -305,21 +258,7 @@ int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const 
             throw std::invalid_argument("window_scatter: rank " + std::to_string(d) + "'s rows need " +
                                         std::to_string(need) + " bytes, its segment has " + std::to_string(dst_bytes[l]));
     }
-    // The places: one pass over the pairs in token order (each expert's rows from this source are
-    // its tokens ascending; each destination's records too).
-    std::vector<int64_t> next_pair(p.pair_off.size()), next_tok(p.tok_off);
-    for (size_t e = 0; e < next_pair.size(); ++e) next_pair[e] = p.expert_base[e] + p.pair_off[e];
-    for (int64_t i = 0; i < n; ++i) {
-        int32_t* tp = tok_peer + i * W;
-        int64_t* tr = tok_row + i * W;
-        for (int64_t d = 0; d < W; ++d) tp[d] = -1, tr[d] = -1;
-        for (int64_t k = 0; k < K; ++k) {
-            const int64_t e = ids[i * K + k], d = e / E_loc;
-            pair_peer[i * K + k] = int32_t(d);
-            pair_row[i * K + k] = next_pair[e]++;
-            if (tp[d] < 0) tp[d] = int32_t(d), tr[d] = next_tok[d]++;
-        }
-    }
+    routing_places(p, s, ids, n, K, out);
     // The copies, each row once, straight into the destination's segment.
     std::vector<int64_t> scale_at(size_t(W), 0);
     for (int64_t d = 0; d < W; ++d) scale_at[d] = (p.pair_rows[d] * vb + 63) / 64 * 64;

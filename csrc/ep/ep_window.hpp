@@ -1,9 +1,12 @@
 // The shared-memory side of the window exchange (python/dsperf/ep/window.py): sequence flags that
 // ranks of one node publish and wait on, and the pull-side reduction that reads BF16 rows straight
-// from the peers' windows. Pure functions over caller-owned memory; the Python layer checks shapes
-// and indices once at the boundary, so nothing here re-checks them.
+// from the peers' windows, and the per-call planning and scatter of a window dispatch, which read
+// where rows land from the routing plan (ep_plan.hpp, shared with the transport exchanges). Pure
+// functions over caller-owned memory; the Python layer checks shapes and indices once at the
+// boundary, so nothing here re-checks them.
 #pragma once
 #include "ep/ep_layout.hpp"
+#include "ep/ep_plan.hpp"
 
 #include <cstdint>
 
@@ -40,7 +43,8 @@ int dispatch_counts(const int64_t* ids, int64_t n, int64_t K, int64_t E, int64_t
                     const int64_t* node, int64_t nodes, int64_t* out);
 
 // What a dispatch's result and handle need, from the agreed count rows (rows [W, stride]: tokens
-// source -> dest at columns [0, W), pairs source -> expert at [W, W + E)). out [6 W + E_loc]:
+// source -> dest at columns [0, W), pairs source -> expert at [W, W + E); n_recv and pair_rows as
+// routing_plan gives them). out [6 W + E_loc]:
 // n_recv[W] (records each rank receives), pair_rows[W] (rows of each rank's per-expert or masked
 // layout), send_counts[W] = tokens me -> d, recv_counts[W] = tokens s -> me, pair_send[W] = pairs
 // me -> d, pair_recv[W] = pairs s -> me, expert_counts[E_loc] = pairs into each of me's experts.
@@ -81,23 +85,14 @@ struct ScatterPlan {
     const int64_t* dst_bytes = nullptr;
 };
 
-// Where every token went, filled by window_scatter: tok_peer/tok_row [n, W], pair_peer/pair_row [n, K].
-struct ScatterPlaces {
-    int32_t* tok_peer = nullptr;
-    int64_t* tok_row = nullptr;
-    int32_t* pair_peer = nullptr;
-    int64_t* pair_row = nullptr;
-};
-
 // The source's tokens written into the windows of the destination ranks of this node, each row
 // once at its final place: records (token layout) or rows of the per-expert / masked layout (values
 // rows, then the scale rows from the 64-byte-rounded end of the values). The places follow from the
-// agreed rows alone (source blocks in rank order, tokens ascending). Fills, for every token i:
-// tok_peer[i, d] = d and tok_row[i, d] its record row at d, or -1 and -1 where no expert of i lives
-// on d; pair_peer[i, k] = the rank of expert ids[i, k] and pair_row[i, k] its row in that rank's
-// pair rows. Returns the bytes written. Throws std::invalid_argument, before writing anything,
+// agreed rows alone (routing_plan, then routing_places: source blocks in rank order, tokens
+// ascending), and out gets them (tok_peer/tok_row [n, W], pair_peer/pair_row [n, K], as
+// routing_places fills them). Returns the bytes written. Throws std::invalid_argument, before writing anything,
 // where a destination's rows would not fit its segment. threads: as pull_weighted_sum.
-int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const ScatterPlaces& out, int threads = 0);
+int64_t window_scatter(const ScatterSource& src, const ScatterPlan& plan, const RoutingPlaces& out, int threads = 0);
 
 // One sync of the control window: this rank's row (len words, the rest of row_words zeroed) stored
 // at word `base` of its segment ctrl[me], the sequence number seq published at word 0 (release),

@@ -6,7 +6,8 @@ separated by syncs (a published sequence number per rank and a small row of inte
 dispatch (both layouts, and the low-latency masked layout):
   1. sync the counts: each rank publishes how many tokens it sends each rank and how many
      (token, expert) pairs go to each expert, with its argument verdict and the call it is in.
-     Every rank now knows every count, so every rank computes the same slots and window sizes.
+     Every rank now knows every count, so every rank computes the same slots and window sizes
+     (the routing plan in C++, csrc/ep/ep_plan.hpp: the one the transport exchanges read too).
   2. each rank writes its tokens straight into the destination ranks' windows at their final
      rows: token records (layout="token", DeepEP's normal layout), one row per pair in the
      per-expert layout (layout="expert"), or the masked layout (low-latency mode). FP8 payloads
@@ -49,7 +50,7 @@ from .. import _C, kernels
 from .protocol import (BF16, CALLS, F32, FP8, DispatchOut, LowLatencyOut, _agree, _byte_rows, _calls_out_of_order,
                        _displs, _Done, _header, _header_words, _local_check, _parse_headers,
                        open_ep_comm)
-from .plan import ExchangeHandle, RowFormat, _ranks_within, row_format
+from .plan import _LAYOUT_CODE, ExchangeHandle, RowFormat, _ranks_within, row_format
 from .window import ShmTransport, WindowBroken
 from .exchange_combine import CombineSteps
 from .base import EpExchange
@@ -58,14 +59,11 @@ _C_EP = _C.ep
 _VALUES = ("call", "seq", "top_k", "fp8")
 
 
-# The layouts' codes, declared once in C++ (csrc/ep/ep_layout.hpp).
-_LAYOUT_CODE = {name: int(v) for name, v in _C.kernel_cost.EpLayout.__members__.items()}
-
-
 @dataclass
 class _WindowPlan(RowFormat):
     """Where every token and pair of a dispatch lands, from the counts every rank agreed on. The
-    rows and places themselves are worked out in C++ (window_plan, window_scatter) from `rows`."""
+    rows and places themselves are worked out in C++ (window_plan, window_scatter) from `rows`,
+    by the routing plan the transport exchanges read too (csrc/ep/ep_plan.hpp, plan.py)."""
     rows: np.ndarray           # [ranks, ranks + experts + nodes] the agreed counts (C-contiguous)
     n_recv: np.ndarray         # [dest] records received
     pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)

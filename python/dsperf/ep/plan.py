@@ -1,19 +1,28 @@
-"""The routing plan of a dispatch, written once for every exchange: from the counts every rank
-agreed on (tokens per (source, destination) rank, (token, expert) pairs per (source, expert)),
-where each token's record and each pair's row lands at its destination, in the three layouts
-(token: records per source, source-major; expert: contiguous per local expert, sources in rank
-order within an expert; masked: [local experts, ranks * max_tokens] rows, zero past each count),
-and the handle combine reads it back with (ExchangeHandle, one type for every mode, layout and
-transport). The transport exchange (routed.py, over MPI, NCCL or the simulated transport) plans
-with these functions; the window exchange (exchange.py) works the same rows out in C++ (window_plan)
-and shares RowFormat and ExchangeHandle."""
+"""The routing plan of a dispatch as the exchanges read it: from the counts every rank agreed on
+(tokens per (source, destination) rank, (token, expert) pairs per (source, expert)), where each
+token's record and each pair's row lands at its destination, in the three layouts (token: records
+per source, source-major; expert: contiguous per local expert, sources in rank order within an
+expert; masked: [local experts, ranks * max_tokens] rows, zero past each count), and the handle
+combine reads it back with (ExchangeHandle, one type for every mode, layout and transport).
+
+The plan itself exists once, in C++ (csrc/ep/ep_plan.hpp: routing_plan, routing_places): the window
+exchange (exchange.py) computes it there inside window_plan and window_scatter, and the transport
+exchange (routed.py, over MPI, NCCL or the simulated transport) reads the same offsets and places
+through the binding (_make_plan, source_entries). What is left here is what combine derives from
+them (returned_rows, returned_position, pair_experts), RowFormat and ExchangeHandle."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _C
 from .protocol import _displs
+
+_C_EP = _C.ep
+
+# The layouts' codes, declared once in C++ (csrc/ep/ep_layout.hpp).
+_LAYOUT_CODE = {name: int(v) for name, v in _C.kernel_cost.EpLayout.__members__.items()}
 
 @dataclass
 class ExchangeHandle:
@@ -88,7 +97,8 @@ def row_format(layout, fp8, hidden, K) -> dict:
 
 @dataclass
 class _Plan(RowFormat):
-    """Where every token and pair of a dispatch lands, from the counts every rank agreed on."""
+    """Where every token and pair of a dispatch lands, from the counts every rank agreed on. The
+    offsets are the C++ routing plan's (native), read in place: read-only views."""
     N: np.ndarray              # [source, dest] tokens
     PE: np.ndarray             # [source, expert] pairs
     tok_off: np.ndarray        # [source, dest] first record row of the source's tokens at the dest
@@ -96,35 +106,32 @@ class _Plan(RowFormat):
     expert_base: np.ndarray    # [expert] first row of the expert in its rank's pair rows
     pair_off: np.ndarray       # [source, expert] first row of the source's pairs within the expert
     pair_rows: np.ndarray      # [dest] pair rows (per-expert or masked layout)
+    native: object = field(default=None, repr=False, compare=False)   # the _C.ep.RoutingPlan behind them
 
 
-def _make_plan(N, PE, W, E_loc, cap, layout, fp8, hidden, K):
-    totals = PE.sum(axis=0)
-    if layout == "masked":
-        expert_base = (np.arange(W * E_loc) % E_loc) * cap
-        pair_rows = np.full(W, E_loc * cap, np.int64)
-    else:
-        per_rank = totals.reshape(W, E_loc)
-        expert_base = (np.cumsum(per_rank, axis=1) - per_rank).ravel()
-        pair_rows = per_rank.sum(axis=1)
-    return _Plan(**row_format(layout, fp8, hidden, K), N=N, PE=PE, tok_off=np.cumsum(N, axis=0) - N,
-                 n_recv=N.sum(axis=0), expert_base=expert_base, pair_off=np.cumsum(PE, axis=0) - PE,
-                 pair_rows=pair_rows)
+def _make_plan(rows, E_loc, cap, layout, fp8, hidden, K):
+    """The plan from the agreed count rows [ranks, ranks + experts] (tokens source -> dest, then
+    pairs source -> expert), computed in C++ (routing_plan, as the window exchange computes it)."""
+    rows = np.ascontiguousarray(rows, np.int64)
+    W = rows.shape[0]
+    native = _C_EP.routing_plan(rows, E_loc, _LAYOUT_CODE[layout], cap)
+    return _Plan(**row_format(layout, fp8, hidden, K), N=rows[:, :W], PE=rows[:, W:W + W * E_loc],
+                 tok_off=native.tok_off, n_recv=native.n_recv, expert_base=native.expert_base,
+                 pair_off=native.pair_off, pair_rows=native.pair_rows, native=native)
 
 
-def _pair_slots(plan, s, ids):
-    """Row of every pair (i, k) of source s's tokens `ids` [n, K] (global experts, tokens ascending
-    as the source holds them) in its destination's pair rows."""
-    flat = ids.ravel()
-    if flat.size == 0:
-        return np.zeros(ids.shape, np.int64)
-    order = np.argsort(flat, kind="stable")                  # by expert, then token
-    g = flat[order]
-    cnt = np.bincount(g, minlength=plan.expert_base.size)
-    j = np.arange(flat.size) - np.repeat(_displs(cnt), cnt)
-    out = np.empty(flat.size, np.int64)
-    out[order] = plan.expert_base[g] + plan.pair_off[s, g] + j
-    return out.reshape(ids.shape)
+def source_entries(plan, s, ids):
+    """Where source s's tokens (global expert ids [n, K], tokens ascending) land at every rank, as
+    the C++ routing plan places them (routing_places, the window exchange's own places): (dest
+    [n, K] int32 rank of each pair's expert, hit [n, ranks] token sent to the rank, tok_peer [n, ranks]
+    int32 (the rank where hit, else -1), tok_row [n, ranks] its record row there (-1 where not sent),
+    pair_row [n, K] each pair's row in its rank's per-expert or masked rows)."""
+    ids = np.ascontiguousarray(ids, np.int64)
+    (n, K), W = ids.shape, plan.N.shape[0]
+    tok_peer, tok_row = np.empty((n, W), np.int32), np.empty((n, W), np.int64)
+    dest, pair_row = np.empty((n, K), np.int32), np.empty((n, K), np.int64)
+    _C_EP.routing_places(plan.native, s, ids, (tok_peer, tok_row, dest, pair_row))
+    return dest, tok_peer >= 0, tok_peer, tok_row, pair_row
 
 
 def masked_slots(counts, cap):
@@ -137,27 +144,6 @@ def _ranks_within(counts):
     """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ...: each item's place within its group."""
     counts = np.asarray(counts, np.int64)
     return np.arange(int(counts.sum())) - np.repeat(_displs(counts), counts)
-
-
-def _token_rows(plan, s, dest, ranks):
-    """[n, len(ranks)]: does token i go to ranks[c] (any of its experts there), and its record row
-    there (the source's block, tokens ascending)."""
-    hit = np.zeros((dest.shape[0], len(ranks)), bool)
-    for c, d in enumerate(ranks):
-        hit[:, c] = np.any(dest == d, axis=1)
-    rows = plan.tok_off[s, ranks][None, :] + np.cumsum(hit, axis=0) - 1
-    return hit, rows
-
-
-def source_entries(plan, s, ids, local_experts, ranks):
-    """Where source s's tokens (global expert ids [n, K], tokens ascending) land at every rank:
-    (dest [n, K] rank of each pair's expert, hit [n, ranks] token sent to the rank, tok_peer [n, ranks]
-    (the rank where hit, else -1), tok_row [n, ranks] its record row there (-1 where not sent, as the
-    window exchange gives it), pair_row [n, K] each pair's row in its rank's per-expert or masked rows)."""
-    dest = ids // local_experts
-    hit, trow = _token_rows(plan, s, dest, np.arange(ranks))
-    tok_peer = np.where(hit, np.arange(ranks)[None, :], -1).astype(np.int64)
-    return dest, hit, tok_peer, np.where(hit, trow, -1).astype(np.int64), _pair_slots(plan, s, ids)
 
 
 def returned_rows(plan, s, d, local_experts, per_token):

@@ -1,7 +1,8 @@
 """Dispatch and combine written once over a transport (transport.py): MPI (MpiTransport, one rank
 per process), NCCL (dsperf.cuda.nccl.NcclTransport, one process per GPU or one for all) and the
 simulated transport (every rank in this process, numpy), with the window exchange's plan and handle
-(plan.py): the same layouts, the same ExchangeHandle fields, the same rows on every transport.
+(plan.py; the plan is computed in C++, csrc/ep/ep_plan.hpp, for both): the same layouts, the same
+ExchangeHandle fields, the same rows on every transport.
 
 Arguments and results are dicts keyed by the ranks the transport drives (transport.ranks). Experts
 are split evenly and contiguously over the ranks (rank r owns [r * E / n, (r + 1) * E / n)).
@@ -21,8 +22,9 @@ combine sends each rank's outputs back along the same rows (one alltoallv) and t
 sum_k w_k y_k in slot order (FP32). In the token layout each rank first reduces the outputs of a
 received token over its own experts (FP32, slot order) and one row per (token, rank) goes back,
 as with per_token=True (rows already reduced per received token: DeepEP's combine); the source
-sums those over ranks in rank order. The routing plan is host work on the ids (numpy); rows move on
-the transport (gather and weighted_sum run on the rank: GPU kernels under NCCL).
+sums those over ranks in rank order. The routing plan is host work on the ids (the C++ routing plan
+through plan.py's binding: the offsets and places the window exchange computes); rows move on the
+transport (gather and weighted_sum run on the rank: GPU kernels under NCCL).
 """
 from __future__ import annotations
 
@@ -144,7 +146,7 @@ def _plan(transport, hids, n_experts, epr, layout, cap, dim, agree):
         agree[1](got[:, :words])
         got = got[:, words:]
     top_k = hids[transport.ranks[0]].shape[1]
-    return _make_plan(got[:, :n], got[:, n:], n, epr, cap, layout, False, dim, top_k)
+    return _make_plan(got, epr, cap, layout, False, dim, top_k)
 
 
 def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, out_dim=None, agree=None):
@@ -162,7 +164,7 @@ def _exchange(transport, xs, ids, weights, n_experts, layout, max_tokens=None, o
     pairs = plan.PE.reshape(n, n, epr).sum(axis=2)              # [source, dest] pairs
     entries, sends, sc, rc, extra = {}, {}, {}, {}, ({}, {})
     for r in ranks:
-        dest, hit, tok_peer, trow, pair_row = entries[r] = source_entries(plan, r, hids[r], epr, n)
+        dest, hit, tok_peer, trow, pair_row = entries[r] = source_entries(plan, r, hids[r])
         if layout == "token":
             order_rank, order_tok = np.nonzero(hit.T)            # by destination, tokens ascending
             sends[r] = _rows(transport, r, xs[r], order_tok)

@@ -1,7 +1,10 @@
-"""The Ascend 910C kernel table: derived MLA decode rows (benchmarks/tables/build_ascend910c.py)."""
+"""The Ascend 910C kernel table: derived MLA decode rows and measured dispatch/combine rows
+(benchmarks/tables/build_ascend910c.py)."""
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from dsperf.model import derive_table, grounded
 
@@ -10,8 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ascend_table_loads_with_both_sources():
     rows = grounded.read_table_rows(grounded._tables_dir() / "Ascend910C.csv")
-    assert rows and {r["family"] for r in rows} == {"mla_decode"}
-    for r in rows:
+    assert rows and {r["family"] for r in rows} == {"mla_decode", "dispatch_normal", "combine_normal"}
+    comm = [r for r in rows if r["family"] != "mla_decode"]
+    # DeepEP-Ascend's normal kernels on an A3 SuperPOD, per EP as published, each read against one die's link.
+    assert len(comm) == 10 and all(r["basis"] == "measured" and r["link_gbps"] == 196 for r in comm)
+    assert all("sgl-kernel-npu" in r["source"] and "b2e93094" in r["source"] for r in comm)
+    assert {(r["family"], r["ep"]): r["gbps"] for r in comm}[("dispatch_normal", 8)] == 146
+    for r in (r for r in rows if r["family"] == "mla_decode"):
         assert r["basis"] == "derived"
         assert "InferSim" in r["source"]                      # the H800 curve over shapes
         assert "2509.25224" in r["source2"] and "614" in r["source2"]   # the AMLA paper's best case
@@ -28,6 +36,37 @@ def test_ascend_mla_decode_priced_from_the_table():
     # Compute-bound on the package's roofline; at most the published best, 614 of 707.8 TFLOPS.
     assert 0.6 < core[0]["efficiency"] <= 614 / 707.8 + 1e-9
     assert out["calls_from_table"] == 3  # the attention core, dispatch and combine
+
+
+def test_ascend_dispatch_combine_priced_from_its_own_rows():
+    """Inside the UB domain a decode's dispatch and combine read the EP8 rows of the normal kernels:
+    the Ascend rows (146 and 125 GB/s of a die's 196 GB/s link), scaled to the package's 392 GB/s,
+    not the H800 NVLink rows."""
+    out = grounded.decode(device="Ascend910C", batch=96, kv_len=4224, ep=320, redundant_experts=64, mtp=1,
+                          mtp_accepted=0.7)
+    gbps = {c["family"]: c["efficiency"] for c in out["calls"] if c["family"].endswith("_normal")}
+    assert gbps["dispatch_normal"] == pytest.approx(146 / 196 * 392)
+    assert gbps["combine_normal"] == pytest.approx(125 / 196 * 392)
+    # Another device inside its NVLink domain still reads the network table's H800 rows (153 of 200 GB/s).
+    h = grounded.decode(device="H800", batch=64, kv_len=4224, ep=8, redundant_experts=0)
+    assert {c["family"]: c["efficiency"] for c in h["calls"]}["dispatch_normal"] == pytest.approx(153 / 200 * 200)
+
+
+def test_a_regeneration_keeps_the_measured_rows():
+    """python -m dsperf.model.derive_table Ascend910C rewrites the derived rows and keeps the measured ones."""
+    shipped = (grounded._tables_dir() / "Ascend910C.csv").read_text()
+    assert derive_table.render("Ascend910C") == shipped
+
+
+def test_a_device_comm_row_needs_its_link_and_a_scale_up_family(tmp_path):
+    head = "family,ep,gbps,basis,source\n"
+    bad = tmp_path / "t.csv"
+    bad.write_text(head + "dispatch_normal,8,146,measured,somewhere\n")
+    with pytest.raises(ValueError, match="link_gbps"):
+        grounded._add_latencies(grounded.SM.KernelTables(0.5), bad, grounded.load_device("H800", "corrected"))
+    bad.write_text("family,ep,gbps,link_gbps,basis,source\ndispatch_ll,8,58,196,measured,somewhere\n")
+    with pytest.raises(ValueError, match="network table"):
+        grounded._add_latencies(grounded.SM.KernelTables(0.5), bad, grounded.load_device("H800", "corrected"))
 
 
 def test_ascend_table_is_what_the_builder_writes():

@@ -5,8 +5,9 @@ Ascend kernel figures that are published at a source this project could read.
 
 What is published, and what it can give
 ---------------------------------------
-No per-shape Ascend kernel benchmark (a latency or TFLOPS at each batch and context, each M of a
-GEMM) could be read at its source for this table. What could be read is one best-case figure:
+No per-shape Ascend compute-kernel benchmark (a latency or TFLOPS at each batch and context, each M
+of a GEMM) could be read at its source for this table. What could be read is one best-case figure
+of the attention core, and per-EP dispatch/combine bandwidths (below):
 
 - arXiv 2509.25224 (AMLA, Huawei, 2025-09), abstract: the AMLA MLA decode kernel on "Ascend 910
   NPUs (integrated in CloudMatrix384)" reaches "up to 614 TFLOPS, reaching 86.8% of the
@@ -23,11 +24,31 @@ keeps its efficiency relative to the best H800 row, scaled to the published Asce
 are written with basis = derived and name both sources. The published figure is typed in below
 and must agree with its row in python/dsperf/data/anchors.csv, which the rule reads.
 
+Measured rows: dispatch and combine
+------------------------------------
+sgl-project/sgl-kernel-npu's README ("DeepEP-Ascend Performance", table added by commit b2e93094,
+2025-09-26, "Add performace of normal and low latency dispatch/combine comm (#106)"; the same
+figures at f425bdf1) gives DeepEP's Ascend port timed on an A3 384 SuperPOD over HCCS: normal
+kernels at 4096 tokens per batch, hidden 7168, top-8, INT8 dispatch and BF16 combine, the
+bottleneck bandwidth at EP 8, 16, 32, 64 and 128 (dispatch 146 / 107 / 102 / 81 / 57 GB/s, combine
+125 / 103 / 95 / 91 / 81 GB/s). They are written as measured dispatch_normal / combine_normal rows
+at the EP published, with link_gbps = 196 (one die's Unified Bus, Ascend910C.toml): a rank of that
+test is one die (assumed: an A3 node exposes each 910C die as one device), and the row is read as a
+fraction of the rank's link, scaled to the package's (392 GB/s), as the H800 rows are scaled to a
+device's NVLink. They replace the network table's rows of those two families for this device.
+The same README's low-latency figures (128 tokens; dispatch 132 / 139 / 153 us, combine 126 / 135 /
+151 us at EP 8 / 16 / 32) are not rows: the grounded model prices the low-latency families over
+the scale-out NIC only (a decode inside one UB domain is priced with the normal family's EP8 row),
+so a row timed over HCCS would be read against RoCE.
+
 Not used, and why:
 - the operator-level figures of the CloudMatrix384 paper (arXiv 2506.12708: MLA compute and
   memory utilisation, INT8 GEMM utilisation, dispatch/combine latency by EP size) could only be
-  read here in secondary summaries, not in the paper's own tables; and dispatch/combine rows
-  belong in the network table (data/efficiency/network.csv), which all devices share;
+  read here in secondary summaries, not in the paper's own tables (the stored copies of its HTML
+  version hold its first page only); the AMLA paper's per-shape results likewise (abstract only);
+- Ascend/msmodeling's profiling database (ATLAS_800_A3_752T_128G_DIE: GroupedMatmul,
+  FusedInferAttentionScore, ... per shape) is stored as Git LFS pointers, its figures absent;
+- cann-recipes-infer's DeepSeek-R1 documents give deployment figures only, no per-operator time;
 - the deployment figures of that paper and of cann-recipes-infer (tokens/s per NPU, TPOT) are
   validation points (data/validation/points.csv) and never inputs.
 So MLA prolog, GEMMs, grouped matmul and the rest still run at the default efficiency.
@@ -50,6 +71,29 @@ PUBLISHED = [
     ("mla_decode", 614.0, "TFLOPS", 0.868,
      "arXiv 2509.25224 (AMLA: MUL by ADD in FlashAttention Rescaling), abstract"),
 ]
+# Measured on the device: (family, EP as published, GB/s as published). sgl-project/sgl-kernel-npu
+# README.md, "Normal Kernels with Pure HCCS".
+DEEPEP_ASCEND_NORMAL = [
+    ("dispatch_normal", 8, 146), ("dispatch_normal", 16, 107), ("dispatch_normal", 32, 102),
+    ("dispatch_normal", 64, 81), ("dispatch_normal", 128, 57),
+    ("combine_normal", 8, 125), ("combine_normal", 16, 103), ("combine_normal", 32, 95),
+    ("combine_normal", 64, 91), ("combine_normal", 128, 81),
+]
+DIE_UB_GBPS = 196.0  # one die's Unified Bus link (Ascend910C.toml: 392 GB/s per package of two dies)
+DEEPEP_ASCEND_SOURCE = (
+    "sgl-project/sgl-kernel-npu README.md, DeepEP-Ascend Performance, Normal Kernels with Pure HCCS (table added "
+    "by commit b2e93094, 2025-09-26; same figures at f425bdf1): DeepEP's Ascend port on an A3 384 SuperPOD, "
+    "intranode over HCCS, 4096 tokens per batch, hidden 7168, top-8 experts, INT8 dispatch, BF16 combine; "
+    "bottleneck bandwidth per rank at the EP given (ranks; a rank assumed to be one 910C die) "
+    "[link_gbps: one die's UB link, Ascend910C.toml]")
+
+
+def measured() -> list[dict]:
+    """The measured rows, as read_table_rows gives them."""
+    return [{"family": f, "ep": float(ep), "gbps": float(g), "link_gbps": DIE_UB_GBPS, "basis": "measured",
+             "source": DEEPEP_ASCEND_SOURCE} for f, ep, g in DEEPEP_ASCEND_NORMAL]
+
+
 # The package's dense BF16 peak (two dies of 353.9 TFLOPS), the peak the AMLA percentage is of.
 PACKAGE_BF16_TFLOPS = 2 * 353.9
 
@@ -58,6 +102,8 @@ def check() -> list[str]:
     """The published figures against the device file and anchors.csv; problems, one line each."""
     problems = []
     dev = load_device(DEVICE, "corrected")
+    if abs(dev.nvlink_gbps - 2 * DIE_UB_GBPS) > 0.05:
+        problems.append(f"{DEVICE}.toml nvlink_gbps is {dev.nvlink_gbps}, not two dies' UB links ({2 * DIE_UB_GBPS})")
     if abs(dev.fp16_tflops - PACKAGE_BF16_TFLOPS) > 0.05:
         problems.append(f"{DEVICE}.toml fp16_tflops is {dev.fp16_tflops}, not the package's BF16 peak "
                         f"{PACKAGE_BF16_TFLOPS}: the anchors are fractions of that peak")
@@ -83,7 +129,7 @@ def main(argv=None) -> int:
     if problems:
         print("\n".join(problems), file=sys.stderr)
         return 1
-    text = derive_table.render(DEVICE)
+    text = derive_table.render(DEVICE, measured())
     path = ROOT / "python" / "dsperf" / "data" / "efficiency" / f"{DEVICE}.csv"
     if a.check:
         if not path.is_file() or path.read_text() != text:
@@ -92,7 +138,7 @@ def main(argv=None) -> int:
         print(f"{path}: up to date")
         return 0
     path.write_text(text)
-    print(f"wrote {path} ({len(text.splitlines()) - 2} rows)")
+    print(f"wrote {path} ({sum(not line.startswith('#') for line in text.splitlines()) - 1} rows)")
     return 0
 
 

@@ -25,7 +25,8 @@ from 512 for grouped_fp4), scaled to the NVFP4 anchor. One anchor scales every r
 memory-bound rows too (no Blackwell GEMM library publishes its memory-bound best separately).
 Efficiencies are capped at 1.
 
-`python -m dsperf.model.derive_table` rewrites data/efficiency/<target>.csv;
+`python -m dsperf.model.derive_table` rewrites data/efficiency/<target>.csv, keeping the table's
+measured rows (basis measured, e.g. the Ascend 910C's dispatch/combine rows) as they are;
 tests/test_derived_tables.py checks that the shipped file is what the rule gives today.
 """
 from __future__ import annotations
@@ -154,15 +155,39 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
     return out
 
 
-def render(target: str) -> str:
-    rows = derive(target)
+# Columns a table's measured rows may use beyond the derived rows' (written only where one does).
+MEASURED_EXTRA_COLUMNS = ("tokens", "link_gbps", "measured_on")
+
+
+def measured_rows(target: str) -> list[dict]:
+    """The measured rows of target's shipped table (basis measured: a kernel timed on the target
+    itself), which a regeneration keeps as they are."""
+    from .grounded import read_table_rows
+
+    path = _data(f"{target}.csv")
+    return [r for r in read_table_rows(path) if r["basis"] == "measured"] if path.is_file() else []
+
+
+def render(target: str, measured: list[dict] | None = None) -> str:
+    """target's table: the derived rows, then its measured rows (`measured`, or the shipped file's
+    measured rows when None, so that a regeneration keeps them). A derived row at the shape of a
+    measured row is left out: the measurement replaces it."""
+    from .grounded import row_label
+
+    measured = measured_rows(target) if measured is None else measured
+    taken = {row_label(r) for r in measured}
+    rows = [r for r in derive(target) if row_label(r) not in taken]
+    columns = OUT_COLUMNS + tuple(c for c in MEASURED_EXTRA_COLUMNS if any(c in r for r in measured))
     buf = io.StringIO()
     buf.write(f"# Kernel efficiency rows for {target}, derived (dsperf.model.derive_table): each {HOPPER_TABLE} row's "
               "efficiency scaled by a published best-case figure of this GPU (anchors.csv) over the best "
               f"{HOPPER_TABLE} row of the family. Regenerate: python -m dsperf.model.derive_table {target}\n")
-    w = csv.DictWriter(buf, fieldnames=OUT_COLUMNS, lineterminator="\n", extrasaction="ignore")
+    if measured:
+        buf.write(f"# Then {len(measured)} measured rows (basis measured: timed on this device, each with its "
+                  "source); a regeneration keeps them.\n")
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
-    for r in rows:
+    for r in rows + [dict(r) for r in measured]:
         w.writerow({k: (f"{v:g}" if isinstance(v, float) and k != "latency_us" else v) for k, v in r.items()})
     return buf.getvalue()
 

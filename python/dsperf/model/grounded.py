@@ -116,7 +116,7 @@ def read_table_rows(path) -> list[dict]:
             if dtype not in ("fp8", "bf16"):
                 raise ValueError(f"{where}: field 'dtype' must be fp8 or bf16, got {dtype!r}")
             row["dtype"] = dtype
-        for col in SHAPE_COLUMNS + ("latency_us", "gbps", "tokens"):
+        for col in SHAPE_COLUMNS + ("latency_us", "gbps", "tokens", "link_gbps"):
             if (raw.get(col) or "").strip():
                 row[col] = _number(raw[col], where, col)
         comm = SM.is_comm_family(fam)
@@ -171,24 +171,71 @@ def _row_gbps(row: Mapping) -> float:
     return row["tokens"] * _DEEPEP_TOP_K * payload / (row["latency_us"] * 1e-6) / 1e9
 
 
+# The links the network table's dispatch/combine rows were timed over, as step_model.cpp prices
+# them (kTableNvlinkGbps: the normal kernels inside an NVLink domain are scaled by the device's
+# nvlink_gbps over 200 GB/s, H800 NVLink per direction; network.csv's header).
+NETWORK_TABLE_LINK_GBPS = {"dispatch_normal": 200.0, "combine_normal": 200.0}
+
+
+def _device_comm_rows(path, rows) -> list[dict]:
+    """A device table's own dispatch/combine rows (timed on that device's scale-up link, e.g. DeepEP's
+    Ascend port inside a CloudMatrix384 supernode): only the families priced over the scale-up link
+    (the normal kernels), each with link_gbps, the link of one rank in that measurement, so that its
+    figure is read as a fraction of that link (as a latency row is read against the roofline of the
+    GPU that timed it)."""
+    out = []
+    for i, row in enumerate(rows, start=1):
+        fam = row["family"]
+        if not SM.is_comm_family(fam):
+            continue
+        if fam not in NETWORK_TABLE_LINK_GBPS:
+            raise ValueError(f"{path}, row {i}: field 'family': {fam} rows belong in the network table "
+                             "(data/efficiency/network.csv); a device's kernel table takes only "
+                             f"{' and '.join(NETWORK_TABLE_LINK_GBPS)} rows (the kernels priced over its "
+                             "scale-up link)")
+        if "link_gbps" not in row or "ep" not in row:
+            raise ValueError(f"{path}, row {i}: field 'link_gbps': a {fam} row of a device's kernel table needs "
+                             "ep and link_gbps (the GB/s of one rank's link in that measurement)")
+        out.append(row)
+    return out
+
+
 def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
-    """A device's table file's rows into t; a row the tables refuse (a communication family, whose
-    rows are the network table's) is an error naming the file and the row."""
+    """A device's table file's rows into t: compute rows as latencies, its own dispatch/combine rows
+    (_device_comm_rows) as bandwidths in place of the network table's rows of those families."""
     devices = {}
-    for i, row in enumerate(read_table_rows(path), start=1):
+    rows = read_table_rows(path)
+    for row in _device_comm_rows(path, rows):
+        fam = row["family"]
+        t.add_bandwidth(fam, row["ep"], _row_gbps(row) / row["link_gbps"] * NETWORK_TABLE_LINK_GBPS[fam])
+    for row in rows:
         if SM.is_comm_family(row["family"]):
-            raise ValueError(f"{path}, row {i}: field 'family': {row['family']} rows belong in the network table "
-                             "(data/efficiency/network.csv), not a device's kernel table")
+            continue
         on = row.get("measured_on")
         timed_on = measured_on if on is None else devices.setdefault(on, load_device(on, "corrected"))
         t.add_latency(row["family"], _shape(row), row["latency_us"], timed_on)
+
+
+def _own_comm_families(path) -> set:
+    """The dispatch/combine families a device table has rows of (they replace the network table's)."""
+    return {r["family"] for r in read_table_rows(path) if SM.is_comm_family(r["family"])} if Path(path).is_file() \
+        else set()
 
 
 @functools.lru_cache(maxsize=16)
 def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None,
                 modified_ns: int = 0) -> "SM.KernelTables":
     t = SM.KernelTables(default_efficiency)
+    if measured_on_file is not None:
+        own_path = Path(measured_on_file).parent / table
+    else:
+        own_path = _tables_dir() / f"{table}.csv" if table is not None else None
+    # A device table's own dispatch/combine rows replace the network table's rows of those families
+    # (two parts' figures on one curve would be averaged at a shared EP).
+    own = _own_comm_families(own_path) if own_path is not None else set()
     for row in read_table_rows(_tables_dir() / "network.csv"):
+        if row["family"] in own:
+            continue
         if row["family"] == "allreduce" and "gbps" not in row:
             t.add_allreduce_latency(row["tp"], row["bytes"], row["latency_us"])
         else:

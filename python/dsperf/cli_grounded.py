@@ -8,6 +8,13 @@ FORMATS = ("table", "csv", "markdown")
 SECTIONS = ("all", "peak", "latency")
 
 
+def _overlaps() -> tuple:
+    """The overlap schedules, named once in C++ (step_model.hpp's kOverlapNames)."""
+    from . import _C
+
+    return tuple(_C.step_model.OVERLAPS)
+
+
 def add_parsers(sub) -> None:
     v = sub.add_parser("validate", help="the grounded model against published DeepSeek-V3/R1 deployments "
                                         "(docs/VALIDATION.md)")
@@ -30,7 +37,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--tokens", type=float, default=16384, help="prefill: new prompt tokens per GPU per step")
     p.add_argument("--prompt-len", type=float, default=4096, help="prefill: tokens per prompt")
     p.add_argument("--cached-prefix", type=float, default=0, help="prefill: prompt tokens served by the prefix cache")
-    p.add_argument("--overlap", choices=("two_batch", "single_batch", "none"), default="two_batch")
+    p.add_argument("--overlap", choices=_overlaps(), default="two_batch")
     p.add_argument("--mtp", type=int, default=0, help="decode: MTP draft tokens per step")
     p.add_argument("--mtp-accepted", type=float, default=0.0, help="decode: draft tokens accepted per step")
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache (default BF16)")

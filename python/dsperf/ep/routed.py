@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import _arrays as A
 from .. import kernels as K
+from .base import LAYOUTS
 from .plan import (ExchangeHandle, _make_plan, pair_experts, returned_position, returned_rows,
                    source_entries)
 from .protocol import F32, DispatchOut, LowLatencyOut
@@ -232,8 +233,8 @@ def dispatch_results(transport, xs, ids, weights, n_experts, *, layout="expert",
     outputs combine takes (default dim; differs where the rows are packed bytes). agree: (heads
     {rank: int64 words}, check(heads of every rank), what): values every rank must see before rows
     move (verdicts, call descriptors), carried in the count allgather."""
-    if layout not in ("expert", "token"):
-        raise ValueError(f"layout must be 'expert' or 'token', got {layout!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     return _exchange(transport, xs, ids, weights, n_experts, layout, out_dim=out_dim, agree=agree)
 
 

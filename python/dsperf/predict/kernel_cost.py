@@ -183,7 +183,7 @@ def load_efficiencies(path) -> dict[str, KernelEfficiency]:
     return efficiencies_from_dict(_read_toml(path).get("efficiency", {}))
 
 
-EP_LAYOUTS = ("token", "expert", "masked")
+EP_LAYOUTS = tuple(_C.kernel_cost.EpLayout.__members__)   # named once in C++ (csrc/ep/ep_layout.hpp)
 EP_TRANSPORTS = ("alltoallv", "window")
 
 

@@ -8,6 +8,7 @@ FORMATS = ("table", "csv", "markdown")
 
 
 def add_simulate_parser(sub) -> None:
+    from ..cli_grounded import _overlaps
     from .simulate import ARRIVALS, MODES, ROUTINGS
 
     p = sub.add_parser("simulate", help="serve requests over time on a deployment: TTFT/TPOT/ITL/E2E percentiles, "
@@ -28,7 +29,7 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--ep", type=int, default=16, help="GPUs per EP group (the decode pool's when disaggregated)")
     p.add_argument("--attn-tp", type=int, default=1, help="GPUs per DP attention rank")
     p.add_argument("--redundant-experts", type=int, default=0)
-    p.add_argument("--overlap", choices=("two_batch", "single_batch", "none"), default="two_batch")
+    p.add_argument("--overlap", choices=_overlaps(), default="two_batch")
     p.add_argument("--replicas", type=int, default=1, help="EP groups")
     p.add_argument("--max-batch", type=int, help="requests per GPU (default: as many as the KV cache holds)")
     p.add_argument("--max-num-tokens", type=int, help="tokens per rank per step (default 8192)")

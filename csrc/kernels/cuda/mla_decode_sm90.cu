@@ -1,0 +1,319 @@
+// Absorbed MLA decode on Hopper's own instructions (sm_90a): mla_decode's argument contract
+// (cuda_api.hpp's MlaDecode, the same split-KV work items from mla_plan.hpp and the same merge of
+// partial results, mla_decode.cu), for the BF16 latent cache of DeepSeek's shapes (kv_lora 512,
+// rope 64, 64-token blocks).
+//
+// NOT YET RUN ON A GPU: compiled for sm_90a and its SASS checked (benchmarks/check_sass.py) only.
+// It is opt-in (dsperf.cuda.mla_decode(..., variant="wgmma") / DSPERF_CUDA_WGMMA=1) until
+// benchmarks/gpu_validate.py --hopper has compared it with the mma.sync kernel on an H100 / H200.
+//
+// Design (one CTA per work item and 64 query rows, 3 warpgroups):
+// - Shared memory holds the 64 query rows [latent 512 | rope 64] and a ring of 2 key tiles, each one
+//   64-token block of the page table [latent | rope], all as TMA boxes of 64 rows x 128 bytes with
+//   the 128-byte swizzle (9 boxes, 72 KB per tile), and the probabilities P [64 x 64] BF16.
+// - Warpgroup 0 is the producer: one thread loads the queries once, then for each block of the work
+//   item waits for a free slot ("empty" mbarrier), announces its bytes on the "full" mbarrier and
+//   issues the 9 TMA loads at the block's page. It gives most of its registers to the consumers.
+// - Warpgroups 1 and 2 are consumers. Consumer c computes the scores of tokens 32c .. 32c + 31 of
+//   the block, S = Q K^T over the 576-deep sum (36 wgmma m64n32k16, Q and K from shared memory);
+//   the two exchange row maxima and row sums through shared memory (named barriers), each writes
+//   its half of P (BF16, as the CPU rounds it) into the shared P tile, and then each accumulates
+//   its 256 of the 512 output columns, O[:, 256c ..] = O * alpha + P V, with 4 wgmma m64n256k16
+//   reading P (K-major) and V -- the first 512 columns of the same key tile, read MN-major -- from
+//   shared memory. O stays in registers (128 FP32 per thread) until the normalised partial output
+//   and its log-sum-exp are written, as mla_decode.cu's kernels write theirs.
+// - The two consumers work in lock step on the same block (no ping-pong between softmax of one
+//   block and products of the other yet): the tensor cores idle while the softmax runs.
+// - Tokens of the last block past the work item's end may hold anything (NaN included): each
+//   consumer zeroes those rows of its own V columns before its products (their P is 0), and their
+//   scores are masked by selection, never by multiplication.
+#include <cuda.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_api.hpp"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/hopper_api.hpp"
+#include "kernels/cuda/sm90_ptx.cuh"
+
+namespace dsperf::cuda {
+namespace {
+
+constexpr int kRows = 64, kBlock = 64, kLatent = 512, kRope = 64;
+constexpr int kBox = 64 * 128;                            // one TMA box: 64 rows x 128 bytes
+constexpr int kLatentBoxes = kLatent / 64, kBoxes = kLatentBoxes + kRope / 64;  // 8 + 1
+constexpr int kTileBytes = kBoxes * kBox;                 // 72 KB: Q, or one block's keys
+constexpr int kStages = 2, kThreads = 384, kAlign = 1024;
+// Byte offsets from the 1024-aligned base: Q, the key ring, P, the row maxima and sums exchanged
+// by the consumers, the mbarriers.
+struct Lay {
+    static constexpr int kQ = 0, kRing = kTileBytes, kP = kRing + kStages * kTileBytes, kRed = kP + kRows * 128,
+                         kBars = kRed + 4 * kRows * 4, kEnd = kBars + (2 * kStages + 1) * 8;
+};
+constexpr size_t kSmemBytes = size_t(Lay::kEnd) + kAlign;
+static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100 CTA may have");
+static_assert(Lay::kQ % kAlign == 0 && Lay::kRing % kAlign == 0 && Lay::kP % kAlign == 0 && Lay::kRed % 16 == 0 &&
+                  Lay::kBars % 8 == 0,
+              "tiles must keep the swizzle atoms aligned, the barriers 8 bytes");
+
+struct Args {
+    const int32_t* block_table;
+    const int32_t* seqlens;
+    const int32_t* items;
+    const int32_t* split_offsets;
+    int64_t q_len, heads, max_blocks;
+    float scale;
+    float* part_o;
+    float* part_lse;
+};
+
+#ifdef DSPERF_SM90A
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * 40 + 256 * 232 <= 65,536
+
+// The work item's token range [t_begin, t_end) and its first block, as mla_decode.cu's kernels.
+struct Range {
+    int64_t b, split, len, t_begin, t_end, first_block, blocks;
+    __device__ Range(const Args& a) {
+        const int32_t* item = a.items + 4 * int64_t(blockIdx.x);
+        b = item[0], split = item[3], len = a.seqlens[b];
+        t_begin = min(int64_t(item[1]) * kBlock, len);
+        // The request's last split runs to its length (seqlens grown on the device since the plan),
+        // within the block table's reach.
+        const bool last = split == a.split_offsets[b + 1] - a.split_offsets[b] - 1;
+        const int64_t reach = min(len, a.max_blocks * kBlock);
+        t_end = last ? reach : min(int64_t(item[2]) * kBlock, len);
+        first_block = t_begin / kBlock;
+        blocks = t_begin < t_end ? (t_end - first_block * kBlock + kBlock - 1) / kBlock : 0;
+    }
+};
+
+__device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* qbar,
+                                        const CUtensorMap& mq, const CUtensorMap& mqr, const CUtensorMap& mk,
+                                        const CUtensorMap& mkr, const Args& a, const Range& r) {
+    const int32_t qrow = int32_t(r.b * a.q_len * a.heads + int64_t(blockIdx.y) * kRows);
+    sm90::mbar_arrive_expect_tx(qbar, kTileBytes);
+    for (int c = 0; c < kLatentBoxes; ++c) sm90::tma_load_2d(smem + Lay::kQ + c * kBox, &mq, qbar, c * 64, qrow);
+    sm90::tma_load_2d(smem + Lay::kQ + kLatentBoxes * kBox, &mqr, qbar, 0, qrow);
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t i = 0; i < r.blocks; ++i) {
+        sm90::mbar_wait(&empty[stage], phase ^ 1);
+        const int32_t row = a.block_table[r.b * a.max_blocks + r.first_block + i] * kBlock;
+        uint8_t* tile = smem + Lay::kRing + stage * kTileBytes;
+        sm90::mbar_arrive_expect_tx(&full[stage], kTileBytes);
+        for (int c = 0; c < kLatentBoxes; ++c) sm90::tma_load_2d(tile + c * kBox, &mk, &full[stage], c * 64, row);
+        sm90::tma_load_2d(tile + kLatentBoxes * kBox, &mkr, &full[stage], 0, row);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+}
+
+// Byte offset of P[row][k] (BF16) in the K-major, 128-byte-swizzled P tile: 16-byte chunk k / 8 of
+// the row's 128 bytes is stored at chunk (k / 8) ^ (row % 8).
+__device__ __forceinline__ int p_offset(int row, int k) { return row * 128 + (((k >> 3) ^ (row & 7)) << 4) + (k & 7) * 2; }
+
+__device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* qbar, int cw,
+                                        const Args& a, const Range& r) {
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int lo = warp * 16 + g, hi = lo + 8;  // this thread's two rows of the tile (accumulator layout)
+    const int64_t QH = a.q_len * a.heads, r0 = int64_t(blockIdx.y) * kRows;
+    // Query token q sits at position len - q_len + q and sees keys up to it; rows past QH see none.
+    auto visible = [&](int row) {
+        const int64_t gr = r0 + row;
+        return gr < QH ? r.len - a.q_len + gr / a.heads + 1 : int64_t(0);
+    };
+    const int64_t vis_lo = visible(lo), vis_hi = visible(hi);
+    float* red_max = reinterpret_cast<float*>(smem + Lay::kRed);  // [2 consumers][64 rows]
+    float* red_sum = red_max + 2 * kRows;
+    uint8_t* P = smem + Lay::kP;
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
+    sm90::mbar_wait(qbar, 0);  // always, so that no TMA is in flight when the CTA ends
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t i = 0; i < r.blocks; ++i) {
+        sm90::mbar_wait(&full[stage], phase);
+        uint8_t* tile = smem + Lay::kRing + stage * kTileBytes;
+        const int64_t n0 = (r.first_block + i) * kBlock;
+        const int valid = int(min(int64_t(kBlock), r.t_end - n0));
+        if (valid < kBlock) {  // zero rows valid.. of this consumer's 4 V boxes (16-byte pieces)
+            const int per_box = (kBlock - valid) * 8;
+            for (int u = tid; u < 4 * per_box; u += 128) {
+                uint8_t* box = tile + (4 * cw + u / per_box) * kBox;
+                *reinterpret_cast<uint4*>(box + valid * 128 + (u % per_box) * 16) = make_uint4(0, 0, 0, 0);
+            }
+            sm90::fence_proxy_async();
+            sm90::named_barrier(2 + cw, 128);
+        }
+        // S[64 x 32] for tokens 32 cw .. of the block: 9 boxes x 4 k-steps of 16 (+32 bytes each).
+        float s[16];
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < kBoxes; ++c) {
+            const uint64_t dq = sm90::desc_k_major_sw128(smem + Lay::kQ + c * kBox);
+            const uint64_t dk = sm90::desc_k_major_sw128(tile + c * kBox + cw * 32 * 128);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) sm90::wgmma_m64n32k16_bf16(s, dq + 2 * kk, dk + 2 * kk, c > 0 || kk > 0);
+        }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s);
+        // Registers 4 j + e: row lo, column 8 j + 2 t + e; 4 j + 2 + e: row hi.
+        float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int64_t n = n0 + 32 * cw + 8 * j + 2 * t + e;
+                s[4 * j + e] = (n < r.t_end && n < vis_lo) ? s[4 * j + e] * a.scale : -INFINITY;
+                s[4 * j + 2 + e] = (n < r.t_end && n < vis_hi) ? s[4 * j + 2 + e] * a.scale : -INFINITY;
+                mx_lo = fmaxf(mx_lo, s[4 * j + e]);
+                mx_hi = fmaxf(mx_hi, s[4 * j + 2 + e]);
+            }
+#pragma unroll
+        for (int off = 1; off < 4; off *= 2) {
+            mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
+            mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
+        }
+        if (t == 0) red_max[cw * kRows + lo] = mx_lo, red_max[cw * kRows + hi] = mx_hi;
+        sm90::named_barrier(1, 256);  // both consumers' maxima written
+        const float new_lo = fmaxf(m_lo, fmaxf(red_max[lo], red_max[kRows + lo]));
+        const float new_hi = fmaxf(m_hi, fmaxf(red_max[hi], red_max[kRows + hi]));
+        const float alpha_lo = new_lo == -INFINITY ? 1.0f : __expf(m_lo - new_lo);
+        const float alpha_hi = new_hi == -INFINITY ? 1.0f : __expf(m_hi - new_hi);
+        float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int k = 32 * cw + 8 * j + 2 * t;
+            const float p0 = new_lo == -INFINITY ? 0.0f : __expf(s[4 * j] - new_lo);
+            const float p1 = new_lo == -INFINITY ? 0.0f : __expf(s[4 * j + 1] - new_lo);
+            const float p2 = new_hi == -INFINITY ? 0.0f : __expf(s[4 * j + 2] - new_hi);
+            const float p3 = new_hi == -INFINITY ? 0.0f : __expf(s[4 * j + 3] - new_hi);
+            sum_lo += p0 + p1, sum_hi += p2 + p3;
+            *reinterpret_cast<uint32_t*>(P + p_offset(lo, k)) = uint32_t(to_bf16_bits(p0)) | (uint32_t(to_bf16_bits(p1)) << 16);
+            *reinterpret_cast<uint32_t*>(P + p_offset(hi, k)) = uint32_t(to_bf16_bits(p2)) | (uint32_t(to_bf16_bits(p3)) << 16);
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off *= 2) {
+            sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, off);
+            sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, off);
+        }
+        if (t == 0) red_sum[cw * kRows + lo] = sum_lo, red_sum[cw * kRows + hi] = sum_hi;
+        sm90::fence_proxy_async();    // this thread's P writes, before wgmma reads them
+        sm90::named_barrier(1, 256);  // P whole, both sums written
+        // The same arithmetic in both consumers, so both hold the same m and l.
+        l_lo = l_lo * alpha_lo + (red_sum[lo] + red_sum[kRows + lo]);
+        l_hi = l_hi * alpha_hi + (red_sum[hi] + red_sum[kRows + hi]);
+        m_lo = new_lo, m_hi = new_hi;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo, o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
+        sm90::fence_registers(o);  // the rescaling stays before the fence (else ptxas adds its own)
+        // O[:, 256 cw ..] += P V: 4 k-steps of 16 tokens; V's 256 columns are boxes 4 cw .. 4 cw + 3.
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            sm90::wgmma_m64n256k16_bf16<1>(o, sm90::desc_k_major_sw128(P) + 2 * kk,
+                                           sm90::desc_mn_major_sw128(tile + 4 * cw * kBox + kk * 16 * 128, kBox), 1);
+        sm90::wgmma_commit();
+        // Finished before the slot is freed and before the next block's P is written.
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(o);
+        if (tid == 0) sm90::mbar_arrive(&empty[stage]);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    const int64_t slot = a.split_offsets[r.b] + r.split;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int64_t row = r0 + (h ? hi : lo);
+        if (row >= QH) continue;
+        const float l = h ? l_hi : l_lo, m = h ? m_hi : m_lo;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float* dst = a.part_o + (slot * QH + row) * kLatent + 256 * cw + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+            *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        if (cw == 0 && t == 0) a.part_lse[slot * QH + row] = l > 0.0f ? m + logf(l) : -INFINITY;
+    }
+}
+#endif  // DSPERF_SM90A
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_wgmma_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_qr,
+                            const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_kr,
+                            Args a) {
+#ifdef DSPERF_SM90A
+    extern __shared__ uint8_t mla_smem_raw[];
+    uint8_t* smem =
+        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mla_smem_raw) + kAlign - 1) / kAlign * kAlign);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + Lay::kBars);
+    uint64_t* empty = full + kStages;
+    uint64_t* qbar = empty + kStages;
+    const Range r(a);
+    if (threadIdx.x == 0) {
+        sm90::tma_prefetch_map(&map_q);
+        sm90::tma_prefetch_map(&map_k);
+        for (int i = 0; i < kStages; ++i) {
+            sm90::mbar_init(&full[i], 1);   // the producer's expect_tx arrival (+ the bytes)
+            sm90::mbar_init(&empty[i], 2);  // one arrival per consumer warpgroup
+        }
+        sm90::mbar_init(qbar, 1);
+        sm90::mbar_init_fence();
+    }
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        sm90::regs_release<kProducerRegs>();
+        if (threadIdx.x == 0) produce(smem, full, empty, qbar, map_q, map_qr, map_k, map_kr, a, r);
+        return;
+    }
+    sm90::regs_claim<kConsumerRegs>();
+    consume(smem, full, empty, qbar, wg - 1, a, r);
+#else
+    // The sm_80 image: never launched (the host requires compute capability 9.0).
+    (void)map_q, (void)map_qr, (void)map_k, (void)map_kr, (void)a;
+    __trap();
+#endif
+}
+
+[[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("mla_decode variant='wgmma': " + why); }
+
+void launch(const MlaDecode& d, float* part_o, float* part_lse) {
+    const int64_t QH = d.q_len * d.heads;
+    const CUtensorMap map_q = rows_map(d.q_nope, false, d.batch * QH, kLatent, kRows);
+    const CUtensorMap map_qr = rows_map(d.q_rope, false, d.batch * QH, kRope, kRows);
+    const CUtensorMap map_k = rows_map(d.latent, false, d.num_blocks * kBlock, kLatent, kBlock);
+    const CUtensorMap map_kr = rows_map(d.rope, false, d.num_blocks * kBlock, kRope, kBlock);
+    const Args a{d.block_table, d.seqlens, d.items, d.split_offsets, d.q_len, d.heads, d.max_blocks,
+                 d.softmax_scale, part_o, part_lse};
+    check(cudaFuncSetAttribute(mla_decode_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)),
+          "cudaFuncSetAttribute (mla_decode_wgmma shared memory)");
+    const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
+    mla_decode_wgmma_kernel<<<grid, kThreads, kSmemBytes, current_stream()>>>(map_q, map_qr, map_k, map_kr, a);
+    check(cudaGetLastError(), "mla_decode (wgmma)");
+}
+
+}  // namespace
+
+std::string mla_decode_wgmma_unsupported(const MlaDecode& d) {
+    if (d.latent_scale) return "latent_scale: an FP8 latent_cache has no Hopper kernel yet (BF16 cache only)";
+    if (d.kv_lora != kLatent || d.rope_dim != kRope)
+        return "kv_lora must be 512 and rope_dim 64 (DeepSeek's shapes), got " + std::to_string(d.kv_lora) + " and " +
+               std::to_string(d.rope_dim);
+    if (d.block_size != kBlock) return "block_size must be 64 (one TMA tile per page), got " + std::to_string(d.block_size);
+    if (d.num_blocks * kBlock > INT32_MAX || d.batch * d.q_len * d.heads > INT32_MAX)
+        return "cache rows and query rows must fit TMA's 32-bit coordinates";
+    return "";
+}
+
+void mla_decode_wgmma(const MlaDecode& d) {
+    const std::string why = wgmma_unsupported_reason(current_device());
+    if (!why.empty()) refuse(why);
+    const std::string bad = mla_decode_wgmma_unsupported(d);
+    if (!bad.empty()) refuse(bad);
+    mla_decode_with(d, launch);
+}
+
+}  // namespace dsperf::cuda

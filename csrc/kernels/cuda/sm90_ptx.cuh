@@ -113,7 +113,8 @@ __device__ __forceinline__ uint64_t desc_k_major_sw128(const void* tile) {
 // 128-byte rows written by TMA with the 128-byte swizzle: rows are the K dimension, 8-row atoms
 // 1024 bytes apart along K (the stride offset), and each further 64 BF16 of N lies `n_stride` bytes
 // on (the leading offset: the next TMA box). Must start on a 1024-byte boundary; a k-step of 16
-// rows is +2048 bytes on the start address.
+// rows is +2048 bytes on the start address. (PTX ISA, "Canonical Layouts": 128B-swizzled MN-major is
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 BF16: LBO steps along MN, SBO along K.)
 __device__ __forceinline__ uint64_t desc_mn_major_sw128(const void* tile, uint32_t n_stride) {
     const uint64_t addr = smem_addr(tile);
     return ((addr & 0x3FFFF) >> 4) | (uint64_t((n_stride >> 4) & 0x3FFF) << 16) | (uint64_t(1024 >> 4) << 32) |

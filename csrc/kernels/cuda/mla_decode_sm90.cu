@@ -7,7 +7,8 @@
 // It is opt-in (dsperf.cuda.mla_decode(..., variant="wgmma") / DSPERF_CUDA_WGMMA=1) until
 // benchmarks/gpu_validate.py --hopper has compared it with the mma.sync kernel on an H100 / H200.
 //
-// Design (one CTA per work item and 64 query rows, 3 warpgroups):
+// Design (one CTA per work item and 64 query rows, 3 warpgroups; the row tiles of one item adjacent
+// in launch order, so that they share its pages through L2):
 // - Shared memory holds the 64 query rows [latent 512 | rope 64] and a ring of 2 key tiles, each one
 //   64-token block of the page table [latent | rope], all as TMA boxes of 64 rows x 128 bytes with
 //   the 128-byte swizzle (9 boxes, 72 KB per tile), and the probabilities P [64 x 64] BF16.
@@ -73,10 +74,14 @@ struct Args {
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * 40 + 256 * 232 <= 65,536
 
 // The work item's token range [t_begin, t_end) and its first block, as mla_decode.cu's kernels.
+// CTAs are numbered row tile fastest (blockIdx.x = item * tiles + tile): the row tiles of one work
+// item run side by side and read its pages once from HBM, then from L2.
 struct Range {
-    int64_t b, split, len, t_begin, t_end, first_block, blocks;
+    int64_t b, split, len, t_begin, t_end, first_block, blocks, r0;
     __device__ Range(const Args& a) {
-        const int32_t* item = a.items + 4 * int64_t(blockIdx.x);
+        const int64_t tiles = (a.q_len * a.heads + kRows - 1) / kRows;
+        r0 = int64_t(blockIdx.x) % tiles * kRows;
+        const int32_t* item = a.items + 4 * (int64_t(blockIdx.x) / tiles);
         b = item[0], split = item[3], len = a.seqlens[b];
         t_begin = min(int64_t(item[1]) * kBlock, len);
         // The request's last split runs to its length (seqlens grown on the device since the plan),
@@ -92,7 +97,7 @@ struct Range {
 __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* qbar,
                                         const CUtensorMap& mq, const CUtensorMap& mqr, const CUtensorMap& mk,
                                         const CUtensorMap& mkr, const Args& a, const Range& r) {
-    const int32_t qrow = int32_t(r.b * a.q_len * a.heads + int64_t(blockIdx.y) * kRows);
+    const int32_t qrow = int32_t(r.b * a.q_len * a.heads + r.r0);
     sm90::mbar_arrive_expect_tx(qbar, kTileBytes);
     for (int c = 0; c < kLatentBoxes; ++c) sm90::tma_load_2d(smem + Lay::kQ + c * kBox, &mq, qbar, c * 64, qrow);
     sm90::tma_load_2d(smem + Lay::kQ + kLatentBoxes * kBox, &mqr, qbar, 0, qrow);
@@ -117,7 +122,7 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
                                         const Args& a, const Range& r) {
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int lo = warp * 16 + g, hi = lo + 8;  // this thread's two rows of the tile (accumulator layout)
-    const int64_t QH = a.q_len * a.heads, r0 = int64_t(blockIdx.y) * kRows;
+    const int64_t QH = a.q_len * a.heads, r0 = r.r0;
     // Query token q sits at position len - q_len + q and sees keys up to it; rows past QH see none.
     auto visible = [&](int row) {
         const int64_t gr = r0 + row;
@@ -290,8 +295,9 @@ void launch(const MlaDecode& d, float* part_o, float* part_lse) {
                  d.softmax_scale, part_o, part_lse};
     check(cudaFuncSetAttribute(mla_decode_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)),
           "cudaFuncSetAttribute (mla_decode_wgmma shared memory)");
-    const dim3 grid(unsigned(d.n_items), unsigned((QH + kRows - 1) / kRows));
-    mla_decode_wgmma_kernel<<<grid, kThreads, kSmemBytes, current_stream()>>>(map_q, map_qr, map_k, map_kr, a);
+    const int64_t ctas = d.n_items * ((QH + kRows - 1) / kRows);
+    if (ctas > INT32_MAX) refuse("work items x 64-row tiles must fit one grid dimension");
+    mla_decode_wgmma_kernel<<<unsigned(ctas), kThreads, kSmemBytes, current_stream()>>>(map_q, map_qr, map_k, map_kr, a);
     check(cudaGetLastError(), "mla_decode (wgmma)");
 }
 

@@ -23,8 +23,11 @@
 //   reading P (K-major) and V -- the first 512 columns of the same key tile, read MN-major -- from
 //   shared memory. O stays in registers (128 FP32 per thread) until the normalised partial output
 //   and its log-sum-exp are written, as mla_decode.cu's kernels write theirs.
-// - The two consumers work in lock step on the same block (no ping-pong between softmax of one
-//   block and products of the other yet): the tensor cores idle while the softmax runs.
+// - Each consumer issues the next page's score MMAs before this page's softmax, so the tensor cores
+//   compute them while the softmax runs (a second set of 16 score registers). The two consumers
+//   still work in lock step on the same page (no ping-pong of one's softmax against the other's
+//   P V), and P V is finished before the next page's P is written (one P tile fits beside Q and
+//   the ring, not two).
 // - Tokens of the last block past the work item's end may hold anything (NaN included): each
 //   consumer zeroes those rows of its own V columns before its products (their P is 0), and their
 //   scores are masked by selection, never by multiplication.
@@ -137,14 +140,13 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
     sm90::mbar_wait(qbar, 0);  // always, so that no TMA is in flight when the CTA ends
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int64_t i = 0; i < r.blocks; ++i) {
-        sm90::mbar_wait(&full[stage], phase);
-        uint8_t* tile = smem + Lay::kRing + stage * kTileBytes;
-        const int64_t n0 = (r.first_block + i) * kBlock;
-        const int valid = int(min(int64_t(kBlock), r.t_end - n0));
-        if (valid < kBlock) {  // zero rows valid.. of this consumer's 4 V boxes (16-byte pieces)
+    // Page i in slot st: waited for, and its rows past the work item's end zeroed in this
+    // consumer's 4 V boxes (16-byte pieces).
+    auto take = [&](int64_t i, int st, uint32_t ph) {
+        sm90::mbar_wait(&full[st], ph);
+        uint8_t* tile = smem + Lay::kRing + st * kTileBytes;
+        const int valid = int(min(int64_t(kBlock), r.t_end - (r.first_block + i) * kBlock));
+        if (valid < kBlock) {
             const int per_box = (kBlock - valid) * 8;
             for (int u = tid; u < 4 * per_box; u += 128) {
                 uint8_t* box = tile + (4 * cw + u / per_box) * kBox;
@@ -153,19 +155,40 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
             sm90::fence_proxy_async();
             sm90::named_barrier(2 + cw, 128);
         }
-        // S[64 x 32] for tokens 32 cw .. of the block: 9 boxes x 4 k-steps of 16 (+32 bytes each).
-        float s[16];
+        return tile;
+    };
+    // S[64 x 32] for tokens 32 cw .. of a page: 9 boxes x 4 k-steps of 16 (+32 bytes each), committed
+    // as one group and not waited for.
+    auto issue_scores = [&](float(&acc)[16], const uint8_t* tile) {
         sm90::wgmma_fence();
 #pragma unroll
         for (int c = 0; c < kBoxes; ++c) {
             const uint64_t dq = sm90::desc_k_major_sw128(smem + Lay::kQ + c * kBox);
             const uint64_t dk = sm90::desc_k_major_sw128(tile + c * kBox + cw * 32 * 128);
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) sm90::wgmma_m64n32k16_bf16(s, dq + 2 * kk, dk + 2 * kk, c > 0 || kk > 0);
+            for (int kk = 0; kk < 4; ++kk) sm90::wgmma_m64n32k16_bf16(acc, dq + 2 * kk, dk + 2 * kk, c > 0 || kk > 0);
         }
         sm90::wgmma_commit();
+    };
+    // The next page's scores are issued before this page's softmax, so the tensor cores compute
+    // them while the softmax runs (s: this page's, s_next: the next one's, in flight).
+    float s[16], s_next[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) s[k] = s_next[k] = 0.0f;
+    if (r.blocks > 0) {
+        issue_scores(s, take(0, 0, 0));
         sm90::wgmma_wait<0>();
         sm90::fence_registers(s);
+    }
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t i = 0; i < r.blocks; ++i) {
+        const bool more = i + 1 < r.blocks;
+        const int next_stage = stage + 1 == kStages ? 0 : stage + 1;
+        const uint32_t next_phase = next_stage == 0 ? phase ^ 1 : phase;
+        if (more) issue_scores(s_next, take(i + 1, next_stage, next_phase));
+        uint8_t* tile = smem + Lay::kRing + stage * kTileBytes;
+        const int64_t n0 = (r.first_block + i) * kBlock;
         // Registers 4 j + e: row lo, column 8 j + 2 t + e; 4 j + 2 + e: row hi.
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
@@ -223,11 +246,14 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
             sm90::wgmma_m64n256k16_bf16<1>(o, sm90::desc_k_major_sw128(P) + 2 * kk,
                                            sm90::desc_mn_major_sw128(tile + 4 * cw * kBox + kk * 16 * 128, kBox), 1);
         sm90::wgmma_commit();
-        // Finished before the slot is freed and before the next block's P is written.
+        // P V and the next page's scores finished before this slot is freed and the next P written.
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o);
+        sm90::fence_registers(s_next);
         if (tid == 0) sm90::mbar_arrive(&empty[stage]);
-        if (++stage == kStages) stage = 0, phase ^= 1;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) s[k] = s_next[k];
+        stage = next_stage, phase = next_phase;
     }
     const int64_t slot = a.split_offsets[r.b] + r.split;
 #pragma unroll

@@ -39,7 +39,10 @@ HOPPER_SOURCES = KERNEL_SOURCES + (ROOT / "csrc/kernels/cuda/sm90_ptx.cuh",)
 KERNELS = {
     "grouped_gemm_wgmma_kernel<Bf16Tiles>": (("grouped_gemm_wgmma_kernel", "Bf16Tiles"), "HGMMA"),
     "grouped_gemm_wgmma_kernel<Fp8Tiles>": (("grouped_gemm_wgmma_kernel", "Fp8Tiles"), "QGMMA"),
-    "mla_decode_wgmma_kernel": (("mla_decode_wgmma_kernel",), "HGMMA"),
+    # MLA decode over a BF16 and an FP8 latent cache (template argument kFp8 false / true; the FP8
+    # latent is dequantised to BF16 in shared memory, so both multiply BF16).
+    "mla_decode_wgmma_kernel<bf16 cache>": (("mla_decode_wgmma_kernel", "ILb0E"), "HGMMA"),
+    "mla_decode_wgmma_kernel<fp8 cache>": (("mla_decode_wgmma_kernel", "ILb1E"), "HGMMA"),
 }
 # What every kernel's SASS must contain besides its MMA: (label, regex on an instruction's opcode).
 REQUIRED = (("UTMALDG", r"^UTMALDG\b"), ("SYNCS", r"^SYNCS\."))

@@ -181,8 +181,8 @@ class FakeG:
         self._run("cublas", go)
 
     def mla_decode_wgmma(self, a, d):
-        # The Hopper kernel's contract is mla_decode's, for a BF16 cache of DeepSeek's shapes only.
-        assert not a.latent_scale and (a.kv_lora, a.rope_dim, a.block_size) == (512, 64, 64)
+        # The Hopper kernel's contract is mla_decode's, for DeepSeek's shapes only (BF16 or FP8 cache).
+        assert (a.kv_lora, a.rope_dim, a.block_size) == (512, 64, 64)
         self.mla_decode(a, d, name="mla_decode_wgmma")
 
     def mla_decode(self, a, d, name="mla_decode"):

@@ -119,8 +119,11 @@ def test_sass_of_the_hopper_kernel_has_wgmma_tma_and_mbarriers():
         assert c[mma] >= 4 and c["UTMALDG"] >= 2 and c["SYNCS"] >= 3, (kernel, c)
     # MLA decode: 36 score MMAs (576 deep, k16) for the first page and 36 for each next one, 4 P V
     # MMAs (64 tokens) per page; 9 TMA boxes per tile (8 latent + 1 rope) for the queries and each page.
-    c = counts["mla_decode_wgmma_kernel"]
+    # The FP8 cache's kernel dequantises each page before its scores: no look-ahead, 36 + 4.
+    c = counts["mla_decode_wgmma_kernel<bf16 cache>"]
     assert c["HGMMA"] >= 76 and c["UTMALDG"] >= 18 and c["SYNCS"] >= 3, c
+    c = counts["mla_decode_wgmma_kernel<fp8 cache>"]
+    assert c["HGMMA"] >= 40 and c["UTMALDG"] >= 14 and c["SYNCS"] >= 3, c
 
 
 def test_fp8_wgmma_takes_the_block_scaled_contract(fake):
@@ -145,12 +148,13 @@ def test_gpu_validate_hopper_runs_on_the_fake_device(fake, capsys):
     spec.loader.exec_module(gv)
     assert gv.main(["--hopper", "--size", "tiny", "--iters", "1"]) == 0
     out = capsys.readouterr().out
-    # 11 grouped GEMM lines; MLA: 4 ragged cases x (vs CPU, vs mma.sync) and the timed shape.
-    assert out.count("hopper check:") == 20 and "WRONG" not in out and "failed" not in out
+    # 11 grouped GEMM lines; MLA: 5 ragged cases x (vs CPU, vs mma.sync) and the timed shape (BF16, FP8).
+    assert out.count("hopper check:") == 23 and "WRONG" not in out and "failed" not in out
     for row in ("grouped GEMM BF16 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)",
                 "grouped GEMM BF16 masked E=2 cap=16 n=128 k=256 (wgmma, sm_90a)",
                 "grouped GEMM FP8 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)", "FP8 ragged contiguous",
-                "of cuBLAS", "of 1297", "x mma.sync", "MLA decode B=2 s=128 q_len=1 h=16 (wgmma, sm_90a)",
+                "of cuBLAS", "of 1297", "x mma.sync", "MLA decode B=2 s=128 q_len=1 h=16, BF16 cache (wgmma, sm_90a)",
+                "MLA decode B=2 s=128 q_len=1 h=16, FP8 cache (wgmma, sm_90a)", "h=128 splits=None FP8 cache, wgmma vs CPU",
                 "of FlashMLA's 660", "q_len=2 h=64 splits=3, wgmma vs CPU"):
         assert row in out, row
     assert "grouped_gemm_wgmma" in fake.calls and "cublas" in fake.calls and "mla_decode_wgmma" in fake.calls
@@ -200,7 +204,7 @@ def test_mla_wgmma_variant_takes_the_hopper_binding_with_the_same_arguments(fake
     np.testing.assert_array_equal(o.numpy(), want[0])
 
 
-def test_mla_default_stays_mma_and_the_environment_opts_bf16_caches_in(fake, monkeypatch):
+def test_mla_default_stays_mma_and_the_environment_opts_deepseek_shapes_in(fake, monkeypatch):
     rng = np.random.default_rng(11)
     args, _ = mla_problem(rng)
     cuda.mla_decode(*args, 0.1)
@@ -210,10 +214,10 @@ def test_mla_default_stays_mma_and_the_environment_opts_bf16_caches_in(fake, mon
     assert fake.calls[-1] == "mla_decode_wgmma"
     cuda.mla_decode(*args, 0.1, variant="mma")  # an explicit variant wins
     assert fake.calls[-1] == "mla_decode"
-    # The calls the Hopper kernel cannot take keep the mma.sync one: an FP8 cache, other widths.
+    # An FP8 cache goes to the Hopper kernel too; other widths keep the mma.sync one.
     fargs, scale = mla_problem(rng, fp8=True)
     cuda.mla_decode(*fargs, 0.1, latent_scale=scale)
-    assert fake.calls[-1] == "mla_decode"
+    assert fake.calls[-1] == "mla_decode_wgmma" and fake.last["mla_decode_wgmma"].latent_scale
     cuda.mla_decode(*mla_problem(rng, L=256)[0], 0.1)
     assert fake.calls[-1] == "mla_decode"
     monkeypatch.setenv("DSPERF_CUDA_WGMMA", "0")
@@ -226,9 +230,6 @@ def test_mla_wgmma_refuses_what_it_cannot_run_naming_the_argument(fake, monkeypa
     args, _ = mla_problem(rng)
     with pytest.raises(ValueError, match="variant must be one of"):
         cuda.mla_decode(*args, 0.1, variant="hopper")
-    fargs, scale = mla_problem(rng, fp8=True)
-    with pytest.raises(ValueError, match="variant='wgmma' takes a BF16 latent_cache.*latent_scale"):
-        cuda.mla_decode(*fargs, 0.1, latent_scale=scale, variant="wgmma")
     with pytest.raises(ValueError, match="variant='wgmma' needs kv_lora = 512 and rope = 64.*got 256 and 64"):
         cuda.mla_decode(*mla_problem(rng, L=256)[0], 0.1, variant="wgmma")
     with pytest.raises(ValueError, match="variant='wgmma' needs kv_lora = 512 and rope = 64.*got 512 and 32"):
@@ -242,6 +243,16 @@ def test_mla_wgmma_refuses_what_it_cannot_run_naming_the_argument(fake, monkeypa
     with pytest.raises(ValueError, match=r"DSPERF_CUDA_WGMMA=1 \(variant='wgmma'\) needs an sm_90 GPU"):
         cuda.mla_decode(*args, 0.1)
     assert "mla_decode_wgmma" not in fake.calls
+
+
+def test_mla_wgmma_takes_the_fp8_cache_with_its_scales(fake):
+    args, scale = mla_problem(np.random.default_rng(14), fp8=True)
+    want = cuda.mla_decode(*args, 0.1, latent_scale=scale)
+    got = cuda.mla_decode(*args, 0.1, latent_scale=scale, variant="wgmma")
+    assert fake.calls[-2:] == ["mla_decode", "mla_decode_wgmma"]
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    assert fake.last["mla_decode_wgmma"].latent_scale == fake.last["mla_decode"].latent_scale != 0
 
 
 def test_the_real_binding_has_the_hopper_mla_entry_point():

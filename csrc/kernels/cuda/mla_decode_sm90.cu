@@ -1,7 +1,7 @@
 // Absorbed MLA decode on Hopper's own instructions (sm_90a): mla_decode's argument contract
 // (cuda_api.hpp's MlaDecode, the same split-KV work items from mla_plan.hpp and the same merge of
-// partial results, mla_decode.cu), for the BF16 latent cache of DeepSeek's shapes (kv_lora 512,
-// rope 64, 64-token blocks).
+// partial results, mla_decode.cu), for DeepSeek's shapes (kv_lora 512, rope 64, 64-token blocks)
+// over a BF16 latent cache, or an FP8 one with its scales (one per 128 values).
 //
 // NOT YET RUN ON A GPU: compiled for sm_90a and its SASS checked (benchmarks/check_sass.py) only.
 // It is opt-in (dsperf.cuda.mla_decode(..., variant="wgmma") / DSPERF_CUDA_WGMMA=1) until
@@ -31,6 +31,11 @@
 // - Tokens of the last block past the work item's end may hold anything (NaN included): each
 //   consumer zeroes those rows of its own V columns before its products (their P is 0), and their
 //   scores are masked by selection, never by multiplication.
+// - FP8 cache (kFp8): a slot holds the page's latent as FP8 (4 boxes of 128 values, 40 KB with the
+//   BF16 rope box); both consumers dequantise it (fp8 * scale, rounded to BF16, as the CPU and the
+//   mma.sync kernel do) into one BF16 tile laid out as the BF16 slots are, and the products read
+//   that. The tile is rewritten only after both consumers' P V on it, so the FP8 kernel has no
+//   score look-ahead.
 #include <cuda.h>
 
 #include <cmath>
@@ -50,19 +55,25 @@ constexpr int kBox = 64 * 128;                            // one TMA box: 64 row
 constexpr int kLatentBoxes = kLatent / 64, kBoxes = kLatentBoxes + kRope / 64;  // 8 + 1
 constexpr int kTileBytes = kBoxes * kBox;                 // 72 KB: Q, or one block's keys
 constexpr int kStages = 2, kThreads = 384, kAlign = 1024;
-// Byte offsets from the 1024-aligned base: Q, the key ring, P, the row maxima and sums exchanged
-// by the consumers, the mbarriers.
+// Byte offsets from the 1024-aligned base: Q, the key ring, (FP8: the page's latent dequantised to
+// BF16), P, the row maxima and sums exchanged by the consumers, the mbarriers. A ring slot holds a
+// page as TMA wrote it: BF16, 8 latent boxes + 1 rope box; FP8, 4 latent boxes of 128 FP8 + 1 rope.
+template <bool kFp8>
 struct Lay {
-    static constexpr int kQ = 0, kRing = kTileBytes, kP = kRing + kStages * kTileBytes, kRed = kP + kRows * 128,
+    static constexpr int kLoadedBoxes = kFp8 ? kLatent / 128 : kLatentBoxes;  // latent boxes per slot
+    static constexpr int kStageBytes = (kLoadedBoxes + kRope / 64) * kBox;
+    static constexpr int kQ = 0, kRing = kTileBytes, kDeq = kRing + kStages * kStageBytes,
+                         kP = kDeq + (kFp8 ? kLatentBoxes * kBox : 0), kRed = kP + kRows * 128,
                          kBars = kRed + 4 * kRows * 4, kEnd = kBars + (2 * kStages + 1) * 8;
+    static constexpr size_t kSmemBytes = size_t(kEnd) + kAlign;
+    static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100 CTA may have");
+    static_assert(kQ % kAlign == 0 && kRing % kAlign == 0 && kDeq % kAlign == 0 && kP % kAlign == 0 &&
+                      kStageBytes % kAlign == 0 && kRed % 16 == 0 && kBars % 8 == 0,
+                  "tiles must keep the swizzle atoms aligned, the barriers 8 bytes");
 };
-constexpr size_t kSmemBytes = size_t(Lay::kEnd) + kAlign;
-static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100 CTA may have");
-static_assert(Lay::kQ % kAlign == 0 && Lay::kRing % kAlign == 0 && Lay::kP % kAlign == 0 && Lay::kRed % 16 == 0 &&
-                  Lay::kBars % 8 == 0,
-              "tiles must keep the swizzle atoms aligned, the barriers 8 bytes");
 
 struct Args {
+    const float* latent_scale;  // FP8 cache: [blocks, 64, 4] (one scale per 128 latent values)
     const int32_t* block_table;
     const int32_t* seqlens;
     const int32_t* items;
@@ -97,22 +108,25 @@ struct Range {
     }
 };
 
+template <bool kFp8>
 __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* qbar,
                                         const CUtensorMap& mq, const CUtensorMap& mqr, const CUtensorMap& mk,
                                         const CUtensorMap& mkr, const Args& a, const Range& r) {
     const int32_t qrow = int32_t(r.b * a.q_len * a.heads + r.r0);
+    using L = Lay<kFp8>;
     sm90::mbar_arrive_expect_tx(qbar, kTileBytes);
-    for (int c = 0; c < kLatentBoxes; ++c) sm90::tma_load_2d(smem + Lay::kQ + c * kBox, &mq, qbar, c * 64, qrow);
-    sm90::tma_load_2d(smem + Lay::kQ + kLatentBoxes * kBox, &mqr, qbar, 0, qrow);
+    for (int c = 0; c < kLatentBoxes; ++c) sm90::tma_load_2d(smem + L::kQ + c * kBox, &mq, qbar, c * 64, qrow);
+    sm90::tma_load_2d(smem + L::kQ + kLatentBoxes * kBox, &mqr, qbar, 0, qrow);
     int stage = 0;
     uint32_t phase = 0;
     for (int64_t i = 0; i < r.blocks; ++i) {
         sm90::mbar_wait(&empty[stage], phase ^ 1);
         const int32_t row = a.block_table[r.b * a.max_blocks + r.first_block + i] * kBlock;
-        uint8_t* tile = smem + Lay::kRing + stage * kTileBytes;
-        sm90::mbar_arrive_expect_tx(&full[stage], kTileBytes);
-        for (int c = 0; c < kLatentBoxes; ++c) sm90::tma_load_2d(tile + c * kBox, &mk, &full[stage], c * 64, row);
-        sm90::tma_load_2d(tile + kLatentBoxes * kBox, &mkr, &full[stage], 0, row);
+        uint8_t* tile = smem + L::kRing + stage * L::kStageBytes;
+        sm90::mbar_arrive_expect_tx(&full[stage], L::kStageBytes);
+        for (int c = 0; c < L::kLoadedBoxes; ++c)  // a box is 128 bytes wide: 64 BF16 or 128 FP8
+            sm90::tma_load_2d(tile + c * kBox, &mk, &full[stage], c * (kFp8 ? 128 : 64), row);
+        sm90::tma_load_2d(tile + L::kLoadedBoxes * kBox, &mkr, &full[stage], 0, row);
         if (++stage == kStages) stage = 0, phase ^= 1;
     }
 }
@@ -121,8 +135,10 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
 // the row's 128 bytes is stored at chunk (k / 8) ^ (row % 8).
 __device__ __forceinline__ int p_offset(int row, int k) { return row * 128 + (((k >> 3) ^ (row & 7)) << 4) + (k & 7) * 2; }
 
+template <bool kFp8>
 __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* qbar, int cw,
                                         const Args& a, const Range& r) {
+    using L = Lay<kFp8>;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int lo = warp * 16 + g, hi = lo + 8;  // this thread's two rows of the tile (accumulator layout)
     const int64_t QH = a.q_len * a.heads, r0 = r.r0;
@@ -132,21 +148,25 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
         return gr < QH ? r.len - a.q_len + gr / a.heads + 1 : int64_t(0);
     };
     const int64_t vis_lo = visible(lo), vis_hi = visible(hi);
-    float* red_max = reinterpret_cast<float*>(smem + Lay::kRed);  // [2 consumers][64 rows]
+    float* red_max = reinterpret_cast<float*>(smem + L::kRed);  // [2 consumers][64 rows]
     float* red_sum = red_max + 2 * kRows;
-    uint8_t* P = smem + Lay::kP;
+    uint8_t* P = smem + L::kP;
+    // The latent (K's first 512 columns and V) and rope boxes of the page in a slot: BF16 slots as
+    // TMA wrote them; FP8 slots' latent dequantised into one BF16 tile (dequantise below).
+    auto latent_of = [&](uint8_t* tile) { return kFp8 ? smem + L::kDeq : tile; };
+    auto rope_of = [&](uint8_t* tile) { return tile + L::kLoadedBoxes * kBox; };
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
     sm90::mbar_wait(qbar, 0);  // always, so that no TMA is in flight when the CTA ends
-    // Page i in slot st: waited for, and its rows past the work item's end zeroed in this
-    // consumer's 4 V boxes (16-byte pieces).
+    // Page i in slot st: waited for, and (BF16) its rows past the work item's end zeroed in this
+    // consumer's 4 V boxes (16-byte pieces); FP8 pages get theirs zeroed by dequantise.
     auto take = [&](int64_t i, int st, uint32_t ph) {
         sm90::mbar_wait(&full[st], ph);
-        uint8_t* tile = smem + Lay::kRing + st * kTileBytes;
+        uint8_t* tile = smem + L::kRing + st * L::kStageBytes;
         const int valid = int(min(int64_t(kBlock), r.t_end - (r.first_block + i) * kBlock));
-        if (valid < kBlock) {
+        if (!kFp8 && valid < kBlock) {
             const int per_box = (kBlock - valid) * 8;
             for (int u = tid; u < 4 * per_box; u += 128) {
                 uint8_t* box = tile + (4 * cw + u / per_box) * kBox;
@@ -157,25 +177,56 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
         }
         return tile;
     };
+    // FP8: page i's latent (slot `tile`, 4 boxes of 64 rows x 128 FP8, 128-byte swizzle) times its
+    // scales into the BF16 tile (8 boxes of 64 rows x 64 BF16, the same swizzle), as the CPU and the
+    // mma.sync kernel dequantise (BF16 of fp8 * scale); rows past the work item's end become zeros.
+    // Both consumers share the work: 16 FP8 (one 16-byte piece) per thread and step.
+    auto dequantise = [&](int64_t i, const uint8_t* tile) {
+        uint8_t* deq = smem + L::kDeq;
+        const int valid = int(min(int64_t(kBlock), r.t_end - (r.first_block + i) * kBlock));
+        const int64_t page = a.block_table[r.b * a.max_blocks + r.first_block + i];
+        for (int q = cw * 128 + tid; q < kBlock * (kLatent / 16); q += 256) {
+            const int j = q / (kLatent / 16), v16 = q % (kLatent / 16), c = v16 / 8, cc = v16 % 8;
+            uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // BF16 pairs of values 2 k, 2 k + 1
+            if (j < valid) {
+                const uint4 raw = *reinterpret_cast<const uint4*>(tile + c * kBox + j * 128 + ((cc ^ (j & 7)) << 4));
+                const float sc = a.latent_scale[(page * kBlock + j) * (kLatent / 128) + c];
+                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    const uint32_t half = w[k / 2] >> (16 * (k % 2));
+                    out[k] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(half & 0xff)) * sc)) |
+                             (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(half >> 8)) * sc)) << 16);
+                }
+            }
+            // Values c * 128 + cc * 16 .. + 15: BF16 box 2 c + cc / 4, 16-byte pieces 2 (cc % 4) and + 1.
+            uint8_t* row = deq + (2 * c + cc / 4) * kBox + j * 128;
+            const int piece = 2 * (cc % 4);
+            *reinterpret_cast<uint4*>(row + ((piece ^ (j & 7)) << 4)) = make_uint4(out[0], out[1], out[2], out[3]);
+            *reinterpret_cast<uint4*>(row + (((piece + 1) ^ (j & 7)) << 4)) = make_uint4(out[4], out[5], out[6], out[7]);
+        }
+    };
     // S[64 x 32] for tokens 32 cw .. of a page: 9 boxes x 4 k-steps of 16 (+32 bytes each), committed
     // as one group and not waited for.
-    auto issue_scores = [&](float(&acc)[16], const uint8_t* tile) {
+    auto issue_scores = [&](float(&acc)[16], uint8_t* tile) {
         sm90::wgmma_fence();
 #pragma unroll
         for (int c = 0; c < kBoxes; ++c) {
-            const uint64_t dq = sm90::desc_k_major_sw128(smem + Lay::kQ + c * kBox);
-            const uint64_t dk = sm90::desc_k_major_sw128(tile + c * kBox + cw * 32 * 128);
+            const uint64_t dq = sm90::desc_k_major_sw128(smem + L::kQ + c * kBox);
+            const uint8_t* kbox = c < kLatentBoxes ? latent_of(tile) + c * kBox : rope_of(tile);
+            const uint64_t dk = sm90::desc_k_major_sw128(kbox + cw * 32 * 128);
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) sm90::wgmma_m64n32k16_bf16(acc, dq + 2 * kk, dk + 2 * kk, c > 0 || kk > 0);
         }
         sm90::wgmma_commit();
     };
-    // The next page's scores are issued before this page's softmax, so the tensor cores compute
-    // them while the softmax runs (s: this page's, s_next: the next one's, in flight).
+    // BF16: the next page's scores are issued before this page's softmax, so the tensor cores compute
+    // them while the softmax runs (s: this page's, s_next: the next one's, in flight). FP8: the one
+    // BF16 tile holds this page until its P V is done, so the next page waits for that.
     float s[16], s_next[16];
 #pragma unroll
     for (int k = 0; k < 16; ++k) s[k] = s_next[k] = 0.0f;
-    if (r.blocks > 0) {
+    if (!kFp8 && r.blocks > 0) {
         issue_scores(s, take(0, 0, 0));
         sm90::wgmma_wait<0>();
         sm90::fence_registers(s);
@@ -186,8 +237,19 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
         const bool more = i + 1 < r.blocks;
         const int next_stage = stage + 1 == kStages ? 0 : stage + 1;
         const uint32_t next_phase = next_stage == 0 ? phase ^ 1 : phase;
-        if (more) issue_scores(s_next, take(i + 1, next_stage, next_phase));
-        uint8_t* tile = smem + Lay::kRing + stage * kTileBytes;
+        uint8_t* tile = smem + L::kRing + stage * L::kStageBytes;
+        if constexpr (kFp8) {
+            take(i, stage, phase);
+            sm90::named_barrier(1, 256);  // both consumers' previous P V done with the BF16 tile
+            dequantise(i, tile);
+            sm90::fence_proxy_async();    // the BF16 tile, before wgmma reads it
+            sm90::named_barrier(1, 256);
+            issue_scores(s, tile);
+            sm90::wgmma_wait<0>();
+            sm90::fence_registers(s);
+        } else {
+            if (more) issue_scores(s_next, take(i + 1, next_stage, next_phase));
+        }
         const int64_t n0 = (r.first_block + i) * kBlock;
         // Registers 4 j + e: row lo, column 8 j + 2 t + e; 4 j + 2 + e: row hi.
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
@@ -244,15 +306,17 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
             sm90::wgmma_m64n256k16_bf16<1>(o, sm90::desc_k_major_sw128(P) + 2 * kk,
-                                           sm90::desc_mn_major_sw128(tile + 4 * cw * kBox + kk * 16 * 128, kBox), 1);
+                                           sm90::desc_mn_major_sw128(latent_of(tile) + 4 * cw * kBox + kk * 16 * 128, kBox), 1);
         sm90::wgmma_commit();
         // P V and the next page's scores finished before this slot is freed and the next P written.
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o);
         sm90::fence_registers(s_next);
         if (tid == 0) sm90::mbar_arrive(&empty[stage]);
+        if (!kFp8) {
 #pragma unroll
-        for (int k = 0; k < 16; ++k) s[k] = s_next[k];
+            for (int k = 0; k < 16; ++k) s[k] = s_next[k];
+        }
         stage = next_stage, phase = next_phase;
     }
     const int64_t slot = a.split_offsets[r.b] + r.split;
@@ -271,6 +335,7 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
 }
 #endif  // DSPERF_SM90A
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_wgmma_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_qr,
                             const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_kr,
@@ -279,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t mla_smem_raw[];
     uint8_t* smem =
         reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mla_smem_raw) + kAlign - 1) / kAlign * kAlign);
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + Lay::kBars);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + Lay<kFp8>::kBars);
     uint64_t* empty = full + kStages;
     uint64_t* qbar = empty + kStages;
     const Range r(a);
@@ -297,11 +362,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         sm90::regs_release<kProducerRegs>();
-        if (threadIdx.x == 0) produce(smem, full, empty, qbar, map_q, map_qr, map_k, map_kr, a, r);
+        if (threadIdx.x == 0) produce<kFp8>(smem, full, empty, qbar, map_q, map_qr, map_k, map_kr, a, r);
         return;
     }
     sm90::regs_claim<kConsumerRegs>();
-    consume(smem, full, empty, qbar, wg - 1, a, r);
+    consume<kFp8>(smem, full, empty, qbar, wg - 1, a, r);
 #else
     // The sm_80 image: never launched (the host requires compute capability 9.0).
     (void)map_q, (void)map_qr, (void)map_k, (void)map_kr, (void)a;
@@ -311,26 +376,34 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 [[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("mla_decode variant='wgmma': " + why); }
 
-void launch(const MlaDecode& d, float* part_o, float* part_lse) {
+template <bool kFp8>
+void launch_as(const MlaDecode& d, float* part_o, float* part_lse) {
     const int64_t QH = d.q_len * d.heads;
     const CUtensorMap map_q = rows_map(d.q_nope, false, d.batch * QH, kLatent, kRows);
     const CUtensorMap map_qr = rows_map(d.q_rope, false, d.batch * QH, kRope, kRows);
-    const CUtensorMap map_k = rows_map(d.latent, false, d.num_blocks * kBlock, kLatent, kBlock);
+    const CUtensorMap map_k = rows_map(d.latent, kFp8, d.num_blocks * kBlock, kLatent, kBlock);
     const CUtensorMap map_kr = rows_map(d.rope, false, d.num_blocks * kBlock, kRope, kBlock);
-    const Args a{d.block_table, d.seqlens, d.items, d.split_offsets, d.q_len, d.heads, d.max_blocks,
-                 d.softmax_scale, part_o, part_lse};
-    check(cudaFuncSetAttribute(mla_decode_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)),
+    const Args a{d.latent_scale, d.block_table, d.seqlens, d.items, d.split_offsets, d.q_len, d.heads,
+                 d.max_blocks, d.softmax_scale, part_o, part_lse};
+    constexpr size_t smem = Lay<kFp8>::kSmemBytes;
+    check(cudaFuncSetAttribute(mla_decode_wgmma_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "cudaFuncSetAttribute (mla_decode_wgmma shared memory)");
     const int64_t ctas = d.n_items * ((QH + kRows - 1) / kRows);
     if (ctas > INT32_MAX) refuse("work items x 64-row tiles must fit one grid dimension");
-    mla_decode_wgmma_kernel<<<unsigned(ctas), kThreads, kSmemBytes, current_stream()>>>(map_q, map_qr, map_k, map_kr, a);
+    mla_decode_wgmma_kernel<kFp8><<<unsigned(ctas), kThreads, smem, current_stream()>>>(map_q, map_qr, map_k, map_kr, a);
     check(cudaGetLastError(), "mla_decode (wgmma)");
+}
+
+void launch(const MlaDecode& d, float* part_o, float* part_lse) {
+    if (d.latent_scale) launch_as<true>(d, part_o, part_lse);
+    else launch_as<false>(d, part_o, part_lse);
 }
 
 }  // namespace
 
 std::string mla_decode_wgmma_unsupported(const MlaDecode& d) {
-    if (d.latent_scale) return "latent_scale: an FP8 latent_cache has no Hopper kernel yet (BF16 cache only)";
+    if (d.latent_scale && reinterpret_cast<uintptr_t>(d.latent) % 16 != 0)
+        return "an FP8 latent_cache must start at a 16-byte aligned address (TMA)";
     if (d.kv_lora != kLatent || d.rope_dim != kRope)
         return "kv_lora must be 512 and rope_dim 64 (DeepSeek's shapes), got " + std::to_string(d.kv_lora) + " and " +
                std::to_string(d.rope_dim);

@@ -79,11 +79,8 @@ def _mla_variant(variant, hopper_inputs):
     return variant
 
 
-def _check_mla_wgmma(c, fp8, L, R, bs, asked):
+def _check_mla_wgmma(c, L, R, bs, asked):
     """The Hopper MLA decode's own limits, named as the caller asked for it (argument or environment)."""
-    if fp8:
-        raise ValueError(f"{asked} takes a BF16 latent_cache: an FP8 one (with latent_scale) has no Hopper kernel "
-                         "yet. Use variant='mma'")
     if (L, R) != (512, 64):
         raise ValueError(f"{asked} needs kv_lora = 512 and rope = 64 (DeepSeek's q_nope / q_rope widths), got {L} "
                          f"and {R}")
@@ -110,7 +107,7 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
     synchronisation) -- bad values then read out of bounds instead of raising.
 
     variant: "mma" (the default: mma.sync kernels, every GPU) or "wgmma" (Hopper's wgmma + TMA, sm_90
-    only; BF16 latent_cache, kv_lora 512, rope 64, block_size 64). "wgmma" is opt-in: it has been
+    only; kv_lora 512, rope 64, block_size 64, BF16 or FP8 cache). "wgmma" is opt-in: it has been
     compiled and its SASS checked, but not yet run on a GPU (docs/CUDA.md). None: "mma", or "wgmma"
     for the calls it takes when DSPERF_CUDA_WGMMA=1."""
     c = _Call(("q_nope", q_nope), ("q_rope", q_rope), ("latent_cache", latent_cache), ("rope_cache", rope_cache),
@@ -152,9 +149,9 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
             used = bt[b, :-(-int(sl[b]) // bs)]
             if used.size and (used.min() < 0 or used.max() >= nblocks):
                 raise ValueError(f"block_table[{b}] holds blocks outside the cache's {nblocks}")
-    chosen = _mla_variant(variant, not fp8 and (L, R, bs) == (512, 64, 64))
+    chosen = _mla_variant(variant, (L, R, bs) == (512, 64, 64))
     if chosen == "wgmma":
-        _check_mla_wgmma(c, fp8, L, R, bs, "variant='wgmma'" if variant else f"{WGMMA_ENV}=1 (variant='wgmma')")
+        _check_mla_wgmma(c, L, R, bs, "variant='wgmma'" if variant else f"{WGMMA_ENV}=1 (variant='wgmma')")
     if metadata is None:
         metadata = get_mla_metadata(sl if isinstance(sl, np.ndarray) else sl, Q, H, num_splits=num_splits,
                                     block_size=bs, device=c.device)

@@ -35,7 +35,7 @@
 //   BF16 rope box); both consumers dequantise it (fp8 * scale, rounded to BF16, as the CPU and the
 //   mma.sync kernel do) into one BF16 tile laid out as the BF16 slots are, and the products read
 //   that. The tile is rewritten only after both consumers' P V on it, so the FP8 kernel has no
-//   score look-ahead.
+//   score look-ahead; its slot is freed as soon as the page's scores are done.
 #include <cuda.h>
 
 #include <cmath>
@@ -247,6 +247,8 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
             issue_scores(s, tile);
             sm90::wgmma_wait<0>();
             sm90::fence_registers(s);
+            // The slot is read (its latent dequantised, its rope multiplied): refill it now.
+            if (tid == 0) sm90::mbar_arrive(&empty[stage]);
         } else {
             if (more) issue_scores(s_next, take(i + 1, next_stage, next_phase));
         }
@@ -312,7 +314,7 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o);
         sm90::fence_registers(s_next);
-        if (tid == 0) sm90::mbar_arrive(&empty[stage]);
+        if (!kFp8 && tid == 0) sm90::mbar_arrive(&empty[stage]);
         if (!kFp8) {
 #pragma unroll
             for (int k = 0; k < 16; ++k) s[k] = s_next[k];

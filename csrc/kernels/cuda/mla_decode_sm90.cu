@@ -23,19 +23,18 @@
 //   reading P (K-major) and V -- the first 512 columns of the same key tile, read MN-major -- from
 //   shared memory. O stays in registers (128 FP32 per thread) until the normalised partial output
 //   and its log-sum-exp are written, as mla_decode.cu's kernels write theirs.
-// - Each consumer issues the next page's score MMAs before this page's softmax, so the tensor cores
-//   compute them while the softmax runs (a second set of 16 score registers). The two consumers
-//   still work in lock step on the same page (no ping-pong of one's softmax against the other's
-//   P V), and P V is finished before the next page's P is written (one P tile fits beside Q and
-//   the ring, not two).
+// - The two consumers work in lock step on the same page (no ping-pong of one's softmax against the
+//   other's P V: a second P tile does not fit beside Q and the ring), and a page's scores are
+//   issued after the previous page's P V (no look-ahead: with 2 slots, issuing the next page's
+//   scores before this page's softmax would wait for its load at every page).
 // - Tokens of the last block past the work item's end may hold anything (NaN included): each
 //   consumer zeroes those rows of its own V columns before its products (their P is 0), and their
 //   scores are masked by selection, never by multiplication.
 // - FP8 cache (kFp8): a slot holds the page's latent as FP8 (4 boxes of 128 values, 40 KB with the
 //   BF16 rope box); both consumers dequantise it (fp8 * scale, rounded to BF16, as the CPU and the
 //   mma.sync kernel do) into one BF16 tile laid out as the BF16 slots are, and the products read
-//   that. The tile is rewritten only after both consumers' P V on it, so the FP8 kernel has no
-//   score look-ahead; its slot is freed as soon as the page's scores are done.
+//   that. The tile is rewritten only after both consumers' P V on it; the slot is freed as soon as
+//   the page's scores are done.
 #include <cuda.h>
 
 #include <cmath>
@@ -220,38 +219,25 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
         }
         sm90::wgmma_commit();
     };
-    // BF16: the next page's scores are issued before this page's softmax, so the tensor cores compute
-    // them while the softmax runs (s: this page's, s_next: the next one's, in flight). FP8: the one
-    // BF16 tile holds this page until its P V is done, so the next page waits for that.
-    float s[16], s_next[16];
-#pragma unroll
-    for (int k = 0; k < 16; ++k) s[k] = s_next[k] = 0.0f;
-    if (!kFp8 && r.blocks > 0) {
-        issue_scores(s, take(0, 0, 0));
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(s);
-    }
+    // No look-ahead of the next page's scores over this page's softmax: with 2 slots the next page
+    // is loaded while this one is used, and issuing its scores early would wait for that load at
+    // the start of every page instead of a page later (3 slots do not fit beside Q).
+    float s[16];
     int stage = 0;
     uint32_t phase = 0;
     for (int64_t i = 0; i < r.blocks; ++i) {
-        const bool more = i + 1 < r.blocks;
-        const int next_stage = stage + 1 == kStages ? 0 : stage + 1;
-        const uint32_t next_phase = next_stage == 0 ? phase ^ 1 : phase;
-        uint8_t* tile = smem + L::kRing + stage * L::kStageBytes;
+        uint8_t* tile = take(i, stage, phase);
         if constexpr (kFp8) {
-            take(i, stage, phase);
             sm90::named_barrier(1, 256);  // both consumers' previous P V done with the BF16 tile
             dequantise(i, tile);
             sm90::fence_proxy_async();    // the BF16 tile, before wgmma reads it
             sm90::named_barrier(1, 256);
-            issue_scores(s, tile);
-            sm90::wgmma_wait<0>();
-            sm90::fence_registers(s);
-            // The slot is read (its latent dequantised, its rope multiplied): refill it now.
-            if (tid == 0) sm90::mbar_arrive(&empty[stage]);
-        } else {
-            if (more) issue_scores(s_next, take(i + 1, next_stage, next_phase));
         }
+        issue_scores(s, tile);
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s);
+        // FP8: the slot is read (its latent dequantised, its rope multiplied): refill it now.
+        if (kFp8 && tid == 0) sm90::mbar_arrive(&empty[stage]);
         const int64_t n0 = (r.first_block + i) * kBlock;
         // Registers 4 j + e: row lo, column 8 j + 2 t + e; 4 j + 2 + e: row hi.
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
@@ -310,16 +296,11 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
             sm90::wgmma_m64n256k16_bf16<1>(o, sm90::desc_k_major_sw128(P) + 2 * kk,
                                            sm90::desc_mn_major_sw128(latent_of(tile) + 4 * cw * kBox + kk * 16 * 128, kBox), 1);
         sm90::wgmma_commit();
-        // P V and the next page's scores finished before this slot is freed and the next P written.
+        // P V finished before this slot (BF16: V) is freed and the next P written.
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o);
-        sm90::fence_registers(s_next);
         if (!kFp8 && tid == 0) sm90::mbar_arrive(&empty[stage]);
-        if (!kFp8) {
-#pragma unroll
-            for (int k = 0; k < 16; ++k) s[k] = s_next[k];
-        }
-        stage = next_stage, phase = next_phase;
+        if (++stage == kStages) stage = 0, phase ^= 1;
     }
     const int64_t slot = a.split_offsets[r.b] + r.split;
 #pragma unroll

@@ -333,8 +333,9 @@ def bench_mla_hopper(rows, iters, size, rng):
     the CPU's and the mma.sync kernel's on ragged requests (q_len 1 and 2, fewer and more than 64 rows,
     fixed and automatic splits, BF16 and FP8 caches) -- it had never run on a GPU before -- then both
     timed at the issue's shape (B=128, s=4096, h=128 on --size full; BF16 cache, the target's, and
-    FP8), with TFLOPS and the ratio to FlashMLA's published 660 (the issue's target: >= 50%). Both round probabilities to BF16 but take row maxima
-    over different key chunks (64 against 32), so they differ by BF16 rounding, not by FP32 order."""
+    FP8), with TFLOPS and the ratio to FlashMLA's published 660 (the issue's target: >= 50%). Both
+    round probabilities to BF16 but take row maxima over different key chunks (64 against 32), so
+    they differ by BF16 rounding, not by FP32 order."""
     from dsperf import cuda, kernels as K
     from dsperf.cuda_array import BF16, FP8, DeviceArray
     why = cuda._G.wgmma_unsupported_reason(0)

@@ -153,7 +153,8 @@ def test_gpu_validate_hopper_runs_on_the_fake_device(fake, capsys):
                 "grouped GEMM BF16 masked E=2 cap=16 n=128 k=256 (wgmma, sm_90a)",
                 "grouped GEMM FP8 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)", "FP8 ragged contiguous",
                 "of cuBLAS", "of 1297", "x mma.sync", "MLA decode B=2 s=128 q_len=1 h=16, BF16 cache (wgmma, sm_90a)",
-                "MLA decode B=2 s=128 q_len=1 h=16, FP8 cache (wgmma, sm_90a)", "h=128 splits=None FP8 cache, wgmma vs CPU",
+                "MLA decode B=2 s=128 q_len=1 h=16, FP8 cache (wgmma, sm_90a)",
+                "h=128 splits=None FP8 cache, wgmma vs CPU",
                 "of FlashMLA's 660", "q_len=2 h=64 splits=3, wgmma vs CPU"):
         assert row in out, row
     assert "grouped_gemm_wgmma" in fake.calls and "cublas" in fake.calls and "mla_decode_wgmma" in fake.calls

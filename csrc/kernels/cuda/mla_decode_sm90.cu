@@ -132,7 +132,14 @@ __device__ __forceinline__ void produce(uint8_t* smem, uint64_t* full, uint64_t*
 
 // Byte offset of P[row][k] (BF16) in the K-major, 128-byte-swizzled P tile: 16-byte chunk k / 8 of
 // the row's 128 bytes is stored at chunk (k / 8) ^ (row % 8).
-__device__ __forceinline__ int p_offset(int row, int k) { return row * 128 + (((k >> 3) ^ (row & 7)) << 4) + (k & 7) * 2; }
+__device__ __forceinline__ int p_offset(int row, int k) {
+    return row * 128 + (((k >> 3) ^ (row & 7)) << 4) + (k & 7) * 2;
+}
+
+// Two probabilities as a BF16 pair (the lower index in the low half).
+__device__ __forceinline__ uint32_t bf16_pair(float a, float b) {
+    return uint32_t(to_bf16_bits(a)) | (uint32_t(to_bf16_bits(b)) << 16);
+}
 
 template <bool kFp8>
 __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t* empty, uint64_t* qbar, int cw,
@@ -202,7 +209,8 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
             uint8_t* row = deq + (2 * c + cc / 4) * kBox + j * 128;
             const int piece = 2 * (cc % 4);
             *reinterpret_cast<uint4*>(row + ((piece ^ (j & 7)) << 4)) = make_uint4(out[0], out[1], out[2], out[3]);
-            *reinterpret_cast<uint4*>(row + (((piece + 1) ^ (j & 7)) << 4)) = make_uint4(out[4], out[5], out[6], out[7]);
+            *reinterpret_cast<uint4*>(row + (((piece + 1) ^ (j & 7)) << 4)) =
+                make_uint4(out[4], out[5], out[6], out[7]);
         }
     };
     // S[64 x 32] for tokens 32 cw .. of a page: 9 boxes x 4 k-steps of 16 (+32 bytes each), committed
@@ -271,8 +279,8 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
             const float p2 = new_hi == -INFINITY ? 0.0f : __expf(s[4 * j + 2] - new_hi);
             const float p3 = new_hi == -INFINITY ? 0.0f : __expf(s[4 * j + 3] - new_hi);
             sum_lo += p0 + p1, sum_hi += p2 + p3;
-            *reinterpret_cast<uint32_t*>(P + p_offset(lo, k)) = uint32_t(to_bf16_bits(p0)) | (uint32_t(to_bf16_bits(p1)) << 16);
-            *reinterpret_cast<uint32_t*>(P + p_offset(hi, k)) = uint32_t(to_bf16_bits(p2)) | (uint32_t(to_bf16_bits(p3)) << 16);
+            *reinterpret_cast<uint32_t*>(P + p_offset(lo, k)) = bf16_pair(p0, p1);
+            *reinterpret_cast<uint32_t*>(P + p_offset(hi, k)) = bf16_pair(p2, p3);
         }
 #pragma unroll
         for (int off = 1; off < 4; off *= 2) {
@@ -287,14 +295,18 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
         l_hi = l_hi * alpha_hi + (red_sum[hi] + red_sum[kRows + hi]);
         m_lo = new_lo, m_hi = new_hi;
 #pragma unroll
-        for (int j = 0; j < 32; ++j) o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo, o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
+        for (int j = 0; j < 32; ++j) {
+            o[4 * j] *= alpha_lo, o[4 * j + 1] *= alpha_lo;
+            o[4 * j + 2] *= alpha_hi, o[4 * j + 3] *= alpha_hi;
+        }
         sm90::fence_registers(o);  // the rescaling stays before the fence (else ptxas adds its own)
         // O[:, 256 cw ..] += P V: 4 k-steps of 16 tokens; V's 256 columns are boxes 4 cw .. 4 cw + 3.
         sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-            sm90::wgmma_m64n256k16_bf16<1>(o, sm90::desc_k_major_sw128(P) + 2 * kk,
-                                           sm90::desc_mn_major_sw128(latent_of(tile) + 4 * cw * kBox + kk * 16 * 128, kBox), 1);
+            sm90::wgmma_m64n256k16_bf16<1>(
+                o, sm90::desc_k_major_sw128(P) + 2 * kk,
+                sm90::desc_mn_major_sw128(latent_of(tile) + 4 * cw * kBox + kk * 16 * 128, kBox), 1);
         sm90::wgmma_commit();
         // P V finished before this slot (BF16: V) is freed and the next P written.
         sm90::wgmma_wait<0>();
@@ -373,7 +385,8 @@ void launch_as(const MlaDecode& d, float* part_o, float* part_lse) {
           "cudaFuncSetAttribute (mla_decode_wgmma shared memory)");
     const int64_t ctas = d.n_items * ((QH + kRows - 1) / kRows);
     if (ctas > INT32_MAX) refuse("work items x 64-row tiles must fit one grid dimension");
-    mla_decode_wgmma_kernel<kFp8><<<unsigned(ctas), kThreads, smem, current_stream()>>>(map_q, map_qr, map_k, map_kr, a);
+    mla_decode_wgmma_kernel<kFp8>
+        <<<unsigned(ctas), kThreads, smem, current_stream()>>>(map_q, map_qr, map_k, map_kr, a);
     check(cudaGetLastError(), "mla_decode (wgmma)");
 }
 
@@ -390,7 +403,8 @@ std::string mla_decode_wgmma_unsupported(const MlaDecode& d) {
     if (d.kv_lora != kLatent || d.rope_dim != kRope)
         return "kv_lora must be 512 and rope_dim 64 (DeepSeek's shapes), got " + std::to_string(d.kv_lora) + " and " +
                std::to_string(d.rope_dim);
-    if (d.block_size != kBlock) return "block_size must be 64 (one TMA tile per page), got " + std::to_string(d.block_size);
+    if (d.block_size != kBlock)
+        return "block_size must be 64 (one TMA tile per page), got " + std::to_string(d.block_size);
     if (d.num_blocks * kBlock > INT32_MAX || d.batch * d.q_len * d.heads > INT32_MAX)
         return "cache rows and query rows must fit TMA's 32-bit coordinates";
     return "";

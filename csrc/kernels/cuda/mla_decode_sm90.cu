@@ -28,8 +28,8 @@
 //   issued after the previous page's P V (no look-ahead: with 2 slots, issuing the next page's
 //   scores before this page's softmax would wait for its load at every page).
 // - Tokens of the last block past the work item's end may hold anything (NaN included): each
-//   consumer zeroes those rows of its own V columns before its products (their P is 0), and their
-//   scores are masked by selection, never by multiplication.
+//   consumer zeroes those rows of its own V columns, both before either's score MMAs (their P is 0),
+//   and their scores are masked by selection, never by multiplication.
 // - FP8 cache (kFp8): a slot holds the page's latent as FP8 (4 boxes of 128 values, 40 KB with the
 //   BF16 rope box); both consumers dequantise it (fp8 * scale, rounded to BF16, as the CPU and the
 //   mma.sync kernel do) into one BF16 tile laid out as the BF16 slots are, and the products read
@@ -179,7 +179,9 @@ __device__ __forceinline__ void consume(uint8_t* smem, uint64_t* full, uint64_t*
                 *reinterpret_cast<uint4*>(box + valid * 128 + (u % per_box) * 16) = make_uint4(0, 0, 0, 0);
             }
             sm90::fence_proxy_async();
-            sm90::named_barrier(2 + cw, 128);
+            // Both consumers (the page is the same for both): no score MMA of either reads the rows
+            // while they are written.
+            sm90::named_barrier(1, 256);
         }
         return tile;
     };

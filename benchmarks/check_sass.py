@@ -4,15 +4,16 @@
 
 Runs `cuobjdump -sass` on the built CUDA library (default: build/cuda/libdsperf_cuda.a, the
 target .ci/run builds) for sm_90a, finds the Hopper kernels' functions (grouped_gemm_wgmma_kernel
-for BF16 and for FP8) and counts, in their SASS:
+for BF16 and for FP8, mla_decode_wgmma_kernel) and counts, in their SASS:
   HGMMA    the warpgroup MMA (wgmma.mma_async) on BF16, QGMMA on FP8 e4m3,
   UTMALDG  the TMA tile load (cp.async.bulk.tensor),
   SYNCS.*  the mbarrier operations (init, arrive / expect-tx, try-wait) the pipeline runs on.
 Each must be there at least once; the counts are printed. Exit 0 when all are, 1 when one is
 missing, 2 when the check cannot run here (no cuobjdump, nothing built).
 
---compile builds csrc/kernels/cuda/grouped_gemm_sm90.cu alone for sm_90a with nvcc (a cubin in a
-temporary folder, seconds) and checks that instead of the library.
+--compile builds the Hopper sources (csrc/kernels/cuda/grouped_gemm_sm90.cu, mla_decode_sm90.cu)
+alone for sm_90a with nvcc (cubins in a temporary folder, seconds) and checks those instead of the
+library.
 
 cuobjdump comes with the CUDA toolkit, or from PyPI (nvidia-cuda-cuobjdump with nvidia-cuda-nvdisasm,
 found under site-packages/nvidia/cu*/bin); it needs nvdisasm beside it or on PATH.
@@ -31,12 +32,17 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HOPPER_SOURCES = (ROOT / "csrc/kernels/cuda/grouped_gemm_sm90.cu", ROOT / "csrc/kernels/cuda/sm90_ptx.cuh")
+KERNEL_SOURCES = (ROOT / "csrc/kernels/cuda/grouped_gemm_sm90.cu", ROOT / "csrc/kernels/cuda/mla_decode_sm90.cu")
+HOPPER_SOURCES = KERNEL_SOURCES + (ROOT / "csrc/kernels/cuda/sm90_ptx.cuh",)
 # The Hopper kernels: a readable name -> (substrings of the mangled name, its warpgroup MMA opcode:
 # HGMMA for 16-bit inputs, QGMMA for FP8).
 KERNELS = {
     "grouped_gemm_wgmma_kernel<Bf16Tiles>": (("grouped_gemm_wgmma_kernel", "Bf16Tiles"), "HGMMA"),
     "grouped_gemm_wgmma_kernel<Fp8Tiles>": (("grouped_gemm_wgmma_kernel", "Fp8Tiles"), "QGMMA"),
+    # MLA decode over a BF16 and an FP8 latent cache (template argument kFp8 false / true; the FP8
+    # latent is dequantised to BF16 in shared memory, so both multiply BF16).
+    "mla_decode_wgmma_kernel<bf16 cache>": (("mla_decode_wgmma_kernel", "ILb0E"), "HGMMA"),
+    "mla_decode_wgmma_kernel<fp8 cache>": (("mla_decode_wgmma_kernel", "ILb1E"), "HGMMA"),
 }
 # What every kernel's SASS must contain besides its MMA: (label, regex on an instruction's opcode).
 REQUIRED = (("UTMALDG", r"^UTMALDG\b"), ("SYNCS", r"^SYNCS\."))
@@ -95,14 +101,18 @@ def stale(path):
     return any(src.exists() and src.stat().st_mtime > built for src in HOPPER_SOURCES)
 
 
-def compile_cubin(out_dir):
+def compile_cubins(out_dir):
+    """One sm_90a cubin per Hopper kernel source, compiled as the library's build does (warnings are errors)."""
     nvcc = find_tool("nvcc")
     if not nvcc:
         raise FileNotFoundError("no nvcc")
-    cubin = Path(out_dir) / "grouped_gemm_sm90.cubin"
-    subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'csrc'}", "-gencode", "arch=compute_90a,code=sm_90a",
-                    "-Werror=all-warnings", "-cubin", "-o", str(cubin), str(HOPPER_SOURCES[0])], check=True)
-    return str(cubin)
+    cubins = []
+    for src in KERNEL_SOURCES:
+        cubin = Path(out_dir) / (src.stem + ".cubin")
+        subprocess.run([nvcc, "-std=c++17", "-O3", f"-I{ROOT / 'csrc'}", "-gencode", "arch=compute_90a,code=sm_90a",
+                        "-Werror=all-warnings", "-cubin", "-o", str(cubin), str(src)], check=True)
+        cubins.append(str(cubin))
+    return cubins
 
 
 def sass_functions(path):
@@ -131,8 +141,11 @@ def required(kernel):
 
 
 def kernel_counts(path):
-    """{kernel: {label: count, ...}} for each Hopper kernel found; opcodes of each SYNCS kind too."""
-    funcs = sass_functions(path)
+    """{kernel: {label: count, ...}} for each Hopper kernel found in `path` (one file or a list);
+    opcodes of each SYNCS kind too."""
+    funcs = {}
+    for p in [path] if isinstance(path, str) else path:
+        funcs.update(sass_functions(p))
     result = {}
     for kernel, (parts, _) in KERNELS.items():
         ops = [op for name, opcodes in funcs.items() if all(p in name for p in parts) for op in opcodes]
@@ -166,7 +179,7 @@ def main(argv=None):
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         if args.compile:
-            path = compile_cubin(tmp)
+            path = compile_cubins(tmp)
         else:
             path = args.path or find_library()
             if not path:
@@ -179,7 +192,7 @@ def main(argv=None):
     if args.json:
         print(json.dumps({"path": path, "arch": ARCH, "kernels": counts}, indent=1))
     else:
-        print(f"{ARCH} SASS of {path}:")
+        print(f"{ARCH} SASS of {path if isinstance(path, str) else ', '.join(Path(p).name for p in path)}:")
         for kernel, c in counts.items():
             print(f"  {kernel}: " + ", ".join(f"{k} {v}" for k, v in c.items()))
     problems = missing(counts)

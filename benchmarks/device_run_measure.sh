@@ -15,9 +15,10 @@
 #   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first (only with time to spare; for
 #                      sm_90a alone unless MEASURE_CUDA_ARCHS says otherwise)
 #   HOPPER_CHECK       1 (default): where dsperf's CUDA kernels are present, first check the Hopper
-#                      (wgmma + TMA) grouped GEMM -- never run on a GPU before -- against the mma.sync
-#                      kernel and time both beside cuBLAS (gpu_validate.py --hopper), at most
-#                      HOPPER_CHECK_S seconds (default 120; a hang is killed), before measure-gpu's budget.
+#                      (wgmma + TMA) grouped GEMM and MLA decode -- never run on a GPU before -- against
+#                      the mma.sync kernels (MLA also the CPU) and time both beside cuBLAS / mma.sync
+#                      (gpu_validate.py --hopper), at most HOPPER_CHECK_S seconds (default 150; a hang
+#                      is killed), before measure-gpu's budget.
 #                      It needs dsperf's CUDA kernels: MEASURE_BUILD_CUDA=1, or carry a module built
 #                      elsewhere with -DDSPERF_CUDA=ON -DDSPERF_PYTHON=ON (about 4 MB; its CUDA runtime
 #                      is linked statically, so the lent machine's driver must be as new as that nvcc)
@@ -72,12 +73,12 @@ if ! "$PY" -c "import dsperf._C" 2>/dev/null; then
 fi
 "$PY" -c "from dsperf import cuda; print('dsperf CUDA kernels:', cuda.available())"
 
-# The Hopper grouped GEMM's first run: results against mma.sync, then times (its log in $OUT).
+# The Hopper kernels' first run: results against mma.sync, then times (its log in $OUT).
 if [ "${HOPPER_CHECK:-1}" = 1 ] && "$PY" -c "from dsperf import cuda; import sys; sys.exit(not cuda.available()[0])"; then
-    echo "== Hopper grouped GEMM check (gpu_validate.py --hopper) at $(elapsed) s"
-    timeout -s KILL "${HOPPER_CHECK_S:-120}" "$PY" benchmarks/gpu_validate.py --hopper --iters 10 \
+    echo "== Hopper grouped GEMM and MLA decode check (gpu_validate.py --hopper) at $(elapsed) s"
+    timeout -s KILL "${HOPPER_CHECK_S:-150}" "$PY" benchmarks/gpu_validate.py --hopper --iters 10 \
         > "$OUT/hopper_check.log" 2>&1
-    echo "exit status $? (137: killed at ${HOPPER_CHECK_S:-120} s, a hang) at $(elapsed) s"
+    echo "exit status $? (137: killed at ${HOPPER_CHECK_S:-150} s, a hang) at $(elapsed) s"
     cat "$OUT/hopper_check.log"
     tools=""
     [ "${HOPPER_SANITIZE:-0}" = 1 ] && tools="memcheck"

@@ -328,6 +328,97 @@ def bench_gemm_hopper(rows, iters, size, rng):
         raise RuntimeError("the wgmma grouped GEMM's results are wrong: " + "; ".join(wrong))
 
 
+def bench_mla_hopper(rows, iters, size, rng):
+    """The Hopper (wgmma + TMA) MLA decode beside the 64-row mma.sync one: first its results against
+    the CPU's and the mma.sync kernel's on ragged requests (q_len 1 and 2, fewer and more than 64 rows,
+    fixed and automatic splits, BF16 and FP8 caches) -- it had never run on a GPU before -- then both
+    timed at the issue's shape (B=128, s=4096, h=128 on --size full; BF16 cache, the target's, and
+    FP8), with TFLOPS and the ratio to FlashMLA's published 660 (the issue's target: >= 50%). Both
+    round probabilities to BF16 but take row maxima over different key chunks (64 against 32), so
+    they differ by BF16 rounding, not by FP32 order."""
+    from dsperf import cuda, kernels as K
+    from dsperf.cuda_array import BF16, FP8, DeviceArray
+    why = cuda._G.wgmma_unsupported_reason(0)
+    if why:
+        rows.append(dict(kernel="MLA decode (wgmma, sm_90a)", time_us=None, tflops=None, gbps=None,
+                         baseline=f"skipped: {why}", baseline_value="-", record="-", vs_record="-", target="-"))
+        return
+    L, R, bs = 512, 64, 64
+    tol = 1e-2  # relative to the largest |out|
+    wrong = []
+    for seqlens, q_len, heads, splits, fp8 in (([300, 70, 5, 64, 129], 1, 16, None, False),
+                                               ([300, 70, 5, 64, 129], 2, 16, 2, False),
+                                               ([1000, 65], 1, 128, None, False), ([257, 33], 2, 64, 3, False),
+                                               ([300, 70, 5], 1, 128, None, True)):
+        need = [-(-n // bs) for n in seqlens]
+        nb = sum(need) + 2
+        order = rng.permutation(nb).astype(np.int32)
+        table = np.zeros((len(seqlens), max(need)), np.int32)
+        i = 0
+        for b, k in enumerate(need):
+            table[b, :k] = order[i:i + k]
+            i += k
+        B = len(seqlens)
+        args = (rand_like((B, q_len, heads, L), BF16, rng, 0.05), rand_like((B, q_len, heads, R), BF16, rng, 0.05),
+                rand_like((nb, bs, L), BF16, rng), rand_like((nb, bs, R), BF16, rng), table,
+                np.array(seqlens, np.int32))
+        scale = None
+        if fp8:  # the cache written by the CPU's quantiser: FP8 latents with one scale per 128 values
+            cache = K.PagedMlaCache(nb, bs, L, R, dtype="fp8")
+            requests = np.concatenate([np.full(n, b) for b, n in enumerate(seqlens)]).astype(np.int32)
+            positions = np.concatenate([np.arange(n) for n in seqlens]).astype(np.int32)
+            K.paged_cache_write(cache, table, requests, positions, rand_like((len(requests), L), BF16, rng),
+                                rand_like((len(requests), R), BF16, rng))
+            args, scale = args[:2] + (cache.latent, cache.rope) + args[4:], cache.latent_scale
+        want, _ = K.mla_decode(*args, 0.1, latent_scale=scale)
+        got = {v: cuda.mla_decode(*args, 0.1, latent_scale=scale, num_splits=splits, variant=v)
+               for v in ("mma", "wgmma")}
+        for name, ref in (("CPU", want), ("mma.sync", got["mma"][0])):
+            err, rel = _max_errors(got["wgmma"][0], ref)
+            what = (f"MLA seqlens={seqlens} q_len={q_len} h={heads} splits={splits}{' FP8 cache' if fp8 else ''}, "
+                    f"wgmma vs {name}")
+            print(f"hopper check: {what}: max abs error {err:.3g} (relative {rel:.2g}) -> "
+                  f"{'ok' if rel < tol else 'WRONG'}", flush=True)
+            wrong.extend([] if rel < tol else [what])
+    B, S, H = SIZES[size]["mla"]
+    nb = B * (S // bs)
+    dev = [DeviceArray.from_numpy(a) for a in (rand_like((B, 1, H, L), BF16, rng, 0.05),
+                                                rand_like((B, 1, H, R), BF16, rng, 0.05),
+                                                rand_like((nb, bs, L), BF16, rng), rand_like((nb, bs, R), BF16, rng),
+                                                np.arange(nb, dtype=np.int32).reshape(B, S // bs),
+                                                np.full(B, S, np.int32))]
+    meta = cuda.get_mla_metadata(dev[5], 1, H)
+    out = (DeviceArray((B, 1, H, L), np.float32), DeviceArray((B, 1, H), np.float32))
+    flops = 2.0 * B * H * S * (L + R + L)
+    # The same decode over an FP8 latent cache (one FP32 scale per 128 values), as bench_mla's row.
+    lat8 = DeviceArray.from_numpy(rand_like((nb, bs, L), FP8, rng, 100.0))
+    lat8_s = DeviceArray.from_numpy(np.full((nb, bs, L // 128), 1e-2, np.float32))
+    for cache, kv, lat_s, kv_bytes in (("BF16", dev[2], None, B * S * (L + R) * 2),
+                                       ("FP8", lat8, lat8_s, B * S * (L + 2 * R + L // 128 * 4))):
+        mla = dev[:2] + [kv] + dev[3:]
+        us, res = {}, {}
+        for v in ("mma", "wgmma"):
+            us[v] = timed_us(lambda: cuda.mla_decode(*mla, 0.1, meta, latent_scale=lat_s, out=out, validate=False,
+                                                     variant=v), iters)
+            res[v] = out[0].numpy()
+        err, rel = _max_errors(res["wgmma"], res["mma"])
+        ok = rel < tol
+        wrong.extend([] if ok else [f"MLA B={B} s={S} h={H} {cache} cache"])
+        tf = {v: flops / us[v] / 1e6 for v in us}
+        print(f"hopper check: MLA decode B={B} s={S} q_len=1 h={H} {cache} cache: wgmma {us['wgmma']:.0f} us = "
+              f"{tf['wgmma']:.0f} TFLOPS ({tf['wgmma'] / 660:.0%} of FlashMLA's 660), mma.sync {us['mma']:.0f} us = "
+              f"{tf['mma']:.0f} TFLOPS, {us['mma'] / us['wgmma']:.2f}x mma.sync; max abs error vs mma.sync "
+              f"{err:.3g} -> {'ok' if ok else 'WRONG'}", flush=True)
+        rows.append(dict(kernel=f"MLA decode B={B} s={S} q_len=1 h={H}, {cache} cache (wgmma, sm_90a)"
+                         + ("" if ok else " RESULTS WRONG"), time_us=us["wgmma"], tflops=tf["wgmma"],
+                         gbps=kv_bytes / us["wgmma"] / 1e3, baseline="64-row mma.sync",
+                         baseline_value=f"{us['mma']:.0f} us", record="FlashMLA 660 TFLOPS (H800)",
+                         vs_record=f"{tf['wgmma'] / 660:.0%} of 660 TFLOPS",
+                         target="MLA >= 50% of FlashMLA" if cache == "BF16" else "-"))
+    if wrong:
+        raise RuntimeError("the wgmma MLA decode's results are wrong: " + "; ".join(wrong))
+
+
 def bench_ep(rows, iters, size, rng):
     from dsperf import cuda, cuda_nccl as N
     from dsperf.cuda_array import BF16, DeviceArray
@@ -402,8 +493,9 @@ def main(argv=None):
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--hopper", action="store_true",
-                    help="only the Hopper (wgmma) grouped GEMM: its results against the mma.sync kernel, and "
-                         "its time beside mma.sync and cuBLAS (no tests, no clock reading; about a minute)")
+                    help="only the Hopper (wgmma) kernels, grouped GEMM and MLA decode: their results against "
+                         "the mma.sync kernels (and the CPU), and their times beside mma.sync (and cuBLAS) (no "
+                         "tests, no clock reading; about a minute)")
     ap.add_argument("--clock-seconds", type=float, default=20.0,
                     help="seconds of sustained GEMMs for the SM-clock reading (0: skip)")
     args = ap.parse_args(argv)
@@ -422,7 +514,8 @@ def main(argv=None):
     status = 0 if args.skip_tests else run_tests()
     rng = np.random.default_rng(0)
     rows = []
-    for bench in (bench_gemm_hopper,) if args.hopper else (bench_mla, bench_gemm, bench_gemm_hopper, bench_ep):
+    for bench in ((bench_gemm_hopper, bench_mla_hopper) if args.hopper
+                  else (bench_mla, bench_gemm, bench_gemm_hopper, bench_mla_hopper, bench_ep)):
         try:
             bench(rows, args.iters, size, rng)
         except Exception as e:  # report and go on: one failing family must not hide the others

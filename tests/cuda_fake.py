@@ -180,9 +180,14 @@ class FakeG:
                                                               f32(view(b, (batch, N, Kd), BF16)))
         self._run("cublas", go)
 
-    def mla_decode(self, a, d):
+    def mla_decode_wgmma(self, a, d):
+        # The Hopper kernel's contract is mla_decode's, for DeepSeek's shapes only (BF16 or FP8 cache).
+        assert (a.kv_lora, a.rope_dim, a.block_size) == (512, 64, 64)
+        self.mla_decode(a, d, name="mla_decode_wgmma")
+
+    def mla_decode(self, a, d, name="mla_decode"):
         assert isinstance(a, REAL.MlaDecodeArgs)
-        self.last["mla_decode"] = a
+        self.last[name] = a
         qn, qr, lat, lat_s, rope, bt, sl = a.q_nope, a.q_rope, a.latent, a.latent_scale, a.rope, a.block_table, a.seqlens
         items, offs, n_items, n_part = a.items, a.split_offsets, a.n_items, a.n_partials
         B, Q, H, L, R, nblocks, bs = a.batch, a.q_len, a.heads, a.kv_lora, a.rope_dim, a.num_blocks, a.block_size
@@ -202,7 +207,7 @@ class FakeG:
                                  else None)
             view(out, (B, Q, H, L), np.float32)[:] = o
             view(lse, (B, Q, H), np.float32)[:] = ls
-        self._run("mla_decode", go)
+        self._run(name, go)
 
     def mla_prefill(self, p, d):
         assert isinstance(p, REAL.MlaPrefillArgs)

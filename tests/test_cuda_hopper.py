@@ -1,7 +1,7 @@
-"""The Hopper (sm_90a) grouped GEMM without a GPU: its selection and argument checks through the fake
-device (tests/cuda_fake.py), and its SASS (benchmarks/check_sass.py) where cuobjdump and a built CUDA
-library are at hand. The kernel's results are checked on a GPU only (benchmarks/gpu_validate.py
---hopper); it has not run on one yet (docs/CUDA.md)."""
+"""The Hopper (sm_90a) grouped GEMM and MLA decode without a GPU: their selection and argument checks
+through the fake device (tests/cuda_fake.py), and their SASS (benchmarks/check_sass.py) where
+cuobjdump and a built CUDA library are at hand. The kernels' results are checked on a GPU only
+(benchmarks/gpu_validate.py --hopper); they have not run on one yet (docs/CUDA.md)."""
 import sys
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cuda_fake import dev, fake  # noqa: F401 (fake: the fixture the tests take)
-from dsperf import cuda
+from dsperf import cuda, kernels as K
 from dsperf.cuda_array import DeviceArray
 from kernel_helpers import f32, rand_bf16, rand_fp8_weight
 
@@ -117,6 +117,12 @@ def test_sass_of_the_hopper_kernel_has_wgmma_tma_and_mbarriers():
                                                                            "QGMMA")):
         c = counts[kernel]
         assert c[mma] >= 4 and c["UTMALDG"] >= 2 and c["SYNCS"] >= 3, (kernel, c)
+    # MLA decode: 36 score MMAs (576 deep, k16) and 4 P V MMAs (64 tokens) per page; 9 TMA boxes per
+    # tile (8 latent + 1 rope) for the queries and each page, 5 (4 FP8 latent + 1 rope) for an FP8 page.
+    c = counts["mla_decode_wgmma_kernel<bf16 cache>"]
+    assert c["HGMMA"] >= 40 and c["UTMALDG"] >= 18 and c["SYNCS"] >= 3, c
+    c = counts["mla_decode_wgmma_kernel<fp8 cache>"]
+    assert c["HGMMA"] >= 40 and c["UTMALDG"] >= 14 and c["SYNCS"] >= 3, c
 
 
 def test_fp8_wgmma_takes_the_block_scaled_contract(fake):
@@ -141,10 +147,119 @@ def test_gpu_validate_hopper_runs_on_the_fake_device(fake, capsys):
     spec.loader.exec_module(gv)
     assert gv.main(["--hopper", "--size", "tiny", "--iters", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.count("hopper check:") == 11 and "WRONG" not in out and "failed" not in out
+    # 11 grouped GEMM lines; MLA: 5 ragged cases x (vs CPU, vs mma.sync) and the timed shape (BF16, FP8).
+    assert out.count("hopper check:") == 23 and "WRONG" not in out and "failed" not in out
     for row in ("grouped GEMM BF16 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)",
                 "grouped GEMM BF16 masked E=2 cap=16 n=128 k=256 (wgmma, sm_90a)",
                 "grouped GEMM FP8 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)", "FP8 ragged contiguous",
-                "of cuBLAS", "of 1297", "x mma.sync"):
+                "of cuBLAS", "of 1297", "x mma.sync", "MLA decode B=2 s=128 q_len=1 h=16, BF16 cache (wgmma, sm_90a)",
+                "MLA decode B=2 s=128 q_len=1 h=16, FP8 cache (wgmma, sm_90a)",
+                "h=128 splits=None FP8 cache, wgmma vs CPU",
+                "of FlashMLA's 660", "q_len=2 h=64 splits=3, wgmma vs CPU"):
         assert row in out, row
-    assert "grouped_gemm_wgmma" in fake.calls and "cublas" in fake.calls
+    assert "grouped_gemm_wgmma" in fake.calls and "cublas" in fake.calls and "mla_decode_wgmma" in fake.calls
+
+
+# ---- MLA decode ----------------------------------------------------------------------------------
+def mla_problem(rng, L=512, R=64, bs=64, fp8=False):
+    seqlens = [300, 70, 5]
+    need = [-(-n // bs) for n in seqlens]
+    blocks = sum(need) + 2
+    table = np.zeros((3, max(need)), np.int32)
+    order = rng.permutation(blocks).astype(np.int32)
+    i = 0
+    for b, k in enumerate(need):
+        table[b, :k] = order[i:i + k]
+        i += k
+    q = (rand_bf16(rng, 3, 1, 16, L, scale=0.05), rand_bf16(rng, 3, 1, 16, R, scale=0.05))
+    lens = np.array(seqlens, np.int32)
+    if not fp8:
+        return q + (rand_bf16(rng, blocks, bs, L), rand_bf16(rng, blocks, bs, R), table, lens), None
+    cache = K.PagedMlaCache(blocks, bs, L, R, dtype="fp8")
+    requests = np.concatenate([np.full(n, b) for b, n in enumerate(lens)]).astype(np.int32)
+    positions = np.concatenate([np.arange(n) for n in lens]).astype(np.int32)
+    K.paged_cache_write(cache, table, requests, positions, rand_bf16(rng, len(requests), L),
+                        rand_bf16(rng, len(requests), R))
+    return q + (cache.latent, cache.rope, table, lens), cache.latent_scale
+
+
+def test_mla_wgmma_variant_takes_the_hopper_binding_with_the_same_arguments(fake):
+    args, _ = mla_problem(np.random.default_rng(10))
+    meta = cuda.get_mla_metadata(args[5], 1, 16, num_splits=2)
+    want = cuda.mla_decode(*args, 0.1, meta)
+    got = cuda.mla_decode(*args, 0.1, meta, variant="wgmma")
+    assert fake.calls == ["mla_decode", "mla_decode_wgmma"]
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    a, h = fake.last["mla_decode"], fake.last["mla_decode_wgmma"]
+    fields = ("batch", "q_len", "heads", "kv_lora", "rope_dim", "num_blocks", "block_size", "max_blocks",
+              "n_items", "n_partials", "items", "split_offsets", "part_out", "part_lse", "check_values")
+    assert all(getattr(a, f) == getattr(h, f) for f in fields)
+    # GPU arrays and preallocated outputs go through unchanged.
+    o, l = DeviceArray(want[0].shape, np.float32), DeviceArray(want[1].shape, np.float32)
+    r = cuda.mla_decode(*[dev(x) for x in args], 0.1, meta, out=(o, l), validate=False, variant="wgmma")
+    assert r[0] is o and r[1] is l and fake.calls[-1] == "mla_decode_wgmma"
+    h = fake.last["mla_decode_wgmma"]
+    assert (h.out, h.lse, h.check_values) == (o.ptr, l.ptr, False)
+    np.testing.assert_array_equal(o.numpy(), want[0])
+
+
+def test_mla_default_stays_mma_and_the_environment_opts_deepseek_shapes_in(fake, monkeypatch):
+    rng = np.random.default_rng(11)
+    args, _ = mla_problem(rng)
+    cuda.mla_decode(*args, 0.1)
+    assert fake.calls[-1] == "mla_decode"
+    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "1")
+    cuda.mla_decode(*args, 0.1)
+    assert fake.calls[-1] == "mla_decode_wgmma"
+    cuda.mla_decode(*args, 0.1, variant="mma")  # an explicit variant wins
+    assert fake.calls[-1] == "mla_decode"
+    # An FP8 cache goes to the Hopper kernel too; other widths keep the mma.sync one.
+    fargs, scale = mla_problem(rng, fp8=True)
+    cuda.mla_decode(*fargs, 0.1, latent_scale=scale)
+    assert fake.calls[-1] == "mla_decode_wgmma" and fake.last["mla_decode_wgmma"].latent_scale
+    cuda.mla_decode(*mla_problem(rng, L=256)[0], 0.1)
+    assert fake.calls[-1] == "mla_decode"
+    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "0")
+    cuda.mla_decode(*args, 0.1)
+    assert fake.calls[-1] == "mla_decode"
+
+
+def test_mla_wgmma_refuses_what_it_cannot_run_naming_the_argument(fake, monkeypatch):
+    rng = np.random.default_rng(12)
+    args, _ = mla_problem(rng)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        cuda.mla_decode(*args, 0.1, variant="hopper")
+    with pytest.raises(ValueError, match="variant='wgmma' needs kv_lora = 512 and rope = 64.*got 256 and 64"):
+        cuda.mla_decode(*mla_problem(rng, L=256)[0], 0.1, variant="wgmma")
+    with pytest.raises(ValueError, match="variant='wgmma' needs kv_lora = 512 and rope = 64.*got 512 and 32"):
+        cuda.mla_decode(*mla_problem(rng, R=32)[0], 0.1, variant="wgmma")
+    with pytest.raises(ValueError, match=r"variant='wgmma' needs latent_cache blocks of 64 tokens.*got 32"):
+        cuda.mla_decode(*mla_problem(rng, bs=32)[0], 0.1, variant="wgmma")
+    monkeypatch.setattr(fake, "compute_capability", lambda d: 80)
+    with pytest.raises(ValueError, match="variant='wgmma' needs an sm_90 GPU.*GPU 0 is sm_80"):
+        cuda.mla_decode(*args, 0.1, variant="wgmma")
+    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "1")
+    with pytest.raises(ValueError, match=r"DSPERF_CUDA_WGMMA=1 \(variant='wgmma'\) needs an sm_90 GPU"):
+        cuda.mla_decode(*args, 0.1)
+    assert "mla_decode_wgmma" not in fake.calls
+
+
+def test_mla_wgmma_takes_the_fp8_cache_with_its_scales(fake):
+    args, scale = mla_problem(np.random.default_rng(14), fp8=True)
+    want = cuda.mla_decode(*args, 0.1, latent_scale=scale)
+    got = cuda.mla_decode(*args, 0.1, latent_scale=scale, variant="wgmma")
+    assert fake.calls[-2:] == ["mla_decode", "mla_decode_wgmma"]
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    assert fake.last["mla_decode_wgmma"].latent_scale == fake.last["mla_decode"].latent_scale != 0
+
+
+def test_the_real_binding_has_the_hopper_mla_entry_point():
+    from dsperf import _C
+    assert callable(_C.cuda.mla_decode_wgmma)
+    if cuda.available()[0]:
+        pytest.skip("a GPU is here: benchmarks/gpu_validate.py --hopper runs the kernel")
+    args, _ = mla_problem(np.random.default_rng(13))
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        cuda.mla_decode(*args, 0.1, variant="wgmma")

@@ -310,11 +310,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// ---- host side --------------------------------------------------------------------------------------
-[[noreturn]] void refuse(const std::string& why) {
-    throw std::invalid_argument("grouped_gemm variant='wgmma': " + why);
-}
+}  // namespace
 
+// ---- host side --------------------------------------------------------------------------------------
+namespace {
 // cuTensorMapEncodeTiled from the driver through the runtime, so that nothing links -lcuda.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -330,8 +329,11 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
+}  // namespace
+
 // A row-major matrix [rows, K] of BF16 or FP8 bytes read in boxes of box_rows x 128 bytes with the
-// 128-byte swizzle; out-of-range elements read as zero.
+// 128-byte swizzle; out-of-range elements read as zero. Declared in sm90_ptx.cuh (mla_decode_sm90.cu
+// uses it too).
 CUtensorMap rows_map(const void* base, bool fp8, int64_t rows, int64_t K, int box_rows) {
     CUtensorMap map;
     const int elem = fp8 ? 1 : 2;
@@ -348,6 +350,11 @@ CUtensorMap rows_map(const void* base, bool fp8, int64_t rows, int64_t K, int bo
                                  std::to_string(rows) + ", " + std::to_string(K) + "] " + (fp8 ? "FP8" : "BF16") +
                                  " operand");
     return map;
+}
+
+namespace {
+[[noreturn]] void refuse(const std::string& why) {
+    throw std::invalid_argument("grouped_gemm variant='wgmma': " + why);
 }
 
 template <class T>

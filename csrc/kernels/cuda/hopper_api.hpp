@@ -25,4 +25,21 @@ void grouped_gemm_wgmma(const GroupedGemm& g);
 // when g.check_values (grouped_gemm.cu), shared with the Hopper kernel.
 void check_grouped_gemm_values(const GroupedGemm& g);
 
+// mla_decode's contract (cuda_api.hpp's MlaDecode: the plan's work items, the same merge of partials)
+// on Hopper's instructions: TMA loads of each 64-token page into a 2-stage shared-memory ring with
+// mbarrier completion, a producer warpgroup, and two consumer warpgroups on wgmma (scores and
+// P V, 64 query rows per CTA), mla_decode_sm90.cu. kv_lora 512, rope_dim 64 and block_size 64
+// only, BF16 latent cache or FP8 with latent_scale (dequantised to BF16 in shared memory); anything
+// else, or a device that is not sm_90, throws std::invalid_argument naming variant='wgmma'. d
+// validated by the caller.
+void mla_decode_wgmma(const MlaDecode& d);
+// Why d's settings have no Hopper kernel ("" when they have one; the device is not looked at).
+std::string mla_decode_wgmma_unsupported(const MlaDecode& d);
+
+// mla_decode with the block kernel chosen by the caller (mla_decode.cu): the device-side value
+// checks, the partial workspace, `launch` (which writes every partial output and LSE of the plan)
+// and the log-sum-exp merge.
+using MlaBlockLaunch = void (*)(const MlaDecode& d, float* part_o, float* part_lse);
+void mla_decode_with(const MlaDecode& d, MlaBlockLaunch launch);
+
 }  // namespace dsperf::cuda

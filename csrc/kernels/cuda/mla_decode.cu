@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/hopper_api.hpp"
 
 namespace dsperf::cuda {
 namespace {
@@ -295,7 +296,9 @@ void MlaDecode::validate() const {
 bool mla_decode_mma_enabled(int64_t kv_lora);
 void mla_decode_mma_launch(const MlaDecode& d, float* part_o, float* part_lse);
 
-void mla_decode(const MlaDecode& d) {
+void mla_decode(const MlaDecode& d) { mla_decode_with(d, nullptr); }
+
+void mla_decode_with(const MlaDecode& d, MlaBlockLaunch launch) {
     if (d.batch == 0) return;
     if (d.check_values) check_inputs(d);
     const int64_t QH = d.q_len * d.heads, W = d.kv_lora + d.rope_dim;
@@ -305,7 +308,9 @@ void mla_decode(const MlaDecode& d) {
     Scratch<float> own_lse(d.part_lse ? 0 : size_t(d.n_partials * QH));
     float* part_o = d.part_out ? d.part_out : own_o.get();
     float* part_lse = d.part_lse ? d.part_lse : own_lse.get();
-    if (mla_decode_mma_enabled(d.kv_lora)) {
+    if (launch) {
+        launch(d, part_o, part_lse);
+    } else if (mla_decode_mma_enabled(d.kv_lora)) {
         mla_decode_mma_launch(d, part_o, part_lse);
     } else {
         check(cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(lay.total)),

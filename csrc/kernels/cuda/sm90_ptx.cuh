@@ -19,6 +19,14 @@
 
 #include "kernels/cuda/mma_sm80.cuh"  // smem_addr
 
+#include <cuda.h>  // CUtensorMap (host side: the maps are encoded in grouped_gemm_sm90.cu)
+
+namespace dsperf::cuda {
+// A row-major matrix [rows, K] of BF16 (or FP8 bytes) read by TMA in boxes of box_rows x 128 bytes
+// with the 128-byte swizzle; out-of-range elements read as zero (grouped_gemm_sm90.cu).
+CUtensorMap rows_map(const void* base, bool fp8, int64_t rows, int64_t K, int box_rows);
+}  // namespace dsperf::cuda
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DSPERF_SM90A 1
 #endif
@@ -101,6 +109,27 @@ __device__ __forceinline__ uint64_t desc_k_major_sw128(const void* tile) {
     return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// Descriptor of an MN-major tile (B operand read transposed: its N dimension contiguous) made of
+// 128-byte rows written by TMA with the 128-byte swizzle: rows are the K dimension, 8-row atoms
+// 1024 bytes apart along K (the stride offset), and each further 64 BF16 of N lies `n_stride` bytes
+// on (the leading offset: the next TMA box). Must start on a 1024-byte boundary; a k-step of 16
+// rows is +2048 bytes on the start address. (PTX ISA, "Canonical Layouts": 128B-swizzled MN-major is
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 BF16: LBO steps along MN, SBO along K.)
+__device__ __forceinline__ uint64_t desc_mn_major_sw128(const void* tile, uint32_t n_stride) {
+    const uint64_t addr = smem_addr(tile);
+    return ((addr & 0x3FFFF) >> 4) | (uint64_t((n_stride >> 4) & 0x3FFF) << 16) | (uint64_t(1024 >> 4) << 32) |
+           (uint64_t(1) << 62);
+}
+
+// Makes this thread's generic-proxy writes to shared memory visible to the async proxy (wgmma
+// operands written by threads, or a TMA that refills the buffer next).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// A named barrier among `threads` threads (a multiple of 32) of the block; id 0 is __syncthreads'.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
@@ -116,11 +145,13 @@ __device__ __forceinline__ void fence_registers(float (&d)[kN]) {
     for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d[64 x 256] (+)= a[64 x 16] b[256 x 16]^T, BF16 in, FP32 accumulate; a and b K-major in shared
-// memory (descriptors), scale_d = 0 overwrites d. Each thread of the warpgroup holds 128 floats.
+// d[64 x 256] (+)= a[64 x 16] b[256 x 16]^T, BF16 in, FP32 accumulate; a K-major in shared memory,
+// b K-major (kTransB = 0) or MN-major (kTransB = 1: b's rows are K, desc_mn_major_sw128), scale_d = 0
+// overwrites d. Each thread of the warpgroup holds 128 floats.
 #define DSPERF_D8(i)                                                                                         \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
+template <int kTransB = 0>
 __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                                       int scale_d) {
     asm volatile(
@@ -134,10 +165,22 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-        "%128, %129, p, 1, 1, 0, 0;\n}\n"
+        "%128, %129, p, 1, 1, 0, %131;\n}\n"
         : DSPERF_D8(0), DSPERF_D8(8), DSPERF_D8(16), DSPERF_D8(24), DSPERF_D8(32), DSPERF_D8(40), DSPERF_D8(48),
           DSPERF_D8(56), DSPERF_D8(64), DSPERF_D8(72), DSPERF_D8(80), DSPERF_D8(88), DSPERF_D8(96), DSPERF_D8(104),
           DSPERF_D8(112), DSPERF_D8(120)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// d[64 x 32] (+)= a[64 x 16] b[32 x 16]^T, BF16 in, FP32 accumulate; a and b K-major in shared
+// memory, scale_d = 0 overwrites d. Each thread of the warpgroup holds 16 floats.
+__device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0;\n}\n"
+        : DSPERF_D8(0), DSPERF_D8(8)
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ._base import *  # noqa: F401,F403  (the binding, dtypes, placement and checks)
+from .experts import GEMM_VARIANTS, WGMMA_ENV
 
 
 # ---- MLA decode --------------------------------------------------------------------------------
@@ -68,8 +69,33 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     return MlaMetadata(items, offsets, q_len * heads, block_size)
 
 
+def _mla_variant(variant, hopper_inputs):
+    """The kernel a call takes: "mma" (the default, every GPU) or "wgmma" (sm_90a, opt-in: not yet run
+    on a GPU). variant=None follows DSPERF_CUDA_WGMMA=1 for the calls the Hopper kernel takes."""
+    if variant is None:
+        return "wgmma" if os.environ.get(WGMMA_ENV) == "1" and hopper_inputs else "mma"
+    if variant not in GEMM_VARIANTS:
+        raise ValueError(f"variant must be one of {GEMM_VARIANTS} or None, got {variant!r}")
+    return variant
+
+
+def _check_mla_wgmma(c, L, R, bs, asked):
+    """The Hopper MLA decode's own limits, named as the caller asked for it (argument or environment)."""
+    if (L, R) != (512, 64):
+        raise ValueError(f"{asked} needs kv_lora = 512 and rope = 64 (DeepSeek's q_nope / q_rope widths), got {L} "
+                         f"and {R}")
+    if bs != 64:
+        raise ValueError(f"{asked} needs latent_cache blocks of 64 tokens (block_size, one TMA tile per page), "
+                         f"got {bs}")
+    c.require_gpu()
+    cc = _G.compute_capability(c.device)
+    if cc != 90:
+        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200: the kernel is built for sm_90a only); GPU "
+                         f"{c.device} is sm_{cc}. Use variant='mma'")
+
+
 def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, metadata=None,
-               latent_scale=None, num_splits=None, *, out=None, validate=True):
+               latent_scale=None, num_splits=None, *, out=None, validate=True, variant=None):
     """Absorbed MLA decode over a paged latent cache, with dsperf.kernels.mla_decode's arguments
     and semantics: q_nope BF16 [B, Q, H, kv_lora], q_rope BF16 [B, Q, H, rope]; latent_cache
     [blocks, block_size, kv_lora] BF16, or FP8 with latent_scale FP32 [blocks, block_size,
@@ -78,7 +104,12 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
     it also holds the partial-result workspace, so one plan serves one call at a time.
     Returns (out FP32 [B, Q, H, kv_lora], lse FP32 [B, Q, H]). GPU arrays only: out = (out, lse)
     preallocated, and validate=False skips the device-side check of seqlens and block ids (a
-    synchronisation) -- bad values then read out of bounds instead of raising."""
+    synchronisation) -- bad values then read out of bounds instead of raising.
+
+    variant: "mma" (the default: mma.sync kernels, every GPU) or "wgmma" (Hopper's wgmma + TMA, sm_90
+    only; kv_lora 512, rope 64, block_size 64, BF16 or FP8 cache). "wgmma" is opt-in: it has been
+    compiled and its SASS checked, but not yet run on a GPU (docs/CUDA.md). None: "mma", or "wgmma"
+    for the calls it takes when DSPERF_CUDA_WGMMA=1."""
     c = _Call(("q_nope", q_nope), ("q_rope", q_rope), ("latent_cache", latent_cache), ("rope_cache", rope_cache),
               ("block_table", block_table), ("seqlens", seqlens), ("latent_scale", latent_scale))
     for name in ("q_nope", "q_rope"):
@@ -118,6 +149,9 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
             used = bt[b, :-(-int(sl[b]) // bs)]
             if used.size and (used.min() < 0 or used.max() >= nblocks):
                 raise ValueError(f"block_table[{b}] holds blocks outside the cache's {nblocks}")
+    chosen = _mla_variant(variant, (L, R, bs) == (512, 64, 64))
+    if chosen == "wgmma":
+        _check_mla_wgmma(c, L, R, bs, "variant='wgmma'" if variant else f"{WGMMA_ENV}=1 (variant='wgmma')")
     if metadata is None:
         metadata = get_mla_metadata(sl if isinstance(sl, np.ndarray) else sl, Q, H, num_splits=num_splits,
                                     block_size=bs, device=c.device)
@@ -137,7 +171,7 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
         n_partials=metadata.num_partials, batch=B, q_len=Q, heads=H, kv_lora=L, rope_dim=R, num_blocks=nblocks,
         block_size=bs, max_blocks=bt.shape[1], softmax_scale=float(softmax_scale), out=o.ptr, lse=lse.ptr,
         part_out=part_o.ptr, part_lse=part_lse.ptr, check_values=bool(validate) or not c.on_device)
-    _G.mla_decode(args, c.device)
+    (_G.mla_decode_wgmma if chosen == "wgmma" else _G.mla_decode)(args, c.device)
     return c.out(o), c.out(lse)
 
 

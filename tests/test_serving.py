@@ -59,6 +59,24 @@ def test_tpot_equals_the_grounded_decode_step(output_len):
     assert rec["tpot_ms"].to_numpy() == pytest.approx(step, rel=0.01)
 
 
+def test_one_prompt_on_an_idle_dp_group_prices_the_experts_at_the_group_mean():
+    # One client on an EP8 group with DP attention: its prompt is on one rank, the other seven are
+    # idle. The experts serve the group's tokens (one prompt's, spread over 8 GPUs), the attention
+    # the rank's own: TTFT is the prefill step with routed_share 1/8, not the step of 8 prompts.
+    isl = 4096
+    r = serving.simulate(concurrency=1, duration_s=1, input_len=isl, output_len=2, mode="aggregated",
+                         device="H200", ep=8, seed=0)
+    ttft = r.records["ttft_ms"].to_numpy()
+
+    def step(share):
+        dep = grounded._deployment("prefill", attn_tp=1, ep=8, redundant_experts=0, tokens=isl, prompt_len=isl)
+        dep.routed_share = share
+        return grounded._run("DeepSeek-V3", "H200", dep, grounded.DEFAULT_EFFICIENCY)["step_ms"]
+
+    assert ttft == pytest.approx(step(1 / 8), rel=0.02)   # the pricer's geometric buckets
+    assert (ttft < 0.8 * step(1.0)).all()
+
+
 def test_zero_prefix_hits_change_nothing(tmp_path):
     rng = np.random.default_rng(0)
     rows, next_hash = [], 0

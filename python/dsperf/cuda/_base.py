@@ -145,4 +145,30 @@ def _host_range(name, a, lo, hi):
 
 
 
-__all__ = ['available', '_capturing', 'A', 'BF16', 'DeviceArray', 'F32', 'FP8', 'I32', 'I64', '_C', '_CA', '_Call', '_G', '_check', '_host_range', '_ids', '_out', '_ptr', 'as_device_array', 'contextlib', 'from_cuda_array_interface', 'from_dlpack', 'is_device_array_like', 'np', 'numbers', 'os', 'threading']
+__all__ = ['available', '_capturing', 'KERNEL_VARIANTS', 'WGMMA_ENV', '_kernel_variant', '_require_sm90', 'A', 'BF16', 'DeviceArray', 'F32', 'FP8', 'I32', 'I64', '_C', '_CA', '_Call', '_G', '_check', '_host_range', '_ids', '_out', '_ptr', 'as_device_array', 'contextlib', 'from_cuda_array_interface', 'from_dlpack', 'is_device_array_like', 'np', 'numbers', 'os', 'threading']
+
+
+# ---- kernel variants: the mma.sync kernels (every GPU) and the Hopper ones (sm_90a, opt-in) -------
+KERNEL_VARIANTS = ("mma", "wgmma")
+WGMMA_ENV = "DSPERF_CUDA_WGMMA"
+
+
+def _kernel_variant(variant, hopper_inputs):
+    """The kernel a call takes: "mma" (mma.sync, every GPU: the default) or "wgmma" (sm_90a, opt-in:
+    not yet run on a GPU). variant=None follows DSPERF_CUDA_WGMMA=1 for the calls a Hopper kernel
+    takes (hopper_inputs), the others keep theirs. Returns (variant, how it was asked for)."""
+    if variant is None:
+        chosen = "wgmma" if os.environ.get(WGMMA_ENV) == "1" and hopper_inputs else "mma"
+        return chosen, f"{WGMMA_ENV}=1 (variant='wgmma')"
+    if variant not in KERNEL_VARIANTS:
+        raise ValueError(f"variant must be one of {KERNEL_VARIANTS} or None, got {variant!r}")
+    return variant, "variant='wgmma'"
+
+
+def _require_sm90(c, asked):
+    """A Hopper kernel's device check: an sm_90 GPU (the kernels are built for sm_90a only)."""
+    c.require_gpu()
+    cc = _G.compute_capability(c.device)
+    if cc != 90:
+        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200: the kernel is built for sm_90a only); GPU "
+                         f"{c.device} is sm_{cc}. Use variant='mma'")

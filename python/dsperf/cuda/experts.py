@@ -24,21 +24,6 @@ def _check_counts(c, E, capacity):
     _checks.expert_counts(c["counts"], E, capacity)
 
 
-GEMM_VARIANTS = ("mma", "wgmma")
-WGMMA_ENV = "DSPERF_CUDA_WGMMA"
-
-
-def _gemm_variant(variant, hopper_inputs):
-    """The kernel a call takes: "mma" (mma.sync, every GPU: the default) or "wgmma" (sm_90a, BF16 x
-    BF16 or FP8 x FP8, opt-in: not yet measured on a GPU). variant=None follows DSPERF_CUDA_WGMMA=1,
-    which applies to the calls the Hopper kernels take (BF16 x FP8 weights keep theirs)."""
-    if variant is None:
-        return "wgmma" if os.environ.get(WGMMA_ENV) == "1" and hopper_inputs else "mma"
-    if variant not in GEMM_VARIANTS:
-        raise ValueError(f"variant must be one of {GEMM_VARIANTS} or None, got {variant!r}")
-    return variant
-
-
 def _check_wgmma(c, Kd, fp8, asked):
     """variant='wgmma''s own limits, named as the caller asked for it (argument or environment)."""
     if c["a"].dtype != c["b"].dtype:
@@ -48,11 +33,7 @@ def _check_wgmma(c, Kd, fp8, asked):
     if Kd % k_align:
         raise ValueError(f"{asked} needs K % {k_align} == 0 for {'FP8' if fp8 else 'BF16'} (TMA row strides are "
                          f"whole 16 bytes), got K = {Kd}")
-    c.require_gpu()
-    cc = _G.compute_capability(c.device)
-    if cc != 90:
-        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200: the kernel is built for sm_90a only); GPU "
-                         f"{c.device} is sm_{cc}. Use variant='mma'")
+    _require_sm90(c, asked)
 
 
 def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None, out=None, validate=True,
@@ -111,9 +92,9 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
         _check("b_scale", c["b_scale"], (F32,), 3)
         if c["b_scale"].shape != (E, -(-N // 128), kb):
             raise ValueError(f"b_scale must have shape {(E, -(-N // 128), kb)}, got {c['b_scale'].shape}")
-    chosen = _gemm_variant(variant, a_fp8 == b_fp8)
+    chosen, asked = _kernel_variant(variant, a_fp8 == b_fp8)
     if chosen == "wgmma":
-        _check_wgmma(c, Kd, a_fp8, "variant='wgmma'" if variant else f"{WGMMA_ENV}=1 (variant='wgmma')")
+        _check_wgmma(c, Kd, a_fp8, asked)
     out = _out(c, out, c["a"].shape[:-1] + (N,), F32, "out")
     args = _G.GroupedGemmArgs(
         a=c.dev("a").ptr, a_scale=_ptr(c.dev("a_scale")), b=c.dev("b").ptr, b_scale=_ptr(c.dev("b_scale")), c=out.ptr,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from ._base import *  # noqa: F401,F403  (the binding, dtypes, placement and checks)
-from .experts import GEMM_VARIANTS, WGMMA_ENV
 
 
 # ---- MLA decode --------------------------------------------------------------------------------
@@ -69,16 +68,6 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     return MlaMetadata(items, offsets, q_len * heads, block_size)
 
 
-def _mla_variant(variant, hopper_inputs):
-    """The kernel a call takes: "mma" (the default, every GPU) or "wgmma" (sm_90a, opt-in: not yet run
-    on a GPU). variant=None follows DSPERF_CUDA_WGMMA=1 for the calls the Hopper kernel takes."""
-    if variant is None:
-        return "wgmma" if os.environ.get(WGMMA_ENV) == "1" and hopper_inputs else "mma"
-    if variant not in GEMM_VARIANTS:
-        raise ValueError(f"variant must be one of {GEMM_VARIANTS} or None, got {variant!r}")
-    return variant
-
-
 def _check_mla_wgmma(c, L, R, bs, asked):
     """The Hopper MLA decode's own limits, named as the caller asked for it (argument or environment)."""
     if (L, R) != (512, 64):
@@ -87,11 +76,7 @@ def _check_mla_wgmma(c, L, R, bs, asked):
     if bs != 64:
         raise ValueError(f"{asked} needs latent_cache blocks of 64 tokens (block_size, one TMA tile per page), "
                          f"got {bs}")
-    c.require_gpu()
-    cc = _G.compute_capability(c.device)
-    if cc != 90:
-        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200: the kernel is built for sm_90a only); GPU "
-                         f"{c.device} is sm_{cc}. Use variant='mma'")
+    _require_sm90(c, asked)
 
 
 def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, softmax_scale, metadata=None,
@@ -149,9 +134,9 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
             used = bt[b, :-(-int(sl[b]) // bs)]
             if used.size and (used.min() < 0 or used.max() >= nblocks):
                 raise ValueError(f"block_table[{b}] holds blocks outside the cache's {nblocks}")
-    chosen = _mla_variant(variant, (L, R, bs) == (512, 64, 64))
+    chosen, asked = _kernel_variant(variant, (L, R, bs) == (512, 64, 64))
     if chosen == "wgmma":
-        _check_mla_wgmma(c, L, R, bs, "variant='wgmma'" if variant else f"{WGMMA_ENV}=1 (variant='wgmma')")
+        _check_mla_wgmma(c, L, R, bs, asked)
     if metadata is None:
         metadata = get_mla_metadata(sl if isinstance(sl, np.ndarray) else sl, Q, H, num_splits=num_splits,
                                     block_size=bs, device=c.device)

@@ -240,3 +240,16 @@ def test_moe_tp_axis():
     assert same["tokens_per_gpu_s"] == pytest.approx(row["tokens_per_gpu_s"], rel=1e-12)
     with pytest.raises(ValueError, match="moe_tp"):
         explore.search(devices=["H200"], moe_tp=(0,))
+
+
+def test_cli_explore_says_which_devices_have_no_price(tmp_path):
+    # Ascend 910C has no row in data/prices.csv: its rows keep no cost, and the output says so
+    # (the cost figure would otherwise leave the device out without a word).
+    def run(*extra):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            assert cli_main(["explore", "--devices", "Ascend910C", "--top", "2", "--out", str(tmp_path), *extra]) == 0
+        return out.getvalue()
+
+    assert "no price for Ascend910C" in run()
+    assert "no price for" not in run("--gpu-hour-usd", "1.5")

@@ -301,6 +301,10 @@ def run_explore(args: argparse.Namespace) -> str:
     untabled = sorted(set(df.loc[~df["kernel_table"], "device"].astype(str)))
     note = (f"\nno kernel table for {', '.join(untabled)}: its compute is priced at the default efficiency "
             f"({__import__('dsperf').grounded.DEFAULT_EFFICIENCY}) and the band does not cover it\n" if untabled else "")
+    unpriced = sorted(set(df.loc[df["gpu_hour_usd"].isna(), "device"].astype(str)))
+    if unpriced:
+        note += (f"\nno price for {', '.join(unpriced)} (data/prices.csv has no row): its cost columns are empty "
+                 f"and the cost figure leaves it out; give --gpu-hour-usd to price it\n")
     if args.slo_percentile is not None:
         from .serving import recheck
 

@@ -526,7 +526,11 @@ def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against lat
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend()
+    if ax.lines:
+        ax.legend()
+    else:  # no device has a price: say so on the figure rather than draw an empty legend
+        ax.text(0.5, 0.5, "no device here has a price (data/prices.csv, or gpu_hour_usd)", ha="center",
+                va="center", transform=ax.transAxes)
     fig.tight_layout()
     return fig
 

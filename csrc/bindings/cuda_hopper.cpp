@@ -10,30 +10,31 @@
 
 namespace py = pybind11;
 
+#ifdef DSPERF_WITH_CUDA
+namespace {
+// A Hopper kernel over the argument struct of its mma.sync twin (GroupedGemmArgs, MlaDecodeArgs):
+// the struct validated here once, the call on its device without the GIL.
+template <typename Args, void (*Kernel)(const Args&)>
+void def_struct_kernel(py::module_& m, const char* name) {
+    m.def(
+        name,
+        [](const Args& a, int device) {
+            a.validate();
+            dsperf::cuda::set_device(device);
+            py::gil_scoped_release nogil;
+            Kernel(a);
+        },
+        py::arg("args"), py::arg("device"));
+}
+}  // namespace
+#endif
+
 void bind_cuda_hopper(py::module_& root) {
     py::module_ m = root.attr("cuda").cast<py::module_>();
 #ifdef DSPERF_WITH_CUDA
     namespace C = dsperf::cuda;
-    // The same argument struct as grouped_gemm (GroupedGemmArgs), validated here once.
-    m.def(
-        "grouped_gemm_wgmma",
-        [](const C::GroupedGemm& g, int device) {
-            g.validate();
-            C::set_device(device);
-            py::gil_scoped_release nogil;
-            C::grouped_gemm_wgmma(g);
-        },
-        py::arg("args"), py::arg("device"));
-    // The same argument struct as mla_decode (MlaDecodeArgs), validated here once.
-    m.def(
-        "mla_decode_wgmma",
-        [](const C::MlaDecode& a, int device) {
-            a.validate();
-            C::set_device(device);
-            py::gil_scoped_release nogil;
-            C::mla_decode_wgmma(a);
-        },
-        py::arg("args"), py::arg("device"));
+    def_struct_kernel<C::GroupedGemm, &C::grouped_gemm_wgmma>(m, "grouped_gemm_wgmma");
+    def_struct_kernel<C::MlaDecode, &C::mla_decode_wgmma>(m, "mla_decode_wgmma");
     m.def(
         "wgmma_unsupported_reason",
         [](int device) {

@@ -166,9 +166,9 @@ def _kernel_variant(variant, hopper_inputs):
 
 
 def _require_sm90(c, asked):
-    """A Hopper kernel's device check: an sm_90 GPU (the kernels are built for sm_90a only)."""
+    """A Hopper kernel's device check, the C++ rule's (hopper_api.hpp's wgmma_unsupported_reason),
+    named as the caller asked for the kernel."""
     c.require_gpu()
-    cc = _G.compute_capability(c.device)
-    if cc != 90:
-        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200: the kernel is built for sm_90a only); GPU "
-                         f"{c.device} is sm_{cc}. Use variant='mma'")
+    why = _G.wgmma_unsupported_reason(c.device)
+    if why:
+        raise ValueError(f"{asked} needs an sm_90 GPU (H100 / H200): {why}. Use variant='mma'")

@@ -365,3 +365,18 @@ def test_prefix_aware_routing_does_not_pile_one_shared_block_onto_one_rank(tmp_p
     share = r.records["prefill_rank"].value_counts(normalize=True)
     assert len(share) == 8 and share.max() < 0.25
     assert r.records["cached_tokens"].gt(0).mean() > 0.5  # and the shared block still hits
+
+
+@pytest.mark.parametrize("share", [0.0, -1.0, float("nan"), float("inf"), 2e7])
+def test_step_pricer_refuses_a_share_outside_routed_share_range(share):
+    from dsperf import _C
+    from dsperf.model.configs import load_model
+    from dsperf.model.devices import load_device
+
+    dep = dict(attn_tp=1, ep=8, redundant_experts=0)
+    p = _C.serving.StepPricer(load_model("DeepSeek-V3"), load_device("H200", "corrected"), grounded.kernel_tables("H200"),
+                              grounded._deployment("decode", **dep), grounded._deployment("prefill", **dep))
+    assert p.step_ms(8, 1000, 0, 0, 0, 0.5, 1.0) > 0
+    for kw in ("decode_share", "chunk_share"):
+        with pytest.raises(ValueError, match=kw):
+            p.step_ms(8, 1000, 64, 1, 64, **{kw: share})

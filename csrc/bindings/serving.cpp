@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/require.hpp"
 #include "serving/router.hpp"
 #include "serving/simulator.hpp"
 #include "serving/step_pricer.hpp"
@@ -164,6 +165,12 @@ void bind_serving(py::module_& root) {
              py::arg("model"), py::arg("device"), py::arg("tables"), py::arg("decode_dep"), py::arg("prefill_dep"))
         .def("step_ms", [](OwnedPricer& p, int batch, double ctx, double chunk_tokens, int chunks, double end_pos,
                            double decode_share, double chunk_share) {
+            // The shares are Deployment::routed_share's, within its declared range (NaN fails it).
+            for (const auto& [name, v] : {std::pair<const char*, double>{"decode_share", decode_share},
+                                          std::pair<const char*, double>{"chunk_share", chunk_share}})
+                dsperf::require(v >= dsperf::kMinRoutedShare && v <= dsperf::kMaxRoutedShare,
+                                std::string(name) + " must lie in [" + std::to_string(dsperf::kMinRoutedShare) + ", " +
+                                    std::to_string(dsperf::kMaxRoutedShare) + "], got " + std::to_string(v));
             return p.pricer.step_ms(batch, ctx, chunk_tokens, chunks, end_pos, decode_share, chunk_share);
         }, py::arg("batch"), py::arg("ctx"), py::arg("chunk_tokens"), py::arg("chunks"), py::arg("end_pos"),
         py::arg("decode_share") = 1.0, py::arg("chunk_share") = 1.0,

@@ -26,6 +26,10 @@ inline constexpr const char* kOverlapNames[] = {"none", "two_batch", "single_bat
 // over ep GPUs is at most ep times the mean, and EP reaches 4096. (64 refused what EPLB itself
 // derives for a Zipf 1.2 load on EP256 without redundant experts: 64.7.)
 constexpr double kMaxImbalance = 4096;
+// routed_share's range: a lock-stepped group's mean tokens over one rank's. The rank holds at most
+// all of the group's tokens (share >= 1 / ranks >= 1 / 4096) and at least one token, against a mean
+// of at most the tokens field's bound (1e7): [1e-6, 1e7] holds every share a simulation can form.
+constexpr double kMinRoutedShare = 1e-6, kMaxRoutedShare = 1e7;
 
 // The numeric fields of a deployment, declared once: (C++ type, name, default, lowest, highest,
 // sentinel meaning "the default of the device or phase", or 0 for none) with what each means. The
@@ -50,7 +54,7 @@ constexpr double kMaxImbalance = 4096;
     X(int, moe_tp, 1, 1, 64, 0)                  /* each routed expert over this many GPUs of a node: \
                                                     ep / moe_tp expert groups (1: pure EP) */         \
     X(double, imbalance, 1.0, 1, kMaxImbalance, 0) /* max / mean routed rows per GPU (1: balanced) */ \
-    X(double, routed_share, 1.0, 1e-6, 4096, 0)  /* tokens the experts see per GPU over this rank's   \
+    X(double, routed_share, 1.0, kMinRoutedShare, kMaxRoutedShare, 0) /* tokens the experts see per GPU over this rank's   \
                                                     own: a lock-stepped DP group's mean load over the \
                                                     priced rank's (1: every rank as this one) */      \
     X(int, comm_sms, -1, 0, 4096, -1)            /* SMs the communication kernels hold while they     \

@@ -38,10 +38,34 @@ def test_leave_one_out_leaves_the_point_out():
     df = pd.DataFrame({"kind": ["peak"] * 4, "role": ["check"] * 4, "table": ["measured"] * 4,
                        "phase": ["decode"] * 4, "bound": ["throughput"] * 4, "error": [0.01, 0.02, 0.03, 0.90]})
     out = bands.leave_one_out(df)
-    # The outlier's band comes from the other three only, so it falls outside.
-    assert out["loo_band"].iloc[3] == pytest.approx(0.026)
+    # The outlier's band comes from the other three only, so it falls outside (three points are too
+    # few for an 80% conformal band: the band is their worst error).
+    assert out["loo_band"].iloc[3] == pytest.approx(0.03)
     assert not out["inside_band"].iloc[3]
     assert out["inside_band"].iloc[:3].all()
+
+
+def test_conformal_rank_is_the_split_conformal_rank():
+    # ceil((n + 1) x 0.8): 3 points cannot promise 80% (rank 4 > 3); 4 need the largest; 9 the 8th.
+    assert bands.BAND_QUANTILE == 0.8
+    assert [bands.conformal_rank(n) for n in (3, 4, 9, 14, 19)] == [4, 4, 8, 12, 16]
+    assert math.isnan(bands._quantile([0.1, 0.2, 0.3]))
+    assert bands._quantile([0.4, -0.1, 0.3, 0.2]) == pytest.approx(0.4)
+
+
+def test_conformal_bands_cover_at_least_their_share_of_exchangeable_errors():
+    # Leave-one-out over many regimes of random errors: the share inside the band is at least
+    # BAND_QUANTILE (the plain interpolated quantile covers about 0.74 of such points at n = 9).
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    inside = []
+    for _ in range(400):
+        errors = rng.standard_normal(9) * 0.2
+        df = pd.DataFrame({"kind": ["peak"] * 9, "role": ["check"] * 9, "table": ["measured"] * 9,
+                           "phase": ["decode"] * 9, "bound": ["throughput"] * 9, "error": errors})
+        inside.extend(bands.leave_one_out(df)["inside_band"])
+    assert np.mean(inside) >= bands.BAND_QUANTILE
 
 
 def test_design_points_do_not_narrow_the_bands(frame):

@@ -152,7 +152,7 @@ def _predict(args: argparse.Namespace) -> str:
         return text
     band = r["error_band"]
     lines = [f"\n{args.phase} step on {r['device']}: {r['step_ms']:.2f} ms, {r['tokens_per_gpu_s']:.0f} tokens/s per GPU "
-             f"(+/- {band:.0%}: regime {r['regime']}, the {bands.BAND_QUANTILE:.0%} quantile of |error| of `dsperf validate`'s check "
+             f"(+/- {band:.0%}: regime {r['regime']}, the conformal {bands.BAND_QUANTILE:.0%} quantile of |error| of `dsperf validate`'s check "
              f"points in {r['band_regime']}, {r['band_points']} points)"]
     if args.phase == "decode":
         lines.append(f"TPOT {r['tpot_ms']:.2f} ms, {r['tps_user']:.1f} tokens/s per user; memory holds "
@@ -324,7 +324,7 @@ def run_explore(args: argparse.Namespace) -> str:
         extra += (f"\nLaunch ({args.emit}) of the best configuration, also in {out / f'launch_{args.emit}.txt'}:\n\n"
                   + launched.text())
     return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- up to {band:.0%}: each row's "
-            f"error_band, its regime's 80% quantile of |error| in `dsperf validate`):\n\n"
+            f"error_band, its regime's conformal {bands.BAND_QUANTILE:.0%} quantile of |error| in `dsperf validate`):\n\n"
             + best[shown].to_markdown(index=False, floatfmt=".4g")
             + f"\n\nPareto frontier (tokens/s per user against tokens/s per GPU): {len(frontier)} configurations\n\n"
             + frontier[shown].to_markdown(index=False, floatfmt=".4g")

@@ -11,10 +11,15 @@ where a regime is (how the device's kernel table was obtained, the phase, what b
 - bound: ``latency`` where a decode step serves fewer than LATENCY_BATCH requests per GPU (fixed
   costs, launches and all-reduces dominate), else ``throughput``.
 
-The band of a regime is the BAND_QUANTILE quantile of |error| over the `check` points in it
-(`design` points, on which a term was shaped, would make it look better than it is). Regimes with
-fewer than MIN_POINTS points fall back to a coarser one: (table, phase), then (table); where no
-regime of that table kind has enough points, the band is the worst |error| of any check point. Leave-one-out: a point's own band is computed without it, so
+The band of a regime is the conformal BAND_QUANTILE quantile of |error| over the `check` points in
+it (`design` points, on which a term was shaped, would make it look better than it is): of n
+errors, the ceil((n + 1) x BAND_QUANTILE)-th smallest. A plain quantile of n errors covers a new
+point less often than BAND_QUANTILE (the new point is one more draw, and the quantile interpolates
+below the largest errors); the conformal rank covers it at least that often when the new point is
+like the others (split conformal prediction). A regime whose rank would be past its largest error
+has too few points to promise the share, as does one with fewer than MIN_POINTS points: it falls
+back to a coarser one, (table, phase), then (table); where no regime of that table kind has
+enough points, the band is the worst |error| of any check point. Leave-one-out: a point's own band is computed without it, so
 the share of check points inside their band (``coverage``) is an honest estimate of how often a
 printed band holds.
 
@@ -46,9 +51,17 @@ def bound_of(phase: str, batch: float | None) -> str:
     return "latency" if phase == "decode" and batch is not None and batch < LATENCY_BATCH else "throughput"
 
 
+def conformal_rank(n: int) -> int:
+    """The 1-based rank, among n sorted |errors|, of the band that holds for a new point at least
+    BAND_QUANTILE of the time: ceil((n + 1) x BAND_QUANTILE) (above n: no band from n points)."""
+    return math.ceil(round((n + 1) * BAND_QUANTILE, 9))
+
+
 def _quantile(errors) -> float:
-    e = np.abs(np.asarray(errors, dtype=float))
-    return float(np.quantile(e, BAND_QUANTILE)) if len(e) else math.nan
+    """The conformal BAND_QUANTILE quantile of |errors| (NaN where there are too few of them)."""
+    e = np.sort(np.abs(np.asarray(errors, dtype=float)))
+    rank = conformal_rank(len(e))
+    return float(e[rank - 1]) if 1 <= rank <= len(e) else math.nan
 
 
 def _regimes(table: str, phase: str, bound: str):
@@ -73,8 +86,8 @@ def band_from(check: pd.DataFrame, table: str, phase: str, bound: str) -> tuple[
     check points (with columns table, phase, bound, error)."""
     for key in _regimes(table, phase, bound)[:-1]:
         g = _matching(check, key)
-        if len(g) >= MIN_POINTS:
-            return _quantile(g["error"]), int(len(g)), "/".join(key)
+        if len(g) >= MIN_POINTS and math.isfinite(band := _quantile(g["error"])):
+            return band, int(len(g)), "/".join(key)
     # No regime of this table kind has enough points: the model is untested there, and the band is
     # the worst error of any check point, not a quantile.
     if len(check) == 0:
@@ -122,7 +135,7 @@ def write_bands(df: pd.DataFrame, path=None) -> str:
     path = path or bands_path()
     table = band_table(df)
     with open(path, "w", newline="") as f:
-        f.write("# Error bands by regime: the 80% quantile of |error| over dsperf validate's check points "
+        f.write("# Error bands by regime: the conformal 80% quantile of |error| (dsperf.model.bands.conformal_rank) over dsperf validate's check points "
                 "(dsperf.model.bands; written by `dsperf validate --write-bands`).\n")
         table.to_csv(f, index=False, lineterminator="\n")
     return str(path)

@@ -251,3 +251,32 @@ def test_a_file_written_before_sources_is_measured_again(quick_run, tmp_path):
         _, again = cal.calibrate(quick=True, path=old, points=[("linear", dict(m=1, n=256, k=512, dtype="bf16"))],
                                  repeats=2)
     assert not again["reused"] and dsperf.load_device(str(old)).sm_count == m["threads"]
+
+
+def test_the_roof_is_resampled_between_the_fit_sweeps_kernel_calls(quick_run):
+    path, m = quick_run
+    # The quick run's three points each left one sample; the file says so and names its source.
+    assert m["read_sweep_samples"] == 3 and m["read_sweep_best_gbps"] >= m["read_sweep_median_gbps"] > 0
+    threads = m["threads"]
+    assert m[f"read_gbps_{threads}t"] == pytest.approx(max(m["read_gbps_probe"], m["read_sweep_median_gbps"]))
+    assert "median of 3 probes between the fit sweep's kernel calls" in path.read_text()
+
+
+def test_with_roof_samples_takes_the_better_of_probe_and_median_without_ratcheting():
+    base = {"threads": 2, "read_gbps_2t": 40.0}
+    got = cal.with_roof_samples(base, [30.0, 50.0, 90.0])
+    # The median (50), not the best sample (90): the kernels' own times are medians.
+    assert got["read_gbps_2t"] == 50.0 and got["read_gbps_probe"] == 40.0 and got["read_sweep_best_gbps"] == 90.0
+    # A reused calibration starts again from its own probe, not from the last sweep's roof.
+    again = cal.with_roof_samples(got, [20.0, 25.0, 30.0])
+    assert again["read_gbps_2t"] == 40.0 and again["read_gbps_probe"] == 40.0
+    assert cal.with_roof_samples(base, []) is base
+
+
+def test_run_sweep_calls_between_after_each_point():
+    from dsperf.predict.harness import run_sweep
+
+    calls = []
+    points = [("linear", dict(m=1, n=64, k=128, dtype="bf16"))] * 2
+    df = run_sweep(points, repeats=1, cold=False, progress=False, between=lambda: calls.append(1))
+    assert len(df) == 2 and calls == [1, 1]

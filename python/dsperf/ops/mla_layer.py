@@ -77,7 +77,9 @@ PREFILL = OpFamily(
 STEP = OpFamily(
     name="mla_layer_step", summary="MLA layer, one decode step over a cached context", **_COMMON,
     example=dict(variant="AM_CC_ME", tokens=1, prefix=70, heads=1, dim=256),
-    fit_points=lambda: _points(MLA_VARIANTS, 1, 2048) + _points(MLA_VARIANTS, 1, 512),
+    # Four contexts per variant for the core's three values (compute, memory, overhead): with two,
+    # any one of them could absorb the gap and the fit pinned the overhead at its bound.
+    fit_points=lambda: [p for prefix in (128, 512, 2048, 8192) for p in _points(MLA_VARIANTS, 1, prefix)],
     default_points=lambda: _points(MLA_VARIANTS, 1, 4096) + _points(("CD", "A_CC"), 1, 1024),
     large=lambda p: False,
 )

@@ -121,9 +121,10 @@ def _progress(i, n, label, stream):
 
 
 def run_sweep(points: Iterable[tuple[str, Mapping]], repeats=5, warmup=1, cold=True, progress=True,
-              pool: Pool | None = None):
+              pool: Pool | None = None, between: Callable[[], object] | None = None):
     """Measures every (family, params) point: one row per point with the family, its params
-    (one column each), measured_ms, min_ms, spread, repeats and cold."""
+    (one column each), measured_ms, min_ms, spread, repeats and cold. between, if given, is
+    called after each point, untimed (calibrate.RoofSampler probes the memory roof there)."""
     import pandas as pd
 
     points = list(points)
@@ -136,6 +137,8 @@ def run_sweep(points: Iterable[tuple[str, Mapping]], repeats=5, warmup=1, cold=T
         _progress(n, len(points), label, stream)
         call, p = build(family, params, pool)
         rows.append({"kernel": family, **p, **measure(call, repeats, warmup, flush), "cold": cold})
+        if between is not None:
+            between()
     _progress(len(points), len(points), "done", stream)
     return pd.DataFrame(rows)
 

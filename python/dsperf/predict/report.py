@@ -69,7 +69,7 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     (tests use tiny ones); calibration is the device file to use or write; ep adds the
     expert-parallel section (dsperf.ep under mpirun -np 2, where MPI is installed)."""
     from . import plots, sweeps
-    from .calibrate import calibrate, probe_bands, save
+    from .calibrate import RoofSampler, calibrate, probe_bands, save, with_roof_samples
     from .harness import run_sweep
     from .fit import efficiencies_table, error_summary, fit_efficiencies, predict_frame
 
@@ -103,7 +103,15 @@ def run_report(out=DEFAULT_OUT, quick=False, cold=True, force_calibration=False,
     stream.write(f"kernel sweep: {len(fit_pts)} calibration + {len(pts)} report points, "
                  f"{'cold (caches flushed)' if cold else 'cache-resident'}\n")
     stream.flush()
-    sweep = run_sweep([p for _, _, p in tagged], repeats=repeats or (3 if quick else 5), cold=cold, progress=progress)
+    sampler = RoofSampler(m, quick)
+    sweep = run_sweep([p for _, _, p in tagged], repeats=repeats or (3 if quick else 5), cold=cold, progress=progress,
+                      between=sampler)
+    m = with_roof_samples(m, sampler.samples)
+    spec = m["spec"]
+    stream.write(f"memory roof: {spec.mem_bw_gbps:.1f} GB/s, the better of the calibration's probe "
+                 f"({m['read_gbps_probe']:.1f}) and the median of {len(sampler.samples)} probes between the kernel "
+                 f"calls ({m['read_sweep_median_gbps']:.1f}; lowest {min(sampler.samples):.1f}, best "
+                 f"{m['read_sweep_best_gbps']:.1f})\n")
     sweep["sweep"], sweep["point"] = [t for t, _, _ in tagged], [i for _, i, _ in tagged]
     # Back in each sweep's own order for the tables.
     fit_df = sweep[sweep["sweep"] == "fit"].sort_values("point").drop(columns=["sweep", "point"])

@@ -76,3 +76,40 @@ def test_ascend_table_is_what_the_builder_writes():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tables" / "build_ascend910c.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def _point(name):
+    from dsperf.model import validation
+    return next(p for p in validation.load_points() if p["point"] == name)
+
+
+def test_cann_recipes_points_count_a_package_as_a_gpu():
+    """cann-recipes-infer's A3 figures are per chip (a 910C package of two dies) while its ranks are dies:
+    the decode's 128 ranks and global batch 6144 are 64 packages of 96 requests, the prefill's 32 ranks
+    16 packages of 4 x 4K prompts. Its throughput is batch per chip over TPOT (96 / 44.9 ms, rounded)."""
+    d = _point("cannrecipes_a3_decode")
+    assert (d["device"], d["metric"], d["role"]) == ("Ascend910C", "tokens_per_gpu_s", "check")
+    assert d["ep"] * 2 == 128 and d["batch"] * d["ep"] == 6144 and (d["mtp"], d["mtp_accepted"]) == (1, 0.7)
+    assert d["published"] == pytest.approx(d["batch"] / 44.9e-3, abs=0.5)
+    for name, overlap in (("cannrecipes_a3_prefill", "none"), ("cannrecipes_a3_prefill_microbatch", "two_batch")):
+        p = _point(name)
+        assert p["ep"] * 2 == 32 and p["tokens"] * p["ep"] == 64 * 4096 and p["overlap"] == overlap
+        assert "eager" in p["assumed"] and "package" in p["assumed"]
+
+
+def test_ascend_eager_decode_pays_every_launch_graph_mode_none():
+    """Graph mode (ge_graph, as the cann-recipes-infer decode ran) is the default, eager_launch_us = 0: no
+    host bound. No per-operator launch cost of torch_npu on a 910C is published, so Ascend910C.toml
+    carries none; given one, an eager step takes at least launches x that cost."""
+    d = _point("cannrecipes_a3_decode")
+    kw = dict(device="Ascend910C", batch=d["batch"], kv_len=d["kv_len"], ep=int(d["ep"]), mtp=1, mtp_accepted=0.7,
+              kv_fp8=True, attn_fp8=True, overlap="single_batch")
+    graph = grounded.decode(**kw)
+    assert graph["launch_ms"] == 0 and graph["launches"] > 1000
+    gpu_ms = graph["step_ms"] - graph["overhead_ms"]
+    for us in (10.0, 50.0, 100.0):  # test values, not a published cost
+        eager = grounded.decode(**kw, eager_launch_us=us)
+        assert eager["launch_ms"] == pytest.approx(graph["launches"] * us / 1e3)
+        assert eager["step_ms"] - graph["step_ms"] == pytest.approx(max(0.0, eager["launch_ms"] - gpu_ms))
+    assert grounded.decode(**kw, eager_launch_us=100.0)["step_ms"] > 2 * graph["step_ms"]
+    assert "eager_launch_us" not in (ROOT / "python" / "dsperf" / "data" / "devices" / "Ascend910C.toml").read_text()

@@ -192,7 +192,9 @@ def test_allreduce_rows_need_a_message_size(tmp_path):
         grounded.read_table_rows(path)
 
 
-def test_amd_gemm_rows_make_a_partial_table_with_the_widest_band():
+def test_amd_gemm_rows_make_a_partial_table_with_the_partial_band():
+    """AMD's GEMM-only tables are `partial`; the partial regime's band is measured on its check points (the
+    Ascend 910C's four, since 2026-11-26: no AMD peak point exists), a quantile no narrower than 40%."""
     rows = grounded.read_table_rows(DATA / "efficiency" / "MI300X.csv")
     assert rows and {r["family"] for r in rows} == {"gemm_fp8"} and all("aiter" in r["source"] for r in rows)
     for dev in ("MI300X", "MI325X", "MI355X"):
@@ -201,7 +203,8 @@ def test_amd_gemm_rows_make_a_partial_table_with_the_widest_band():
         calls = grounded.calls_frame(r)
         assert calls.loc[calls["family"] == "gemm_fp8", "from_table"].all()
         assert not calls.loc[calls["family"] == "mla_decode", "from_table"].any()
-        assert r["regime"].startswith("partial/") and r["band_regime"] == "worst of all"
+        assert r["regime"].startswith("partial/") and r["band_regime"].startswith("partial/")
+        assert r["band_points"] >= 3 and r["error_band"] >= 0.40
 
 
 def test_mi355x_fused_moe_rows_load_with_their_sources():

@@ -49,6 +49,8 @@ Not used, and why:
 - Ascend/msmodeling's profiling database (ATLAS_800_A3_752T_128G_DIE: GroupedMatmul,
   FusedInferAttentionScore, ... per shape) is stored as Git LFS pointers, its figures absent;
 - cann-recipes-infer's DeepSeek-R1 documents give deployment figures only, no per-operator time;
+- hw-native-sys/pypto-lib issue #1054 gives msprof per-operator decode times, but of DeepSeek-V4-Flash
+  on an Ascend 950PR: another chip and model, not rows of the 910C's table;
 - the deployment figures of that paper and of cann-recipes-infer (tokens/s per NPU, TPOT) are
   validation points (data/validation/points.csv) and never inputs.
 So MLA prolog, GEMMs, grouped matmul and the rest still run at the default efficiency.

@@ -231,7 +231,7 @@ def run_explore(args: argparse.Namespace) -> str:
     from pathlib import Path
 
     from ._checks import number, number_list
-    from .model import explore, explore_page, grounded, launch, launch_dynamo
+    from .model import bands, explore, explore_page, grounded, launch, launch_dynamo
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not devices:

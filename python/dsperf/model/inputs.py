@@ -300,6 +300,9 @@ EXEMPT = {
         "the text quotes the figure it relates the batch to: the paper gives batch 96 and TPOT 49.4 ms with "
         "1,943 tokens/s = batch / TPOT (as quoted from its decode table, not yet checked against the PDF), "
         "so the point checks the model's TPOT at the paper's batch",
+    ("points.csv cannrecipes_a3_decode assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
+        "coincidence: cann-recipes-infer's benchmark config generates 100 new tokens (max_new_tokens, "
+        "decode_r1_rank_128_128ep_a8w8c8_mtp_benchmark.yaml), against an ITL of 'approximately 100 ms'",
 }
 
 

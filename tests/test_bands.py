@@ -197,7 +197,8 @@ def test_amd_gemm_rows_make_a_partial_table_with_the_partial_band():
     Ascend 910C's four, since 2026-11-26: no AMD peak point exists), a quantile no narrower than 40%."""
     rows = grounded.read_table_rows(DATA / "efficiency" / "MI300X.csv")
     assert rows and {r["family"] for r in rows} == {"gemm_fp8"} and all("aiter" in r["source"] for r in rows)
-    for dev in ("MI300X", "MI325X", "MI355X"):
+    # MI355X has MLA decode rows too (tests/test_amd_mla_table.py): no longer partial.
+    for dev in ("MI300X", "MI325X"):
         assert grounded.table_kind(dev) == "partial"
         r = grounded.decode("DeepSeek-V3", dev, batch=64, kv_len=2048, ep=8)
         calls = grounded.calls_frame(r)
@@ -217,12 +218,12 @@ def test_mi355x_fused_moe_rows_load_with_their_sources():
     assert {r["k"] for r in moe if r["n"] == 7168} == {256, 512}  # TP8 and TP4 down projections
     tables = grounded.kernel_tables("MI355X")
     assert tables.rows("grouped_masked") == tables.rows("grouped_contiguous") == 40
-    assert grounded.table_kind("MI355X") == "partial"  # no measured MLA attention rows yet
     for phase, fam in (("decode", "grouped_masked"), ("prefill", "grouped_contiguous")):
         r = (grounded.decode("DeepSeek-V3", "MI355X", batch=64, kv_len=4096, ep=8) if phase == "decode"
              else grounded.prefill("DeepSeek-V3", "MI355X", ep=8))
         calls = grounded.calls_frame(r)
         assert calls.loc[calls["family"] == fam, "from_table"].all()
-        assert not calls.loc[calls["family"].str.startswith("mla_"), "from_table"].any()
+    # No AMD MLA prefill rows: the prefill attention core stays at the default efficiency.
+    assert not calls.loc[calls["family"] == "mla_prefill", "from_table"].any()
     # MI300X has no fused-MoE rows: aiter's 304-CU DeepSeek fmoe rows were measured on MI325X.
     assert not grounded.kernel_tables("MI300X").rows("grouped_masked")

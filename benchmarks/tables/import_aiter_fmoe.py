@@ -37,6 +37,8 @@ import csv
 import sys
 from collections import Counter
 
+from import_aiter_gemm import COLUMNS
+
 
 def _work_split(us: float, up_shape: dict, down_shape: dict, device: str) -> tuple[float, float]:
     """us split between the up and down projections in proportion to their roofline times on device."""
@@ -48,7 +50,7 @@ def _work_split(us: float, up_shape: dict, down_shape: dict, device: str) -> tup
     return us * r[0] / sum(r), us * r[1] / sum(r)
 
 
-def rows(path: str, cu: int, device: str, gfx: str, commit: str, origin: str) -> list[list]:
+def rows(path: str, cu: int, device: str, gfx: str, commit: str, origin: str) -> list[dict]:
     with open(path, newline="") as f:
         src = [r for r in csv.DictReader(f)
                if int(r["cu_num"]) == cu and int(r["model_dim"]) == 7168 and r["q_type"] == "QuantType.per_1x128"
@@ -80,8 +82,9 @@ def rows(path: str, cu: int, device: str, gfx: str, commit: str, origin: str) ->
         note = (f"{T} tokens, top-{K} of {E} experts ({groups:.4g} touched), inter_dim {inter}; {how}")
         for fam in ("grouped_masked", "grouped_contiguous"):
             for proj, s, t in (("up", up, t_up), ("down", down, t_down)):
-                out.append([fam, f"{s['m']:.6g}", int(s["n"]), int(s["k"]), f"{s['groups']:.6g}", "fp8", f"{t:.6g}",
-                            device, f"{where}; {proj} projection of {note}"])
+                out.append(dict(family=fam, m=f"{s['m']:.6g}", n=int(s["n"]), k=int(s["k"]),
+                                groups=f"{s['groups']:.6g}", dtype="fp8", latency_us=f"{t:.6g}", measured_on=device,
+                                source=f"{where}; {proj} projection of {note}"))
     return out
 
 
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", required=True, help="the aiter commit the file was read at")
     ap.add_argument("--origin", required=True, help="the aiter commit (and its title) that added the rows")
     a = ap.parse_args(argv)
-    w = csv.writer(sys.stdout, lineterminator="\n")
+    w = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n", restval="")
     for row in rows(a.csv, a.cu, a.device, a.gfx, a.commit, a.origin):
         w.writerow(row)
     return 0

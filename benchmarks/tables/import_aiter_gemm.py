@@ -15,7 +15,8 @@ naming the file, the commit read, and the commit that wrote the row with its mes
 written by other commits (bulk merges, format migrations) are left out and counted in the header.
 --powers-of-two keeps the M values that are powers of two (the gfx950 file holds thousands of M).
 The figures are aiter's. MI355X's table is this importer's gfx950 rows, then import_aiter_fmoe.py's
-fused-MoE rows appended (same columns):
+fused-MoE rows and import_aiter_mla.py's MLA decode rows appended (same columns, COLUMNS below; the
+header note is the shipped file's first line after "left out)"):
 
     python benchmarks/tables/import_aiter_gemm.py --repo aiter --commit 84493f0 --gfx gfx950 --powers-of-two \
         --measured-on 1638f9e7a9=MI355X --header-note "; then ..." > python/dsperf/data/efficiency/MI355X.csv
@@ -29,6 +30,10 @@ import sys
 from collections import Counter
 
 FILE = "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv"
+# The AMD tables' columns, shared by the scripts that append to them (import_aiter_fmoe.py,
+# import_aiter_mla.py): groups is blank for a GEMM, batch/kv_len/heads/q_len for all but attention.
+COLUMNS = ["family", "m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "dtype", "latency_us",
+           "measured_on", "source"]
 
 
 def blamed_lines(repo: str, commit: str) -> list[tuple[str, str]]:
@@ -85,19 +90,19 @@ def main(argv=None) -> int:
         raise SystemExit(f"{FILE} at {a.commit}: no {a.gfx} rows written by the mapped commits")
     subjects = {sha: subprocess.run(["git", "-C", a.repo, "log", "-1", "--format=%s", sha], check=True,
                                     capture_output=True, text=True).stdout.strip() for sha, _, _ in kept}
-    out = csv.writer(sys.stdout, lineterminator="\n")
+    out = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n", restval="")
     counts = Counter(d for _, d, _ in kept)
     print(f"# Kernel latencies of ROCm/aiter's tuned FP8 block-scale GEMMs at DeepSeek-V3 shapes ({a.gfx}; "
           f"benchmarks/tables/import_aiter_gemm.py), each row read against the roofline of the GPU that timed it "
           f"(measured_on: {', '.join(f'{n} {d}' for d, n in sorted(counts.items()))} rows, by the commit that "
           f"wrote it; {sum(left_out.values())} rows whose commit names no GPU left out)" + (a.header_note or ". Only gemm_fp8."))
-    # The columns import_aiter_fmoe.py appends rows in (groups: blank for a GEMM).
-    out.writerow(["family", "m", "n", "k", "groups", "dtype", "latency_us", "measured_on", "source"])
+    out.writeheader()
     for sha, device, r in sorted(kept, key=lambda k: (int(k[2]["N"]), int(k[2]["K"]), int(k[2]["M"]))):
         m = int(r["M"])
         source = (f"ROCm/aiter {FILE} (read at commit {a.commit}): tuned FP8 128x128 block-scale GEMM, written by "
                   f"commit {sha[:10]} ('{subjects[sha][:90]}'), timed on {a.gfx} ({device}, {r['cu_num']} CUs)")
-        out.writerow(["gemm_fp8", m, int(r["N"]), int(r["K"]), "", "fp8", f"{float(r['us']):g}", device, source])
+        out.writerow(dict(family="gemm_fp8", m=m, n=int(r["N"]), k=int(r["K"]), dtype="fp8",
+                          latency_us=f"{float(r['us']):g}", measured_on=device, source=source))
     return 0
 
 

@@ -70,23 +70,6 @@ KernelWork table_work(TableFamily f, const KernelShape& s) {
     }
 }
 
-namespace {
-// Query rows per cached key in units of a 128-head request (the tables' rows: 128 heads, one query
-// token), at least 1.
-double mla_rows_per_key(const KernelShape& s) { return std::max(1.0, s.q_len * s.heads / 128); }
-
-// The attention core's primary axis: the keys the call reads (requests x keys per request), times
-// its query rows per key where they exceed a 128-head request's. A call with fewer query rows per
-// key (16 heads of a TP8 group) reads its rows against the 128-head row that reads as many keys,
-// which does at least its work (a padded upper bound), instead of against a 128-head row at its
-// own context and fewer keys: 4 requests at 16 heads were priced at a one-request row's
-// efficiency, dominated by that row's fixed cost, and came out slower than the same 4 requests at
-// 128 heads (ROCm/aiter's MI355X rows showed it; FlashMLA's H800 rows agree: one request at 65,536
-// keys takes 62.7 us, 16 requests at 4,096 53.4 us, one at 4,096 21.7 us). A call with 128 query
-// rows per key or more keeps its context on the axis, as before.
-double mla_decode_primary(const KernelShape& s) { return s.batch * s.kv_len * mla_rows_per_key(s); }
-}  // namespace
-
 double table_primary(TableFamily f, const KernelShape& s) {
     switch (f) {
         case TableFamily::kGemmFp8:
@@ -98,7 +81,7 @@ double table_primary(TableFamily f, const KernelShape& s) {
         case TableFamily::kMlaPrefill:
             return s.m;
         case TableFamily::kMlaDecode:
-            return mla_decode_primary(s);
+            return s.kv_len;
         case TableFamily::kElementwise:
             return s.bytes;
         case TableFamily::kAllReduce:
@@ -275,8 +258,8 @@ namespace {
 KernelShape with_axes(TableFamily f, KernelShape s, double x, double key) {
     switch (f) {
         case TableFamily::kMlaDecode:
+            s.kv_len = x;
             if (key > 0 && s.q_len * s.heads > 0) s.batch = key * 128 / (s.q_len * s.heads);
-            s.kv_len = s.batch > 0 ? x / (s.batch * mla_rows_per_key(s)) : x;  // mla_decode_primary inverted
             break;
         case TableFamily::kGroupedContiguous:
         case TableFamily::kGroupedMasked:
@@ -344,13 +327,7 @@ double EfficiencyCurve::time(const TableKeys& keys, double primary, bool across_
         const double gk = g.log_keys.v[0];
         if (gk <= lk && (!below || gk > below->log_keys.v[0])) below = &g;
         if (gk >= lk) {
-            // Padded to that group's shape: where the call is smaller than the group's smallest row,
-            // that row's own time, not its efficiency carried down to a smaller shape (an
-            // extrapolation, which is no bound: a 16-request row at a few keys a request).
-            const double padded = std::max(primary, g.points.front().x);
-            bool beyond = false;
-            ceiling = std::min(ceiling, group_time(g, padded, g.keys.v[0], row_time, measured_roof, &beyond));
-            *clamped |= beyond && padded == primary;
+            ceiling = std::min(ceiling, group_time(g, primary, g.keys.v[0], row_time, measured_roof, clamped));
             if (!above || gk < above->log_keys.v[0]) above = &g;
         }
     }
@@ -441,14 +418,31 @@ TableLookup KernelTables::price_from_rows(TableFamily family, const KernelShape&
     // more work gets more of the larger row's time.
     const DeviceSpec& d = priced_on ? *priced_on : measured_on_;
     const double priced_clock = priced_on ? clock_ratio : 1.0;
-    const RowTime row_time = [&](double x, double key, double value) {
-        return datasheet_roofline_s(table_work(family, with_axes(family, shape, x, key)), d, priced_clock) / value;
-    };
-    const MeasuredRoof measured_roof = [&](double x, double key) {
-        return datasheet_roofline_s(table_work(family, with_axes(family, shape, x, key)), measured_on_);
+    const auto time_of = [&](const KernelShape& call, bool* clamped) {
+        const RowTime row_time = [&](double x, double key, double value) {
+            return datasheet_roofline_s(table_work(family, with_axes(family, call, x, key)), d, priced_clock) / value;
+        };
+        const MeasuredRoof measured_roof = [&](double x, double key) {
+            return datasheet_roofline_s(table_work(family, with_axes(family, call, x, key)), measured_on_);
+        };
+        return curve.time(table_keys(family, call), table_primary(family, call), across, row_time, measured_roof,
+                          clamped);
     };
     bool clamped = false;
-    const double time = curve.time(keys, primary, across, row_time, measured_roof, &clamped);
+    double time = time_of(shape, &clamped);
+    // Fewer query rows per cached key than a 128-head request (a TP-split core: 16 heads a GPU) can
+    // always run padded to 128 (FlashMLA-style kernels tile 64 query rows anyway), so such a call
+    // costs no more than the same requests at 128 rows per key. Without this cap a few requests
+    // at 16 heads took the efficiency of fewer 128-head requests (the rows are keyed by query rows,
+    // in 128-head requests), a row whose time is mostly fixed cost, over all their cache: 4
+    // requests at 16 heads were priced 2.6x (H800) and 3.7x (MI355X) the same 4 at 128 heads.
+    if (family == TableFamily::kMlaDecode && shape.q_len > 0 && shape.q_len * shape.heads < 128) {
+        KernelShape padded = shape;
+        padded.heads = 128 / shape.q_len;
+        bool padded_clamped = false;
+        const double t = time_of(padded, &padded_clamped);
+        if (t < time) time = t, clamped = padded_clamped;
+    }
     const double rq = datasheet_roofline_s(table_work(family, shape), d, priced_clock);
     r.found = true, r.clamped = clamped;
     // A call with no work has no time to price: the efficiency is moot, the nearest row's serves.

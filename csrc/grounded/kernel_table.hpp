@@ -34,7 +34,7 @@ namespace dsperf {
 //   gemm_fp8, gemm_bf16            m / (n, k)                 y[m, n] = x[m, k] w[n, k]^T
 //   grouped_contiguous, _masked    rows per expert / (experts, n, k)   one projection of the experts
 //   gemm_fp4, grouped_fp4          as gemm / grouped          NVFP4 weights and activations (Blackwell)
-//   mla_decode                     keys read (batch x kv_len, x query rows per key past 128) / (query rows, in 128-head requests)   FlashMLA-style absorbed decode
+//   mla_decode                     kv_len / (batch)           FlashMLA-style absorbed decode
 //   mla_prefill                    tokens / ()                causal attention core of one prompt
 //   elementwise                    bytes / ()                 norms, RoPE, quantisation
 //   dispatch_ll, combine_ll        ep / ()                    DeepEP low-latency kernels (GB/s)

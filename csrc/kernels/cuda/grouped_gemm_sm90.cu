@@ -388,12 +388,9 @@ void grouped_gemm_wgmma(const GroupedGemm& g) {
     const std::string why = wgmma_unsupported_reason(current_device());
     if (!why.empty()) refuse(why);
     const bool fp8 = g.a_scale != nullptr;
-    if (!fp8 && g.b_scale)
-        refuse("BF16 a with FP8 b (dequantised weights) has no Hopper kernel: BF16 x BF16 or FP8 x FP8 only");
-    const int64_t k_align = fp8 ? 16 : 8;  // TMA row strides are whole 16 bytes
-    if (g.K % k_align != 0)
-        refuse("K must be a multiple of " + std::to_string(k_align) + " for " + (fp8 ? "FP8" : "BF16") + ", got " +
-               std::to_string(g.K));
+    for (const std::string& bad : {grouped_gemm_wgmma_operands_reason(fp8, g.b_scale != nullptr),
+                                   grouped_gemm_wgmma_k_reason(fp8, g.K)})
+        if (!bad.empty()) refuse(bad);
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     if (g.M > 0 && !(aligned(g.a) && aligned(g.b) && aligned(g.c)))
         refuse("a, b and c must be 16-byte aligned (TMA bases and paired stores)");

@@ -2,11 +2,37 @@
 // without nvcc. These kernels are opt-in (dsperf.cuda.grouped_gemm(..., variant="wgmma") or
 // DSPERF_CUDA_WGMMA=1) until they have been measured correct on a GPU: see docs/CUDA.md.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/cuda_api.hpp"
 
 namespace dsperf::cuda {
+
+// The Hopper kernels' input rules, declared once: the kernels refuse what these name, and
+// dsperf.cuda asks them (bound in every build) before it builds a call, so the two say the same
+// thing. Each gives "" where the input is accepted, else what the kernel needs, phrased to follow
+// the name of what was asked for ("variant='wgmma' needs ...").
+inline std::string grouped_gemm_wgmma_operands_reason(bool a_fp8, bool b_fp8) {
+    if (a_fp8 == b_fp8) return "";
+    return std::string("takes BF16 x BF16 or FP8 x FP8 (no Hopper kernel dequantises FP8 weights), got ") +
+           (a_fp8 ? "FP8" : "BF16") + " a and " + (b_fp8 ? "FP8" : "BF16") + " b";
+}
+inline std::string grouped_gemm_wgmma_k_reason(bool fp8, int64_t K) {
+    const int64_t align = fp8 ? 16 : 8;  // TMA row strides are whole 16 bytes
+    if (K % align == 0) return "";
+    return "needs K % " + std::to_string(align) + " == 0 for " + (fp8 ? "FP8" : "BF16") +
+           " (TMA row strides are whole 16 bytes), got K = " + std::to_string(K);
+}
+inline std::string mla_decode_wgmma_shape_reason(int64_t kv_lora, int64_t rope, int64_t block_size) {
+    if (kv_lora != 512 || rope != 64)
+        return "needs kv_lora = 512 and rope = 64 (DeepSeek's q_nope / q_rope widths), got " + std::to_string(kv_lora) +
+               " and " + std::to_string(rope);
+    if (block_size != 64)
+        return "needs latent_cache blocks of 64 tokens (block_size, one TMA tile per page), got " +
+               std::to_string(block_size);
+    return "";
+}
 
 // Whether `device` can run the sm_90a kernels (compute capability exactly 9.0: an "a" image runs
 // on no other); "" when it can, else why not.

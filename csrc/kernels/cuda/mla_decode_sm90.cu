@@ -402,11 +402,9 @@ void launch(const MlaDecode& d, float* part_o, float* part_lse) {
 std::string mla_decode_wgmma_unsupported(const MlaDecode& d) {
     if (d.latent_scale && reinterpret_cast<uintptr_t>(d.latent) % 16 != 0)
         return "an FP8 latent_cache must start at a 16-byte aligned address (TMA)";
-    if (d.kv_lora != kLatent || d.rope_dim != kRope)
-        return "kv_lora must be 512 and rope_dim 64 (DeepSeek's shapes), got " + std::to_string(d.kv_lora) + " and " +
-               std::to_string(d.rope_dim);
-    if (d.block_size != kBlock)
-        return "block_size must be 64 (one TMA tile per page), got " + std::to_string(d.block_size);
+    static_assert(kLatent == 512 && kRope == 64 && kBlock == 64, "mla_decode_wgmma_shape_reason's shapes");
+    const std::string shape = mla_decode_wgmma_shape_reason(d.kv_lora, d.rope_dim, d.block_size);
+    if (!shape.empty()) return shape;
     if (d.num_blocks * kBlock > INT32_MAX || d.batch * d.q_len * d.heads > INT32_MAX)
         return "cache rows and query rows must fit TMA's 32-bit coordinates";
     return "";

@@ -26,13 +26,12 @@ def _check_counts(c, E, capacity):
 
 def _check_wgmma(c, Kd, fp8, asked):
     """variant='wgmma''s own limits, named as the caller asked for it (argument or environment)."""
-    if c["a"].dtype != c["b"].dtype:
-        raise TypeError(f"{asked} takes BF16 x BF16 or FP8 x FP8 (no Hopper kernel dequantises FP8 weights), got "
-                        f"{c['a'].dtype} a and {c['b'].dtype} b")
-    k_align = 16 if fp8 else 8
-    if Kd % k_align:
-        raise ValueError(f"{asked} needs K % {k_align} == 0 for {'FP8' if fp8 else 'BF16'} (TMA row strides are "
-                         f"whole 16 bytes), got K = {Kd}")
+    why = _G.grouped_gemm_wgmma_operands_reason(c["a"].dtype == FP8, c["b"].dtype == FP8)
+    if why:
+        raise TypeError(f"{asked} {why}")
+    why = _G.grouped_gemm_wgmma_k_reason(fp8, Kd)
+    if why:
+        raise ValueError(f"{asked} {why}")
     _require_sm90(c, asked)
 
 

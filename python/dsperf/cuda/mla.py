@@ -70,12 +70,9 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
 
 def _check_mla_wgmma(c, L, R, bs, asked):
     """The Hopper MLA decode's own limits, named as the caller asked for it (argument or environment)."""
-    if (L, R) != (512, 64):
-        raise ValueError(f"{asked} needs kv_lora = 512 and rope = 64 (DeepSeek's q_nope / q_rope widths), got {L} "
-                         f"and {R}")
-    if bs != 64:
-        raise ValueError(f"{asked} needs latent_cache blocks of 64 tokens (block_size, one TMA tile per page), "
-                         f"got {bs}")
+    why = _G.mla_decode_wgmma_shape_reason(L, R, bs)
+    if why:
+        raise ValueError(f"{asked} {why}")
     _require_sm90(c, asked)
 
 

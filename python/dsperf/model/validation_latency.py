@@ -1,7 +1,7 @@
 """The serving simulator against published DeepSeek-V3/R1 latencies: one row per published figure
 (data/validation/latency_points.csv) measured at a stated concurrency, with the settings it was
 measured with, the inputs its source did not publish and the value taken for them, and what the
-model lacks for it (docs/VALIDATION.md, latency section).
+model lacks for it (docs/VALIDATION_LATENCY.md).
 
 Each row is predicted by dsperf.serving.simulate run at the row's concurrency (a closed loop of
 that many clients), layout, lengths and MTP, with a fixed seed; rows with the same settings share

@@ -180,11 +180,11 @@ def test_efficiency_roof_and_bounds_survive_the_file(tmp_path):
     from dsperf.kernel_cost import FittedEfficiency, load_efficiencies
 
     path = tmp_path / "cpu.toml"
-    effs = {"gate": FittedEfficiency(0.5, 0.25, 300, False, "cache", ("overhead_us>=300",)),
-            "linear/bf16": FittedEfficiency(1.0, 0.7, 0, True)}
+    effs = {"gate": FittedEfficiency(0.5, 0.25, 300, 1.0, "cache", ("overhead_us>=300",)),
+            "linear/bf16": FittedEfficiency(1.0, 0.7, 0, 0.0)}
     path.write_text('name = "x"\n' + "\n".join(cal._efficiency_lines(effs)) + "\n")
     e = load_efficiencies(path)
-    assert (e["gate"].roof, e["gate"].at_bound, e["gate"].overlap) == ("cache", ("overhead_us>=300",), False)
+    assert (e["gate"].roof, e["gate"].at_bound, e["gate"].serial) == ("cache", ("overhead_us>=300",), 1.0)
     assert (e["linear/bf16"].roof, e["linear/bf16"].at_bound) == ("memory", ())
     with pytest.raises(ValueError, match="roof"):
         FittedEfficiency(roof="l2")

@@ -57,7 +57,10 @@ def test_roofline_max_or_sum_overhead_and_cache():
     peak = spec.fp16_tflops * spec.compute_derate * 1e12
     tc, tm = 1e12 / (peak * 0.5), 1e9 / (spec.mem_bw_gbps * 1e9 * 0.25)
     assert KC.kernel_seconds(w, spec, KC.KernelEfficiency(0.5, 0.25, 10)) == pytest.approx(15e-6 + max(tc, tm))
-    assert KC.kernel_seconds(w, spec, KC.KernelEfficiency(0.5, 0.25, 10, False)) == pytest.approx(15e-6 + tc + tm)
+    assert KC.kernel_seconds(w, spec, KC.KernelEfficiency(0.5, 0.25, 10, 1.0)) == pytest.approx(15e-6 + tc + tm)
+    # Between: the longer term plus that share of the shorter (a GEMM that hides part of its stream).
+    assert KC.kernel_seconds(w, spec, KC.KernelEfficiency(0.5, 0.25, 10, 0.3)) == pytest.approx(
+        15e-6 + max(tc, tm) + 0.3 * min(tc, tm))
     hot = KC.kernel_seconds(KC.KernelWork(0, 1e9), spec, KC.KernelEfficiency(), True)
     assert hot == pytest.approx(5e-6 + 1e9 / 10000e9)
     # FP8 work runs at the FP8 peak where the device has one.

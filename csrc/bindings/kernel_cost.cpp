@@ -24,17 +24,17 @@ void bind_kernel_cost(py::module_& root) {
                    (w.fp8 ? ", fp8=True)" : ")");
         });
     py::class_<KernelEfficiency>(m, "KernelEfficiency")
-        .def(py::init([](double c, double mem, double o, bool overlap) { return KernelEfficiency{c, mem, o, overlap}; }),
+        .def(py::init([](double c, double mem, double o, double serial) { return KernelEfficiency{c, mem, o, serial}; }),
              py::arg("compute") = 1.0, py::arg("memory") = 1.0, py::arg("overhead_us") = 0.0,
-             py::arg("overlap") = true)
+             py::arg("serial") = 0.0)
         .def_readwrite("compute", &KernelEfficiency::compute)
         .def_readwrite("memory", &KernelEfficiency::memory)
         .def_readwrite("overhead_us", &KernelEfficiency::overhead_us)
-        .def_readwrite("overlap", &KernelEfficiency::overlap)
+        .def_readwrite("serial", &KernelEfficiency::serial)
         .def("validate", &KernelEfficiency::validate)
         .def("__repr__", [](const KernelEfficiency& e) {
             return "KernelEfficiency(compute=" + std::to_string(e.compute) + ", memory=" + std::to_string(e.memory) +
-                   ", overhead_us=" + std::to_string(e.overhead_us) + (e.overlap ? ", overlap=True)" : ", overlap=False)");
+                   ", overhead_us=" + std::to_string(e.overhead_us) + ", serial=" + std::to_string(e.serial) + ")";
         });
     py::class_<MlaShape>(m, "MlaShape")
         .def(py::init([](int64_t dim, int64_t heads, int64_t q_lora, int64_t kv_lora, int64_t nope, int64_t rope,

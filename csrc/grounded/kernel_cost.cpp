@@ -34,6 +34,7 @@ void KernelEfficiency::validate() const {
     require(compute > 0, "efficiency 'compute' must be > 0");
     require(memory > 0, "efficiency 'memory' must be > 0");
     require(overhead_us >= 0, "efficiency 'overhead_us' must be >= 0");
+    require(serial >= 0 && serial <= 1, "efficiency 'serial' must lie in [0, 1]");
 }
 
 void MlaShape::validate() const {
@@ -52,7 +53,7 @@ double kernel_seconds(const KernelWork& w, const DeviceSpec& d, const KernelEffi
     e.validate();
     const RooflineTimes t = roofline_times(w, d, cache_resident);
     const double compute_s = t.compute_s / e.compute, memory_s = t.memory_s / e.memory;
-    return (d.call_overhead_us + e.overhead_us) * 1e-6 + (e.overlap ? std::max(compute_s, memory_s) : compute_s + memory_s);
+    return (d.call_overhead_us + e.overhead_us) * 1e-6 + (std::max(compute_s, memory_s) + e.serial * std::min(compute_s, memory_s));
 }
 
 KernelWork linear_work(int64_t m, int64_t n, int64_t k, bool fp8) {

@@ -30,14 +30,16 @@ struct KernelWork {
 };
 
 // What a kernel family reaches of the device's peaks, its fixed cost per call beyond the
-// device's call overhead, and whether its memory traffic overlaps its arithmetic (the roofline's
-// max) or adds to it (a kernel that loads, then computes, as small CPU GEMMs do). Calibration fits
-// these per family; 1, 1, 0, overlapped is the ideal roofline.
+// device's call overhead, and how far its memory traffic overlaps its arithmetic: serial is the
+// share of the shorter roofline term that adds to the longer (0: fully overlapped, the roofline's
+// max; 1: in series, a kernel that loads, then computes, as small CPU GEMMs do; between: a packed
+// GEMM that hides part of its weight stream). Calibration fits these per family; 1, 1, 0, 0 is the
+// ideal roofline.
 struct KernelEfficiency {
     double compute = 1.0;
     double memory = 1.0;
     double overhead_us = 0.0;
-    bool overlap = true;
+    double serial = 0.0;
     void validate() const;  // throws std::invalid_argument naming the field
 };
 
@@ -50,8 +52,8 @@ struct RooflineTimes {
 RooflineTimes roofline_times(const KernelWork& w, const DeviceSpec& d, bool cache_resident);
 
 // Roofline time of one call, seconds: the device's call overhead + the family's overhead +
-// max (or, without overlap, the sum) of flops / (peak x compute_derate x compute) and
-// bytes / (bandwidth x memory). cache_resident
+// the longer of flops / (peak x compute_derate x compute) and bytes / (bandwidth x memory),
+// plus serial x the shorter. cache_resident
 // prices the bytes at the device's cache bandwidth (cache_bw_gbps, when the spec has one).
 double kernel_seconds(const KernelWork& w, const DeviceSpec& d, const KernelEfficiency& e, bool cache_resident);
 

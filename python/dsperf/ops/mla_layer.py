@@ -68,8 +68,10 @@ _COMMON = dict(params=PARAMS, token_params=("tokens", "prefix"), kernels=("mla_f
 PREFILL = OpFamily(
     name="mla_layer_prefill", summary="MLA layer, causal prefill of a chunk after a cached prefix", **_COMMON,
     example=dict(variant="CD", tokens=4, prefix=0, heads=1, dim=256),
-    # Two points per variant: each variant's attention core is fitted on its own.
-    fit_points=lambda: _points(MLA_VARIANTS, 128, 0) + _points(MLA_VARIANTS, 32, 256),
+    # Four points per variant: each variant's attention core is fitted on its own, and its three
+    # values (compute, memory, overhead) need more than two points to be determined.
+    fit_points=lambda: [p for t, prefix in ((128, 0), (64, 0), (32, 256), (16, 1024))
+                        for p in _points(MLA_VARIANTS, t, prefix)],
     default_points=lambda: _points(MLA_VARIANTS, 256, 0) + _points(("CC", "A_CC_ME"), 64, 1024),
     large=_large_prefill,
 )

@@ -348,7 +348,7 @@ def _efficiency_lines(efficiencies) -> list[str]:
     lines = []
     for key, e in sorted(efficiencies.items()):
         lines += ["", f'[efficiency."{key}"]', f"compute = {e.compute:.6g}", f"memory = {e.memory:.6g}",
-                  f"overhead_us = {e.overhead_us:.6g}", f"overlap = {str(e.overlap).lower()}",
+                  f"overhead_us = {e.overhead_us:.6g}", f"serial = {e.serial:.6g}",
                   f'roof = "{getattr(e, "roof", "memory")}"',
                   f"at_bound = [{', '.join(repr(b) for b in getattr(e, 'at_bound', ()))}]"]
     return lines

@@ -2,7 +2,8 @@
 sweep with them, and summarise the errors.
 
 The fit is a grid search per efficiency key (family, or family/dtype) over the compute and memory
-efficiencies and a fixed per-call overhead, minimising the absolute log error of
+efficiencies, a fixed per-call overhead and how far the memory traffic overlaps the arithmetic,
+minimising the absolute log error of
 kernel_cost.predict_ms; it sees only the calibration sweep, so errors on the report's sweep are
 out of sample. Composite families are never fitted. Efficiencies are kept physical (at most 1 of
 the roof they are priced on, the cache roof where data fit in the cache), and values the data push
@@ -19,14 +20,19 @@ from .. import _C
 from .kernel_cost import (BASE_FAMILIES, FAMILIES, FittedEfficiency, KernelEfficiency, efficiency_key,
                           lookup_efficiency, part_seconds, parts)
 
-# Search grid: efficiencies from 1% up to EFFICIENCY_CAP, overheads from 0 to 300 us. An
+# Search grid: efficiencies from 1% up to EFFICIENCY_CAP, overheads from 0 to 3 ms, and the serial
+# share of the shorter roofline term from 0 (overlapped) to 1 (in series) in tenths. An
 # efficiency is a fraction of a measured roof: above 1 the roof is wrong, not the kernel fast, so
-# the grid stops at 1. A memory-bound family whose data fit in the last-level cache and that would
+# the grid stops at 1. The overheads reach 3 ms because a whole MLA layer's fixed cost on a CPU
+# (its norms, RoPE and a dozen thread fork/joins around its GEMMs) measured 0.3-1.4 ms; a 300 us
+# edge held those families' fits at the bound. The serial share was a yes/no until 2026-11-26:
+# packed BF16 GEMMs hide part of their weight stream, and neither end fitted them. A memory-bound family whose data fit in the last-level cache and that would
 # need more than the memory roof is fitted on the cache roof instead (the probe `cache_read`).
 EFFICIENCY_CAP = 1.0
 COMPUTE_GRID = np.geomspace(0.01, EFFICIENCY_CAP, 80)
 MEMORY_GRID = np.geomspace(0.01, EFFICIENCY_CAP, 80)
-OVERHEAD_GRID_US = np.concatenate([[0.0], np.geomspace(1.0, 300.0, 25)])
+OVERHEAD_GRID_US = np.concatenate([[0.0], np.geomspace(1.0, 3000.0, 31)])
+SERIAL_GRID = np.linspace(0.0, 1.0, 11)
 
 
 def _params(row: Mapping, family: str) -> dict:
@@ -104,21 +110,22 @@ def fit_efficiencies(df: pd.DataFrame, spec, cache_resident=False, llc_bytes=Non
     return out
 
 
-def _data_loss(ideal, meas, spec, c, m, o, overlap) -> float:
+def _data_loss(ideal, meas, spec, c, m, o, serial) -> float:
     """Sum of |log(predicted / measured)| of one efficiency's points."""
     tc, tm = ideal[:, 0] / c, ideal[:, 1] / m
-    t = (spec.call_overhead_us + o) * 1e-6 + (np.maximum(tc, tm) if overlap else tc + tm)
+    t = (spec.call_overhead_us + o) * 1e-6 + np.maximum(tc, tm) + serial * np.minimum(tc, tm)
     return float(np.abs(np.log(t / meas)).sum())
 
 
 def _search(ideal, meas, spec) -> tuple[float, tuple]:
-    """(loss, (compute, memory, overhead_us, overlap)) of the best point of the grid."""
+    """(loss, (compute, memory, overhead_us, serial)) of the best point of the grid."""
     tc = ideal[:, 0][None, None, None, :] / COMPUTE_GRID[:, None, None, None]
     tm = ideal[:, 1][None, None, None, :] / MEMORY_GRID[None, :, None, None]
     oh = ((spec.call_overhead_us + OVERHEAD_GRID_US) * 1e-6)[None, None, :, None]
     best = None
-    for overlap in (True, False):
-        err = np.log((oh + (np.maximum(tc, tm) if overlap else tc + tm)) / meas)
+    longer, shorter = np.maximum(tc, tm), np.minimum(tc, tm)
+    for serial in SERIAL_GRID:
+        err = np.log((oh + longer + serial * shorter) / meas)
         # Absolute log error (one disturbed point of a small group pulls less than under squares),
         # plus a small pull towards efficiencies of 1 and no overhead, which only decides between
         # fits the data cannot tell apart.
@@ -128,7 +135,7 @@ def _search(ideal, meas, spec) -> tuple[float, tuple]:
         i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
         if best is None or loss[i, j, k] < best[0]:
             best = (float(loss[i, j, k]), (float(COMPUTE_GRID[i]), float(MEMORY_GRID[j]), float(OVERHEAD_GRID_US[k]),
-                                           overlap))
+                                           float(serial)))
     return best
 
 
@@ -137,8 +144,8 @@ def _at_bound(ideal, meas, spec, fit) -> list[str]:
     the value steps 10% beyond the edge. A value resting at an edge the data do not care about
     (the compute efficiency of a memory-bound family, held at 1 by the pull towards 1) is not
     named, nor an overhead of 0, which is a real value."""
-    c, m, o, overlap = fit
-    base = _data_loss(ideal, meas, spec, c, m, o, overlap)
+    c, m, o, serial = fit
+    base = _data_loss(ideal, meas, spec, c, m, o, serial)
     out = []
     for i, (name, grid) in enumerate((("compute", COMPUTE_GRID), ("memory", MEMORY_GRID),
                                       ("overhead_us", OVERHEAD_GRID_US))):
@@ -221,6 +228,6 @@ def error_summary(pred: pd.DataFrame) -> pd.DataFrame:
 
 def efficiencies_table(effs: Mapping[str, KernelEfficiency]) -> pd.DataFrame:
     return pd.DataFrame([{"key": k, "compute": e.compute, "memory": e.memory, "overhead_us": e.overhead_us,
-                          "overlap": e.overlap, "roof": getattr(e, "roof", "memory"),
+                          "serial": e.serial, "roof": getattr(e, "roof", "memory"),
                           "at_bound": ", ".join(getattr(e, "at_bound", ()))}
                          for k, e in sorted(effs.items())])

@@ -64,11 +64,11 @@ class FittedEfficiency(KernelEfficiency):
     """A KernelEfficiency from the fit (dsperf.predict), with how to read it. roof: "memory" (the
     memory term is priced at mem_bw_gbps) or "cache" (at cache_bw_gbps: the family's data fit in
     the last-level cache and its calls ran faster than the memory roof allows). at_bound: the
-    values the data pushed against an edge of the search, e.g. ("compute>=1", "overhead_us>=300"):
+    values the data pushed against an edge of the search, e.g. ("compute>=1", "overhead_us>=3000"):
     the fit is then a clipped guess, and the calibration output and the report say so."""
 
-    def __init__(self, compute=1.0, memory=1.0, overhead_us=0.0, overlap=True, roof="memory", at_bound=()):
-        super().__init__(float(compute), float(memory), float(overhead_us), bool(overlap))
+    def __init__(self, compute=1.0, memory=1.0, overhead_us=0.0, serial=0.0, roof="memory", at_bound=()):
+        super().__init__(float(compute), float(memory), float(overhead_us), float(serial))
         if roof not in ("memory", "cache"):
             raise ValueError(f"roof must be 'memory' or 'cache', got {roof!r}")
         self.roof = roof
@@ -76,7 +76,7 @@ class FittedEfficiency(KernelEfficiency):
 
     def __repr__(self):
         return (f"FittedEfficiency(compute={self.compute:.4g}, memory={self.memory:.4g}, "
-                f"overhead_us={self.overhead_us:.4g}, overlap={self.overlap}, roof={self.roof!r}, "
+                f"overhead_us={self.overhead_us:.4g}, serial={self.serial:.4g}, roof={self.roof!r}, "
                 f"at_bound={self.at_bound})")
 
 
@@ -153,7 +153,7 @@ def predict_ms(family: str, params: Mapping, device: DeviceLike = "H800",
 
 
 def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
-    """The [efficiency] table of a device file ({key: {compute, memory, overhead_us, overlap, roof,
+    """The [efficiency] table of a device file ({key: {compute, memory, overhead_us, serial, roof,
     at_bound}}) as objects."""
     if not isinstance(table, Mapping):
         raise ValueError(f"the efficiency table must be a table of efficiencies, got {table!r}")
@@ -165,14 +165,14 @@ def efficiencies_from_dict(table: Mapping) -> dict[str, KernelEfficiency]:
             out[key] = FittedEfficiency(number("compute", v["compute"], lo=0, hi=1e6, lo_open=True),
                                         number("memory", v["memory"], lo=0, hi=1e6, lo_open=True),
                                         number("overhead_us", v.get("overhead_us", 0.0), lo=0, hi=1e9),
-                                        flag("overlap", v.get("overlap", True)), v.get("roof", "memory"),
+                                        number("serial", v.get("serial", 0.0), lo=0, hi=1), v.get("roof", "memory"),
                                         v.get("at_bound", ()))
             out[key].validate()
         except KeyError as e:
             raise ValueError(f"efficiency '{key}' is missing {e}") from None
         except (TypeError, ValueError) as e:
-            raise ValueError(f"efficiency '{key}' must have compute > 0, memory > 0, overhead_us >= 0 "
-                             f"and roof 'memory' or 'cache': {e}") from None
+            raise ValueError(f"efficiency '{key}' must have compute > 0, memory > 0, overhead_us >= 0, serial "
+                             f"in [0, 1] and roof 'memory' or 'cache': {e}") from None
     return out
 
 

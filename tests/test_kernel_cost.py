@@ -121,6 +121,12 @@ def test_bad_efficiency_is_named():
         kc.efficiencies_from_dict({"x": {"compute": "fast"}})
     with pytest.raises(ValueError, match="efficiency 'y'.*memory"):
         kc.efficiencies_from_dict({"y": {"compute": 1, "memory": -1}})
+    # The serial share is a fraction: 1.5 or NaN is named, in the file and in the C++ core.
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="efficiency 'z'.*serial"):
+            kc.efficiencies_from_dict({"z": {"compute": 1, "memory": 1, "serial": bad}})
+    with pytest.raises(ValueError, match="serial"):
+        KC.kernel_seconds(KC.KernelWork(1, 1), dsperf.load_device("H800"), KC.KernelEfficiency(1, 1, 0, 2.0))
 
 
 def test_roofline_terms_are_the_kernel_time_at_ideal_efficiency():

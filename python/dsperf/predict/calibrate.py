@@ -489,6 +489,10 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
     sampler = RoofSampler(m, quick)
     sweep = run_sweep(pts, repeats=repeats or (3 if quick else 5), progress=progress, between=sampler)
     m = with_roof_samples(m, sampler.samples)
+    if sampler.samples:
+        _say(progress, f"memory roof {m['spec'].mem_bw_gbps:.1f} GB/s: the better of the probe ({m['read_gbps_probe']:.1f}) "
+                       f"and the median of {len(sampler.samples)} probes between the kernel calls "
+                       f"({m['read_sweep_median_gbps']:.1f})")
     effs = fit_efficiencies(sweep, m["spec"])
     stuck = [k for k, e in effs.items() if e.at_bound]
     _say(progress, f"fitted {len(effs)} efficiencies" + (f"; at a bound of the search: {', '.join(stuck)}" if stuck else ""))

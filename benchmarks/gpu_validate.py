@@ -40,6 +40,8 @@ except ImportError:  # run from a checkout without an install: dsperf from its p
 from dsperf.predict.gpu_timing import ClockSampler, parse_smi_sample  # noqa: E402,F401  (shared with measure-gpu)
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from kernel_helpers import shuffled_block_table  # noqa: E402  (the tests' paged-cache allocator)
 
 # Shapes per --size: full (DeepSeek-V3's, the published records' shapes), quick (a smoke run on a
 # GPU), tiny (the plumbing check tests/test_cuda_fake.py runs over a fake device).
@@ -350,14 +352,7 @@ def bench_mla_hopper(rows, iters, size, rng):
                                                ([300, 70, 5, 64, 129], 2, 16, 2, False),
                                                ([1000, 65], 1, 128, None, False), ([257, 33], 2, 64, 3, False),
                                                ([300, 70, 5], 1, 128, None, True)):
-        need = [-(-n // bs) for n in seqlens]
-        nb = sum(need) + 2
-        order = rng.permutation(nb).astype(np.int32)
-        table = np.zeros((len(seqlens), max(need)), np.int32)
-        i = 0
-        for b, k in enumerate(need):
-            table[b, :k] = order[i:i + k]
-            i += k
+        table, nb = shuffled_block_table(rng, seqlens, bs, 2)
         B = len(seqlens)
         args = (rand_like((B, q_len, heads, L), BF16, rng, 0.05), rand_like((B, q_len, heads, R), BF16, rng, 0.05),
                 rand_like((nb, bs, L), BF16, rng), rand_like((nb, bs, R), BF16, rng), table,

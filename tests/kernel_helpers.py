@@ -17,6 +17,20 @@ def rand_bf16(rng, *shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32).astype(BF16)
 
 
+def shuffled_block_table(rng, seqlens, block_size, spare_blocks):
+    """(block_table int32 [B, max blocks], total blocks): the blocks of a paged cache handed out
+    in a shuffled order, as an allocator would, with spare_blocks nobody owns."""
+    need = [-(-n // block_size) for n in seqlens]
+    total = sum(need) + spare_blocks
+    order = rng.permutation(total).astype(np.int32)
+    table = np.zeros((len(seqlens), max(need)), np.int32)
+    i = 0
+    for b, k in enumerate(need):
+        table[b, :k] = order[i:i + k]
+        i += k
+    return table, total
+
+
 def rand_fp8_weight(rng, rows, cols):
     """FP8 weights with 128x128 block scales, as DeepSeek-V3's checkpoint stores them."""
     w = rng.standard_normal((rows, cols)).astype(np.float32) * 0.05

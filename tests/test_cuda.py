@@ -5,7 +5,7 @@ import pytest
 
 from dsperf import cuda, kernels as K, reference as R
 from dsperf.cuda_array import DeviceArray
-from kernel_helpers import BF16, EPS_BF16, FP8, f32, rand_bf16, rand_fp8_weight
+from kernel_helpers import BF16, EPS_BF16, FP8, f32, rand_bf16, rand_fp8_weight, shuffled_block_table
 
 OK, WHY = cuda.available()
 needs_gpu = pytest.mark.skipif(not OK, reason=f"no usable GPU: {WHY}")
@@ -38,14 +38,7 @@ def test_gpu_validate_says_it_needs_a_gpu_and_exits_0():
 
 def _mla_case(rng, seqlens, q_len=1, heads=16, L=512, rope=64, bs=64):
     """A paged cache with blocks handed out in a shuffled order (as test_kernels_mla's)."""
-    need = [-(-n // bs) for n in seqlens]
-    total = sum(need) + 3
-    order = rng.permutation(total).astype(np.int32)
-    table = np.zeros((len(seqlens), max(need)), np.int32)
-    i = 0
-    for b, k in enumerate(need):
-        table[b, :k] = order[i:i + k]
-        i += k
+    table, total = shuffled_block_table(rng, seqlens, bs, 3)
     return dict(q_nope=rand_bf16(rng, len(seqlens), q_len, heads, L, scale=0.05),
                 q_rope=rand_bf16(rng, len(seqlens), q_len, heads, rope, scale=0.05),
                 latent_cache=rand_bf16(rng, total, bs, L), rope_cache=rand_bf16(rng, total, bs, rope),

@@ -11,7 +11,7 @@ import pytest
 from cuda_fake import dev, fake  # noqa: F401 (fake: the fixture the tests take)
 from dsperf import cuda, kernels as K
 from dsperf.cuda_array import DeviceArray
-from kernel_helpers import f32, rand_bf16, rand_fp8_weight
+from kernel_helpers import f32, rand_bf16, rand_fp8_weight, shuffled_block_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import check_sass  # noqa: E402
@@ -163,14 +163,7 @@ def test_gpu_validate_hopper_runs_on_the_fake_device(fake, capsys):
 # ---- MLA decode ----------------------------------------------------------------------------------
 def mla_problem(rng, L=512, R=64, bs=64, fp8=False):
     seqlens = [300, 70, 5]
-    need = [-(-n // bs) for n in seqlens]
-    blocks = sum(need) + 2
-    table = np.zeros((3, max(need)), np.int32)
-    order = rng.permutation(blocks).astype(np.int32)
-    i = 0
-    for b, k in enumerate(need):
-        table[b, :k] = order[i:i + k]
-        i += k
+    table, blocks = shuffled_block_table(rng, seqlens, bs, 2)
     q = (rand_bf16(rng, 3, 1, 16, L, scale=0.05), rand_bf16(rng, 3, 1, 16, R, scale=0.05))
     lens = np.array(seqlens, np.int32)
     if not fp8:

@@ -4,21 +4,14 @@ import pytest
 
 from dsperf import kernels as K
 from dsperf import reference as R
-from kernel_helpers import EPS_BF16, f32, rand_bf16
+from kernel_helpers import EPS_BF16, f32, rand_bf16, shuffled_block_table
 
 BS = 64
 
 
 def make_case(rng, seqlens, q_len=1, heads=16, L=512, rope=64, spare_blocks=3):
     """A paged cache whose blocks are handed out in a shuffled order, as an allocator would."""
-    need = [-(-n // BS) for n in seqlens]
-    total = sum(need) + spare_blocks
-    order = rng.permutation(total).astype(np.int32)
-    table = np.zeros((len(seqlens), max(need)), np.int32)
-    i = 0
-    for b, k in enumerate(need):
-        table[b, :k] = order[i:i + k]
-        i += k
+    table, total = shuffled_block_table(rng, seqlens, BS, spare_blocks)
     latent = rand_bf16(rng, total, BS, L)
     rope_c = rand_bf16(rng, total, BS, rope)
     qn = rand_bf16(rng, len(seqlens), q_len, heads, L, scale=0.05)

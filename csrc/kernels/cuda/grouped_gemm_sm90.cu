@@ -120,6 +120,16 @@ __device__ TileIs tile_at(const Schedule& s, int64_t t, Tile& tile) {
     return TileIs::PastEnd;
 }
 
+// The wgmma descriptors of a ring stage's tiles as consumer warpgroup wg reads them: its 64 rows
+// of a, and all of b.
+template <class T>
+__device__ __forceinline__ void stage_descriptors(uint8_t* smem, int stage, int wg, uint64_t& da, uint64_t& db) {
+    using R = Ring<T>;
+    const uint8_t* a_tile = smem + size_t(stage) * R::kStageBytes + wg * (64 * kRowBytes);
+    const uint8_t* b_tile = smem + size_t(stage) * R::kStageBytes + R::kABytes;
+    da = sm90::desc_k_major_sw128(a_tile), db = sm90::desc_k_major_sw128(b_tile);
+}
+
 // Where a consumer warpgroup stands in the ring; both consumers walk it in step with the producer.
 struct RingPos {
     int stage = 0;
@@ -133,14 +143,12 @@ struct RingPos {
 // BF16: rows [wg * 64, wg * 64 + 64) of the tile, all 256 columns, one step of MMAs kept in flight.
 __device__ __forceinline__ void consume_tile_bf16(uint8_t* smem, uint64_t* full, uint64_t* empty, int wg,
                                                   int64_t ksteps, RingPos& pos, float (&acc)[128]) {
-    using R = Ring<Bf16Tiles>;
     const bool leader = threadIdx.x % 128 == 0;  // one arrival per consumer warpgroup frees a slot
     int prev = -1;
     for (int64_t ks = 0; ks < ksteps; ++ks) {
         sm90::mbar_wait(&full[pos.stage], pos.phase);
-        const uint8_t* a_tile = smem + size_t(pos.stage) * R::kStageBytes + wg * (64 * kRowBytes);
-        const uint8_t* b_tile = smem + size_t(pos.stage) * R::kStageBytes + R::kABytes;
-        const uint64_t da = sm90::desc_k_major_sw128(a_tile), db = sm90::desc_k_major_sw128(b_tile);
+        uint64_t da, db;
+        stage_descriptors<Bf16Tiles>(smem, pos.stage, wg, da, db);
         sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)  // 16 BF16 = 32 bytes per MMA: +2 in the address field
@@ -164,7 +172,6 @@ __device__ __forceinline__ void consume_tile_bf16(uint8_t* smem, uint64_t* full,
 __device__ __forceinline__ void consume_tile_fp8(uint8_t* smem, uint64_t* full, uint64_t* empty, int wg,
                                                  int64_t K, const Schedule& s, const Scales& sc, const Tile& tile,
                                                  RingPos& pos, float (&part)[64], float (&acc)[64]) {
-    using R = Ring<Fp8Tiles>;
     const bool leader = threadIdx.x % 128 == 0;
     const int warp = (threadIdx.x % 128) / 32, g = (threadIdx.x % 32) / 4;
     const int64_t r_lo = tile.row0 + wg * 64 + warp * 16 + g, r_hi = r_lo + 8;
@@ -174,9 +181,8 @@ __device__ __forceinline__ void consume_tile_fp8(uint8_t* smem, uint64_t* full, 
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     for (int64_t kb = 0; kb < kblocks; ++kb) {
         sm90::mbar_wait(&full[pos.stage], pos.phase);
-        const uint8_t* a_tile = smem + size_t(pos.stage) * R::kStageBytes + wg * (64 * kRowBytes);
-        const uint8_t* b_tile = smem + size_t(pos.stage) * R::kStageBytes + R::kABytes;
-        const uint64_t da = sm90::desc_k_major_sw128(a_tile), db = sm90::desc_k_major_sw128(b_tile);
+        uint64_t da, db;
+        stage_descriptors<Fp8Tiles>(smem, pos.stage, wg, da, db);
         sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)  // 32 FP8 = 32 bytes per MMA: +2 in the address field

@@ -31,16 +31,15 @@ void def_struct_kernel(py::module_& m, const char* name) {
 
 void bind_cuda_hopper(py::module_& root) {
     py::module_ m = root.attr("cuda").cast<py::module_>();
-    namespace H = dsperf::cuda;
+    namespace C = dsperf::cuda;
     // The input rules (hopper_api.hpp), in every build: dsperf.cuda checks a call with them before
     // building it, and the kernels refuse what they name.
-    m.def("grouped_gemm_wgmma_operands_reason", &H::grouped_gemm_wgmma_operands_reason, py::arg("a_fp8"),
+    m.def("grouped_gemm_wgmma_operands_reason", &C::grouped_gemm_wgmma_operands_reason, py::arg("a_fp8"),
           py::arg("b_fp8"));
-    m.def("grouped_gemm_wgmma_k_reason", &H::grouped_gemm_wgmma_k_reason, py::arg("fp8"), py::arg("k"));
-    m.def("mla_decode_wgmma_shape_reason", &H::mla_decode_wgmma_shape_reason, py::arg("kv_lora"), py::arg("rope"),
+    m.def("grouped_gemm_wgmma_k_reason", &C::grouped_gemm_wgmma_k_reason, py::arg("fp8"), py::arg("k"));
+    m.def("mla_decode_wgmma_shape_reason", &C::mla_decode_wgmma_shape_reason, py::arg("kv_lora"), py::arg("rope"),
           py::arg("block_size"));
 #ifdef DSPERF_WITH_CUDA
-    namespace C = dsperf::cuda;
     def_struct_kernel<C::GroupedGemm, &C::grouped_gemm_wgmma>(m, "grouped_gemm_wgmma");
     def_struct_kernel<C::MlaDecode, &C::mla_decode_wgmma>(m, "mla_decode_wgmma");
     m.def(

@@ -17,8 +17,9 @@
 #   HOPPER_CHECK       1 (default): where dsperf's CUDA kernels are present, first check the Hopper
 #                      (wgmma + TMA) grouped GEMM and MLA decode -- never run on a GPU before -- against
 #                      the mma.sync kernels (MLA also the CPU) and time both beside cuBLAS / mma.sync
-#                      (gpu_validate.py --hopper), at most HOPPER_CHECK_S seconds (default 150; a hang
-#                      is killed), before measure-gpu's budget.
+#                      (gpu_validate.py --hopper), at most HOPPER_CHECK_S seconds each (default 120; a hang
+#                      is killed; each family in its own process), before measure-gpu's budget.
+#   HOPPER_SIZE        gpu_validate's --size for that check (default full)
 #                      It needs dsperf's CUDA kernels: MEASURE_BUILD_CUDA=1, or carry a module built
 #                      elsewhere with -DDSPERF_CUDA=ON -DDSPERF_PYTHON=ON (about 4 MB; its CUDA runtime
 #                      is linked statically, so the lent machine's driver must be as new as that nvcc)
@@ -55,6 +56,11 @@ PY
 command -v nvcc >/dev/null && nvcc --version | tail -1
 
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+# cuBLAS (the grouped GEMMs' baseline, loaded by dlopen) where the toolkit or PyTorch's wheels keep it.
+CUBLAS=$(ls /usr/local/cuda/lib64/libcublas.so.1[23] 2>/dev/null | head -1)
+[ -n "$CUBLAS" ] || CUBLAS=$("$PY" -c "import glob, site; print(next(iter(sorted(sum((glob.glob(d + '/nvidia/**/libcublas.so.1[23]', recursive=True) for d in site.getsitepackages()), []))), ''))" 2>/dev/null)
+[ -n "$CUBLAS" ] && export LD_LIBRARY_PATH="$(dirname "$CUBLAS")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "cuBLAS for the baseline: ${CUBLAS:-not found}"
 build_module() {  # $1: OFF (CPU module only) or ON (with dsperf's CUDA kernels)
     echo "== building dsperf's module (DSPERF_CUDA=$1) at $(elapsed) s"
     local gen=""; command -v ninja >/dev/null && gen="-G Ninja"
@@ -75,11 +81,14 @@ fi
 
 # The Hopper kernels' first run: results against mma.sync, then times (its log in $OUT).
 if [ "${HOPPER_CHECK:-1}" = 1 ] && "$PY" -c "from dsperf import cuda; import sys; sys.exit(not cuda.available()[0])"; then
-    echo "== Hopper grouped GEMM and MLA decode check (gpu_validate.py --hopper) at $(elapsed) s"
-    timeout -s KILL "${HOPPER_CHECK_S:-150}" "$PY" benchmarks/gpu_validate.py --hopper --iters 10 \
-        > "$OUT/hopper_check.log" 2>&1
-    echo "exit status $? (137: killed at ${HOPPER_CHECK_S:-150} s, a hang) at $(elapsed) s"
-    cat "$OUT/hopper_check.log"
+    # One process per family, so that a hang in one (killed at HOPPER_CHECK_S) cannot hide the other.
+    for family in gemm mla; do
+        echo "== Hopper $family check (gpu_validate.py --hopper --only $family) at $(elapsed) s"
+        timeout -s KILL "${HOPPER_CHECK_S:-120}" "$PY" benchmarks/gpu_validate.py --hopper --only $family \
+            --iters 10 ${HOPPER_SIZE:+--size $HOPPER_SIZE} > "$OUT/hopper_$family.log" 2>&1
+        echo "exit status $? (137: killed at ${HOPPER_CHECK_S:-120} s, a hang) at $(elapsed) s"
+        cat "$OUT/hopper_$family.log"
+    done
     tools=""
     [ "${HOPPER_SANITIZE:-0}" = 1 ] && tools="memcheck"
     [ "${HOPPER_RACECHECK:-0}" = 1 ] && tools="$tools racecheck"
@@ -104,3 +113,5 @@ timeout -s INT $(( BUDGET + 30 )) "$PY" -m dsperf.cli measure-gpu --budget-s "$B
     --verbose ${MEASURE_ARGS:-}
 echo "== measure-gpu exit status $? at $(elapsed) s; files:"
 ls -la "$OUT/measure-gpu" 2>/dev/null
+# The lent machine returns at most 8 files: measure-gpu's folder travels as one archive.
+[ -d "$OUT/measure-gpu" ] && tar -C "$OUT" -czf "$OUT/measure-gpu.tar.gz" measure-gpu && rm -r "$OUT/measure-gpu"

@@ -229,6 +229,34 @@ def _max_errors(got, want):
     return diff, diff / scale if scale else diff
 
 
+def error_pattern(got, want, tol):
+    """Where a wrong result is wrong, in words, so that one run on a lent GPU says enough to find the
+    bug offline: non-finite and zero counts, then the wrong share per 64-row and per 64-column block
+    of the last two axes (a block pattern points at a tile, swizzle or stage index) and the median
+    ratio got / want over the wrong cells (a constant ratio points at a scale)."""
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    scale = float(np.max(np.abs(want))) or 1.0
+    bad = ~(np.abs(got - want) <= tol * scale)
+    g2, b2 = got.reshape(-1, got.shape[-1]), bad.reshape(-1, bad.shape[-1])
+    rows, cols = b2.shape
+    row_share = [f"{b2[r:r + 64].mean():.2f}" for r in range(0, rows, 64)]
+    col_share = [f"{b2[:, c:c + 64].mean():.2f}" for c in range(0, cols, 64)]
+    first = np.argwhere(b2)[:3].tolist()
+    ratio = np.nanmedian(g2[b2] / np.where(want.reshape(g2.shape)[b2] == 0, np.nan, want.reshape(g2.shape)[b2])) \
+        if b2.any() else float("nan")
+    return (f"wrong {int(bad.sum())} of {bad.size}; non-finite {int((~np.isfinite(got)).sum())}; "
+            f"exact zeros {int((got == 0).sum())} (want {int((want == 0).sum())}); wrong share per 64 rows "
+            f"[{' '.join(row_share[:16])}{' ...' if len(row_share) > 16 else ''}] per 64 columns "
+            f"[{' '.join(col_share[:16])}{' ...' if len(col_share) > 16 else ''}]; first wrong (row, col) "
+            f"{first}; median got/want there {ratio:.3g}")
+
+
+def announce(what):
+    """A line before each kernel call, flushed, so that a hang's last line names the call."""
+    print(f"hopper check: running {what}", flush=True)
+
+
 def bench_gemm_hopper(rows, iters, size, rng):
     """The Hopper (wgmma + TMA) grouped GEMMs beside the mma.sync ones and cuBLAS: first their results
     against the mma.sync kernels' (and float64 on small ragged cases) -- they had never run on a GPU
@@ -247,7 +275,7 @@ def bench_gemm_hopper(rows, iters, size, rng):
     def verdict(what, got, want):
         err, rel = _max_errors(got, want)
         print(f"hopper check: {what}: max abs error {err:.3g} (relative {rel:.2g}) -> "
-              f"{'ok' if rel < tol else 'WRONG'}", flush=True)
+              f"{'ok' if rel < tol else 'WRONG: ' + error_pattern(got, want, tol)}", flush=True)
         wrong.extend([] if rel < tol else [what])
         return rel < tol
 
@@ -268,6 +296,7 @@ def bench_gemm_hopper(rows, iters, size, rng):
     want = np.concatenate([a[offs[e]:offs[e + 1]].astype(np.float64) @ b[e].astype(np.float64).T
                            for e in range(len(sizes))])
     for v in ("mma", "wgmma"):
+        announce(f"BF16 ragged contiguous, {v}")
         verdict(f"BF16 ragged contiguous M={M} N={N} K=200, {v} vs float64",
                 cuda.grouped_gemm(a, b, offsets=offs, variant=v), want)
     aq, as_, bq, bs = fp8_operands((M, 208), len(sizes), N, 208)
@@ -275,10 +304,12 @@ def bench_gemm_hopper(rows, iters, size, rng):
     want = np.concatenate([a64[offs[e]:offs[e + 1]] @ dequant(bq[e], np.repeat(bs[e], 128, 0)[:N]).T
                            for e in range(len(sizes))])
     for v in ("mma", "wgmma"):
+        announce(f"FP8 ragged contiguous, {v}")
         verdict(f"FP8 ragged contiguous M={M} N={N} K=208, {v} vs float64",
                 cuda.grouped_gemm(aq, bq, offsets=offs, a_scale=as_, b_scale=bs, variant=v), want)
     cap, counts = 200, np.array([0, 1, 128, 200], np.int32)
     am, bm = rand_like((len(counts), cap, 200), BF16, rng), rand_like((len(counts), N, 200), BF16, rng, 0.05)
+    announce("BF16 masked, wgmma and mma")
     verdict(f"BF16 masked cap={cap} counts={counts.tolist()}, wgmma vs mma",
             cuda.grouped_gemm(am, bm, counts=counts, variant="wgmma"),
             cuda.grouped_gemm(am, bm, counts=counts, variant="mma"))
@@ -303,6 +334,7 @@ def bench_gemm_hopper(rows, iters, size, rng):
             kw = dict(counts=DeviceArray.from_numpy(np.full(E, m, np.int32)), **scales)
         outs = {v: DeviceArray(a.shape[:-1] + (N,), np.float32) for v in ("mma", "wgmma")}
         for v, out in outs.items():
+            announce(f"{dtype} {layout} E={E} m={m} n={N} k={Kd}, {v}")
             cuda.grouped_gemm(a, b, out=out, variant=v, **kw)
         shape = f"E={E} {'m' if layout == 'contiguous' else 'cap'}={m} n={N} k={Kd}"
         ok = verdict(f"{dtype} {layout} {shape}, wgmma vs mma", outs["wgmma"].numpy(), outs["mma"].numpy())
@@ -366,14 +398,16 @@ def bench_mla_hopper(rows, iters, size, rng):
                                 rand_like((len(requests), R), BF16, rng))
             args, scale = args[:2] + (cache.latent, cache.rope) + args[4:], cache.latent_scale
         want, _ = K.mla_decode(*args, 0.1, latent_scale=scale)
-        got = {v: cuda.mla_decode(*args, 0.1, latent_scale=scale, num_splits=splits, variant=v)
-               for v in ("mma", "wgmma")}
+        got = {}
+        for v in ("mma", "wgmma"):
+            announce(f"MLA seqlens={seqlens} q_len={q_len} h={heads} splits={splits} fp8={fp8}, {v}")
+            got[v] = cuda.mla_decode(*args, 0.1, latent_scale=scale, num_splits=splits, variant=v)
         for name, ref in (("CPU", want), ("mma.sync", got["mma"][0])):
             err, rel = _max_errors(got["wgmma"][0], ref)
             what = (f"MLA seqlens={seqlens} q_len={q_len} h={heads} splits={splits}{' FP8 cache' if fp8 else ''}, "
                     f"wgmma vs {name}")
             print(f"hopper check: {what}: max abs error {err:.3g} (relative {rel:.2g}) -> "
-                  f"{'ok' if rel < tol else 'WRONG'}", flush=True)
+                  f"{'ok' if rel < tol else 'WRONG: ' + error_pattern(got['wgmma'][0], ref, tol)}", flush=True)
             wrong.extend([] if rel < tol else [what])
     B, S, H = SIZES[size]["mla"]
     nb = B * (S // bs)
@@ -393,6 +427,7 @@ def bench_mla_hopper(rows, iters, size, rng):
         mla = dev[:2] + [kv] + dev[3:]
         us, res = {}, {}
         for v in ("mma", "wgmma"):
+            announce(f"MLA decode B={B} s={S} h={H} {cache} cache, {v} (timed)")
             us[v] = timed_us(lambda: cuda.mla_decode(*mla, 0.1, meta, latent_scale=lat_s, out=out, validate=False,
                                                      variant=v), iters)
             res[v] = out[0].numpy()
@@ -400,6 +435,8 @@ def bench_mla_hopper(rows, iters, size, rng):
         ok = rel < tol
         wrong.extend([] if ok else [f"MLA B={B} s={S} h={H} {cache} cache"])
         tf = {v: flops / us[v] / 1e6 for v in us}
+        if not ok:
+            print(f"hopper check: MLA B={B} s={S} {cache} cache: {error_pattern(res['wgmma'], res['mma'], tol)}")
         print(f"hopper check: MLA decode B={B} s={S} q_len=1 h={H} {cache} cache: wgmma {us['wgmma']:.0f} us = "
               f"{tf['wgmma']:.0f} TFLOPS ({tf['wgmma'] / 660:.0%} of FlashMLA's 660), mma.sync {us['mma']:.0f} us = "
               f"{tf['mma']:.0f} TFLOPS, {us['mma'] / us['wgmma']:.2f}x mma.sync; max abs error vs mma.sync "
@@ -491,6 +528,9 @@ def main(argv=None):
                     help="only the Hopper (wgmma) kernels, grouped GEMM and MLA decode: their results against "
                          "the mma.sync kernels (and the CPU), and their times beside mma.sync (and cuBLAS) (no "
                          "tests, no clock reading; about a minute)")
+    ap.add_argument("--only", choices=("gemm", "mla"),
+                    help="with --hopper: only that family (the device script runs each in its own process, so "
+                         "that a hang in one cannot hide the other)")
     ap.add_argument("--clock-seconds", type=float, default=20.0,
                     help="seconds of sustained GEMMs for the SM-clock reading (0: skip)")
     args = ap.parse_args(argv)
@@ -509,7 +549,9 @@ def main(argv=None):
     status = 0 if args.skip_tests else run_tests()
     rng = np.random.default_rng(0)
     rows = []
-    for bench in ((bench_gemm_hopper, bench_mla_hopper) if args.hopper
+    hopper = {"gemm": (bench_gemm_hopper,), "mla": (bench_mla_hopper,)}.get(args.only,
+                                                                          (bench_gemm_hopper, bench_mla_hopper))
+    for bench in (hopper if args.hopper
                   else (bench_mla, bench_gemm, bench_gemm_hopper, bench_mla_hopper, bench_ep)):
         try:
             bench(rows, args.iters, size, rng)

@@ -23,6 +23,9 @@
 #                      It needs dsperf's CUDA kernels: MEASURE_BUILD_CUDA=1, or carry a module built
 #                      elsewhere with -DDSPERF_CUDA=ON -DDSPERF_PYTHON=ON (about 4 MB; its CUDA runtime
 #                      is linked statically, so the lent machine's driver must be as new as that nvcc)
+#   GPU_TESTS          1: first the GPU tests (tests/test_cuda*.py), at most GPU_TESTS_S s (150)
+#   FULL_VALIDATE      1: gpu_validate.py over every family and the sustained-clock reading, before
+#                      measure-gpu, at most FULL_VALIDATE_S s (150)
 #   HOPPER_SANITIZE    1: after that check, the same on tiny shapes under compute-sanitizer memcheck
 #                      (and racecheck with HOPPER_RACECHECK=1), at most HOPPER_SANITIZE_S s each (90)
 set -u
@@ -64,7 +67,7 @@ echo "cuBLAS for the baseline: ${CUBLAS:-not found}"
 build_module() {  # $1: OFF (CPU module only) or ON (with dsperf's CUDA kernels)
     echo "== building dsperf's module (DSPERF_CUDA=$1) at $(elapsed) s"
     local gen=""; command -v ninja >/dev/null && gen="-G Ninja"
-    cmake -S . -B build/device-$1 $gen -DCMAKE_BUILD_TYPE=Release -DDSPERF_CUDA="$1" \
+    cmake -S . -B build/device-$1 $gen -DCMAKE_BUILD_TYPE=Release -DDSPERF_PYTHON=ON -DDSPERF_CUDA="$1" \
           -DCMAKE_CUDA_ARCHITECTURES="${MEASURE_CUDA_ARCHS:-90a}" \
           -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v "$PY")" >/dev/null &&
         cmake --build build/device-$1 --target _C -j "$(nproc)" >/dev/null &&
@@ -78,6 +81,15 @@ if ! "$PY" -c "import dsperf._C" 2>/dev/null; then
     build_module OFF || { echo "no dsperf module: nothing measured"; exit 1; }
 fi
 "$PY" -c "from dsperf import cuda; print('dsperf CUDA kernels:', cuda.available())"
+
+export PYTHONFAULTHANDLER=1  # a crash names its Python line
+# The GPU tests that skip on machines without one (GPU_TESTS=1; at most GPU_TESTS_S seconds, 150).
+if [ "${GPU_TESTS:-0}" = 1 ]; then
+    echo "== GPU tests (tests/test_cuda*.py) at $(elapsed) s"
+    timeout -s KILL "${GPU_TESTS_S:-150}" "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py \
+        tests/test_cuda_array.py tests/test_cuda_nccl.py tests/test_cuda_hopper.py > "$OUT/gpu_tests.log" 2>&1
+    echo "exit status $? at $(elapsed) s"; tail -n 25 "$OUT/gpu_tests.log"
+fi
 
 # The Hopper kernels' first run: results against mma.sync, then times (its log in $OUT).
 if [ "${HOPPER_CHECK:-1}" = 1 ] && "$PY" -c "from dsperf import cuda; import sys; sys.exit(not cuda.available()[0])"; then
@@ -100,6 +112,15 @@ if [ "${HOPPER_CHECK:-1}" = 1 ] && "$PY" -c "from dsperf import cuda; import sys
         echo "exit status $? (3: errors found; 137: killed) at $(elapsed) s"
         tail -n 15 "$OUT/hopper_$tool.log"
     done
+fi
+
+# Every kernel family beside its baselines and the sustained SM clock under GEMMs (FULL_VALIDATE=1;
+# at most FULL_VALIDATE_S seconds, 150).
+if [ "${FULL_VALIDATE:-0}" = 1 ]; then
+    echo "== gpu_validate.py --skip-tests (every family, the clock reading) at $(elapsed) s"
+    timeout -s KILL "${FULL_VALIDATE_S:-150}" "$PY" benchmarks/gpu_validate.py --skip-tests --iters 10 \
+        > "$OUT/gpu_validate.log" 2>&1
+    echo "exit status $? at $(elapsed) s"; grep -vE "^hopper check: running" "$OUT/gpu_validate.log" | tail -n 30
 fi
 
 # What is left of the call, less a minute for start-up, writing and the copy back.

@@ -147,8 +147,12 @@ def test_gpu_validate_hopper_runs_on_the_fake_device(fake, capsys):
     spec.loader.exec_module(gv)
     assert gv.main(["--hopper", "--size", "tiny", "--iters", "1"]) == 0
     out = capsys.readouterr().out
-    # 11 grouped GEMM lines; MLA: 5 ragged cases x (vs CPU, vs mma.sync) and the timed shape (BF16, FP8).
-    assert out.count("hopper check:") == 23 and "WRONG" not in out and "failed" not in out
+    # 11 grouped GEMM lines; MLA: 5 ragged cases x (vs CPU, vs mma.sync), the timed shape (BF16, FP8)
+    # and 4 timings of the wgmma kernel's plan and MTP; each kernel call announced before it runs.
+    results = [line for line in out.splitlines() if line.startswith("hopper check:") and "running" not in line]
+    assert len(results) == 27 and "WRONG" not in out and "failed" not in out
+    assert out.count("hopper check: running") == 29
+    assert "q_len=2 h=16 BF16 cache, automatic splits: wgmma" in out and "1 split(s): wgmma" in out
     for row in ("grouped GEMM BF16 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)",
                 "grouped GEMM BF16 masked E=2 cap=16 n=128 k=256 (wgmma, sm_90a)",
                 "grouped GEMM FP8 contiguous E=2 m=64 n=128 k=256 (wgmma, sm_90a)", "FP8 ragged contiguous",

@@ -423,7 +423,7 @@ def bench_mla_hopper(rows, iters, size, rng):
                                                 rand_like((nb, bs, L), BF16, rng), rand_like((nb, bs, R), BF16, rng),
                                                 np.arange(nb, dtype=np.int32).reshape(B, S // bs),
                                                 np.full(B, S, np.int32))]
-    meta = cuda.get_mla_metadata(dev[5], 1, H)
+    meta = {v: cuda.get_mla_metadata(dev[5], 1, H, variant=v) for v in ("mma", "wgmma")}  # each kernel's plan
     out = (DeviceArray((B, 1, H, L), np.float32), DeviceArray((B, 1, H), np.float32))
     flops = 2.0 * B * H * S * (L + R + L)
     # The same decode over an FP8 latent cache (one FP32 scale per 128 values), as bench_mla's row.
@@ -435,7 +435,7 @@ def bench_mla_hopper(rows, iters, size, rng):
         us, res = {}, {}
         for v in ("mma", "wgmma"):
             announce(f"MLA decode B={B} s={S} h={H} {cache} cache, {v} (timed)")
-            us[v] = timed_us(lambda: cuda.mla_decode(*mla, 0.1, meta, latent_scale=lat_s, out=out, validate=False,
+            us[v] = timed_us(lambda: cuda.mla_decode(*mla, 0.1, meta[v], latent_scale=lat_s, out=out, validate=False,
                                                      variant=v), iters)
             res[v] = out[0].numpy()
         err, rel = _max_errors(res["wgmma"], res["mma"])
@@ -460,7 +460,7 @@ def bench_mla_hopper(rows, iters, size, rng):
         q = dev[:2] if q_len == 1 else [DeviceArray.from_numpy(rand_like((B, q_len, H, w), BF16, rng, 0.05))
                                         for w in (L, R)]
         o = out if q_len == 1 else (DeviceArray((B, q_len, H, L), np.float32), DeviceArray((B, q_len, H), np.float32))
-        m = cuda.get_mla_metadata(dev[5], q_len, H, num_splits=splits)
+        m = cuda.get_mla_metadata(dev[5], q_len, H, num_splits=splits, variant="wgmma")
         announce(f"MLA decode B={B} s={S} q_len={q_len} h={H} splits={splits}, wgmma (timed)")
         t = timed_us(lambda: cuda.mla_decode(*q, *dev[2:], 0.1, m, out=o, validate=False, variant="wgmma"), iters)
         print(f"hopper check: MLA decode B={B} s={S} q_len={q_len} h={H} BF16 cache, "

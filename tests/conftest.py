@@ -6,3 +6,14 @@ import dsperf
 @pytest.fixture(scope="session")
 def v3():
     return dsperf.load_model("DeepSeek-V3")
+
+
+# The switches that pick a CUDA kernel: a test sets the ones it means, so that a shell's setting
+# (a device run's DSPERF_CUDA_WGMMA=1, say) cannot change which kernel another test checks.
+KERNEL_SWITCHES = ("DSPERF_CUDA_WGMMA", "DSPERF_BF16_MMA", "DSPERF_FP8_MMA", "DSPERF_MLA_MMA")
+
+
+@pytest.fixture(autouse=True)
+def _no_kernel_switches_from_the_shell(monkeypatch):
+    for name in KERNEL_SWITCHES:
+        monkeypatch.delenv(name, raising=False)

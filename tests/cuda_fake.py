@@ -39,8 +39,11 @@ GemmLayout = REAL.GemmLayout
 class FakeG:
     """The binding's surface with host memory and the CPU kernels."""
 
-    def __init__(self, devices=2):
+    def __init__(self, devices=2, cc=80):
         self.devices = devices
+        # sm_80 unless a test asks for Hopper: on sm_90 calls whose inputs fit take the wgmma kernels
+        # by default (tests/test_cuda_hopper.py's fixture), and these tests cover the mma.sync plumbing.
+        self.cc = cc
         self.calls = []
         self.recording = None  # a list while a "graph" is captured
         self.graphs = {}
@@ -52,7 +55,7 @@ class FakeG:
     def why_unavailable(self): return ""
     def device_count(self): return self.devices
     def sm_count(self, d): return 8
-    def compute_capability(self, d): return 90
+    def compute_capability(self, d): return self.cc
     def device_name(self, d): return "fake"
     def synchronize(self, d): pass
     def set_synchronous(self, on): self.sync = on
@@ -62,6 +65,7 @@ class FakeG:
     dlpack_export = staticmethod(REAL.dlpack_export)
     dlpack_import = staticmethod(REAL.dlpack_import)
     mla_plan = staticmethod(REAL.mla_plan)
+    MLA_ITEMS_PER_SM = REAL.MLA_ITEMS_PER_SM
     # The Hopper kernels' input rules are plain C++, bound in every build: the real ones.
     grouped_gemm_wgmma_operands_reason = staticmethod(REAL.grouped_gemm_wgmma_operands_reason)
     grouped_gemm_wgmma_k_reason = staticmethod(REAL.grouped_gemm_wgmma_k_reason)

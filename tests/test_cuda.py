@@ -156,6 +156,12 @@ def test_mla_plan_sizes_its_splits_for_the_kernel_in_use(monkeypatch):
     monkeypatch.setenv("DSPERF_MLA_MMA", "1")
     n64 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132).num_items
     assert n64 > 3 * n16
+    # The Hopper kernel's block fills an SM: its plan aims at one item per SM, not two (512 blocks:
+    # 16 splits of 8 blocks per request against 32 of 4).
+    plans = {v: cuda.get_mla_metadata(lens, 1, 128, sm_count=132, variant=v) for v in ("mma", "wgmma")}
+    assert plans["mma"].num_items == n64 == 128 and plans["wgmma"].num_items == 64
+    with pytest.raises(ValueError, match="variant must be one of"):
+        cuda.get_mla_metadata(lens, 1, 128, sm_count=132, variant="hopper")
 
 
 def test_mla_plan_rejects_bad_input():

@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuda_fake import dev, fake  # noqa: F401 (fake: the fixture the tests take)
+from cuda_fake import dev, install_fake
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The fake device as an sm_90 GPU."""
+    g = install_fake(monkeypatch)
+    g.cc = 90
+    return g
 from dsperf import cuda, kernels as K
 from dsperf.cuda_array import DeviceArray
 from kernel_helpers import f32, rand_bf16, rand_fp8_weight, shuffled_block_table
@@ -24,7 +32,7 @@ def bf16_problem(rng, E=3, N=64, K=128, rows=(5, 0, 9)):
 
 def test_wgmma_variant_takes_the_hopper_binding_with_the_same_arguments(fake):
     a, b, offsets = bf16_problem(np.random.default_rng(0))
-    want = cuda.grouped_gemm(a, b, offsets=offsets)
+    want = cuda.grouped_gemm(a, b, offsets=offsets, variant="mma")
     got = cuda.grouped_gemm(a, b, offsets=offsets, variant="wgmma")
     assert fake.calls == ["grouped_gemm", "grouped_gemm_wgmma"]
     np.testing.assert_array_equal(got, want)
@@ -42,14 +50,11 @@ def test_wgmma_variant_takes_the_hopper_binding_with_the_same_arguments(fake):
         np.testing.assert_allclose(out.numpy()[e, :counts[e]], f32(am[e, :counts[e]]) @ f32(b[e]).T, rtol=1e-5)
 
 
-def test_the_default_stays_mma_and_the_environment_opts_bf16_calls_in(fake, monkeypatch):
+def test_the_default_takes_wgmma_on_sm90_where_the_inputs_fit(fake, monkeypatch):
     rng = np.random.default_rng(2)
     a, b, offsets = bf16_problem(rng)
     cuda.grouped_gemm(a, b, offsets=offsets)
-    assert fake.calls == ["grouped_gemm"]
-    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "1")
-    cuda.grouped_gemm(a, b, offsets=offsets)
-    assert fake.calls[-1] == "grouped_gemm_wgmma"
+    assert fake.calls == ["grouped_gemm_wgmma"]
     cuda.grouped_gemm(a, b, offsets=offsets, variant="mma")  # an explicit variant wins
     assert fake.calls[-1] == "grouped_gemm"
     # FP8 x FP8 goes to the Hopper FP8 kernel too; BF16 x FP8 weights keep theirs (none on Hopper).
@@ -59,7 +64,19 @@ def test_the_default_stays_mma_and_the_environment_opts_bf16_calls_in(fake, monk
     assert fake.calls[-1] == "grouped_gemm_wgmma"
     cuda.grouped_gemm(rand_bf16(rng, 4, 256), w[None], offsets=np.array([0, 4]), b_scale=ws[None])
     assert fake.calls[-1] == "grouped_gemm"
-    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "0")
+    # A K the wgmma kernel cannot take keeps the mma.sync kernel, unless DSPERF_CUDA_WGMMA=1 insists.
+    a12, b12, off12 = bf16_problem(rng, K=12)
+    cuda.grouped_gemm(a12, b12, offsets=off12)
+    assert fake.calls[-1] == "grouped_gemm"
+    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "1")
+    with pytest.raises(ValueError, match=r"DSPERF_CUDA_WGMMA=1 \(variant='wgmma'\) needs K % 8 == 0"):
+        cuda.grouped_gemm(a12, b12, offsets=off12)
+    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "0")  # every call on mma.sync
+    cuda.grouped_gemm(a, b, offsets=offsets)
+    assert fake.calls[-1] == "grouped_gemm"
+    # Off sm_90 the default is mma.sync.
+    monkeypatch.delenv("DSPERF_CUDA_WGMMA")
+    fake.cc = 80
     cuda.grouped_gemm(a, b, offsets=offsets)
     assert fake.calls[-1] == "grouped_gemm"
 
@@ -183,7 +200,7 @@ def mla_problem(rng, L=512, R=64, bs=64, fp8=False):
 def test_mla_wgmma_variant_takes_the_hopper_binding_with_the_same_arguments(fake):
     args, _ = mla_problem(np.random.default_rng(10))
     meta = cuda.get_mla_metadata(args[5], 1, 16, num_splits=2)
-    want = cuda.mla_decode(*args, 0.1, meta)
+    want = cuda.mla_decode(*args, 0.1, meta, variant="mma")
     got = cuda.mla_decode(*args, 0.1, meta, variant="wgmma")
     assert fake.calls == ["mla_decode", "mla_decode_wgmma"]
     for w, g in zip(want, got):
@@ -201,12 +218,9 @@ def test_mla_wgmma_variant_takes_the_hopper_binding_with_the_same_arguments(fake
     np.testing.assert_array_equal(o.numpy(), want[0])
 
 
-def test_mla_default_stays_mma_and_the_environment_opts_deepseek_shapes_in(fake, monkeypatch):
+def test_mla_default_takes_wgmma_on_sm90_for_deepseek_shapes(fake, monkeypatch):
     rng = np.random.default_rng(11)
     args, _ = mla_problem(rng)
-    cuda.mla_decode(*args, 0.1)
-    assert fake.calls[-1] == "mla_decode"
-    monkeypatch.setenv("DSPERF_CUDA_WGMMA", "1")
     cuda.mla_decode(*args, 0.1)
     assert fake.calls[-1] == "mla_decode_wgmma"
     cuda.mla_decode(*args, 0.1, variant="mma")  # an explicit variant wins
@@ -218,6 +232,10 @@ def test_mla_default_stays_mma_and_the_environment_opts_deepseek_shapes_in(fake,
     cuda.mla_decode(*mla_problem(rng, L=256)[0], 0.1)
     assert fake.calls[-1] == "mla_decode"
     monkeypatch.setenv("DSPERF_CUDA_WGMMA", "0")
+    cuda.mla_decode(*args, 0.1)
+    assert fake.calls[-1] == "mla_decode"
+    monkeypatch.delenv("DSPERF_CUDA_WGMMA")
+    fake.cc = 80
     cuda.mla_decode(*args, 0.1)
     assert fake.calls[-1] == "mla_decode"
 
@@ -244,7 +262,7 @@ def test_mla_wgmma_refuses_what_it_cannot_run_naming_the_argument(fake, monkeypa
 
 def test_mla_wgmma_takes_the_fp8_cache_with_its_scales(fake):
     args, scale = mla_problem(np.random.default_rng(14), fp8=True)
-    want = cuda.mla_decode(*args, 0.1, latent_scale=scale)
+    want = cuda.mla_decode(*args, 0.1, latent_scale=scale, variant="mma")
     got = cuda.mla_decode(*args, 0.1, latent_scale=scale, variant="wgmma")
     assert fake.calls[-2:] == ["mla_decode", "mla_decode_wgmma"]
     for w, g in zip(want, got):

@@ -148,18 +148,25 @@ def _host_range(name, a, lo, hi):
 __all__ = ['available', '_capturing', 'KERNEL_VARIANTS', 'WGMMA_ENV', '_kernel_variant', '_require_sm90', 'A', 'BF16', 'DeviceArray', 'F32', 'FP8', 'I32', 'I64', '_C', '_CA', '_Call', '_G', '_check', '_host_range', '_ids', '_out', '_ptr', 'as_device_array', 'contextlib', 'from_cuda_array_interface', 'from_dlpack', 'is_device_array_like', 'np', 'numbers', 'os', 'threading']
 
 
-# ---- kernel variants: the mma.sync kernels (every GPU) and the Hopper ones (sm_90a, opt-in) -------
+# ---- kernel variants: the mma.sync kernels (every GPU) and the Hopper ones (sm_90a) ---------------
 KERNEL_VARIANTS = ("mma", "wgmma")
 WGMMA_ENV = "DSPERF_CUDA_WGMMA"
 
 
-def _kernel_variant(variant, hopper_inputs):
-    """The kernel a call takes: "mma" (mma.sync, every GPU: the default) or "wgmma" (sm_90a, opt-in:
-    not yet run on a GPU). variant=None follows DSPERF_CUDA_WGMMA=1 for the calls a Hopper kernel
-    takes (hopper_inputs), the others keep theirs. Returns (variant, how it was asked for)."""
+def _kernel_variant(variant, hopper_inputs, fits, device):
+    """The kernel a call takes. variant=None: "wgmma" where the GPU is sm_90 and the call's inputs fit
+    a Hopper kernel (fits: its shape and dtype rules hold), else "mma" -- on an H200 the wgmma kernels
+    ran faster at every one of the 102 shapes measure-gpu timed both at (1.5x to 4.8x; docs/CUDA.md).
+    DSPERF_CUDA_WGMMA=0 keeps every call on mma.sync; =1 insists on wgmma for the calls a Hopper kernel
+    serves (hopper_inputs), so that a call it cannot run is an error rather than a quiet fallback.
+    Returns (variant, how it was asked for)."""
     if variant is None:
-        chosen = "wgmma" if os.environ.get(WGMMA_ENV) == "1" and hopper_inputs else "mma"
-        return chosen, f"{WGMMA_ENV}=1 (variant='wgmma')"
+        env = os.environ.get(WGMMA_ENV)
+        if env == "1" and hopper_inputs:
+            return "wgmma", f"{WGMMA_ENV}=1 (variant='wgmma')"
+        # Without a usable GPU the mma.sync path is taken, and its own checks say why it cannot run.
+        auto = env != "0" and fits and not _G.why_unavailable() and not _G.wgmma_unsupported_reason(device)
+        return ("wgmma" if auto else "mma"), "variant=None on an sm_90 GPU (variant='wgmma')"
     if variant not in KERNEL_VARIANTS:
         raise ValueError(f"variant must be one of {KERNEL_VARIANTS} or None, got {variant!r}")
     return variant, "variant='wgmma'"

@@ -91,7 +91,8 @@ def grouped_gemm(a, b, *, offsets=None, counts=None, a_scale=None, b_scale=None,
         _check("b_scale", c["b_scale"], (F32,), 3)
         if c["b_scale"].shape != (E, -(-N // 128), kb):
             raise ValueError(f"b_scale must have shape {(E, -(-N // 128), kb)}, got {c['b_scale'].shape}")
-    chosen, asked = _kernel_variant(variant, a_fp8 == b_fp8)
+    fits = not (_G.grouped_gemm_wgmma_operands_reason(a_fp8, b_fp8) or _G.grouped_gemm_wgmma_k_reason(a_fp8, Kd))
+    chosen, asked = _kernel_variant(variant, a_fp8 == b_fp8, fits, c.device)
     if chosen == "wgmma":
         _check_wgmma(c, Kd, a_fp8, asked)
     out = _out(c, out, c["a"].shape[:-1] + (N,), F32, "out")

@@ -42,10 +42,14 @@ class MlaMetadata:
         return self._dev[key]
 
 
-def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, sm_count=None, device=0):
+def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, sm_count=None, device=0,
+                     variant=None):
     """Plans mla_decode over requests of seqlens[b] tokens (q_len new ones each, heads query
     heads). num_splits: a fixed number of KV splits per request (at most its block count); None
-    sizes them so that about two work items per SM exist (sm_count: the GPU's, asked when None)."""
+    sizes them so that about MLA_ITEMS_PER_SM[kernel] work items per SM exist (sm_count: the GPU's,
+    asked when None): two for the mma.sync kernels, one for the Hopper kernel, whose block fills an
+    SM. variant: the kernel the plan is for, chosen as mla_decode chooses (None: the Hopper kernel on
+    an sm_90 GPU for 64-token blocks). A plan is valid for either kernel; only its speed differs."""
     if isinstance(seqlens, np.ndarray):
         s = A.ids("seqlens", seqlens, 1)
     else:
@@ -64,7 +68,10 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     # The 64-row decode kernel (the default; DSPERF_MLA_MMA=0 selects the 16-row one) needs more
     # splits to fill the GPU than the 16-row one.
     rows_per_block = 16 if os.environ.get("DSPERF_MLA_MMA") == "0" else 64
-    items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count, rows_per_block)
+    deepseek_blocks = block_size == 64  # the Hopper kernel's other limits (kv_lora, rope) are mla_decode's to know
+    chosen, _ = _kernel_variant(variant, deepseek_blocks, deepseek_blocks, A.integer("device", device, 0))
+    items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count, rows_per_block,
+                                 _G.MLA_ITEMS_PER_SM[chosen])
     return MlaMetadata(items, offsets, q_len * heads, block_size)
 
 
@@ -131,12 +138,13 @@ def mla_decode(q_nope, q_rope, latent_cache, rope_cache, block_table, seqlens, s
             used = bt[b, :-(-int(sl[b]) // bs)]
             if used.size and (used.min() < 0 or used.max() >= nblocks):
                 raise ValueError(f"block_table[{b}] holds blocks outside the cache's {nblocks}")
-    chosen, asked = _kernel_variant(variant, (L, R, bs) == (512, 64, 64))
+    deepseek = not _G.mla_decode_wgmma_shape_reason(L, R, bs)
+    chosen, asked = _kernel_variant(variant, deepseek, deepseek, c.device)
     if chosen == "wgmma":
         _check_mla_wgmma(c, L, R, bs, asked)
     if metadata is None:
         metadata = get_mla_metadata(sl if isinstance(sl, np.ndarray) else sl, Q, H, num_splits=num_splits,
-                                    block_size=bs, device=c.device)
+                                    block_size=bs, device=c.device, variant=chosen)
     elif not isinstance(metadata, MlaMetadata):
         raise TypeError(f"metadata must come from get_mla_metadata, got {type(metadata).__name__}")
     if metadata.batch != B or metadata.block_size != bs or metadata.rows_per_request != Q * H:

@@ -14,14 +14,15 @@ HOPPER_WHY = cuda._G.wgmma_unsupported_reason(0) if OK else WHY
 
 def _choose(monkeypatch, env, choice):
     """The kernel a parametrized case runs: "wgmma" takes the Hopper kernel (skipped off sm_90); any
-    other value is the environment switch's setting for the mma.sync family's own kernels. Returns
-    the call's keyword arguments."""
+    other value is the environment switch's setting for the mma.sync family's own kernels, asked for
+    by name (on an sm_90 GPU the default would be the Hopper kernel). Returns the call's keyword
+    arguments."""
     if choice == "wgmma":
         if HOPPER_WHY:
             pytest.skip(f"the Hopper kernels need an sm_90 GPU: {HOPPER_WHY}")
         return dict(variant="wgmma")
     monkeypatch.setenv(env, choice)
-    return {}
+    return dict(variant="mma")
 
 
 def test_availability_is_reported_with_a_reason():
@@ -152,9 +153,9 @@ def test_mla_plan_sizes_its_splits_for_the_kernel_in_use(monkeypatch):
     # so the automatic plan cuts 4x more splits for it.
     lens = np.full(4, 8192)
     monkeypatch.setenv("DSPERF_MLA_MMA", "0")
-    n16 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132).num_items
+    n16 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132, variant="mma").num_items
     monkeypatch.setenv("DSPERF_MLA_MMA", "1")
-    n64 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132).num_items
+    n64 = cuda.get_mla_metadata(lens, 1, 128, sm_count=132, variant="mma").num_items
     assert n64 > 3 * n16
     # The Hopper kernel's block fills an SM: its plan aims at one item per SM, not two (512 blocks:
     # 16 splits of 8 blocks per request against 32 of 4).

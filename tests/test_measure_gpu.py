@@ -322,3 +322,14 @@ def test_the_real_timer_skips_what_the_installed_libraries_lack():
     from dsperf import cuda
     if not cuda.available()[0]:
         assert all("not usable" in got[(f, "dsperf")] for f in MP.DSPERF_FAMILIES)
+
+
+def test_the_step_comparison_runs_in_a_child_and_a_crash_there_is_named(monkeypatch):
+    from pathlib import Path
+    from dsperf.predict import measure_gpu_output as O
+    shipped = Path(G.__file__).resolve().parents[1] / "data" / "devices" / "H200.toml"
+    assert O.step_comparison_in_child("H200", shipped) == [tuple(r) for r in O.step_comparison("H200", shipped)]
+    # A child that dies (as one H200 host's did) is an error naming the signal, not the caller's end.
+    monkeypatch.setattr(O.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, -11, "", "Fatal Python error"))
+    with pytest.raises(RuntimeError, match="ended with signal SIGSEGV .*Fatal Python error"):
+        O.step_comparison_in_child("H200", shipped)

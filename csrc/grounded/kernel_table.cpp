@@ -198,18 +198,21 @@ size_t EfficiencyCurve::rows() const {
 const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& keys) const {
     // The explorer asks for the same keys of the same curve again and again (only the primary
     // axis changes with the batch): remember recent answers per thread, keyed by curve and keys.
+    // The answer is the group's index, never its address: a copy of a curve keeps its generation,
+    // and a copy made where a destroyed one lived would otherwise be handed a pointer into the
+    // destroyed copy's rows (a crash seen on an H200 host, measure-gpu's step comparison).
     struct Entry {
         const EfficiencyCurve* curve = nullptr;
         uint64_t generation = 0;
         double v[3];
         int n;
-        const Group* group;
+        size_t group;
     };
     constexpr size_t kSlots = 256;
     thread_local Entry cache[kSlots];
     Entry& e = cache[memo_slot(this, keys.v, keys.n, kSlots)];
     if (e.curve == this && e.generation == generation_ && e.n == keys.n && std::equal(e.v, e.v + keys.n, keys.v))
-        return e.group;
+        return &groups_[e.group];
     double lk[3];
     for (int i = 0; i < keys.n; ++i) lk[i] = safe_log(keys.v[i]);
     const Group* best = nullptr;
@@ -222,7 +225,7 @@ const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& ke
         }
         if (d < best_d) best_d = d, best = &g;
     }
-    e.curve = this, e.generation = generation_, e.n = keys.n, e.group = best;
+    e.curve = this, e.generation = generation_, e.n = keys.n, e.group = size_t(best - groups_.data());
     std::copy(keys.v, keys.v + keys.n, e.v);
     return best;
 }

@@ -2,11 +2,13 @@
 // and the argument checks. Run by ctest (cmake -DDSPERF_BUILD_TESTS=ON).
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
 #include "test_support.hpp"
 #include "grounded/allreduce_table.hpp"
+#include "grounded/kernel_table.hpp"
 #include "seed/decode.hpp"
 #include "seed/prefill.hpp"
 #include "grounded/explore.hpp"
@@ -45,8 +47,30 @@ static void test_allreduce_table() {
     check_close(t.latency_us(3, 1024, 1, 100).clamped, 1, 0, "allreduce table: another tp is clamped");
 }
 
+// A curve's lookup memo (per thread, keyed by the curve's address and generation) must not hand a
+// copy made where a destroyed copy lived the destroyed one's rows: a copy keeps the generation, so
+// only an answer that names no address (the group's index) is safe. Under ASan (ctest in CI) the
+// old pointer-valued memo is a heap-use-after-free here; on an H200 host it crashed measure-gpu.
+static void test_curve_memo_and_copies_at_one_address() {
+    EfficiencyCurve original;
+    TableKeys small, large;
+    small.n = large.n = 1;
+    small.v[0] = 8, large.v[0] = 64;
+    original.add(small, 100, 0.5);
+    original.add(large, 100, 0.7);
+    alignas(EfficiencyCurve) unsigned char place[sizeof(EfficiencyCurve)];
+    auto* first = new (place) EfficiencyCurve(original);
+    const double want = first->at(large, 100).value;
+    first->~EfficiencyCurve();
+    auto* second = new (place) EfficiencyCurve(original);  // the same address and generation
+    check_close(second->at(large, 100).value, want, 0, "curve memo: a copy at a destroyed copy's address");
+    check_close(want, 0.7, 0, "curve memo: the nearest group's value");
+    second->~EfficiencyCurve();
+}
+
 int main() {
     test_allreduce_table();
+    test_curve_memo_and_copies_at_one_address();
     const ModelConfig m;  // DeepSeek-V3 defaults
     const MlaFlops f = mla_flops(1, 1, m, 0);
     check_close(f.total_gflop(), 0.37429248, 1e-12, "mla_flops(1,1)");

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +128,27 @@ def step_comparison(device: str, device_file: Path) -> list[tuple[str, float, fl
     return out
 
 
+def step_comparison_in_child(device: str, device_file: Path, timeout_s: float = 180.0):
+    """step_comparison in a child Python, so that a fault in pricing cannot take the measurements
+    down with it: on one H200 host the priced step ended measure-gpu with a segfault after every
+    table was written (docs/CUDA.md), which neither this machine, ASan/UBSan nor valgrind reproduce.
+    Raises RuntimeError naming how the child ended."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    code = ("import json, sys; from pathlib import Path; from dsperf.predict.measure_gpu_output import "
+            "step_comparison; print(json.dumps(step_comparison(sys.argv[1], Path(sys.argv[2]))))")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, device, str(device_file)], capture_output=True, text=True,
+                           timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the step comparison did not finish in {timeout_s:.0f} s") from None
+    if r.returncode != 0:
+        how = (f"signal {signal.Signals(-r.returncode).name}" if r.returncode < 0 else f"exit status {r.returncode}")
+        last = (r.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"the step comparison's process ended with {how} ({last})")
+    return [tuple(row) for row in json.loads(r.stdout.strip().splitlines()[-1])]
+
+
 def comparisonmarkdown_table(outcome: Outcome, device: str, df, steps=None, table_kind=None) -> str:
     env = outcome.env
     lines = [f"# dsperf measure-gpu: {env['gpu']} priced as {device}", "",
@@ -177,7 +203,7 @@ def write_outputs(outcome: Outcome, device: str, out_dir) -> dict:
     if any(m["shape"].kernel == "production" for m in outcome.measured):
         from ..model import grounded as G
         try:
-            steps = step_comparison(device, paths["device_file"])
+            steps = step_comparison_in_child(device, paths["device_file"])
             kind = G.table_kind(str(paths["device_file"]))
         except (ValueError, RuntimeError) as e:  # reported, not fatal: the tables are written
             steps, kind = None, f"not priced: {e}"

@@ -115,9 +115,9 @@ def bench_mla(rows, iters, size, rng):
         kv_bytes = B * S * (L + R) * 2
         for mma in ("0", "1"):  # the 16-row WMMA kernel, and the 64-row mma.sync one: a row each
             os.environ["DSPERF_MLA_MMA"] = mma
-            meta = cuda.get_mla_metadata(lens, q_len, H)
-            us = timed_us(lambda: cuda.mla_decode(*q, latent, rope, table, lens, 0.1, meta, out=out, validate=False),
-                          iters)
+            meta = cuda.get_mla_metadata(lens, q_len, H, variant="mma")
+            us = timed_us(lambda: cuda.mla_decode(*q, latent, rope, table, lens, 0.1, meta, out=out, validate=False,
+                                                  variant="mma"), iters)
             variant = "64-row mma" if mma == "1" else "16-row wmma"
             gbps, tflops = kv_bytes / us / 1e3, flops / us / 1e6
             rows.append(dict(kernel=f"MLA decode B={B} s={S} q_len={q_len} h={H} ({variant})", time_us=us,
@@ -129,10 +129,10 @@ def bench_mla(rows, iters, size, rng):
     # The same decode over an FP8 latent cache (one FP32 scale per 128 values), the default kernel.
     lat8 = DeviceArray.from_numpy(rand_like((nb, bs, L), FP8, rng, 100.0))
     lat8_s = DeviceArray.from_numpy(np.full((nb, bs, L // 128), 1e-2, np.float32))
-    meta = cuda.get_mla_metadata(lens, 1, H)
+    meta = cuda.get_mla_metadata(lens, 1, H, variant="mma")
     q, out = queries(1), outputs(1)
     us = timed_us(lambda: cuda.mla_decode(*q, lat8, rope, table, lens, 0.1, meta, latent_scale=lat8_s, out=out,
-                                          validate=False), iters)
+                                          validate=False, variant="mma"), iters)
     flops, kv_bytes = 2.0 * B * H * S * (L + R + L), B * S * (L + 2 * R + L // 128 * 4)
     rows.append(dict(kernel=f"MLA decode B={B} s={S} q_len=1 h={H}, FP8 cache", time_us=us, tflops=flops / us / 1e6,
                      gbps=kv_bytes / us / 1e3, baseline="-", baseline_value="-",
@@ -157,12 +157,12 @@ def bench_mla(rows, iters, size, rng):
                                                  rand_like((nb, bs, L), BF16, rng), rand_like((nb, bs, R), BF16, rng),
                                                  np.arange(nb, dtype=np.int32).reshape(B, -1),
                                                  np.full(B, S, np.int32))]
-    meta = cuda.get_mla_metadata(arrs[5], q_len, heads)
+    meta = cuda.get_mla_metadata(arrs[5], q_len, heads, variant="mma")
     out = (DeviceArray((B, q_len, heads, L), np.float32), DeviceArray((B, q_len, heads), np.float32))
-    eager_us = timed_us(lambda: cuda.mla_decode(*arrs, 0.1, meta, out=out, validate=False), iters)
+    eager_us = timed_us(lambda: cuda.mla_decode(*arrs, 0.1, meta, out=out, validate=False, variant="mma"), iters)
     g = cuda.CudaGraph()
     with g:
-        cuda.mla_decode(*arrs, 0.1, meta, out=out, validate=False)
+        cuda.mla_decode(*arrs, 0.1, meta, out=out, validate=False, variant="mma")
     graph_us = timed_us(g.replay, iters)
     rows.append(dict(kernel=f"MLA decode B={B} s={S} h={heads}, CUDA graph replay", time_us=graph_us, tflops=None,
                      gbps=B * S * (L + R) * 2 / graph_us / 1e3, baseline="the same call launched eagerly",
@@ -180,7 +180,7 @@ def bench_gemm(rows, iters, size, rng):
     offs = DeviceArray.from_numpy(np.arange(0, M + 1, m, dtype=np.int64))
     c = DeviceArray((M, N), np.float32)
     flops = 2.0 * M * N * Kd
-    us = timed_us(lambda: cuda.grouped_gemm(a, b, offsets=offs, out=c, validate=False), iters)
+    us = timed_us(lambda: cuda.grouped_gemm(a, b, offsets=offs, out=c, validate=False, variant="mma"), iters)
     a3, c3 = a.reshape(E, m, Kd), DeviceArray((E, m, N), np.float32)
     cub_us = timed_us(lambda: cuda._G.cublas_gemm_bf16(a3.ptr, b.ptr, c3.ptr, m, N, Kd, E, m * Kd, N * Kd, m * N, 0),
                       iters)
@@ -194,7 +194,7 @@ def bench_gemm(rows, iters, size, rng):
     bm = DeviceArray.from_numpy(rand_like((Em, N, Kd), BF16, rng, 0.05))
     cnt = DeviceArray.from_numpy(np.full(Em, cap, np.int32))
     cm = DeviceArray((Em, cap, N), np.float32)
-    us = timed_us(lambda: cuda.grouped_gemm(am, bm, counts=cnt, out=cm, validate=False), iters)
+    us = timed_us(lambda: cuda.grouped_gemm(am, bm, counts=cnt, out=cm, validate=False, variant="mma"), iters)
     cub_us = timed_us(lambda: cuda._G.cublas_gemm_bf16(am.ptr, bm.ptr, cm.ptr, cap, N, Kd, Em, cap * Kd, N * Kd,
                                                        cap * N, 0), iters)
     fm, wbytes = 2.0 * Em * cap * N * Kd, Em * N * Kd * 2
@@ -205,7 +205,8 @@ def bench_gemm(rows, iters, size, rng):
     # BF16 activations x FP8 weights with 128x128 scales, dequantised while staged (the CPU experts' semantics).
     bw8 = DeviceArray.from_numpy(rand_like((E, N, Kd), FP8, rng, 100.0))
     bw8_s = DeviceArray.from_numpy(np.full((E, N // 128, Kd // 128), 1e-3, np.float32))
-    us = timed_us(lambda: cuda.grouped_gemm(a, bw8, offsets=offs, b_scale=bw8_s, out=c, validate=False), iters)
+    us = timed_us(lambda: cuda.grouped_gemm(a, bw8, offsets=offs, b_scale=bw8_s, out=c, validate=False,
+                                            variant="mma"), iters)
     rows.append(dict(kernel=f"grouped GEMM BF16 x FP8 weights contiguous E={E} m={m} n={N} k={Kd}", time_us=us,
                      tflops=flops / us / 1e6, gbps=None, baseline="cuBLAS BF16 (above)", baseline_value="-",
                      record="-", vs_record="-", target="-"))
@@ -214,8 +215,8 @@ def bench_gemm(rows, iters, size, rng):
     as_ = DeviceArray.from_numpy(np.full((M, Kd // 128), 1e-2, np.float32))
     bq = DeviceArray.from_numpy(rand_like((E, N, Kd), FP8, rng, 100.0))
     bs_ = DeviceArray.from_numpy(np.full((E, N // 128, Kd // 128), 1e-3, np.float32))
-    us = timed_us(lambda: cuda.grouped_gemm(aq, bq, offsets=offs, a_scale=as_, b_scale=bs_, out=c, validate=False),
-                  iters)
+    us = timed_us(lambda: cuda.grouped_gemm(aq, bq, offsets=offs, a_scale=as_, b_scale=bs_, out=c, validate=False,
+                                            variant="mma"), iters)
     rows.append(dict(kernel=f"grouped GEMM FP8 contiguous E={E} m={m} n={N} k={Kd}", time_us=us,
                      tflops=flops / us / 1e6, gbps=None, baseline="cuBLAS BF16 (above)", baseline_value="-",
                      record="DeepGEMM 1088-1297 TFLOPS (H800)", vs_record=f"{flops / us / 1e6 / 1297:.0%} of 1297",

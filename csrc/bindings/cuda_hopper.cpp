@@ -1,6 +1,6 @@
-// Python face of the Hopper (sm_90a) kernels, in dsperf._C.cuda beside cuda.cpp's: opt-in until
-// measured correct on a GPU (variant="wgmma" of dsperf.cuda.grouped_gemm and dsperf.cuda.mla_decode;
-// docs/CUDA.md). Bound in every build: without CUDA the calls raise why, as cuda.cpp's do.
+// Python face of the Hopper (sm_90a) kernels, in dsperf._C.cuda beside cuda.cpp's: variant="wgmma"
+// of dsperf.cuda.grouped_gemm and dsperf.cuda.mla_decode, their default on an sm_90 GPU
+// (docs/CUDA.md). Bound in every build: without CUDA the calls raise why, as cuda.cpp's do.
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>

@@ -10,8 +10,8 @@
 // On sm_89 and newer, FP8 x FP8 runs on FP8 tensor cores instead (mma.sync m16n8k32 e4m3, below),
 // where rows are whole 16-byte vectors; DSPERF_FP8_MMA=0 in the environment forces the path above.
 //
-// Hopper's own instructions (wgmma, TMA, warp specialisation) are in grouped_gemm_sm90.cu, opt-in
-// (docs/CUDA.md); this file's kernels stay the default and the sm_80 path.
+// Hopper's own instructions (wgmma, TMA, warp specialisation) are in grouped_gemm_sm90.cu, the
+// default on sm_90 (docs/CUDA.md); this file's kernels are the sm_80 path and the fallback.
 #include <mma.h>
 
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // The Hopper (sm_90a) kernels' host API, beside cuda_api.hpp's: plain C++, so the bindings compile
-// without nvcc. These kernels are opt-in (dsperf.cuda.grouped_gemm(..., variant="wgmma") or
-// DSPERF_CUDA_WGMMA=1) until they have been measured correct on a GPU: see docs/CUDA.md.
+// without nvcc. On an sm_90 GPU dsperf.cuda takes these kernels by default for the calls whose
+// inputs pass the rules below (variant="wgmma" insists, "mma" declines): see docs/CUDA.md.
 #pragma once
 #include <cstdint>
 #include <string>

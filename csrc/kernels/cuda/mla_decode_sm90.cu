@@ -3,9 +3,10 @@
 // partial results, mla_decode.cu), for DeepSeek's shapes (kv_lora 512, rope 64, 64-token blocks)
 // over a BF16 latent cache, or an FP8 one with its scales (one per 128 values).
 //
-// NOT YET RUN ON A GPU: compiled for sm_90a and its SASS checked (benchmarks/check_sass.py) only.
-// It is opt-in (dsperf.cuda.mla_decode(..., variant="wgmma") / DSPERF_CUDA_WGMMA=1) until
-// benchmarks/gpu_validate.py --hopper has compared it with the mma.sync kernel on an H100 / H200.
+// First run on an H200 on 2026-11-26 (benchmarks/gpu_validate.py --hopper; docs/CUDA.md): results
+// within 2.3e-3 of the CPU's on every checked case, memcheck and racecheck clean; at B=128, s=4096,
+// h=128, BF16 cache, 450 us = 325 TFLOPS (49% of FlashMLA's published 660), 3.6x the mma.sync
+// kernel. The default on an sm_90 GPU for DeepSeek's shapes (dsperf.cuda.mla_decode, variant=None).
 //
 // Design (one CTA per work item and 64 query rows, 3 warpgroups; the row tiles of one item adjacent
 // in launch order, so that they share its pages through L2):

@@ -129,20 +129,6 @@ def test_a_row_is_read_against_the_gpu_that_timed_it():
     assert efficiency(mi325x) < efficiency(mi300x)
 
 
-def test_no_row_prices_a_call_faster_than_its_devices_roofline():
-    """A row faster than the datasheet roofline of the GPU that timed it (InferSim's H800 masked rows
-    at one token per expert: 256 experts' FP8 weights, 7.5 GB, in 1.3 ms, 5.8 TB/s on a 3.35 TB/s
-    part) is taken at the roofline: efficiency 1, not 1.73."""
-    h800 = grounded.load_device("H800", "corrected")
-    shape = grounded.SM.KernelShape(m=1, n=4096, k=7168, groups=256, fp8=True)
-    t = grounded.SM.KernelTables(0.6)
-    t.add_latency("grouped_masked", shape, 1297.0, h800)
-    assert t.lookup("grouped_masked", shape, h800)["value"] == pytest.approx(1.0)
-    slower = grounded.SM.KernelTables(0.6)
-    slower.add_latency("grouped_masked", shape, 2 * 2667.0, h800)  # a row slower than the roofline keeps its figure
-    assert 0.3 < slower.lookup("grouped_masked", shape, h800)["value"] < 0.5
-
-
 @pytest.mark.parametrize("text, field", [
     ("family,source,m,n,k,latency_us\ngemm_int4,x,1,2,3,4\n", "family"),
     ("family,m,n,k,latency_us\ngemm_fp8,1,2,3,4\n", "source"),

@@ -352,11 +352,7 @@ void KernelTables::add_latency(TableFamily family, const KernelShape& shape, dou
     if (!(latency_us >= kMinLatencyUs && latency_us <= kMaxLatencyUs))
         throw std::invalid_argument("latency_us must lie in [1e-3, 1e9]");
     if (!has_measured_on_) measured_on_ = measured_on, has_measured_on_ = true;
-    // No measured call beats its device's datasheet roofline. A row that does was measured on other
-    // work than its shape says (InferSim's H800 masked rows at one token per expert and 256 experts
-    // imply 5.8 TB/s of weights on a 3.35 TB/s part; PyTorch's grouped GEMM took 2.8x the price those
-    // rows gave an H200, measure-gpu 2026-11-26): it is taken at the roofline, efficiency 1.
-    const double eff = std::min(1.0, datasheet_roofline_s(table_work(family, shape), measured_on) / (latency_us * 1e-6));
+    const double eff = datasheet_roofline_s(table_work(family, shape), measured_on) / (latency_us * 1e-6);
     curves_[int(family)].add(table_keys(family, shape), table_primary(family, shape), eff);
 }
 

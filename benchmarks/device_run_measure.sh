@@ -2,20 +2,21 @@
 # The one prepared call for a lent GPU machine: `dsperf measure-gpu` within the call's time limit,
 # every output (the GPU's table, the device file naming it, the comparison, the log) copied to $OUT.
 #
-#   run(command="bash benchmarks/device_run_measure.sh",
-#       carry=["python/dsperf/_C.cpython-311-x86_64-linux-gnu.so"], timeout_s=540)
+#   run(command="MEASURE_BUILD_CUDA=1 GPU_TESTS=1 bash benchmarks/device_run_measure.sh", timeout_s=540)
 #
-# It builds nothing when the carried module imports there. Otherwise it builds the CPU module only
-# (cmake, target _C; its minutes come off the measurement's budget). dsperf's own CUDA kernels
-# need a CUDA build (MEASURE_BUILD_CUDA=1: nvcc for sm_90a, several minutes); without one their
-# rows are skipped and the comparison says so. Knobs (environment):
+# The lent machines run Python 3.12: a module built on a 3.11 machine does not import there, so it
+# builds dsperf there (cmake, target _C, sm_90a: 23 s on the H200 machine's 16 cores). With
+# MEASURE_BUILD_CUDA=1, or when no carried module imports and nvcc is there, it builds the CUDA
+# kernels too; otherwise the CPU module only, and dsperf's own kernels' rows are skipped (the
+# comparison says so). A module carried from elsewhere is used as it is when it imports. Knobs
+# (environment):
 #   CALL_LIMIT_S       the run call's timeout_s (default 540): the budget is what is left of it
 #   MEASURE_BUDGET_S   upper bound on measure-gpu's --budget-s (default 420)
 #   MEASURE_ARGS       more flags for measure-gpu, e.g. "--quick" or "--device H100"
-#   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first (only with time to spare; for
-#                      sm_90a alone unless MEASURE_CUDA_ARCHS says otherwise)
+#   MEASURE_BUILD_CUDA 1: build dsperf with its CUDA kernels first, even over a carried module that
+#                      imports (sm_90a alone unless MEASURE_CUDA_ARCHS says otherwise)
 #   HOPPER_CHECK       1 (default): where dsperf's CUDA kernels are present, first check the Hopper
-#                      (wgmma + TMA) grouped GEMM and MLA decode -- never run on a GPU before -- against
+#                      (wgmma + TMA) grouped GEMM and MLA decode against
 #                      the mma.sync kernels (MLA also the CPU) and time both beside cuBLAS / mma.sync
 #                      (gpu_validate.py --hopper), at most HOPPER_CHECK_S seconds each (default 120; a hang
 #                      is killed; each family in its own process), before measure-gpu's budget.
@@ -77,8 +78,9 @@ if [ "${MEASURE_BUILD_CUDA:-0}" = 1 ]; then
     build_module ON || echo "the CUDA build failed; measuring with the module at hand"
 fi
 if ! "$PY" -c "import dsperf._C" 2>/dev/null; then
-    echo "the carried dsperf module does not import here ($("$PY" -c 'import dsperf._C' 2>&1 | tail -1))"
-    build_module OFF || { echo "no dsperf module: nothing measured"; exit 1; }
+    echo "no carried dsperf module imports here ($("$PY" -c 'import dsperf._C' 2>&1 | tail -1))"
+    { command -v nvcc >/dev/null && build_module ON; } || build_module OFF ||
+        { echo "no dsperf module: nothing measured"; exit 1; }
 fi
 "$PY" -c "from dsperf import cuda; print('dsperf CUDA kernels:', cuda.available())"
 

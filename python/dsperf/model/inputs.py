@@ -195,8 +195,14 @@ def device_inputs(device) -> list[Input]:
             for k, v in devices.numeric_fields(data).items()]
 
 
-def _tables_dir():
-    return resources.files("dsperf") / "data" / "efficiency"
+def _table_files():
+    """The shipped kernel tables: data/efficiency/*.csv, and the GPUs' own tables that measure-gpu
+    timed (data/devices/measured/*.csv), each as (label folder, file)."""
+    data = resources.files("dsperf") / "data"
+    for folder, label in ((data / "efficiency", "efficiency"), (data / "devices" / "measured", "measured")):
+        for f in sorted(folder.iterdir(), key=lambda p: p.name):
+            if f.name.endswith(".csv"):
+                yield label, f
 
 
 def table_inputs() -> list[Input]:
@@ -204,12 +210,10 @@ def table_inputs() -> list[Input]:
     GPU that timed it (its datasheet roofline time over its latency: dimensionless)."""
     out = []
     specs = {}
-    for f in sorted(_tables_dir().iterdir(), key=lambda p: p.name):
-        if not f.name.endswith(".csv"):
-            continue
+    for label, f in _table_files():
         table = f.name[:-4]
         for row in grounded.read_table_rows(f):
-            where = f"efficiency/{f.name} {grounded.row_label(row)}"
+            where = f"{label}/{f.name} {grounded.row_label(row)}"
             out += [Input(f"{where} {k}", v, False) for k, v in row.items() if _is_number(v)]
             if SM.is_comm_family(row["family"]) or "latency_us" not in row:
                 continue

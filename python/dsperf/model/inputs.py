@@ -277,6 +277,13 @@ def model_inputs(device_files: Iterable = None) -> list[Input]:
 # stays. A coincidence is a number with its own source that happens to share 4 digits with a
 # figure; a finding is a real dependence on a figure, kept visible here until it is resolved.
 EXEMPT = {
+    ("measured/H200.csv gemm_fp8 fp8 m=8192 n=1536 k=7168 latency_us", "latency_points.csv dstack_mi300x_sglang_3k8_c128_tpot"):
+        "coincidence: cuBLASLt's FP8 GEMM timed on an H200 by measure-gpu (135.91 us, 2026-11-26) against an "
+        "MI300X TPOT (135.929 ms, dstackai/benchmarks, 2025-03); other units, other sources",
+    ("anchors.csv B200 mla_prefill published / fp16_tflops",
+     "latency_points.csv dstack_h200_sglang_3k8_c128_ttft / points.csv sglang_h100_prefill_1k"):
+        "coincidence: FlashMLA's published B200 dense prefill over B200's BF16 peak (0.6489) against the ratio of an "
+        "H200 TTFT (ms) to an H100 prefill throughput (tokens/s per node): a ratio of unrelated figures in other units",
     ("devices/B300.toml scaleout_gbps", "latency_points.csv sglang_h100_pd_decode_itl"):
         "coincidence: ConnectX-8's 800 Gb/s = 100 GB/s (NVIDIA datasheet) against an ITL of 'approximately 100 ms'",
     ("devices/GB300.toml scaleout_gbps", "latency_points.csv sglang_h100_pd_decode_itl"):

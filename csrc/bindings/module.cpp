@@ -363,14 +363,18 @@ PYBIND11_MODULE(_C, mod) {
         return mla_tuple(mla_flops_causal(fresh, cached, m));
     }, py::arg("new_tokens"), py::arg("cached_tokens"), py::arg("model"));
     using TokenFlops = double (*)(const ModelConfig&, double);
-    for (auto [name, fn] : {std::pair<const char*, TokenFlops>{"dense_mlp_gflop", &dense_mlp_gflop},
-                            {"expert_gflop", &expert_gflop},
-                            {"gate_gflop", &gate_gflop},
-                            {"lm_head_gflop", &lm_head_gflop}})
-        mod.def(name, [=](const ModelConfig& m, double tokens) {
+    // A plain copy of the function pointer for the lambda: C++17 lambdas cannot capture a structured
+    // binding (GCC accepts it as an extension; Clang refuses).
+    for (const auto& entry : {std::pair<const char*, TokenFlops>{"dense_mlp_gflop", &dense_mlp_gflop},
+                              {"expert_gflop", &expert_gflop},
+                              {"gate_gflop", &gate_gflop},
+                              {"lm_head_gflop", &lm_head_gflop}}) {
+        const TokenFlops fn = entry.second;
+        mod.def(entry.first, [=](const ModelConfig& m, double tokens) {
             tokens_ok(tokens, "tokens"), m.validate();
             return fn(m, tokens);
         }, py::arg("model"), py::arg("tokens"));
+    }
     mod.def("param_counts", [](const ModelConfig& m, bool with_bias) {
         const ParamCounts p = param_counts(m, with_bias);
         py::dict d;

@@ -65,11 +65,11 @@ class FakeG:
     dlpack_export = staticmethod(REAL.dlpack_export)
     dlpack_import = staticmethod(REAL.dlpack_import)
     mla_plan = staticmethod(REAL.mla_plan)
-    MLA_ITEMS_PER_SM = REAL.MLA_ITEMS_PER_SM
     # The Hopper kernels' input rules are plain C++, bound in every build: the real ones.
     grouped_gemm_wgmma_operands_reason = staticmethod(REAL.grouped_gemm_wgmma_operands_reason)
     grouped_gemm_wgmma_k_reason = staticmethod(REAL.grouped_gemm_wgmma_k_reason)
     mla_decode_wgmma_shape_reason = staticmethod(REAL.mla_decode_wgmma_shape_reason)
+    mla_decode_wgmma_block_reason = staticmethod(REAL.mla_decode_wgmma_block_reason)
     GemmLayout = REAL.GemmLayout
     GroupedGemmArgs = REAL.GroupedGemmArgs
     MlaDecodeArgs = REAL.MlaDecodeArgs

@@ -218,6 +218,16 @@ def test_mla_wgmma_variant_takes_the_hopper_binding_with_the_same_arguments(fake
     np.testing.assert_array_equal(o.numpy(), want[0])
 
 
+def test_the_plan_follows_the_kernel_the_call_will_take(fake):
+    # On sm_90 the default plan is the Hopper kernel's (one item per SM) for 64-token pages, and the
+    # mma.sync kernels' (two per SM) for any other page size, which the Hopper kernel refuses.
+    lens = np.full(4, 8192, np.int32)
+    plan = {v: cuda.get_mla_metadata(lens, 1, 128, variant=v).num_items for v in ("mma", "wgmma")}
+    assert plan["mma"] == 2 * plan["wgmma"] and cuda.get_mla_metadata(lens, 1, 128).num_items == plan["wgmma"]
+    mma32 = cuda.get_mla_metadata(lens, 1, 128, block_size=32, variant="mma").num_items
+    assert cuda.get_mla_metadata(lens, 1, 128, block_size=32).num_items == mma32
+
+
 def test_mla_default_takes_wgmma_on_sm90_for_deepseek_shapes(fake, monkeypatch):
     rng = np.random.default_rng(11)
     args, _ = mla_problem(rng)

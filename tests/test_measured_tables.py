@@ -2,8 +2,6 @@
 they load as a device, every row names how it was measured, and the per-family comparison with the
 model that docs/VALIDATION.md quotes is what the shipped model gives today (a model change that moves
 it must move the document too)."""
-from importlib import resources
-
 import numpy as np
 import pytest
 
@@ -11,7 +9,7 @@ from dsperf.model import grounded as G
 from dsperf.model.devices import load_device
 from dsperf.predict.gpu_timing import model_price_us
 
-MEASURED = resources.files("dsperf") / "data" / "devices" / "measured"
+MEASURED = G.measured_tables_dir()
 
 # docs/VALIDATION.md, "The H200 priced from its own measured table": (rows, median model / measured).
 H200_QUOTED = {"gemm_fp8": (110, 0.96), "gemm_bf16": (110, 1.16), "grouped_contiguous": (48, 0.85),

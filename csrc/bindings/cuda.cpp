@@ -317,7 +317,9 @@ void bind_cuda(py::module_& root) {
     // Host work: planned in every build.
     m.def("mla_plan", [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> seqlens, int64_t block_size,
                          int64_t rows_per_request, int64_t num_splits, int64_t sm_count, int64_t rows_per_block,
-                         int64_t items_per_sm) {
+                         bool hopper_kernel) {
+        // The automatic plan's aim follows the kernel that will run it (mla_plan.hpp's constants).
+        const int64_t items_per_sm = hopper_kernel ? dsperf::cuda::kMlaItemsPerSmWgmma : dsperf::cuda::kMlaItemsPerSm;
         const dsperf::cuda::MlaPlan plan = dsperf::cuda::mla_plan(seqlens.data(), seqlens.size(), block_size,
                                                                   rows_per_request, num_splits, sm_count,
                                                                   rows_per_block, items_per_sm);
@@ -327,11 +329,7 @@ void bind_cuda(py::module_& root) {
         std::memcpy(offs.mutable_data(), plan.split_offsets.data(), plan.split_offsets.size() * sizeof(int32_t));
         return py::make_tuple(items, offs);
     }, py::arg("seqlens"), py::arg("block_size"), py::arg("rows_per_request"), py::arg("num_splits"),
-       py::arg("sm_count"), py::arg("rows_per_block"), py::arg("items_per_sm") = dsperf::cuda::kMlaItemsPerSm);
-    py::dict items_per_sm;  // the automatic plan's aim, by the kernel variant that will run it
-    items_per_sm["mma"] = dsperf::cuda::kMlaItemsPerSm;
-    items_per_sm["wgmma"] = dsperf::cuda::kMlaItemsPerSmWgmma;
-    m.attr("MLA_ITEMS_PER_SM") = items_per_sm;
+       py::arg("sm_count"), py::arg("rows_per_block"), py::arg("hopper_kernel") = false);
     m.def("device_count", [] {
 #ifdef DSPERF_WITH_CUDA
         return C::device_count();

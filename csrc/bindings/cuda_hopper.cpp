@@ -39,6 +39,7 @@ void bind_cuda_hopper(py::module_& root) {
     m.def("grouped_gemm_wgmma_k_reason", &C::grouped_gemm_wgmma_k_reason, py::arg("fp8"), py::arg("k"));
     m.def("mla_decode_wgmma_shape_reason", &C::mla_decode_wgmma_shape_reason, py::arg("kv_lora"), py::arg("rope"),
           py::arg("block_size"));
+    m.def("mla_decode_wgmma_block_reason", &C::mla_decode_wgmma_block_reason, py::arg("block_size"));
 #ifdef DSPERF_WITH_CUDA
     def_struct_kernel<C::GroupedGemm, &C::grouped_gemm_wgmma>(m, "grouped_gemm_wgmma");
     def_struct_kernel<C::MlaDecode, &C::mla_decode_wgmma>(m, "mla_decode_wgmma");

@@ -24,14 +24,18 @@ inline std::string grouped_gemm_wgmma_k_reason(bool fp8, int64_t K) {
     return "needs K % " + std::to_string(align) + " == 0 for " + (fp8 ? "FP8" : "BF16") +
            " (TMA row strides are whole 16 bytes), got K = " + std::to_string(K);
 }
-inline std::string mla_decode_wgmma_shape_reason(int64_t kv_lora, int64_t rope, int64_t block_size) {
-    if (kv_lora != 512 || rope != 64)
-        return "needs kv_lora = 512 and rope = 64 (DeepSeek's q_nope / q_rope widths), got " + std::to_string(kv_lora) +
-               " and " + std::to_string(rope);
+// The page size alone: what a plan (dsperf.cuda.get_mla_metadata) knows of a call before its widths.
+inline std::string mla_decode_wgmma_block_reason(int64_t block_size) {
     if (block_size != 64)
         return "needs latent_cache blocks of 64 tokens (block_size, one TMA tile per page), got " +
                std::to_string(block_size);
     return "";
+}
+inline std::string mla_decode_wgmma_shape_reason(int64_t kv_lora, int64_t rope, int64_t block_size) {
+    if (kv_lora != 512 || rope != 64)
+        return "needs kv_lora = 512 and rope = 64 (DeepSeek's q_nope / q_rope widths), got " + std::to_string(kv_lora) +
+               " and " + std::to_string(rope);
+    return mla_decode_wgmma_block_reason(block_size);
 }
 
 // Whether `device` can run the sm_90a kernels (compute capability exactly 9.0: an "a" image runs

@@ -46,9 +46,8 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
                      variant=None):
     """Plans mla_decode over requests of seqlens[b] tokens (q_len new ones each, heads query
     heads). num_splits: a fixed number of KV splits per request (at most its block count); None
-    sizes them so that about MLA_ITEMS_PER_SM[kernel] work items per SM exist (sm_count: the GPU's,
-    asked when None): two for the mma.sync kernels, one for the Hopper kernel, whose block fills an
-    SM. variant: the kernel the plan is for, chosen as mla_decode chooses (None: the Hopper kernel on
+    sizes them so that about two work items per SM exist for the mma.sync kernels, one for the
+    Hopper kernel, whose block fills an SM (mla_plan.hpp; sm_count: the GPU's, asked when None). variant: the kernel the plan is for, chosen as mla_decode chooses (None: the Hopper kernel on
     an sm_90 GPU for 64-token blocks). A plan is valid for either kernel; only its speed differs."""
     if isinstance(seqlens, np.ndarray):
         s = A.ids("seqlens", seqlens, 1)
@@ -68,10 +67,11 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
     # The 64-row decode kernel (the default; DSPERF_MLA_MMA=0 selects the 16-row one) needs more
     # splits to fill the GPU than the 16-row one.
     rows_per_block = 16 if os.environ.get("DSPERF_MLA_MMA") == "0" else 64
-    deepseek_blocks = block_size == 64  # the Hopper kernel's other limits (kv_lora, rope) are mla_decode's to know
-    chosen, _ = _kernel_variant(variant, deepseek_blocks, deepseek_blocks, A.integer("device", device, 0))
+    # The page size is all a plan knows of the Hopper kernel's rules (the widths are mla_decode's).
+    fits = not _G.mla_decode_wgmma_block_reason(block_size)
+    chosen, _ = _kernel_variant(variant, fits, fits, A.integer("device", device, 0))
     items, offsets = _G.mla_plan(s, block_size, q_len * heads, num_splits or 0, sm_count, rows_per_block,
-                                 _G.MLA_ITEMS_PER_SM[chosen])
+                                 chosen == "wgmma")
     return MlaMetadata(items, offsets, q_len * heads, block_size)
 
 

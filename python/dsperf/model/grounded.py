@@ -48,6 +48,12 @@ def _tables_dir():
     return resources.files("dsperf") / "data" / "efficiency"
 
 
+def measured_tables_dir():
+    """Where the project ships GPUs' own tables that `dsperf measure-gpu` timed, each beside the
+    device file naming it (<GPU>.csv and <GPU>-measured.toml)."""
+    return resources.files("dsperf") / "data" / "devices" / "measured"
+
+
 # Bounds on a table file's figures. Latencies and bandwidths: the C++ tables' (kernel_table.hpp),
 # values a real kernel or link could have measured. Shapes: token-like axes as the model's token
 # counts (dsperf._checks.MAX_TOKENS), bytes to 2**50, the other sizes to 2**24, EP / TP sizes as

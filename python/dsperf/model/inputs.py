@@ -16,7 +16,6 @@ import inspect
 import itertools
 import math
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
@@ -198,8 +197,7 @@ def device_inputs(device) -> list[Input]:
 def _table_files():
     """The shipped kernel tables: data/efficiency/*.csv, and the GPUs' own tables that measure-gpu
     timed (data/devices/measured/*.csv), each as (label folder, file)."""
-    data = resources.files("dsperf") / "data"
-    for folder, label in ((data / "efficiency", "efficiency"), (data / "devices" / "measured", "measured")):
+    for folder, label in ((grounded._tables_dir(), "efficiency"), (grounded.measured_tables_dir(), "measured")):
         for f in sorted(folder.iterdir(), key=lambda p: p.name):
             if f.name.endswith(".csv"):
                 yield label, f

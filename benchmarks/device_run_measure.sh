@@ -27,6 +27,9 @@
 #   GPU_TESTS          1: first the GPU tests (tests/test_cuda*.py), at most GPU_TESTS_S s (150)
 #   FULL_VALIDATE      1: gpu_validate.py over every family and the sustained-clock reading, before
 #                      measure-gpu, at most FULL_VALIDATE_S s (150)
+#   STEP_POINTS        decode validation points whose priced calls measure-gpu --step times (one
+#                      archive each), at most STEP_S seconds each (120)
+#   MEASURE_TABLE      0: stop after those; no table measured (default 1)
 #   HOPPER_SANITIZE    1: after that check, the same on tiny shapes under compute-sanitizer memcheck
 #                      (and racecheck with HOPPER_RACECHECK=1), at most HOPPER_SANITIZE_S s each (90)
 set -u
@@ -124,6 +127,17 @@ if [ "${FULL_VALIDATE:-0}" = 1 ]; then
         > "$OUT/gpu_validate.log" 2>&1
     echo "exit status $? at $(elapsed) s"; grep -vE "^hopper check: running" "$OUT/gpu_validate.log" | tail -n 30
 fi
+
+# Decode steps' priced calls timed at their own shapes (STEP_POINTS="point ..."; measure-gpu --step;
+# at most STEP_S seconds each, 120), each point's files as one archive.
+for point in ${STEP_POINTS:-}; do
+    echo "== dsperf measure-gpu --step $point at $(elapsed) s"
+    timeout -s INT "${STEP_S:-120}" "$PY" -m dsperf.cli measure-gpu --step "$point" --out "$OUT/step-$point" \
+        --budget-s $(( ${STEP_S:-120} - 20 )) --verbose
+    echo "exit status $? at $(elapsed) s"
+    [ -d "$OUT/step-$point" ] && tar -C "$OUT" -czf "$OUT/step-$point.tar.gz" "step-$point" && rm -r "$OUT/step-$point"
+done
+[ "${MEASURE_TABLE:-1}" = 1 ] || { echo "== done at $(elapsed) s (MEASURE_TABLE=0: no table measured)"; exit 0; }
 
 # What is left of the call, less a minute for start-up, writing and the copy back.
 LEFT=$(( CALL_LIMIT_S - $(elapsed) - 60 ))

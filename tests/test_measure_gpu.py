@@ -79,7 +79,7 @@ class FakeTimer:
 
 def _args(tmp_path, **kw):
     base = dict(device="H200", table="H800", out=str(tmp_path / "out"), budget_s=480.0, quick=False, iters=None,
-                no_dsperf_kernels=False, dry_run=False, verbose=False)
+                no_dsperf_kernels=False, dry_run=False, verbose=False, step=None)
     base.update(kw)
     return argparse.Namespace(**base)
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 #include <stdexcept>
 #include <array>
 #include <string>
@@ -55,6 +55,7 @@ public:
 
     void compute(const char* name, TableFamily f, Stage stage, const KernelShape& s) {
         KernelCall c{name, f, stage};
+        c.shape = s;
         const KernelWork w = table_work(f, s);
         const TableLookup e = t_.lookup(f, s, &d_, d_.sustained_clock_ratio);
         c.flops = w.flops, c.bytes = w.bytes;
@@ -72,6 +73,7 @@ public:
     void comm(const char* name, TableFamily f, Stage stage, const KernelShape& s, double bytes,
               double link_gbps, double table_link_gbps) {
         KernelCall c{name, f, stage};
+        c.shape = s;
         const TableLookup e = t_.lookup(f, s);
         const double gbps = e.found ? e.value * link_gbps / table_link_gbps : link_gbps * t_.default_efficiency;
         c.bytes = bytes, c.efficiency = gbps, c.from_table = e.found, c.clamped = e.clamped;
@@ -92,6 +94,7 @@ public:
                         kTableNvlinkGbps);
         }
         KernelCall c{name, TableFamily::kAllReduce, stage};
+        c.shape.tp = tp, c.shape.bytes = message;
         c.bytes = message * 2 * (tp - 1) / tp;
         c.us = lat.us;
         c.efficiency = c.bytes / (c.us * 1e-6) / 1e9;  // GB/s of ring traffic, as the bandwidth rows
@@ -345,17 +348,22 @@ double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double 
 
 void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     // Each field within its declared range (DSPERF_DEPLOYMENT_FIELDS), or at its sentinel.
+    // "%g" is what an ostream prints for a double by default. Not an ostringstream: on an H200 host
+    // (Ubuntu 24.04, GCC 13.3, numpy / pandas / pyarrow loaded) formatting a double through
+    // iostreams here crashed every step priced (SIGSEGV in ostream::_M_insert<double>, cuda-gdb
+    // backtrace; -O2 sanitizer builds did not crash; the cause inside the C++ runtime is not known).
+    // And the message is built only for a field that fails, not for every field of every step.
     auto fmt = [](double v) {
-        std::ostringstream o;
-        o << v;
-        return o.str();
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", v);
+        return std::string(buf);
     };
-#define DSPERF_CHECK_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel)                                   \
-    require((double(field) >= double(lo) && double(field) <= double(hi)) ||                                   \
-                (double(sentinel) != 0 && double(field) == double(sentinel)),                                 \
-            std::string(#field " must lie in [") + fmt(lo) + ", " + fmt(hi) + "]" +                          \
-                (double(sentinel) != 0 ? " (" + fmt(sentinel) + ": the default)" : std::string()) + ", got " + \
-                fmt(double(field)));
+#define DSPERF_CHECK_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel)                                    \
+    if (!((double(field) >= double(lo) && double(field) <= double(hi)) ||                                      \
+          (double(sentinel) != 0 && double(field) == double(sentinel))))                                       \
+        require(false, std::string(#field " must lie in [") + fmt(lo) + ", " + fmt(hi) + "]" +                 \
+                           (double(sentinel) != 0 ? " (" + fmt(sentinel) + ": the default)" : std::string()) + \
+                           ", got " + fmt(double(field)));
     DSPERF_DEPLOYMENT_FIELDS(DSPERF_CHECK_DEPLOYMENT_FIELD)
 #undef DSPERF_CHECK_DEPLOYMENT_FIELD
     // The rules that relate fields.

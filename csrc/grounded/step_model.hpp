@@ -106,6 +106,7 @@ struct KernelCall {
     double flops = 0, bytes = 0;
     double efficiency = 0;  // of the datasheet roofline (compute), or GB/s (communication)
     bool from_table = false, clamped = false;
+    KernelShape shape{};    // the shape it was priced at (what `dsperf measure-gpu --step` times)
 };
 
 struct StepResult {

@@ -169,6 +169,8 @@ def run_command(args, *, timer_factory=None, clock_factory=None, print_fn=print)
             raise ValueError(f"--device is needed: no shipped device file matches '{torch.cuda.get_device_name(0)}'")
     if device is None and args.dry_run:
         device, note = "H200", " No GPU to name the device: priced as H200 (--device to choose)."
+    if getattr(args, "step", None):
+        return _run_step(args, device, note, iters, torch, timer_factory, clock_factory, print_fn)
     shapes = plan_shapes(args.table, quick=args.quick, dsperf_kernels=not args.no_dsperf_kernels)
     if args.dry_run:
         print_fn(plan_text(shapes, Pricer(device), iters, args.budget_s, device, note))
@@ -192,6 +194,48 @@ def run_command(args, *, timer_factory=None, clock_factory=None, print_fn=print)
     return 0
 
 
+def _run_step(args, device, note, iters, torch, timer_factory, clock_factory, print_fn) -> int:
+    """--step POINT: the point's priced decode calls timed at their shapes (measure_gpu_step)."""
+    from . import measure_gpu_step as S
+    from .gpu_timing import ClockSampler
+
+    point = S.find_point(args.step)
+    if device is None:
+        raise ValueError("--device is needed: the timer names no GPU")
+    if device != point["device"]:
+        print_fn(f"note: point {point['point']} is a {point['device']} deployment; its calls are priced as "
+                 f"{point['device']} and timed on this GPU ({device})")
+    calls, result = S.step_calls(point)
+    pairs = S.step_shapes(calls)
+    shapes = list(dict.fromkeys(shape for _, shape in pairs))
+    if args.no_dsperf_kernels:
+        shapes = [s for s in shapes if s.kernel == "production"]
+    price = Pricer(point["device"])
+    if args.dry_run:
+        print_fn(plan_text(shapes, price, iters, args.budget_s, point["device"], note))
+        return 0
+    if timer_factory is None and torch is None:
+        print_fn("dsperf measure-gpu --step needs PyTorch with a CUDA GPU. Nothing measured.")
+        return 0
+    timer = timer_factory() if timer_factory else TorchTimer(torch)
+    with (clock_factory() if clock_factory else ClockSampler()) as clock:
+        outcome = run_plan(timer, shapes, budget_s=args.budget_s, iters=iters, clock=clock, price=price,
+                           log=print_fn if args.verbose else (lambda s: None))
+    df = S.step_frame(calls, outcome)
+    summary = S.step_summary(df, result)
+    out_dir = Path(args.out or f"measure-gpu-step-{point['point']}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_dir / "step.csv", index=False)
+    text = S.step_markdown(point, df, summary, outcome.env, point["device"])
+    if outcome.left_out:
+        text += "\n## Left out\n\n" + "\n".join(f"- {s.family} [{s.kernel}] {s.label()}: {why}"
+                                               for s, why in outcome.left_out) + "\n"
+    (out_dir / "step.md").write_text(text)
+    print_fn(text)
+    print_fn(f"written: {out_dir / 'step.csv'}, {out_dir / 'step.md'}")
+    return 0
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("measure-gpu", help="time the kernel table's shapes on this GPU with production kernels and "
                                            "write its own table (docs/CUDA.md)")
@@ -204,4 +248,6 @@ def add_parser(sub) -> None:
     p.add_argument("--iters", type=int, help=f"timed launches per shape (default {DEFAULT_ITERS}, quick {QUICK_ITERS})")
     p.add_argument("--no-dsperf-kernels", action="store_true", help="time only the production kernels")
     p.add_argument("--dry-run", action="store_true", help="list the shapes and the estimated time; time nothing")
+    p.add_argument("--step", metavar="POINT", help="time the priced calls of this decode validation point's step at "
+                                                   "their shapes instead of a table's (measure_gpu_step.py)")
     p.add_argument("--verbose", action="store_true", help="a line per shape as it is measured")

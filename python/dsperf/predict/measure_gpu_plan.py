@@ -9,8 +9,9 @@ import math
 # The families the production timer covers, in the order a round of the plan visits them.
 PRODUCTION_FAMILIES = ("gemm_fp8", "gemm_bf16", "grouped_masked", "grouped_contiguous", "mla_decode", "mla_prefill")
 DSPERF_FAMILIES = ("grouped_masked", "grouped_contiguous", "mla_decode")
-TABLE_COLUMNS = ("family", "m", "n", "k", "groups", "batch", "kv_len", "heads", "dtype", "latency_us", "source")
-SHAPE_FIELDS = ("m", "n", "k", "groups", "batch", "kv_len", "heads")
+TABLE_COLUMNS = ("family", "m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "dtype", "latency_us",
+                 "source")
+SHAPE_FIELDS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes")
 MLA_PAGE = 64  # tokens per page of the paged latent cache (FlashMLA's block size)
 DEFAULT_ITERS, QUICK_ITERS = 15, 5
 
@@ -24,6 +25,8 @@ KERNEL_TEXT = {
                                           "expert offsets, BF16 out (CUTLASS grouped GEMM)",
     ("mla_decode", "production"): f"flashinfer BatchMLAPagedAttentionWrapper, BF16 latent cache, {MLA_PAGE}-token pages",
     ("mla_prefill", "production"): "torch scaled_dot_product_attention, causal, q/k 192, v 128, BF16",
+    ("elementwise", "production"): "torch.mul BF16 reading and writing half the call's bytes each (a stand-in of the "
+                                   "call's size for a fused norm, RoPE or quantisation kernel)",
     ("grouped_masked", "dsperf"): "dsperf.cuda.grouped_gemm FP8 x FP8, 1x128 / 128x128 block scales, masked layout "
                                   "(dsperf's own kernel, not a production one)",
     ("grouped_contiguous", "dsperf"): "dsperf.cuda.grouped_gemm FP8 x FP8, 1x128 / 128x128 block scales, contiguous "
@@ -64,14 +67,18 @@ class Shape:
         """Bytes of the inputs and output a measurement allocates (the budget and the memory check)."""
         g = self.get
         if self.family in ("gemm_fp8", "gemm_bf16"):
-            # BF16 staging of both operands (FP8 ones are converted from it), the output in BF16.
-            return 2.0 * (g("m") * g("k") + g("n") * g("k")) * 1.5 + 2.0 * g("m") * g("n")
+            # BF16 staging of both operands (FP8 ones are converted from it), the output in BF16;
+            # a per-head GEMM (groups > 1) holds one of each per head.
+            e = g("groups", 1)
+            return e * (2.0 * (g("m") * g("k") + g("n") * g("k")) * 1.5 + 2.0 * g("m") * g("n"))
+        if self.family == "elementwise":
+            return float(g("bytes"))
         if self.family.startswith("grouped"):
             e, m = g("groups", 1), g("m")
             return 2.0 * e * (m * g("k") + g("n") * g("k")) + 4.0 * e * m * g("n")
         if self.family == "mla_decode":
             tokens = g("batch") * math.ceil(g("kv_len") / MLA_PAGE) * MLA_PAGE
-            return 2.0 * tokens * 576 + 4.0 * g("batch") * g("heads") * 576 * 2
+            return 2.0 * tokens * 576 + 4.0 * g("batch") * g("q_len", 1) * g("heads") * 576 * 2
         if self.family == "mla_prefill":
             return 2.0 * g("m") * g("heads") * (192 * 2 + 128 * 2)
         return 0.0

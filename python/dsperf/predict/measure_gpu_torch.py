@@ -50,7 +50,7 @@ class TorchTimer:
         major, minor = t.cuda.get_device_capability(0)
         fp8 = (major, minor) >= (8, 9) and hasattr(t, "float8_e4m3fn") and hasattr(t, "_scaled_mm")
         out[("gemm_fp8", "production")] = None if fp8 else "no FP8 GEMM (needs sm_89+ and torch._scaled_mm)"
-        out[("gemm_bf16", "production")] = None
+        out[("gemm_bf16", "production")] = out[("elementwise", "production")] = None
         grouped = None
         if not hasattr(t, "_scaled_grouped_mm"):
             grouped = (f"torch {t.__version__} has no torch._scaled_grouped_mm (a production grouped FP8 GEMM); a loop "
@@ -114,9 +114,21 @@ class TorchTimer:
 
     def _production_gemm_bf16(self, s):
         t = self.torch
+        e = s.get("groups", 1)
+        if e > 1:  # a per-head GEMM (MLA's absorbed projections): one batched cuBLAS call
+            a = t.randn(e, s.get("m"), s.get("k"), device="cuda", dtype=t.bfloat16)
+            b = t.randn(e, s.get("k"), s.get("n"), device="cuda", dtype=t.bfloat16) * 0.05
+            return (lambda: t.bmm(a, b)), (a, b)
         a = t.randn(s.get("m"), s.get("k"), device="cuda", dtype=t.bfloat16)
         b = t.randn(s.get("n"), s.get("k"), device="cuda", dtype=t.bfloat16) * 0.05
         return (lambda: a @ b.t()), (a, b)
+
+    def _production_elementwise(self, s):
+        t = self.torch
+        n = max(1, int(s.get("bytes")) // 4)  # BF16 values: half the bytes read, half written
+        x = t.randn(n, device="cuda", dtype=t.bfloat16)
+        y = t.empty_like(x)
+        return (lambda: t.mul(x, 2.0, out=y)), (x, y)
 
     def _grouped_operands(self, s):
         t = self.torch
@@ -147,13 +159,13 @@ class TorchTimer:
         import flashinfer
 
         t = self.torch
-        bsz, kv, heads = s.get("batch"), s.get("kv_len"), s.get("heads")
+        bsz, kv, heads, q_len = s.get("batch"), s.get("kv_len"), s.get("heads"), s.get("q_len", 1)
         pages = math.ceil(kv / MLA_PAGE)
         ckv = t.randn(bsz * pages, MLA_PAGE, 512, device="cuda", dtype=t.bfloat16)
         kpe = t.randn(bsz * pages, MLA_PAGE, 64, device="cuda", dtype=t.bfloat16)
-        q_nope = t.randn(bsz, heads, 512, device="cuda", dtype=t.bfloat16) * 0.05
-        q_pe = t.randn(bsz, heads, 64, device="cuda", dtype=t.bfloat16) * 0.05
-        qo_indptr = t.arange(bsz + 1, device="cuda", dtype=t.int32)
+        q_nope = t.randn(bsz * q_len, heads, 512, device="cuda", dtype=t.bfloat16) * 0.05
+        q_pe = t.randn(bsz * q_len, heads, 64, device="cuda", dtype=t.bfloat16) * 0.05
+        qo_indptr = t.arange(bsz + 1, device="cuda", dtype=t.int32) * q_len
         kv_indptr = t.arange(bsz + 1, device="cuda", dtype=t.int32) * pages
         kv_indices = t.arange(bsz * pages, device="cuda", dtype=t.int32)
         kv_lens = t.full((bsz,), kv, device="cuda", dtype=t.int32)
@@ -161,7 +173,7 @@ class TorchTimer:
         wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace, backend="auto")
         wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_lens, heads, 512, 64, MLA_PAGE, False, 192 ** -0.5,
                      t.bfloat16, t.bfloat16)
-        out = t.empty(bsz, heads, 512, device="cuda", dtype=t.bfloat16)
+        out = t.empty(bsz * q_len, heads, 512, device="cuda", dtype=t.bfloat16)
         return (lambda: wrapper.run(q_nope, q_pe, ckv, kpe, out=out)), (ckv, kpe, q_nope, q_pe, workspace, wrapper, out)
 
     def _production_mla_prefill(self, s):
@@ -218,16 +230,16 @@ class TorchTimer:
         from ..cuda import BF16, DeviceArray
 
         rng = np.random.default_rng(0)
-        bsz, kv, heads = s.get("batch"), s.get("kv_len"), s.get("heads")
+        bsz, kv, heads, q_len = s.get("batch"), s.get("kv_len"), s.get("heads"), s.get("q_len", 1)
         pages = math.ceil(kv / MLA_PAGE)
         latent = DeviceArray.from_numpy(_tiled((bsz * pages, MLA_PAGE, 512), BF16, rng))
         rope = DeviceArray.from_numpy(_tiled((bsz * pages, MLA_PAGE, 64), BF16, rng))
         table = DeviceArray.from_numpy(np.arange(bsz * pages, dtype=np.int32).reshape(bsz, pages))
         lens = DeviceArray.from_numpy(np.full(bsz, kv, np.int32))
-        q = (DeviceArray.from_numpy(_tiled((bsz, 1, heads, 512), BF16, rng, 0.05)),
-             DeviceArray.from_numpy(_tiled((bsz, 1, heads, 64), BF16, rng, 0.05)))
-        out = (DeviceArray((bsz, 1, heads, 512), np.float32), DeviceArray((bsz, 1, heads), np.float32))
-        meta = cuda.get_mla_metadata(lens, 1, heads)
+        q = (DeviceArray.from_numpy(_tiled((bsz, q_len, heads, 512), BF16, rng, 0.05)),
+             DeviceArray.from_numpy(_tiled((bsz, q_len, heads, 64), BF16, rng, 0.05)))
+        out = (DeviceArray((bsz, q_len, heads, 512), np.float32), DeviceArray((bsz, q_len, heads), np.float32))
+        meta = cuda.get_mla_metadata(lens, q_len, heads)
         fn = lambda: cuda.mla_decode(*q, latent, rope, table, lens, 192 ** -0.5, meta, out=out,  # noqa: E731
                                      validate=False)
         return fn, (latent, rope, table, lens, q, out, meta)

@@ -1,0 +1,74 @@
+"""dsperf measure-gpu --step: a decode point's priced calls timed at their own shapes (with a fake
+timer here; the real one runs on a lent GPU)."""
+import math
+
+import pandas as pd
+import pytest
+
+from dsperf.predict import measure_gpu_plan as MP
+from dsperf.predict import measure_gpu_step as S
+from test_measure_gpu import FakeClock, FakeTimer, _args
+from dsperf.predict import measure_gpu as MG
+
+POINT = "trtllm_h200_min_latency"
+
+
+def test_every_timed_family_of_the_step_gets_a_whole_shape():
+    calls, result = S.step_calls(S.find_point(POINT))
+    pairs = S.step_shapes(calls)
+    timed = {c["kernel"] for c, _ in pairs}
+    assert timed == {c["kernel"] for c in calls if c["family"] in S.STEP_FIELDS}
+    assert "attn_allreduce" not in timed  # one GPU: no all-reduce to time
+    for c, shape in pairs:
+        for field, value in shape.dims:
+            assert isinstance(value, int) and value >= 1, (c["kernel"], field, value)
+        if c["family"] == "grouped_masked":  # 7.6 experts touched on average: 8 run
+            assert shape.get("groups") == math.ceil(c["shape"]["groups"])
+    absorb = next(s for c, s in pairs if c["kernel"] == "q_absorb_w_uk")
+    assert absorb.get("groups") == 16 and absorb.dtype == "bf16"  # per-head GEMM over TP8's 16 heads
+    mla = [s for c, s in pairs if c["family"] == "mla_decode"]
+    assert {s.kernel for s in mla} == {"production", "dsperf"} and mla[0].get("q_len") == 4  # MTP 3: 4 queries
+
+
+def test_a_run_with_a_fake_timer_writes_each_call_beside_its_price(tmp_path):
+    clock = FakeClock()
+    timer = FakeTimer(clock, factor=3.0)
+    printed = []
+    code = MG.run_command(_args(tmp_path, step=POINT, out=str(tmp_path / "step")), timer_factory=lambda: timer,
+                          clock_factory=lambda: clock, print_fn=printed.append)
+    assert code == 0
+    df = pd.read_csv(tmp_path / "step" / "step.csv")
+    calls, result = S.step_calls(S.find_point(POINT))
+    assert list(df["kernel"]) == [c["kernel"] for c in calls]
+    price = MP.Pricer("H200")
+    for c in calls:
+        row = df[df["kernel"] == c["kernel"]].iloc[0]
+        shape = S.call_shape(c)
+        if shape is None:
+            assert math.isnan(row["measured_us"])
+            continue
+        assert row["production_us"] == pytest.approx(3.0 * price(shape)[0], rel=1e-9)
+        assert row["model_us"] == pytest.approx(c["us"], rel=1e-12)
+    timed = df[df["measured_us"].notna()]
+    text = (tmp_path / "step" / "step.md").read_text()
+    assert f"{(timed['measured_us'] * timed['calls_per_step']).sum() / 1e3:.3f} ms" in text
+    assert "Not timed: attn_allreduce, moe_allreduce" in text
+
+
+def test_a_point_that_is_not_a_decode_step_is_refused_by_name():
+    with pytest.raises(ValueError, match="--step: no validation point 'nope'"):
+        S.find_point("nope")
+    with pytest.raises(ValueError, match="--step: point 'deepseek_profile_prefill' is a prefill point"):
+        S.find_point("deepseek_profile_prefill")
+
+
+def test_the_shipped_h200_step_timing_is_the_one_the_docs_quote():
+    from dsperf.model import grounded as G
+
+    path = G.measured_tables_dir() / "steps" / "H200-trtllm_h200_min_latency.csv"
+    df = pd.read_csv(path)
+    timed = df[df["measured_us"].notna()]
+    measured_ms = (timed["measured_us"] * timed["calls_per_step"]).sum() / 1e3
+    assert measured_ms == pytest.approx(12.968, abs=5e-4)
+    assert len(timed) == 22 and set(df.loc[df["measured_us"].isna(), "kernel"]) == {"attn_allreduce", "moe_allreduce"}
+    assert (timed["measured_us"] > 0).all()

@@ -35,6 +35,26 @@ constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
 // (NVIDIA H100 datasheet: 900 GB/s bidirectional).
 constexpr double kAllReduceTableNvlinkGbps = 450;
 
+// With attention TP every GPU of the group holds the group's activations after the attention
+// all-reduce, and the stacks split the other dense weights over the same group (TensorRT-LLM's and
+// SGLang's TP mode: the dense MLP and a vocabulary-parallel LM head and embedding), so a GPU reads
+// a 1/attn_tp slice of them for all the group's tokens. The dense MLP runs over at least attn_tp.
+double dense_group_tp(const Deployment& dep) { return std::max(double(dep.dense_tp), double(dep.attn_tp)); }
+
+// The shared experts are split over the attention TP group where the routed experts share that
+// group (its GPUs hold every token after the attention all-reduce: moe_calls' replicated case).
+double shared_expert_tp(const Deployment& dep) {
+    return dep.attn_tp > 1 && dep.ep == dep.attn_tp ? double(dep.attn_tp) : 1.0;
+}
+
+// The LM head for `rows` tokens per GPU: vocabulary-parallel over the attention TP group (each GPU
+// 1/attn_tp of the vocabulary for the group's rows; the gather of the logits is not priced).
+KernelShape lm_head_shape(const ModelConfig& m, const Deployment& dep, double rows) {
+    KernelShape lm;
+    lm.m = rows * dep.attn_tp, lm.n = double(m.vocab_size) / dep.attn_tp, lm.k = double(m.dim), lm.fp8 = false;
+    return lm;
+}
+
 }  // namespace
 
 AllReduceLatency tp_allreduce_latency(const KernelTables& t, double tp, double message_bytes, double link_gbps) {
@@ -255,15 +275,18 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
 
     // Shared experts on this GPU's own tokens (plain GEMMs), routed experts as one grouped GEMM
     // per projection over the experts this GPU holds.
-    const double shared_inter = I * double(m.n_shared_experts);
+    // Split over the attention group where the experts share it (shared_expert_tp): a slice of
+    // their intermediate for all the group's tokens, summed with the routed ones in moe_allreduce.
+    const double shared_tp = shared_expert_tp(dep), t_shared = t * shared_tp;
+    const double shared_inter = I * double(m.n_shared_experts) / shared_tp;
     if (shared_inter > 0) {
         KernelShape up, down;
-        up.m = down.m = t, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
+        up.m = down.m = t_shared, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
         up.fp8 = down.fp8 = dep.weights_fp8;
         const TableFamily f = dep.experts_fp4 ? TableFamily::kGemmFp4 : weight_gemm(dep);
         b.compute("shared_up", f, Stage::kMoeShared, up);
         KernelShape act;
-        act.bytes = t * (2 * shared_inter * 2 + shared_inter * quant_bytes(dep));  // SiLU-mul + requantisation
+        act.bytes = t_shared * (2 * shared_inter * 2 + shared_inter * quant_bytes(dep));  // SiLU-mul + requantisation
         b.compute("shared_act_quant", TableFamily::kElementwise, Stage::kMoeShared, act);
         b.compute("shared_down", f, Stage::kMoeShared, down);
     }
@@ -304,9 +327,10 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
 }
 
 // The dense MLP, data-parallel (each GPU its own tokens) or split over dense_tp GPUs of a node
-// (each GPU a 1/dense_tp slice of the intermediate for the group's tokens, then an all-reduce).
+// (each GPU a 1/dense_tp slice of the intermediate for the group's tokens, then an all-reduce);
+// under attention TP, over at least the attention group (dense_group_tp).
 void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t) {
-    const double tp = dep.dense_tp, T = t * tp, I = double(m.inter_dim) / tp;
+    const double tp = dense_group_tp(dep), T = t * tp, I = double(m.inter_dim) / tp;
     KernelShape up, down;
     up.m = down.m = T, up.n = 2.0 * I, up.k = double(m.dim), down.n = double(m.dim), down.k = I;
     up.fp8 = down.fp8 = dep.weights_fp8;
@@ -418,9 +442,7 @@ double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTable
     CallBuilder pass(d, t, 1.0, false);
     attention_calls(pass, m, draft, d, dep.batch, dep.batch);
     moe_calls(pass, m, draft, d, dep.batch);
-    KernelShape lm;
-    lm.m = dep.batch, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
-    pass.compute("mtp_lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
+    pass.compute("mtp_lm_head", TableFamily::kGemmBf16, Stage::kHead, lm_head_shape(m, dep, dep.batch));
     double pass_us = 0;
     for (double v : pass.stage_us) pass_us += v;
     return dep.mtp * pass_us / 1e3;
@@ -461,10 +483,8 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
     // decode each MTP draft pass (one MoE layer and the head, for the batch).
     CallBuilder head(d, t, 1.0, keep);
     {
-        KernelShape lm;
         const double prompts = decode ? 0 : dep.tokens / (dep.prompt_len - dep.cached_prefix);
-        lm.m = decode ? step_tokens : prompts, lm.n = double(m.vocab_size), lm.k = double(m.dim), lm.fp8 = false;
-        head.compute("lm_head", TableFamily::kGemmBf16, Stage::kHead, lm);
+        head.compute("lm_head", TableFamily::kGemmBf16, Stage::kHead, lm_head_shape(m, dep, decode ? step_tokens : prompts));
     }
     st.head_ms = us(head, Stage::kHead) / 1e3 + (mtp_ms >= 0 ? mtp_ms : mtp_draft_ms(m, d, t, dep));
 
@@ -559,9 +579,10 @@ void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, St
     const double local = double(m.n_routed_experts + dep.redundant_experts) / dep.ep;
     const double per_param = dep.weights_fp8 ? 1.0 : 2.0;
     const double per_expert_param = dep.experts_fp4 ? kNvfp4Bytes : per_param;
-    const double weights = per_param * (pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers / dep.dense_tp) +
-                           per_expert_param * (local + m.n_shared_experts) * pc.expert * m.n_moe_layers() +
-                           pc.gate * m.n_moe_layers() + 2.0 * (pc.embedding + pc.lm_head);
+    // Under attention TP the dense MLP, the embedding and the LM head are split over the group too.
+    const double weights = per_param * (pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers / dense_group_tp(dep)) +
+                           per_expert_param * (local + m.n_shared_experts / shared_expert_tp(dep)) * pc.expert * m.n_moe_layers() +
+                           pc.gate * m.n_moe_layers() + 2.0 * (pc.embedding + pc.lm_head) / dep.attn_tp;
     r.weights_gib = weights / double(1 << 30);
     r.kv_bytes_per_token = kv_entry_bytes(m, dep.kv_fp8) * m.n_layers;
     const double free_bytes = d.mem_gb * double(1 << 30) * kMemoryReserve - weights;

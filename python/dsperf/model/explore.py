@@ -141,7 +141,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     redundant_experts: {ep: a count, or counts to search}; routing_load: tokens per expert of one
     layer (a trace's counts, or dsperf.ep.eplb.zipf_load): each EP layout then carries the imbalance
     dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: "fp8", "bf16" and/or "fp4" (NVFP4 experts) weights;
-    dense_tp: the dense MLP data-parallel (1) or split over that many GPUs; moe_tp: each routed
+    dense_tp: the dense MLP data-parallel (1) or split over that many GPUs (at least attn_tp); moe_tp: each routed
     expert whole on one GPU (1) or split over that many of the EP GPUs (MoE TP x EP); request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
     `prefill_ep` GPUs, `total_gpus`) for disaggregated serving; afd: add attention-FFN disaggregated

@@ -420,7 +420,8 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
     cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; no table rows: the default efficiency);
     weight_dtype: "fp8", "bf16" or "fp4" (NVFP4 experts, FP8 elsewhere; a device with fp4_tflops);
-    dense_tp: the dense MLP split over this many GPUs (1: DP); moe_tp: each routed expert split over
+    dense_tp: the dense MLP split over this many GPUs (1: DP; at least attn_tp, which also splits the LM
+    head, and the shared experts where ep == attn_tp: docs/GROUNDED_MODEL.md); moe_tp: each routed expert split over
     this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP); eager_launch_us: the host's
     time to launch one kernel when the step runs eagerly, without CUDA graphs (0, the default: one
     graph replay). Eager, the step takes at least `launches` x eager_launch_us (``launch_ms``): the

@@ -10,7 +10,7 @@ def v3():
 
 # The switches that pick a CUDA kernel: a test sets the ones it means, so that a shell's setting
 # (a device run's DSPERF_CUDA_WGMMA=1, say) cannot change which kernel another test checks.
-KERNEL_SWITCHES = ("DSPERF_CUDA_WGMMA", "DSPERF_BF16_MMA", "DSPERF_FP8_MMA", "DSPERF_MLA_MMA")
+from dsperf.cuda._base import KERNEL_SWITCHES  # noqa: E402 - declared once, beside the kernels
 
 
 @pytest.fixture(autouse=True)

@@ -290,3 +290,17 @@ def test_the_real_binding_has_the_hopper_mla_entry_point():
     args, _ = mla_problem(np.random.default_rng(13))
     with pytest.raises(RuntimeError, match="no CUDA device"):
         cuda.mla_decode(*args, 0.1, variant="wgmma")
+
+
+def test_every_kernel_switch_is_read_where_it_is_declared():
+    """cuda._base.KERNEL_SWITCHES lists each environment switch once: the Python ones are read by
+    the cuda package, the rest by getenv in the .cu files (a renamed switch fails here)."""
+    from dsperf.cuda import _base
+
+    root = Path(__file__).resolve().parents[1]
+    cu = "".join(p.read_text() for p in (root / "csrc" / "kernels" / "cuda").glob("*.cu"))
+    py = "".join(p.read_text() for p in (root / "python" / "dsperf" / "cuda").glob("*.py"))
+    assert "os.environ.get(WGMMA_ENV)" in py and "os.environ.get(MLA_MMA_ENV)" in py
+    for name in _base.KERNEL_SWITCHES:
+        assert f'getenv("{name}")' in cu or name in (_base.WGMMA_ENV, _base.MLA_MMA_ENV), name
+    assert len(set(_base.KERNEL_SWITCHES)) == len(_base.KERNEL_SWITCHES)

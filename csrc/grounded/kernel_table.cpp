@@ -215,7 +215,10 @@ const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& ke
         return &groups_[e.group];
     double lk[3];
     for (int i = 0; i < keys.n; ++i) lk[i] = safe_log(keys.v[i]);
-    const Group* best = nullptr;
+    // The first group unless a nearer one is found: a key the distances cannot order (NaN, an
+    // infinity) still gets a group, never a null one (every caller has checked groups_ is not empty).
+    if (groups_.empty()) return nullptr;
+    const Group* best = &groups_.front();
     double best_d = std::numeric_limits<double>::infinity();
     for (const auto& g : groups_) {
         double d = 0;

@@ -50,7 +50,8 @@ static void test_allreduce_table() {
 // A curve's lookup memo (per thread, keyed by the curve's address and generation) must not hand a
 // copy made where a destroyed copy lived the destroyed one's rows: a copy keeps the generation, so
 // only an answer that names no address (the group's index) is safe. Under ASan (ctest in CI) the
-// old pointer-valued memo is a heap-use-after-free here; on an H200 host it crashed measure-gpu.
+// old pointer-valued memo is a heap-use-after-free here. (It was suspected for a crash on an H200
+// host, which proved to be elsewhere: docs/CUDA.md.)
 static void test_curve_memo_and_copies_at_one_address() {
     EfficiencyCurve original;
     TableKeys small, large;
@@ -68,9 +69,26 @@ static void test_curve_memo_and_copies_at_one_address() {
     second->~EfficiencyCurve();
 }
 
+// A key the log-space distances cannot order (NaN, an infinity) still gets a group: the nearest
+// group was a null pointer there, which at() dereferenced.
+static void test_curve_key_without_order() {
+    EfficiencyCurve c;
+    TableKeys a, b, nan_key, inf_key;
+    a.n = b.n = nan_key.n = inf_key.n = 1;
+    a.v[0] = 8, b.v[0] = 64, nan_key.v[0] = std::nan(""), inf_key.v[0] = HUGE_VAL;
+    c.add(a, 100, 0.5);
+    c.add(b, 100, 0.7);
+    for (const TableKeys* k : {&nan_key, &inf_key}) {
+        const TableLookup r = c.at(*k, 100);
+        check_close(r.found, 1, 0, "curve: an unordered key is still looked up");
+        check_close(r.value, 0.5, 0, "curve: an unordered key takes the first group");
+    }
+}
+
 int main() {
     test_allreduce_table();
     test_curve_memo_and_copies_at_one_address();
+    test_curve_key_without_order();
     const ModelConfig m;  // DeepSeek-V3 defaults
     const MlaFlops f = mla_flops(1, 1, m, 0);
     check_close(f.total_gflop(), 0.37429248, 1e-12, "mla_flops(1,1)");

@@ -145,12 +145,17 @@ def _host_range(name, a, lo, hi):
 
 
 
-__all__ = ['available', '_capturing', 'KERNEL_VARIANTS', 'WGMMA_ENV', '_kernel_variant', '_require_sm90', 'A', 'BF16', 'DeviceArray', 'F32', 'FP8', 'I32', 'I64', '_C', '_CA', '_Call', '_G', '_check', '_host_range', '_ids', '_out', '_ptr', 'as_device_array', 'contextlib', 'from_cuda_array_interface', 'from_dlpack', 'is_device_array_like', 'np', 'numbers', 'os', 'threading']
+__all__ = ['available', '_capturing', 'KERNEL_VARIANTS', 'KERNEL_SWITCHES', 'MLA_MMA_ENV', 'WGMMA_ENV', '_kernel_variant', '_require_sm90', 'A', 'BF16', 'DeviceArray', 'F32', 'FP8', 'I32', 'I64', '_C', '_CA', '_Call', '_G', '_check', '_host_range', '_ids', '_out', '_ptr', 'as_device_array', 'contextlib', 'from_cuda_array_interface', 'from_dlpack', 'is_device_array_like', 'np', 'numbers', 'os', 'threading']
 
 
 # ---- kernel variants: the mma.sync kernels (every GPU) and the Hopper ones (sm_90a) ---------------
 KERNEL_VARIANTS = ("mma", "wgmma")
 WGMMA_ENV = "DSPERF_CUDA_WGMMA"
+MLA_MMA_ENV = "DSPERF_MLA_MMA"  # "0": the 16-row mma.sync MLA decode kernel (read here and by mla_decode_mma.cu)
+# Every environment switch that picks a CUDA kernel: this one, and those the .cu files read with
+# getenv (grouped_gemm.cu: DSPERF_BF16_MMA, DSPERF_FP8_MMA; mla_decode_mma.cu: DSPERF_MLA_MMA).
+# tests/test_cuda_hopper.py checks that each name is read where this says.
+KERNEL_SWITCHES = (WGMMA_ENV, "DSPERF_BF16_MMA", "DSPERF_FP8_MMA", MLA_MMA_ENV)
 
 
 def _kernel_variant(variant, hopper_inputs, fits, device):

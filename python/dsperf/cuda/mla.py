@@ -66,7 +66,7 @@ def get_mla_metadata(seqlens, q_len, heads, *, num_splits=None, block_size=64, s
         raise ValueError(f"seqlens must be >= 0, got {s.min()}")
     # The 64-row decode kernel (the default; DSPERF_MLA_MMA=0 selects the 16-row one) needs more
     # splits to fill the GPU than the 16-row one.
-    rows_per_block = 16 if os.environ.get("DSPERF_MLA_MMA") == "0" else 64
+    rows_per_block = 16 if os.environ.get(MLA_MMA_ENV) == "0" else 64
     # The page size is all a plan knows of the Hopper kernel's rules (the widths are mla_decode's).
     fits = not _G.mla_decode_wgmma_block_reason(block_size)
     chosen, _ = _kernel_variant(variant, fits, fits, A.integer("device", device, 0))

@@ -73,3 +73,44 @@ def test_the_shipped_h200_step_timing_is_the_one_the_docs_quote():
     assert len(timed) == 22 and set(df.loc[df["measured_us"].isna(), "kernel"]) == {"attn_allreduce", "dense_allreduce",
                                                                              "moe_allreduce"}
     assert (timed["measured_us"] > 0).all()
+
+
+def test_any_deployments_calls_round_trip_through_a_calls_file(tmp_path):
+    """dsperf predict --calls-out writes a step's calls; measure-gpu --step-calls times them."""
+    from dsperf.cli import main
+
+    calls_file = tmp_path / "calls.csv"
+    main(["predict", "--device", "H200", "--batch", "32", "--ep", "8", "--mtp", "1", "--mtp-accepted", "0.7",
+          "--calls-out", str(calls_file)])
+    calls = S.read_calls(calls_file)
+    from dsperf.model import grounded as G
+    direct = G.decode("DeepSeek-V3", "H200", batch=32, ep=8, mtp=1, mtp_accepted=0.7)["calls"]
+    assert [c["kernel"] for c in calls] == [c["kernel"] for c in direct]
+    assert [S.call_shape(c) for c in calls] == [S.call_shape(c) for c in direct]
+    clock = FakeClock()
+    timer = FakeTimer(clock, factor=2.0)
+    code = MG.run_command(_args(tmp_path, step_calls=str(calls_file), out=str(tmp_path / "s")),
+                          timer_factory=lambda: timer, clock_factory=lambda: clock, print_fn=lambda s: None)
+    assert code == 0
+    df = pd.read_csv(tmp_path / "s" / "step.csv")
+    assert list(df["kernel"]) == [c["kernel"] for c in direct]
+    assert df["measured_us"].notna().sum() == sum(c["family"] in S.STEP_FIELDS for c in direct)
+
+
+def test_a_bad_calls_file_is_refused_by_file_row_and_column(tmp_path):
+    with pytest.raises(ValueError, match="--step-calls: no file"):
+        S.read_calls(tmp_path / "missing.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("kernel,family,calls_per_step,us,from_table,m\nwq_a,gemm_fp8,61,7.5,True,4\n")
+    with pytest.raises(ValueError, match=r"bad.csv lacks the column 'n'"):
+        S.read_calls(bad)
+    cols = ",".join(S.CALL_COLUMNS + S.SHAPE_KEYS)
+    bad.write_text(f"{cols}\nwq_a,gemm_fp8,61,7.5,True,four,1536,7168,1,0,0,128,1,0,1,1,True\n")
+    with pytest.raises(ValueError, match=r"row 1, column 'm': expected a number >= 0, got 'four'"):
+        S.read_calls(bad)
+    bad.write_text(f"{cols}\nwq_a,gemm_fp8,61,7.5,True,4,1536,7168,1,0,0,128,1,0,1,1,maybe\n")
+    with pytest.raises(ValueError, match=r"row 1, column 'fp8': expected True or False"):
+        S.read_calls(bad)
+    with pytest.raises(ValueError, match="--step and --step-calls name the calls two ways"):
+        MG.run_command(_args(tmp_path, step=POINT, step_calls=str(bad)), timer_factory=lambda: None,
+                       clock_factory=lambda: None, print_fn=lambda s: None)

@@ -48,6 +48,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--eager-launch-us", type=float, default=0.0,
                    help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay)")
     p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--calls-out", metavar="FILE", help="also write the priced calls with their shapes as CSV, for "
+                                                       "dsperf measure-gpu --step-calls on a GPU (docs/CUDA.md)")
 
 
 def _render(df, fmt: str, floatfmt: str = ".4g") -> str:
@@ -145,6 +147,9 @@ def _predict(args: argparse.Namespace) -> str:
     else:
         r = grounded.prefill(args.model, args.device, tokens=args.tokens, prompt_len=args.prompt_len,
                              cached_prefix=args.cached_prefix, ep=32 if args.ep is None else args.ep, **common)
+    if args.calls_out:
+        from .predict.measure_gpu_step import calls_table
+        calls_table(r["calls"]).to_csv(args.calls_out, index=False)
     calls = grounded.calls_frame(r)[["kernel", "family", "stage", "calls_per_step", "us", "ms_per_step",
                                      "efficiency", "from_table", "clamped"]]
     text = _render(calls, args.format)

@@ -169,7 +169,7 @@ def run_command(args, *, timer_factory=None, clock_factory=None, print_fn=print)
             raise ValueError(f"--device is needed: no shipped device file matches '{torch.cuda.get_device_name(0)}'")
     if device is None and args.dry_run:
         device, note = "H200", " No GPU to name the device: priced as H200 (--device to choose)."
-    if getattr(args, "step", None):
+    if getattr(args, "step", None) or getattr(args, "step_calls", None):
         return _run_step(args, device, note, iters, torch, timer_factory, clock_factory, print_fn)
     shapes = plan_shapes(args.table, quick=args.quick, dsperf_kernels=not args.no_dsperf_kernels)
     if args.dry_run:
@@ -195,24 +195,33 @@ def run_command(args, *, timer_factory=None, clock_factory=None, print_fn=print)
 
 
 def _run_step(args, device, note, iters, torch, timer_factory, clock_factory, print_fn) -> int:
-    """--step POINT: the point's priced decode calls timed at their shapes (measure_gpu_step)."""
+    """--step POINT (a decode point's priced calls) or --step-calls FILE (those of any step, written by
+    dsperf predict --calls-out), timed at their shapes (measure_gpu_step)."""
     from . import measure_gpu_step as S
     from .gpu_timing import ClockSampler
 
-    point = S.find_point(args.step)
+    if args.step and getattr(args, "step_calls", None):
+        raise ValueError("--step and --step-calls name the calls two ways: give one")
     if device is None:
         raise ValueError("--device is needed: the timer names no GPU")
-    if device != point["device"]:
-        print_fn(f"note: point {point['point']} is a {point['device']} deployment; its calls are priced as "
-                 f"{point['device']} and timed on this GPU ({device})")
-    calls, result = S.step_calls(point)
+    if args.step:
+        point = S.find_point(args.step)
+        if device != point["device"]:
+            print_fn(f"note: point {point['point']} is a {point['device']} deployment; its calls are priced as "
+                     f"{point['device']} and timed on this GPU ({device})")
+        calls, result = S.step_calls(point)
+        title, source, priced_as, name = f"--step {point['point']}", point["source"], point["device"], point["point"]
+    else:
+        calls, result = S.read_calls(args.step_calls), None
+        title, source, priced_as = f"--step-calls {args.step_calls}", f"The calls in {args.step_calls}", device
+        name = Path(args.step_calls).stem
     pairs = S.step_shapes(calls)
     shapes = list(dict.fromkeys(shape for _, shape in pairs))
     if args.no_dsperf_kernels:
         shapes = [s for s in shapes if s.kernel == "production"]
-    price = Pricer(point["device"])
+    price = Pricer(priced_as)
     if args.dry_run:
-        print_fn(plan_text(shapes, price, iters, args.budget_s, point["device"], note))
+        print_fn(plan_text(shapes, price, iters, args.budget_s, priced_as, note))
         return 0
     if timer_factory is None and torch is None:
         print_fn("dsperf measure-gpu --step needs PyTorch with a CUDA GPU. Nothing measured.")
@@ -223,10 +232,10 @@ def _run_step(args, device, note, iters, torch, timer_factory, clock_factory, pr
                            log=print_fn if args.verbose else (lambda s: None))
     df = S.step_frame(calls, outcome)
     summary = S.step_summary(df, result)
-    out_dir = Path(args.out or f"measure-gpu-step-{point['point']}")
+    out_dir = Path(args.out or f"measure-gpu-step-{name}")
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / "step.csv", index=False)
-    text = S.step_markdown(point, df, summary, outcome.env, point["device"])
+    text = S.step_markdown(title, source, df, summary, outcome.env, priced_as)
     if outcome.left_out:
         text += "\n## Left out\n\n" + "\n".join(f"- {s.family} [{s.kernel}] {s.label()}: {why}"
                                                for s, why in outcome.left_out) + "\n"
@@ -250,4 +259,6 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the shapes and the estimated time; time nothing")
     p.add_argument("--step", metavar="POINT", help="time the priced calls of this decode validation point's step at "
                                                    "their shapes instead of a table's (measure_gpu_step.py)")
+    p.add_argument("--step-calls", metavar="FILE", help="time the calls of a file written by dsperf predict "
+                                                         "--calls-out (any deployment's step) at their shapes")
     p.add_argument("--verbose", action="store_true", help="a line per shape as it is measured")

@@ -34,6 +34,61 @@ STEP_FIELDS = {
 _CEIL, _NEAREST = ("groups", "batch", "q_len"), ("m",)
 
 
+# The columns of a calls file (`dsperf predict --calls-out`): a call's name, family, calls per step,
+# its price in the step and whether a table row gave it, then its shape (grounded.SHAPE_COLUMNS, fp8).
+CALL_COLUMNS = ("kernel", "family", "calls_per_step", "us", "from_table")
+SHAPE_KEYS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "ep", "tp", "fp8")
+
+
+def calls_table(calls: list[dict]) -> "pd.DataFrame":
+    """The priced calls of a step, one row each, with their shapes as columns (a calls file)."""
+    import pandas as pd
+
+    return pd.DataFrame([{**{k: c[k] for k in CALL_COLUMNS}, **{k: c["shape"][k] for k in SHAPE_KEYS}}
+                         for c in calls])
+
+
+def read_calls(path) -> list[dict]:
+    """The calls of a calls file (calls_table's columns), as step_calls gives them; a missing file,
+    column or a cell that is not a number is a ValueError naming the file, row and column."""
+    import pandas as pd
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--step-calls: no file {path}")
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # noqa: BLE001 - any parse failure is the file's
+        raise ValueError(f"--step-calls: {path} is not a CSV file ({type(e).__name__}: {e})") from None
+    missing = [c for c in CALL_COLUMNS + SHAPE_KEYS if c not in df.columns]
+    if missing:
+        raise ValueError(f"--step-calls: {path} lacks the column '{missing[0]}' (write it with dsperf predict --calls-out)")
+    out = []
+    for i, row in enumerate(df.to_dict("records"), start=1):
+        shape = {}
+        for k in SHAPE_KEYS:
+            v = row[k]
+            if k == "fp8":
+                if str(v).strip().lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(f"--step-calls: {path}, row {i}, column 'fp8': expected True or False, got {v!r}")
+                shape[k] = str(v).strip().lower() in ("true", "1")
+                continue
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                v = math.nan
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"--step-calls: {path}, row {i}, column '{k}': expected a number >= 0, got {row[k]!r}")
+            shape[k] = v
+        for k in ("calls_per_step", "us"):
+            if not (isinstance(row[k], (int, float)) and math.isfinite(row[k]) and row[k] >= 0):
+                raise ValueError(f"--step-calls: {path}, row {i}, column '{k}': expected a number >= 0, got {row[k]!r}")
+        out.append({"kernel": str(row["kernel"]), "family": str(row["family"]), "calls_per_step": float(row["calls_per_step"]),
+                    "us": float(row["us"]), "from_table": bool(row["from_table"]), "shape": shape})
+    return out
+
+
 def find_point(name: str) -> dict:
     """The decode validation point named `name` (points.csv), or a ValueError naming --step."""
     from ..model import validation
@@ -121,18 +176,20 @@ def step_summary(df, result: dict) -> dict:
     return {"timed_calls": int(len(timed)), "untimed": sorted(set(untimed["kernel"])),
             "model_timed_ms": model_ms, "measured_timed_ms": measured_ms,
             "model_untimed_ms": float((untimed["model_us"] * untimed["calls_per_step"]).sum() / 1e3),
-            "model_step_ms": float(result["step_ms"]), "model_overhead_ms": float(result["overhead_ms"])}
+            "model_step_ms": float(result["step_ms"]) if result else math.nan,
+            "model_overhead_ms": float(result["overhead_ms"]) if result else math.nan}
 
 
-def step_markdown(point: dict, df, summary: dict, env: dict, device: str) -> str:
+def step_markdown(title: str, source: str, df, summary: dict, env: dict, device: str) -> str:
     from .measure_gpu_output import markdown_table
 
     s = summary
-    lines = [f"# dsperf measure-gpu --step {point['point']}", "",
-             f"{point['source']}. Priced as {device}; timed on {env.get('gpu', '?')} (torch {env.get('torch', '?')}, "
+    step = (f"The model's step: {s['model_step_ms']:.3f} ms (overhead {s['model_overhead_ms']:.3f} ms). "
+            if math.isfinite(s["model_step_ms"]) else "")
+    lines = [f"# dsperf measure-gpu {title}", "",
+             f"{source}. Priced as {device}; timed on {env.get('gpu', '?')} (torch {env.get('torch', '?')}, "
              f"CUDA {env.get('cuda', '?')}), {env.get('date', '?')}.", "",
-             f"The model's step: {s['model_step_ms']:.3f} ms (overhead {s['model_overhead_ms']:.3f} ms). Over the "
-             f"{s['timed_calls']} calls timed here, the calls as priced in the step sum to {s['model_timed_ms']:.3f} ms "
+             f"{step}Over the {s['timed_calls']} calls timed here, the calls as priced in the step sum to {s['model_timed_ms']:.3f} ms "
              f"and as measured to {s['measured_timed_ms']:.3f} ms per step (x calls per step; kernels' own time, "
              f"no launch gaps). Not timed: {', '.join(s['untimed']) or 'none'} ({s['model_untimed_ms']:.3f} ms as "
              "priced).", "",

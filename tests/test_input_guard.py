@@ -123,7 +123,8 @@ def test_a_planted_constant_is_caught(monkeypatch):
     _, figure = inputs.published_figures()[0]
     planted = inputs.Constant(figure, "assumed: planted", "here", False)
     monkeypatch.setitem(inputs.INPUT_CONSTANTS, "planted", planted)
-    assert [m.where for m in inputs.guard(inputs.constant_inputs())] == ["constant planted"]
+    found = [m.where for m in inputs.guard(inputs.constant_inputs()) if inputs.exemption(m) is None]
+    assert found == ["constant planted"]
 
 
 def test_sig_digits():

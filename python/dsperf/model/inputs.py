@@ -309,6 +309,22 @@ EXEMPT = {
         "the text quotes the figure it relates the batch to: the paper gives batch 96 and TPOT 49.4 ms with "
         "1,943 tokens/s = batch / TPOT (as quoted from its decode table, not yet checked against the PDF), "
         "so the point checks the model's TPOT at the paper's batch",
+    ("constant grounded.DEFAULT_EFFICIENCY",
+     "latency_points.csv sglang_h100_pd_decode_itl / latency_points.csv ix_mi300x_sglang_fp8_1k1k_c4_ttft"):
+        "coincidence: the assumed flat efficiency (0.6, set 2026-11-23) against the ratio of an ITL of "
+        "'approximately 100 ms' to an MI300X TTFT (166.676 ms, InferenceX run 22469096331), a point added on "
+        "2026-11-26",
+    ("constant serving.simulate(default_efficiency=)",
+     "latency_points.csv sglang_h100_pd_decode_itl / latency_points.csv ix_mi300x_sglang_fp8_1k1k_c4_ttft"):
+        "coincidence: grounded.DEFAULT_EFFICIENCY as the simulator's default (above)",
+    ("constant serving.ctx_ratio",
+     "points.csv sglang_h20_ep16_bs32 / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c64_ttft"):
+        "coincidence: the simulator's numerical grid of decode contexts 2% apart (1.02) against an H20 throughput (675 tokens/s "
+        "per GPU) over an MI300X TTFT (661.516 ms, added 2026-11-26): a ratio of unrelated figures in other units",
+    ("constant serving.prefill_ratio",
+     "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_tpot"):
+        "coincidence: the simulator's numerical grid of prefill buckets +-2.2% wide (1.0442) against a B200 TPOT over an MI300X "
+        "TPOT (30.034 / 28.779 ms, the latter added 2026-11-26), two unrelated runs on different GPUs",
     ("points.csv cannrecipes_a3_decode assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
         "coincidence: cann-recipes-infer's benchmark config generates 100 new tokens (max_new_tokens, "
         "decode_r1_rank_128_128ep_a8w8c8_mtp_benchmark.yaml), against an ITL of 'approximately 100 ms'",

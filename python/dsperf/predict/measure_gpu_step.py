@@ -26,7 +26,9 @@ STEP_FIELDS = {
     "gemm_fp8": ("m", "n", "k"),
     "gemm_bf16": ("m", "n", "k", "groups"),
     "grouped_masked": ("m", "n", "k", "groups"),
+    "grouped_contiguous": ("m", "n", "k", "groups"),
     "mla_decode": ("batch", "kv_len", "heads", "q_len"),
+    "mla_prefill": ("m", "kv_len", "heads"),
     "elementwise": ("bytes",),
 }
 # Counts the model may price as averages: experts, requests and query tokens are rounded up (a
@@ -126,7 +128,8 @@ def call_shape(call: dict, kernel: str = "production") -> Shape | None:
             v = max(1, math.floor(v + 0.5)) if f in _NEAREST else int(round(v))
         dims.append((f, v))
     # FP8 where the family computes in FP8 (its weights), or the MLA cache is FP8; BF16 otherwise.
-    dtype = "fp8" if s["fp8"] and call["family"] in ("gemm_fp8", "grouped_masked", "mla_decode") else "bf16"
+    dtype = "fp8" if s["fp8"] and call["family"] in ("gemm_fp8", "grouped_masked", "grouped_contiguous",
+                                                     "mla_decode") else "bf16"
     return Shape(call["family"], dtype, tuple(dims), kernel)
 
 

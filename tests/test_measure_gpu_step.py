@@ -114,3 +114,13 @@ def test_a_bad_calls_file_is_refused_by_file_row_and_column(tmp_path):
     with pytest.raises(ValueError, match="--step and --step-calls name the calls two ways"):
         MG.run_command(_args(tmp_path, step=POINT, step_calls=str(bad)), timer_factory=lambda: None,
                        clock_factory=lambda: None, print_fn=lambda s: None)
+
+
+def test_a_prefill_steps_calls_are_timed_in_their_own_families():
+    from dsperf.model import grounded as G
+
+    calls = G.prefill("DeepSeek-V3", "H200", tokens=8192, prompt_len=4096, ep=8)["calls"]
+    families = {shape.family for _, shape in S.step_shapes(calls)}
+    assert {"grouped_contiguous", "mla_prefill", "gemm_fp8", "elementwise"} <= families
+    core = next(shape for c, shape in S.step_shapes(calls) if shape.family == "mla_prefill")
+    assert core.get("heads") == 128 and core.get("m") >= 1

@@ -35,10 +35,8 @@ constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
 // (NVIDIA H100 datasheet: 900 GB/s bidirectional).
 constexpr double kAllReduceTableNvlinkGbps = 450;
 
-// With attention TP every GPU of the group holds the group's activations after the attention
-// all-reduce, and the stacks split the other dense weights over the same group (TensorRT-LLM's and
-// SGLang's TP mode: the dense MLP and a vocabulary-parallel LM head and embedding), so a GPU reads
-// a 1/attn_tp slice of them for all the group's tokens. The dense MLP runs over at least attn_tp.
+// Under attention TP every GPU of the group holds its activations, and the stacks split the dense
+// MLP (over at least attn_tp), LM head and embedding over the group too (docs/GROUNDED_MODEL.md).
 double dense_group_tp(const Deployment& dep) { return std::max(double(dep.dense_tp), double(dep.attn_tp)); }
 
 // The shared experts are split over the attention TP group where the routed experts share that
@@ -372,11 +370,8 @@ double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double 
 
 void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     // Each field within its declared range (DSPERF_DEPLOYMENT_FIELDS), or at its sentinel.
-    // "%g" is what an ostream prints for a double by default. Not an ostringstream: on an H200 host
-    // (Ubuntu 24.04, GCC 13.3, numpy / pandas / pyarrow loaded) formatting a double through
-    // iostreams here crashed every step priced (SIGSEGV in ostream::_M_insert<double>, cuda-gdb
-    // backtrace; -O2 sanitizer builds did not crash; the cause inside the C++ runtime is not known).
-    // And the message is built only for a field that fails, not for every field of every step.
+    // "%g", as an ostream prints a double; not an ostringstream, which crashed every step on an H200
+    // host (GCC 13.3, Ubuntu 24.04: docs/CUDA.md). The message is built for a failing field only.
     auto fmt = [](double v) {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%g", v);

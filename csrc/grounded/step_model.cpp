@@ -308,7 +308,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         // (token, expert) pair grouped by expert: a permute before the GEMMs and a weighted
         // un-permute after them (the low-latency kernels write the masked layout directly).
         KernelShape perm, unperm;
-        perm.bytes = rows * payload * 2;
+        perm.bytes = rows * dispatch_payload(m, dep.dispatch_fp8) * 2;  // one token's payload a row (not x moe_tp)
         unperm.bytes = rows * D * 2 + t * D * 2;
         b.compute("permute", TableFamily::kElementwise, M, perm);
         b.compute("unpermute_reduce", TableFamily::kElementwise, M, unperm);

@@ -1,0 +1,48 @@
+"""Tensor parallelism's layout in the grounded model's calls: what attention TP splits (the dense MLP,
+the LM head, the shared experts where the experts share the group) and what MoE TP does not
+multiply (the bytes of a permuted row). docs/GROUNDED_MODEL.md, "Attention TP"."""
+import pytest
+
+from dsperf.model import grounded
+
+V3_DIM, V3_VOCAB, V3_INTER, V3_MOE_INTER = 7168, 129280, 18432, 2048
+
+
+def _calls(r):
+    return {c["kernel"]: c for c in r["calls"]}
+
+
+def test_attention_tp_splits_the_dense_mlp_lm_head_and_shared_experts():
+    dp = _calls(grounded.decode("DeepSeek-V3", "H200", batch=4, ep=8, attn_tp=1, overlap="none"))
+    tp = _calls(grounded.decode("DeepSeek-V3", "H200", batch=0.5, ep=8, attn_tp=8, overlap="none"))
+    # DP attention: each GPU its own 4 tokens through whole weights.
+    assert dp["lm_head"]["shape"]["m"] == 4 and dp["lm_head"]["shape"]["n"] == V3_VOCAB
+    assert dp["dense_up"]["shape"]["n"] == 2 * V3_INTER and dp["shared_up"]["shape"]["n"] == 2 * V3_MOE_INTER
+    # TP8 attention over the same 4 tokens: every GPU all 4 rows, an eighth of the weights.
+    assert tp["lm_head"]["shape"]["m"] == 4 and tp["lm_head"]["shape"]["n"] == V3_VOCAB / 8
+    assert tp["dense_up"]["shape"]["m"] == 4 and tp["dense_up"]["shape"]["n"] == 2 * V3_INTER / 8
+    assert tp["shared_up"]["shape"]["m"] == 4 and tp["shared_up"]["shape"]["n"] == 2 * V3_MOE_INTER / 8
+    assert "dense_allreduce" in tp and "dense_allreduce" not in dp
+    assert tp["lm_head"]["us"] < dp["lm_head"]["us"] / 4
+
+
+def test_shared_experts_stay_whole_where_the_experts_span_more_than_the_attention_group():
+    c = _calls(grounded.decode("DeepSeek-V3", "H200", batch=2, ep=16, attn_tp=8, overlap="none"))
+    assert c["shared_up"]["shape"]["n"] == 2 * V3_MOE_INTER
+
+
+def test_attention_tp_splits_the_replicated_weights_in_memory():
+    dp = grounded.decode("DeepSeek-V3", "H200", batch=4, ep=8, attn_tp=1, overlap="none")
+    tp = grounded.decode("DeepSeek-V3", "H200", batch=0.5, ep=8, attn_tp=8, overlap="none")
+    # Embedding + LM head (BF16, 2 x 129280 x 7168 x 2 bytes) alone shrink by 7/8 of 3.7 GB.
+    assert dp["weights_gib"] - tp["weights_gib"] > 2 * V3_VOCAB * V3_DIM * 2 * 7 / 8 / 2**30
+
+
+@pytest.mark.parametrize("moe_tp", [1, 8])
+def test_a_permuted_row_carries_one_tokens_payload_whatever_the_moe_tp(moe_tp):
+    r = grounded.prefill("DeepSeek-V3", "H200", tokens=128, prompt_len=1024, ep=8, attn_tp=8, moe_tp=moe_tp,
+                         overlap="none")
+    permute = _calls(r)["permute"]
+    rows = 128 * 8 * moe_tp  # each token's 8 experts; with MoE TP every GPU of the group gets the token
+    payload = V3_DIM + V3_DIM / 128 * 4  # FP8 values and one FP32 scale per 128
+    assert permute["bytes"] == pytest.approx(rows * payload * 2, rel=1e-12)

@@ -124,3 +124,16 @@ def test_a_prefill_steps_calls_are_timed_in_their_own_families():
     assert {"grouped_contiguous", "mla_prefill", "gemm_fp8", "elementwise"} <= families
     core = next(shape for c, shape in S.step_shapes(calls) if shape.family == "mla_prefill")
     assert core.get("heads") == 128 and core.get("m") >= 1
+
+
+def test_predict_names_the_timed_one_request_gap_on_a_latency_bound_step_only(capsys):
+    from dsperf.cli import main
+
+    main(["predict", "--device", "H200", "--batch", "1", "--ep", "8", "--attn-tp", "8"])
+    small = capsys.readouterr().out
+    main(["predict", "--device", "H200", "--batch", "64", "--ep", "8"])
+    large = capsys.readouterr().out
+    ratio = S.shipped_step_ratio()
+    assert ratio == pytest.approx(11.604 / 6.619, rel=1e-3)
+    assert f"a one-request step's calls took {ratio:.2f}x their prices" in small
+    assert "latency-bound step" not in large

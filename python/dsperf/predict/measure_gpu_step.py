@@ -200,3 +200,17 @@ def step_markdown(title: str, source: str, df, summary: dict, env: dict, device:
              "time, or dsperf's own where no production kernel ran (MLA decode without FlashInfer).", "",
              markdown_table(df, ".3g"), ""]
     return "\n".join(lines)
+
+
+SHIPPED_STEP = "H200-trtllm_h200_min_latency.csv"  # data/devices/measured/steps: the timed one-request step
+
+
+def shipped_step_ratio() -> float:
+    """Measured over priced time of the shipped timed step's calls (each x its calls per step):
+    how far the kernels of a one-request step ran from their prices on the GPU that timed them."""
+    import pandas as pd
+    from ..model import grounded
+
+    df = pd.read_csv(grounded.measured_tables_dir() / "steps" / SHIPPED_STEP)
+    timed = df[df["measured_us"].notna()]
+    return float((timed["measured_us"] * timed["calls_per_step"]).sum() / (timed["model_us"] * timed["calls_per_step"]).sum())

@@ -63,10 +63,7 @@ def test_a_point_that_is_not_a_decode_step_is_refused_by_name():
 
 
 def test_the_shipped_h200_step_timing_is_the_one_the_docs_quote():
-    from dsperf.model import grounded as G
-
-    path = G.measured_tables_dir() / "steps" / "H200-trtllm_h200_min_latency.csv"
-    df = pd.read_csv(path)
+    df = pd.read_csv(S.shipped_step_path())
     timed = df[df["measured_us"].notna()]
     measured_ms = (timed["measured_us"] * timed["calls_per_step"]).sum() / 1e3
     assert measured_ms == pytest.approx(11.604, abs=5e-4)
@@ -137,3 +134,17 @@ def test_predict_names_the_timed_one_request_gap_on_a_latency_bound_step_only(ca
     assert ratio == pytest.approx(11.604 / 6.619, rel=1e-3)
     assert f"a one-request step's calls took {ratio:.2f}x their prices" in small
     assert "latency-bound step" not in large
+
+
+def test_a_calls_shape_names_are_the_table_columns():
+    from dsperf.model import grounded as G
+
+    calls, _ = S.step_calls(S.find_point(POINT))
+    assert tuple(calls[0]["shape"]) == S.SHAPE_KEYS == tuple(G.SHAPE_COLUMNS) + ("fp8",)
+
+
+def test_an_unwritable_calls_file_names_the_flag(tmp_path, capsys):
+    from dsperf.cli import main
+
+    assert main(["predict", "--device", "H200", "--calls-out", str(tmp_path / "missing" / "x.csv")]) == 2
+    assert "--calls-out: cannot write" in capsys.readouterr().err

@@ -39,10 +39,11 @@ constexpr double kAllReduceTableNvlinkGbps = 450;
 // MLP (over at least attn_tp), LM head and embedding over the group too (docs/GROUNDED_MODEL.md).
 double dense_group_tp(const Deployment& dep) { return std::max(double(dep.dense_tp), double(dep.attn_tp)); }
 
-// The shared experts are split over the attention TP group where the routed experts share that
-// group (its GPUs hold every token after the attention all-reduce: moe_calls' replicated case).
+// The experts share the attention TP group: its GPUs hold every token after the attention
+// all-reduce, so the MoE needs no dispatch (moe_calls) and the shared experts split over it too.
+bool experts_share_attention_group(const Deployment& dep) { return dep.attn_tp > 1 && dep.ep == dep.attn_tp; }
 double shared_expert_tp(const Deployment& dep) {
-    return dep.attn_tp > 1 && dep.ep == dep.attn_tp ? double(dep.attn_tp) : 1.0;
+    return experts_share_attention_group(dep) ? double(dep.attn_tp) : 1.0;
 }
 
 // The LM head for `rows` tokens per GPU: vocabulary-parallel over the attention TP group (each GPU
@@ -230,8 +231,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // after the attention all-reduce every GPU holds every token of the group, so each picks the
     // rows of its own experts locally (no dispatch) and the partial outputs are summed by one
     // all-reduce of the group's tokens (no combine).
-    const bool replicated = dep.attn_tp > 1 && dep.ep == dep.attn_tp;
-    if (replicated) {
+    if (experts_share_attention_group(dep)) {
         b.allreduce("moe_allreduce", Stage::kCombine, dep.attn_tp, t * dep.attn_tp * D * 2, d.nvlink_gbps);
     } else if (dep.phase == Phase::kDecode && internode) {
         // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it.

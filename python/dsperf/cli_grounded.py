@@ -149,7 +149,10 @@ def _predict(args: argparse.Namespace) -> str:
                              cached_prefix=args.cached_prefix, ep=32 if args.ep is None else args.ep, **common)
     if args.calls_out:
         from .predict.measure_gpu_step import calls_table
-        calls_table(r["calls"]).to_csv(args.calls_out, index=False)
+        try:
+            calls_table(r["calls"]).to_csv(args.calls_out, index=False)
+        except OSError as e:
+            raise ValueError(f"--calls-out: cannot write {args.calls_out}: {e}") from None
     calls = grounded.calls_frame(r)[["kernel", "family", "stage", "calls_per_step", "us", "ms_per_step",
                                      "efficiency", "from_table", "clamped"]]
     text = _render(calls, args.format)

@@ -40,6 +40,7 @@ _CEIL, _NEAREST = ("groups", "batch", "q_len"), ("m",)
 # its price in the step and whether a table row gave it, then its shape (grounded.SHAPE_COLUMNS, fp8).
 CALL_COLUMNS = ("kernel", "family", "calls_per_step", "us", "from_table")
 SHAPE_KEYS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "ep", "tp", "fp8")
+# (grounded.SHAPE_COLUMNS and fp8: the names the binding gives a call's shape; a test holds all three equal.)
 
 
 def calls_table(calls: list[dict]) -> "pd.DataFrame":
@@ -202,15 +203,17 @@ def step_markdown(title: str, source: str, df, summary: dict, env: dict, device:
     return "\n".join(lines)
 
 
-SHIPPED_STEP = "H200-trtllm_h200_min_latency.csv"  # data/devices/measured/steps: the timed one-request step
+def shipped_step_path():
+    """The shipped timed one-request step (measure-gpu --step trtllm_h200_min_latency on an H200)."""
+    from ..model import grounded
+
+    return grounded.measured_tables_dir() / "steps" / "H200-trtllm_h200_min_latency.csv"
 
 
 def shipped_step_ratio() -> float:
-    """Measured over priced time of the shipped timed step's calls (each x its calls per step):
-    how far the kernels of a one-request step ran from their prices on the GPU that timed them."""
+    """Measured over priced time of the shipped timed step's calls (step_summary's sums): how far
+    the kernels of a one-request step ran from their prices on the GPU that timed them."""
     import pandas as pd
-    from ..model import grounded
 
-    df = pd.read_csv(grounded.measured_tables_dir() / "steps" / SHIPPED_STEP)
-    timed = df[df["measured_us"].notna()]
-    return float((timed["measured_us"] * timed["calls_per_step"]).sum() / (timed["model_us"] * timed["calls_per_step"]).sum())
+    s = step_summary(pd.read_csv(shipped_step_path()), None)
+    return s["measured_timed_ms"] / s["model_timed_ms"]

@@ -148,3 +148,18 @@ def test_an_unwritable_calls_file_names_the_flag(tmp_path, capsys):
 
     assert main(["predict", "--device", "H200", "--calls-out", str(tmp_path / "missing" / "x.csv")]) == 2
     assert "--calls-out: cannot write" in capsys.readouterr().err
+
+
+def test_a_calls_fp8_is_what_it_reads_not_the_deployments_flag():
+    from dsperf.model import grounded as G
+
+    # An FP8 deployment with a BF16 cache: FP8 weight GEMMs and experts, BF16 per-head GEMMs,
+    # router, norms and attention core (the C++ table_reads_fp8 decides; measure-gpu obeys it).
+    calls = G.decode("DeepSeek-V3", "H200", batch=8, kv_len=2048, ep=8)["calls"]
+    dtype = {c["kernel"]: S.call_shape(c).dtype for c in calls if S.call_shape(c) is not None}
+    assert dtype["wq_a"] == "fp8" and dtype["experts_up"] == "fp8"
+    assert dtype["gate"] == "bf16" and dtype["q_absorb_w_uk"] == "bf16" and dtype["attn_norm"] == "bf16"
+    assert dtype["attention_core"] == "bf16"
+    fp8_cache = G.decode("DeepSeek-V3", "H200", batch=8, kv_len=2048, ep=8, kv_fp8=True)["calls"]
+    core = next(c for c in fp8_cache if c["kernel"] == "attention_core")
+    assert S.call_shape(core).dtype == "fp8"

@@ -17,12 +17,14 @@ using namespace dsperf;
 namespace {
 const char* stage_name(Stage s) { return kStageNames[int(s)]; }
 
-// A call's shape under the table columns' names (grounded.SHAPE_COLUMNS, and fp8).
-py::dict shape_dict(const KernelShape& s) {
+// A call's shape under the table columns' names (grounded.SHAPE_COLUMNS), and fp8: whether the
+// call reads FP8 operands (table_reads_fp8), not the deployment's flag.
+py::dict shape_dict(const KernelCall& c) {
+    const KernelShape& s = c.shape;
     return py::dict(py::arg("m") = s.m, py::arg("n") = s.n, py::arg("k") = s.k, py::arg("groups") = s.groups,
                     py::arg("batch") = s.batch, py::arg("kv_len") = s.kv_len, py::arg("heads") = s.heads,
                     py::arg("q_len") = s.q_len, py::arg("bytes") = s.bytes, py::arg("ep") = s.ep,
-                    py::arg("tp") = s.tp, py::arg("fp8") = s.fp8);
+                    py::arg("tp") = s.tp, py::arg("fp8") = table_reads_fp8(c.family, s));
 }
 template <typename T>
 T* column(py::dict& out, const char* name, size_t n) {
@@ -228,7 +230,7 @@ void bind_step_model(py::module_& root) {
                                       py::arg("stage") = stage_name(c.stage), py::arg("calls_per_step") = c.calls,
                                       py::arg("us") = c.us, py::arg("flops") = c.flops, py::arg("bytes") = c.bytes,
                                       py::arg("efficiency") = c.efficiency, py::arg("from_table") = c.from_table,
-                                      py::arg("clamped") = c.clamped, py::arg("shape") = shape_dict(c.shape)));
+                                      py::arg("clamped") = c.clamped, py::arg("shape") = shape_dict(c)));
             }
             py::dict out(py::arg("moe_layer_ms") = r.moe_layer_ms, py::arg("dense_layer_ms") = r.dense_layer_ms,
                          py::arg("head_ms") = r.head_ms, py::arg("overhead_ms") = r.overhead_ms,

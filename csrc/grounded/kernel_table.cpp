@@ -29,6 +29,19 @@ TableFamily table_family_from_name(const std::string& name) {
 
 bool is_comm_family(TableFamily f) { return f >= TableFamily::kDispatchLowLatency; }
 
+bool table_reads_fp8(TableFamily f, const KernelShape& s) {
+    switch (f) {
+        case TableFamily::kGemmFp8:
+            return true;
+        case TableFamily::kGroupedContiguous:
+        case TableFamily::kGroupedMasked:
+        case TableFamily::kMlaDecode:
+            return s.fp8;
+        default:
+            return false;
+    }
+}
+
 KernelWork table_work(TableFamily f, const KernelShape& s) {
     switch (f) {
         case TableFamily::kGemmFp8:

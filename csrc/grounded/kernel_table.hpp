@@ -79,6 +79,10 @@ struct KernelShape {
 
 // FLOPs and bytes of one call of a compute family (kernel_cost's work functions).
 KernelWork table_work(TableFamily f, const KernelShape& s);
+// Whether a call of the family reads FP8 operands (FP8 weights, or an FP8 latent cache): the dtype a
+// GPU timing of the call runs in (dsperf measure-gpu --step). gemm_fp8 always, gemm_bf16 never, the
+// grouped GEMMs and the attention cache where the shape says so; the rest move BF16.
+bool table_reads_fp8(TableFamily f, const KernelShape& s);
 
 // A family's primary axis value and secondary keys for a shape (at most three keys; fixed size so
 // that a lookup allocates nothing).

@@ -128,9 +128,8 @@ def call_shape(call: dict, kernel: str = "production") -> Shape | None:
         else:
             v = max(1, math.floor(v + 0.5)) if f in _NEAREST else int(round(v))
         dims.append((f, v))
-    # FP8 where the family computes in FP8 (its weights), or the MLA cache is FP8; BF16 otherwise.
-    dtype = "fp8" if s["fp8"] and call["family"] in ("gemm_fp8", "grouped_masked", "grouped_contiguous",
-                                                     "mla_decode") else "bf16"
+    # The binding's fp8 says whether the call reads FP8 operands (C++ table_reads_fp8).
+    dtype = "fp8" if s["fp8"] else "bf16"
     return Shape(call["family"], dtype, tuple(dims), kernel)
 
 

@@ -163,3 +163,16 @@ def test_a_calls_fp8_is_what_it_reads_not_the_deployments_flag():
     fp8_cache = G.decode("DeepSeek-V3", "H200", batch=8, kv_len=2048, ep=8, kv_fp8=True)["calls"]
     core = next(c for c in fp8_cache if c["kernel"] == "attention_core")
     assert S.call_shape(core).dtype == "fp8"
+
+
+def test_a_prefill_after_a_cached_prefix_is_timed_with_its_prefix_keys():
+    from dsperf.model import grounded as G
+    from dsperf.predict.measure_gpu_plan import prefill_keys
+
+    calls = G.prefill("DeepSeek-V3", "H200", tokens=4096, prompt_len=4096, cached_prefix=2048, ep=8)["calls"]
+    core = next(shape for c, shape in S.step_shapes(calls) if shape.family == "mla_prefill")
+    tokens, heads, keys = prefill_keys(core)
+    assert heads == 128 and keys > tokens and keys == core.get("kv_len")
+    fresh = G.prefill("DeepSeek-V3", "H200", tokens=4096, prompt_len=4096, ep=8)["calls"]
+    core = next(shape for c, shape in S.step_shapes(fresh) if shape.family == "mla_prefill")
+    assert prefill_keys(core)[2] == prefill_keys(core)[0]

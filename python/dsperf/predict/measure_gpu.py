@@ -16,7 +16,8 @@ its SM clock while the row was timed, and the date):
     grouped_contiguous  the same kernel, 2D x 3D with per-expert row offsets
     mla_decode          FlashInfer's BatchMLAPagedAttentionWrapper (absorbed MLA over a paged BF16
                         latent cache, 64-token pages), where `import flashinfer` works
-    mla_prefill         torch's scaled_dot_product_attention, causal, q/k 192 and v 128 wide,
+    mla_prefill         torch's scaled_dot_product_attention, causal (after a step's cached prefix:
+                        the new tokens against prefix + new keys), q/k 192 and v 128 wide,
                         restricted to its fused backends (FlashAttention, cuDNN, memory-efficient;
                         the unfused math path is refused); the kernel that ran is named
   dsperf's own CUDA kernels (dsperf.cuda.grouped_gemm, mla_decode) time the same grouped and MLA

@@ -80,8 +80,16 @@ class Shape:
             tokens = g("batch") * math.ceil(g("kv_len") / MLA_PAGE) * MLA_PAGE
             return 2.0 * tokens * 576 + 4.0 * g("batch") * g("q_len", 1) * g("heads") * 576 * 2
         if self.family == "mla_prefill":
-            return 2.0 * g("m") * g("heads") * (192 * 2 + 128 * 2)
+            tokens, heads, keys = prefill_keys(self)
+            return 2.0 * heads * (tokens * (192 + 128) + keys * (192 + 128))
         return 0.0
+
+
+def prefill_keys(shape: "Shape") -> tuple[int, int, int]:
+    """(new tokens, heads, keys) of an mla_prefill shape: keys = kv_len (cached prefix + new tokens)
+    where the shape gives it (a step's call), else the tokens (a table row: no prefix)."""
+    tokens = int(shape.get("m"))
+    return tokens, int(shape.get("heads")), max(tokens, int(shape.get("kv_len", 0) or 0))
 
 
 def format_number(v) -> str:

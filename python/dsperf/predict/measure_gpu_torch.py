@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .measure_gpu_plan import DSPERF_FAMILIES, KERNEL_TEXT, MLA_PAGE, Measurement, Shape
+from .measure_gpu_plan import DSPERF_FAMILIES, KERNEL_TEXT, MLA_PAGE, Measurement, Shape, prefill_keys
 
 
 # ---- the real timer ----------------------------------------------------------------------------------
@@ -181,16 +181,23 @@ class TorchTimer:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         import torch.nn.functional as F
 
-        tokens, heads = s.get("m"), s.get("heads")
+        tokens, heads, keys = prefill_keys(s)
         q = t.randn(1, heads, tokens, 192, device="cuda", dtype=t.bfloat16)
-        k = t.randn(1, heads, tokens, 192, device="cuda", dtype=t.bfloat16)
-        v = t.randn(1, heads, tokens, 128, device="cuda", dtype=t.bfloat16)
+        k = t.randn(1, heads, keys, 192, device="cuda", dtype=t.bfloat16)
+        v = t.randn(1, heads, keys, 128, device="cuda", dtype=t.bfloat16)
         backends = [getattr(SDPBackend, b) for b in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION")
                     if hasattr(SDPBackend, b)]
+        # New tokens after a cached prefix attend to the whole prefix and causally among themselves:
+        # the causal mask aligned to the last key (is_causal aligns it to the first).
+        mask = None
+        if keys > tokens:
+            from torch.nn.attention.bias import causal_lower_right
+            mask = causal_lower_right(tokens, keys)
 
         def call():
             with sdpa_kernel(backends):  # the unfused math path is not a production kernel: refused
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=192 ** -0.5)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                      scale=192 ** -0.5)
         return call, (q, k, v)
 
     # dsperf's own kernels, on its DeviceArrays (staged from numpy as gpu_validate.py does)

@@ -29,24 +29,25 @@ def test_ascend_table_loads_with_both_sources():
 
 
 def test_ascend_mla_decode_priced_from_the_table():
-    out = grounded.decode(device="Ascend910C", batch=96, kv_len=4224, ep=320, redundant_experts=64, mtp=1,
+    out = grounded.decode(device="Ascend910C", batch=48, kv_len=4224, ep=320, redundant_experts=64, mtp=1,
                           mtp_accepted=0.7)
     core = [c for c in out["calls"] if c["family"] == "mla_decode"]
     assert len(core) == 1 and core[0]["from_table"]
-    # Compute-bound on the package's roofline; at most the published best, 614 of 707.8 TFLOPS.
-    assert 0.6 < core[0]["efficiency"] <= 614 / 707.8 + 1e-9
+    # Compute-bound on a die's roofline; at most the published best, 614 of the package's 707.8
+    # TFLOPS = 307 of the die's 353.9.
+    assert 0.6 < core[0]["efficiency"] <= 307 / 353.9 + 1e-9
     assert out["calls_from_table"] == 3  # the attention core, dispatch and combine
 
 
 def test_ascend_dispatch_combine_priced_from_its_own_rows():
     """Inside the UB domain a decode's dispatch and combine read the EP8 rows of the normal kernels:
-    the Ascend rows (146 and 125 GB/s of a die's 196 GB/s link), scaled to the package's 392 GB/s,
-    not the H800 NVLink rows."""
-    out = grounded.decode(device="Ascend910C", batch=96, kv_len=4224, ep=320, redundant_experts=64, mtp=1,
+    the Ascend rows (146 and 125 GB/s of a die's 196 GB/s link; a GPU here is a die), not the H800
+    NVLink rows."""
+    out = grounded.decode(device="Ascend910C", batch=48, kv_len=4224, ep=320, redundant_experts=64, mtp=1,
                           mtp_accepted=0.7)
     gbps = {c["family"]: c["efficiency"] for c in out["calls"] if c["family"].endswith("_normal")}
-    assert gbps["dispatch_normal"] == pytest.approx(146 / 196 * 392)
-    assert gbps["combine_normal"] == pytest.approx(125 / 196 * 392)
+    assert gbps["dispatch_normal"] == pytest.approx(146)
+    assert gbps["combine_normal"] == pytest.approx(125)
     # Another device inside its NVLink domain still reads the network table's H800 rows (153 of 200 GB/s).
     h = grounded.decode(device="H800", batch=64, kv_len=4224, ep=8, redundant_experts=0)
     assert {c["family"]: c["efficiency"] for c in h["calls"]}["dispatch_normal"] == pytest.approx(153 / 200 * 200)
@@ -71,7 +72,8 @@ def test_a_device_comm_row_needs_its_link_and_a_scale_up_family(tmp_path):
 
 def test_ascend_table_is_what_the_builder_writes():
     anchor = [a for a in derive_table.read_anchors() if a["table"] == "Ascend910C"]
-    assert [(a["families"], a["published"], a["peak_field"]) for a in anchor] == [(["mla_decode"], 614.0,
+    # The AMLA paper's 614 TFLOPS per package of two dies, per die (a GPU here): 307.
+    assert [(a["families"], a["published"], a["peak_field"]) for a in anchor] == [(["mla_decode"], 307.0,
                                                                                     "fp16_tflops")]
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tables" / "build_ascend910c.py"), "--check"],
                        capture_output=True, text=True)
@@ -83,18 +85,41 @@ def _point(name):
     return next(p for p in validation.load_points() if p["point"] == name)
 
 
-def test_cann_recipes_points_count_a_package_as_a_gpu():
-    """cann-recipes-infer's A3 figures are per chip (a 910C package of two dies) while its ranks are dies:
-    the decode's 128 ranks and global batch 6144 are 64 packages of 96 requests, the prefill's 32 ranks
-    16 packages of 4 x 4K prompts. Its throughput is batch per chip over TPOT (96 / 44.9 ms, rounded)."""
+def test_ascend_points_count_a_die_as_a_gpu_and_compare_per_chip():
+    """cann-recipes-infer's A3 figures are per chip (a 910C package of two dies) while its ranks are dies,
+    and a GPU here is a die: the decode's 128 ranks and global batch 6144 are 128 dies of 48 requests,
+    the prefill's 32 ranks 32 dies of 2 x 4K prompts; the figures compare as tokens_per_chip_s (per
+    GPU x gpus_per_chip). The decode's throughput is batch per chip over TPOT (96 / 44.9 ms, rounded)."""
+    from dsperf.model import validation
+    from dsperf.model.devices import load_device
+
+    assert load_device("Ascend910C").gpus_per_chip == 2
     d = _point("cannrecipes_a3_decode")
-    assert (d["device"], d["metric"], d["role"]) == ("Ascend910C", "tokens_per_gpu_s", "check")
-    assert d["ep"] * 2 == 128 and d["batch"] * d["ep"] == 6144 and (d["mtp"], d["mtp_accepted"]) == (1, 0.7)
-    assert d["published"] == pytest.approx(d["batch"] / 44.9e-3, abs=0.5)
+    assert (d["device"], d["metric"]) == ("Ascend910C", "tokens_per_chip_s")
+    assert d["ep"] == 128 and d["batch"] * d["ep"] == 6144 and (d["mtp"], d["mtp_accepted"]) == (1, 0.7)
+    assert d["published"] == pytest.approx(2 * d["batch"] / 44.9e-3, abs=0.5)
+    per_gpu = validation._decode(d)["tokens_per_gpu_s"]
+    assert validation.predict_point(d) == pytest.approx(2 * per_gpu)
     for name, overlap in (("cannrecipes_a3_prefill", "none"), ("cannrecipes_a3_prefill_microbatch", "two_batch")):
         p = _point(name)
-        assert p["ep"] * 2 == 32 and p["tokens"] * p["ep"] == 64 * 4096 and p["overlap"] == overlap
-        assert "eager" in p["assumed"] and "package" in p["assumed"]
+        assert p["ep"] == 32 and p["tokens"] * p["ep"] == 64 * 4096 and p["overlap"] == overlap
+        assert "eager" in p["assumed"] and "die" in p["assumed"] and p["metric"] == "tokens_per_chip_s"
+
+
+def test_a_package_priced_as_one_gpu_would_read_replicated_weights_once():
+    """Why a die is the GPU: with DP attention each rank reads its own copy of the LM head (and the
+    attention projections) from its own HBM; a package with both dies' bandwidth read it once."""
+    from dsperf.model.devices import load_device
+
+    die = load_device("Ascend910C")
+    package = load_device("Ascend910C", fp16_tflops=2 * die.fp16_tflops, fp8_tflops=2 * die.fp8_tflops,
+                          mem_gb=2 * die.mem_gb, mem_bw_gbps=2 * die.mem_bw_gbps, nvlink_gbps=2 * die.nvlink_gbps)
+    kw = dict(kv_len=4146, mtp=1, mtp_accepted=0.7, kv_fp8=True, attn_fp8=True, overlap="single_batch")
+    head = lambda r: next(c["us"] for c in r["calls"] if c["kernel"] == "lm_head")  # noqa: E731
+    per_die = grounded.decode(device=die, batch=48, ep=128, **kw)
+    as_package = grounded.decode(device=package, batch=96, ep=64, **kw)
+    assert head(per_die) == pytest.approx(2 * head(as_package), rel=0.05)
+    assert 2 * per_die["tokens_per_gpu_s"] < as_package["tokens_per_gpu_s"]
 
 
 def test_ascend_eager_decode_pays_every_launch_graph_mode_none():

@@ -194,7 +194,9 @@ def test_allreduce_rows_need_a_message_size(tmp_path):
 
 def test_amd_gemm_rows_make_a_partial_table_with_the_partial_band():
     """AMD's GEMM-only tables are `partial`; the partial regime's band is measured on its check points (the
-    Ascend 910C's four, since 2026-11-26: no AMD peak point exists), a quantile no narrower than 40%."""
+    Ascend 910C's three since 2026-11-27, when cann-recipes-infer's decode became a design point: no AMD
+    peak point exists). Three are too few for the conformal 80% rank (ceil(4 x 0.8) = 4 > 3), so the
+    band falls back to the worst check error of all, no narrower than 40%."""
     rows = grounded.read_table_rows(DATA / "efficiency" / "MI300X.csv")
     assert rows and {r["family"] for r in rows} == {"gemm_fp8"} and all("aiter" in r["source"] for r in rows)
     # MI355X has MLA decode rows too (tests/test_amd_mla_table.py): no longer partial.
@@ -204,7 +206,7 @@ def test_amd_gemm_rows_make_a_partial_table_with_the_partial_band():
         calls = grounded.calls_frame(r)
         assert calls.loc[calls["family"] == "gemm_fp8", "from_table"].all()
         assert not calls.loc[calls["family"] == "mla_decode", "from_table"].any()
-        assert r["regime"].startswith("partial/") and r["band_regime"].startswith("partial/")
+        assert r["regime"].startswith("partial/") and r["band_regime"] == "worst of all"
         assert r["band_points"] >= 3 and r["error_band"] >= 0.40
 
 

@@ -13,10 +13,10 @@ of the attention core, and per-EP dispatch/combine bandwidths (below):
   NPUs (integrated in CloudMatrix384)" reaches "up to 614 TFLOPS, reaching 86.8% of the
   theoretical maximum FLOPS". 614 / 0.868 = 707 TFLOPS, which is one 910C package's dense BF16
   peak (two dies of 353.9 TFLOPS = 707.8), not a die's (353.9, below 614) and not the FP16 peak
-  (752: 614 / 752 = 81.6%). A dsperf "GPU" of this device is one package (Ascend910C.toml:
-  fp16_tflops = 707.8, the BF16 package rate), so the figure is 614 / 707.8 = 0.8675 of the
-  device's fp16_tflops, with no conversion between die and package. The shape of that best case
-  is not in the abstract.
+  (752: 614 / 752 = 81.6%). A dsperf "GPU" of this device is one die, the device a rank runs on
+  (Ascend910C.toml: fp16_tflops = 353.9, gpus_per_chip = 2), so the anchor is the figure per die,
+  614 / 2 = 307 TFLOPS = 0.8675 of the die's fp16_tflops. The shape of that best case is not in
+  the abstract.
 
 A best-case figure without its shape is an anchor of the transfer rule (dsperf.model.derive_table,
 the same rule as the B200 table): every H800 FlashMLA decode row (InferSim, measured per shape)
@@ -33,9 +33,8 @@ kernels at 4096 tokens per batch, hidden 7168, top-8, INT8 dispatch and BF16 com
 bottleneck bandwidth at EP 8, 16, 32, 64 and 128 (dispatch 146 / 107 / 102 / 81 / 57 GB/s, combine
 125 / 103 / 95 / 91 / 81 GB/s). They are written as measured dispatch_normal / combine_normal rows
 at the EP published, with link_gbps = 196 (one die's Unified Bus, Ascend910C.toml): a rank of that
-test is one die (assumed: an A3 node exposes each 910C die as one device), and the row is read as a
-fraction of the rank's link, scaled to the package's (392 GB/s), as the H800 rows are scaled to a
-device's NVLink. They replace the network table's rows of those two families for this device.
+test is one die (an A3 node exposes each 910C die as one device), which is one GPU here, and the
+row is read as a fraction of the rank's link, as the H800 rows are scaled to a device's NVLink. They replace the network table's rows of those two families for this device.
 The same README's low-latency figures (128 tokens; dispatch 132 / 139 / 153 us, combine 126 / 135 /
 151 us at EP 8 / 16 / 32) are not rows: the grounded model prices the low-latency families over
 the scale-out NIC only (a decode inside one UB domain is priced with the normal family's EP8 row),
@@ -81,7 +80,7 @@ DEEPEP_ASCEND_NORMAL = [
     ("combine_normal", 8, 125), ("combine_normal", 16, 103), ("combine_normal", 32, 95),
     ("combine_normal", 64, 91), ("combine_normal", 128, 81),
 ]
-DIE_UB_GBPS = 196.0  # one die's Unified Bus link (Ascend910C.toml: 392 GB/s per package of two dies)
+DIE_UB_GBPS = 196.0  # one die's Unified Bus link (Ascend910C.toml's nvlink_gbps: a GPU here is a die)
 DEEPEP_ASCEND_SOURCE = (
     "sgl-project/sgl-kernel-npu README.md, DeepEP-Ascend Performance, Normal Kernels with Pure HCCS (table added "
     "by commit b2e93094, 2025-09-26; same figures at f425bdf1): DeepEP's Ascend port on an A3 384 SuperPOD, "
@@ -96,30 +95,33 @@ def measured() -> list[dict]:
              "source": DEEPEP_ASCEND_SOURCE} for f, ep, g in DEEPEP_ASCEND_NORMAL]
 
 
-# The package's dense BF16 peak (two dies of 353.9 TFLOPS), the peak the AMLA percentage is of.
-PACKAGE_BF16_TFLOPS = 2 * 353.9
+# A die's dense BF16 peak; the AMLA percentage is of the package's, two dies.
+DIE_BF16_TFLOPS = 353.9
+DIES_PER_PACKAGE = 2
 
 
 def check() -> list[str]:
     """The published figures against the device file and anchors.csv; problems, one line each."""
     problems = []
     dev = load_device(DEVICE, "corrected")
-    if abs(dev.nvlink_gbps - 2 * DIE_UB_GBPS) > 0.05:
-        problems.append(f"{DEVICE}.toml nvlink_gbps is {dev.nvlink_gbps}, not two dies' UB links ({2 * DIE_UB_GBPS})")
-    if abs(dev.fp16_tflops - PACKAGE_BF16_TFLOPS) > 0.05:
-        problems.append(f"{DEVICE}.toml fp16_tflops is {dev.fp16_tflops}, not the package's BF16 peak "
-                        f"{PACKAGE_BF16_TFLOPS}: the anchors are fractions of that peak")
+    if abs(dev.nvlink_gbps - DIE_UB_GBPS) > 0.05:
+        problems.append(f"{DEVICE}.toml nvlink_gbps is {dev.nvlink_gbps}, not one die's UB link ({DIE_UB_GBPS})")
+    if abs(dev.fp16_tflops - DIE_BF16_TFLOPS) > 0.05 or dev.gpus_per_chip != DIES_PER_PACKAGE:
+        problems.append(f"{DEVICE}.toml fp16_tflops / gpus_per_chip are {dev.fp16_tflops} / {dev.gpus_per_chip}, not "
+                        f"a die's BF16 peak {DIE_BF16_TFLOPS} / {DIES_PER_PACKAGE}: the anchors are per die")
     anchors = {(a["table"], f): a for a in derive_table.read_anchors() for f in a["families"]}
     for family, figure, unit, fraction, where in PUBLISHED:
         peak = figure / fraction
-        if abs(peak - PACKAGE_BF16_TFLOPS) / PACKAGE_BF16_TFLOPS > 0.005:
+        package = DIE_BF16_TFLOPS * DIES_PER_PACKAGE
+        if abs(peak - package) / package > 0.005:
             problems.append(f"{where}: {figure} {unit} = {fraction:.1%} of {peak:.1f}, not the package BF16 peak")
+        figure = figure / DIES_PER_PACKAGE  # per die: the anchor
         a = anchors.get((DEVICE, family))
         if a is None:
             problems.append(f"anchors.csv has no {DEVICE} row for {family} ({where}, {figure} {unit})")
         elif a["published"] != figure or a["peak_field"] != "fp16_tflops" or "2509.25224" not in a["source"]:
             problems.append(f"anchors.csv's {DEVICE} {family} row ({a['published']} of {a['peak_field']}) is not "
-                            f"{figure} {unit} of fp16_tflops from {where}")
+                            f"{figure} {unit} (per die) of fp16_tflops from {where}")
     return problems
 
 

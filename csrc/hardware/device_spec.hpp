@@ -38,6 +38,9 @@ namespace dsperf {
     /* fraction of peak reached overall (compute, memory, links) */                                   \
     X(double, discount, 0.85, true, 0.01, 1, false)                                                   \
     X(int, gpus_per_node, 8, true, 1, 1024, false)                                                    \
+    /* GPUs (runtime devices, one rank each) per chip as its vendor counts and publishes figures:     \
+       2 on an Ascend 910C (two dies, each its own device), else 1; a GPU here is always one rank */  \
+    X(int, gpus_per_chip, 1, false, 1, 64, false)                                                     \
     /* TP the seed's best-TP rule picks when TP beats TP1 (a power of two: the decode plan holds     \
        TPs 1, 2, ..., 64) */                                                                          \
     X(int, seed_decode_tp, 4, false, 1, 64, false)                                                    \

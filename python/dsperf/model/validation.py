@@ -15,8 +15,18 @@ from importlib import resources
 import pandas as pd
 
 from . import bands, grounded
+from .devices import load_device
 
 GPUS_PER_NODE = 8
+# The metrics a peak point may quote, each from the model's tokens/s per GPU and per user on the
+# point's device: a node is the sources' 8 GPUs; a chip is the part as its vendor counts it
+# (gpus_per_chip: two dies of an Ascend 910C, each one GPU here).
+PEAK_METRICS = {
+    "tokens_per_gpu_s": lambda per_gpu, per_user, device: per_gpu,
+    "tokens_per_node_s": lambda per_gpu, per_user, device: per_gpu * GPUS_PER_NODE,
+    "tokens_per_chip_s": lambda per_gpu, per_user, device: per_gpu * load_device(device).gpus_per_chip,
+    "tps_user": lambda per_gpu, per_user, device: per_user,
+}
 COLUMNS = ("point", "source", "device", "phase", "metric", "published", "predicted", "error", "kind",
            "assumed", "missing")
 # design: a model term was shaped while looking at the point (in-sample); check: no term was.
@@ -127,14 +137,10 @@ def predict_point(p: dict) -> float:
         per_gpu, per_user = r["tokens_per_gpu_s"], r["tps_user"]
     else:
         raise ValueError(f"point {p['point']}: phase must be prefill, decode or e2e, got {p['phase']!r}")
-    metric = p["metric"]
-    if metric == "tokens_per_gpu_s":
-        return per_gpu
-    if metric == "tokens_per_node_s":
-        return per_gpu * GPUS_PER_NODE
-    if metric == "tps_user":
-        return per_user
-    raise ValueError(f"point {p['point']}: unknown metric {metric!r}")
+    read = PEAK_METRICS.get(p["metric"])
+    if read is None:
+        raise ValueError(f"point {p['point']}: unknown metric {p['metric']!r}; one of {', '.join(PEAK_METRICS)}")
+    return read(per_gpu, per_user, p["device"])
 
 
 def point_regime(p: dict) -> tuple[str, str, str]:

@@ -35,10 +35,13 @@ bottleneck bandwidth at EP 8, 16, 32, 64 and 128 (dispatch 146 / 107 / 102 / 81 
 at the EP published, with link_gbps = 196 (one die's Unified Bus, Ascend910C.toml): a rank of that
 test is one die (an A3 node exposes each 910C die as one device), which is one GPU here, and the
 row is read as a fraction of the rank's link, as the H800 rows are scaled to a device's NVLink. They replace the network table's rows of those two families for this device.
-The same README's low-latency figures (128 tokens; dispatch 132 / 139 / 153 us, combine 126 / 135 /
-151 us at EP 8 / 16 / 32) are not rows: the grounded model prices the low-latency families over
-the scale-out NIC only (a decode inside one UB domain is priced with the normal family's EP8 row),
-so a row timed over HCCS would be read against RoCE.
+The same README's low-latency kernels ("Low-Latency Kernels with Pure HCCS", same commits: 128
+tokens per batch, hidden 7168, top-8, INT8 dispatch and BF16 combine) are 6 measured rows too:
+dispatch 58 / 55 / 49 GB/s (132 / 139 / 153 us) and combine 116 / 109 / 97 GB/s (126 / 135 / 151 us)
+at EP 8 / 16 / 32, read against a die's UB link likewise. With low-latency rows of its own, the
+device's decode inside its UB domain runs the low-latency kernels (as cann-recipes-infer's decode runs
+npu_moe_distribute_dispatch_v2 / combine_v2) instead of the normal kernels' EP8 row; beyond EP32 the
+lookup clamps to the EP32 row and says so.
 
 Not used, and why:
 - the operator-level figures of the CloudMatrix384 paper (arXiv 2506.12708: MLA compute and
@@ -80,6 +83,11 @@ DEEPEP_ASCEND_NORMAL = [
     ("combine_normal", 8, 125), ("combine_normal", 16, 103), ("combine_normal", 32, 95),
     ("combine_normal", 64, 91), ("combine_normal", 128, 81),
 ]
+# "Low-Latency Kernels with Pure HCCS": (family, EP, GB/s as published) at 128 tokens per rank.
+DEEPEP_ASCEND_LOW_LATENCY = [
+    ("dispatch_ll", 8, 58), ("dispatch_ll", 16, 55), ("dispatch_ll", 32, 49),
+    ("combine_ll", 8, 116), ("combine_ll", 16, 109), ("combine_ll", 32, 97),
+]
 DIE_UB_GBPS = 196.0  # one die's Unified Bus link (Ascend910C.toml's nvlink_gbps: a GPU here is a die)
 DEEPEP_ASCEND_SOURCE = (
     "sgl-project/sgl-kernel-npu README.md, DeepEP-Ascend Performance, Normal Kernels with Pure HCCS (table added "
@@ -89,10 +97,20 @@ DEEPEP_ASCEND_SOURCE = (
     "[link_gbps: one die's UB link, Ascend910C.toml]")
 
 
+DEEPEP_ASCEND_LL_SOURCE = (
+    "sgl-project/sgl-kernel-npu README.md, DeepEP-Ascend Performance, Low-Latency Kernels with Pure HCCS (table "
+    "added by commit b2e93094, 2025-09-26; same figures at f425bdf1): DeepEP's Ascend port on an A3 384 SuperPOD, "
+    "128 tokens per batch, hidden 7168, top-8 experts, INT8 dispatch, BF16 combine; bandwidth per rank at the EP "
+    "given (ranks: one 910C die each) [link_gbps: one die's UB link, Ascend910C.toml]")
+
+
 def measured() -> list[dict]:
     """The measured rows, as read_table_rows gives them."""
-    return [{"family": f, "ep": float(ep), "gbps": float(g), "link_gbps": DIE_UB_GBPS, "basis": "measured",
-             "source": DEEPEP_ASCEND_SOURCE} for f, ep, g in DEEPEP_ASCEND_NORMAL]
+    normal = [{"family": f, "ep": float(ep), "gbps": float(g), "link_gbps": DIE_UB_GBPS, "basis": "measured",
+               "source": DEEPEP_ASCEND_SOURCE} for f, ep, g in DEEPEP_ASCEND_NORMAL]
+    low_latency = [{"family": f, "ep": float(ep), "gbps": float(g), "link_gbps": DIE_UB_GBPS, "basis": "measured",
+                    "source": DEEPEP_ASCEND_LL_SOURCE} for f, ep, g in DEEPEP_ASCEND_LOW_LATENCY]
+    return normal + low_latency
 
 
 # A die's dense BF16 peak; the AMLA percentage is of the package's, two dies.

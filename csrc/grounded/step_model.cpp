@@ -71,6 +71,7 @@ public:
 
     std::vector<KernelCall> calls;  // kept only when asked for
     std::array<double, 7> stage_us{};  // per Stage
+    const KernelTables& tables() const { return t_; }
 
     void compute(const char* name, TableFamily f, Stage stage, const KernelShape& s) {
         KernelCall c{name, f, stage};
@@ -233,11 +234,14 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // all-reduce of the group's tokens (no combine).
     if (experts_share_attention_group(dep)) {
         b.allreduce("moe_allreduce", Stage::kCombine, dep.attn_tp, t * dep.attn_tp * D * 2, d.nvlink_gbps);
-    } else if (dep.phase == Phase::kDecode && internode) {
-        // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it.
-        b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload,
-               d.scaleout_gbps, kTableNicGbps);
-        b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D * tp, d.scaleout_gbps,
+    } else if (dep.phase == Phase::kDecode && (internode || b.tables().low_latency_in_domain)) {
+        // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it: over the
+        // NICs between nodes, or over the scale-up link where the table's low-latency rows were
+        // timed on it (the rows are held as fractions of the NIC line the network table's were).
+        const double ll_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
+        b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload, ll_gbps,
+               kTableNicGbps);
+        b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D * tp, ll_gbps,
                kTableNicGbps);
     } else if (dep.phase == Phase::kDecode) {
         // Inside one NVLink domain (a node, or an NVL72 rack) the pairs for other GPUs go over

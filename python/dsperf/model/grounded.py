@@ -179,16 +179,19 @@ def _row_gbps(row: Mapping) -> float:
 
 # The links the network table's dispatch/combine rows were timed over, as step_model.cpp prices
 # them (kTableNvlinkGbps: the normal kernels inside an NVLink domain are scaled by the device's
-# nvlink_gbps over 200 GB/s, H800 NVLink per direction; network.csv's header).
-NETWORK_TABLE_LINK_GBPS = {"dispatch_normal": 200.0, "combine_normal": 200.0}
+# nvlink_gbps over 200 GB/s, H800 NVLink per direction; kTableNicGbps: the low-latency kernels by
+# the link they cross over a 50 GB/s NIC; network.csv's header).
+NETWORK_TABLE_LINK_GBPS = {"dispatch_normal": 200.0, "combine_normal": 200.0, "dispatch_ll": 50.0, "combine_ll": 50.0}
+LOW_LATENCY_FAMILIES = ("dispatch_ll", "combine_ll")
 
 
 def _device_comm_rows(path, rows) -> list[dict]:
     """A device table's own dispatch/combine rows (timed on that device's scale-up link, e.g. DeepEP's
-    Ascend port inside a CloudMatrix384 supernode): only the families priced over the scale-up link
-    (the normal kernels), each with link_gbps, the link of one rank in that measurement, so that its
-    figure is read as a fraction of that link (as a latency row is read against the roofline of the
-    GPU that timed it)."""
+    Ascend port inside a CloudMatrix384 supernode): normal or low-latency kernels, each with
+    link_gbps, the link of one rank in that measurement, so that its figure is read as a fraction of
+    that link (as a latency row is read against the roofline of the GPU that timed it). With
+    low-latency rows of its own a device's decode runs them inside its scale-up domain
+    (KernelTables.low_latency_in_domain)."""
     out = []
     for i, row in enumerate(rows, start=1):
         fam = row["family"]
@@ -197,7 +200,7 @@ def _device_comm_rows(path, rows) -> list[dict]:
         if fam not in NETWORK_TABLE_LINK_GBPS:
             raise ValueError(f"{path}, row {i}: field 'family': {fam} rows belong in the network table "
                              "(data/efficiency/network.csv); a device's kernel table takes only "
-                             f"{' and '.join(NETWORK_TABLE_LINK_GBPS)} rows (the kernels priced over its "
+                             f"{', '.join(NETWORK_TABLE_LINK_GBPS)} rows (kernels timed over its "
                              "scale-up link)")
         if "link_gbps" not in row or "ep" not in row:
             raise ValueError(f"{path}, row {i}: field 'link_gbps': a {fam} row of a device's kernel table needs "
@@ -239,6 +242,7 @@ def _tables_for(table: str | None, default_efficiency: float, measured_on_file: 
     # A device table's own dispatch/combine rows replace the network table's rows of those families
     # (two parts' figures on one curve would be averaged at a shared EP).
     own = _own_comm_families(own_path) if own_path is not None else set()
+    t.low_latency_in_domain = any(f in own for f in LOW_LATENCY_FAMILIES)
     for row in read_table_rows(_tables_dir() / "network.csv"):
         if row["family"] in own:
             continue

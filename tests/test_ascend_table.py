@@ -152,3 +152,20 @@ def test_ascend_eager_decode_pays_every_launch_graph_mode_none():
     eager = grounded.decode(**kw, eager_launch_us=100.0)
     assert eager["launch_ms"] > gpu_ms and eager["step_ms"] >= eager["launch_ms"]  # launch-bound
     assert "eager_launch_us" not in (ROOT / "python" / "dsperf" / "data" / "devices" / "Ascend910C.toml").read_text()
+
+
+def test_ascend_910b_parts_are_devices_without_a_table():
+    """The three Atlas 800 A2 parts of Ascend/msmodeling's device list, one die each: listed with their
+    sources, priced at the default efficiency, their band the worst check error (no table)."""
+    from dsperf.model.devices import list_devices, load_device
+
+    peaks = {"Ascend910B-376T": (353.9, 752), "Ascend910B-313T": (294.9, 626), "Ascend910B-280T": (245.8, 560)}
+    assert set(peaks) <= set(list_devices())
+    for name, (bf16, int8) in peaks.items():
+        d = load_device(name)
+        assert (d.fp16_tflops, d.fp8_tflops, d.gpus_per_chip, d.gpus_per_node) == (bf16, int8, 1, 8)
+        assert grounded.table_kind(name) == "default"
+        r = grounded.decode(device=name, batch=32, kv_len=2048, ep=16)
+        compute = [c for c in r["calls"] if c["stage"] not in ("dispatch", "combine")]
+        assert not any(c["from_table"] for c in compute) and r["band_regime"] == "worst of all"
+        assert "msmodeling" in (ROOT / "python" / "dsperf" / "data" / "devices" / f"{name}.toml").read_text()

@@ -30,7 +30,7 @@ def test_the_guard_reads_every_kind_of_input(all_inputs):
     # The GPUs' own tables measure-gpu timed (an H200's) are inputs too, rows and efficiencies.
     assert sum(x.where.startswith("measured/H200.csv") for x in all_inputs) > 367
     shipped = {x.where.split()[0] for x in all_inputs if x.where.startswith("devices/")}
-    assert len(shipped) == len(devices.list_devices()) == 14
+    assert len(shipped) == len(devices.list_devices()) == 17
     # Both modes' values: the [as_published] overrides are inputs too.
     assert "devices/H20.toml as_published.mem_bw_gbps" in {x.where for x in all_inputs}
     assert sum(x.dimensionless and not x.computed for x in all_inputs) > 100

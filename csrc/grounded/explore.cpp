@@ -1,5 +1,7 @@
 #include "grounded/explore.hpp"
 
+#include <algorithm>
+
 #include "common/require.hpp"
 
 #include <cmath>
@@ -60,6 +62,29 @@ void ExploreGrid::validate(const ModelConfig& m) const {
 }
 
 namespace {
+// The order a work unit prices its batches in: chains b, 2b, 4b, ... (each batch's doubling next
+// where the grid has it). Two-batch overlap prices a batch of b as two micro-batches of b / 2,
+// the calls a batch of b / 2 was just priced with, so the lookup memo (KernelTables::lookup) still
+// holds them; in ascending order hundreds of batches came between and had evicted them.
+std::vector<size_t> batch_order(const std::vector<double>& batch) {
+    std::vector<size_t> by_value(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) by_value[i] = i;
+    std::sort(by_value.begin(), by_value.end(), [&](size_t a, size_t b) { return batch[a] < batch[b]; });
+    std::vector<size_t> order;
+    std::vector<char> done(batch.size(), 0);
+    order.reserve(batch.size());
+    for (size_t i : by_value) {
+        for (size_t j = i; !done[j];) {
+            done[j] = 1, order.push_back(j);
+            const auto next = std::lower_bound(by_value.begin(), by_value.end(), 2 * batch[j],
+                                               [&](size_t a, double v) { return batch[a] < v; });
+            if (next == by_value.end() || batch[*next] != 2 * batch[j]) break;
+            j = *next;
+        }
+    }
+    return order;
+}
+
 // One batch point of one (device, ep, tp, mtp, kv) block: its rows for every overlap.
 void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumns& out, size_t di, size_t ei,
                  size_t ti, size_t mi, size_t ki, size_t bi, bool need_single, bool need_two) {
@@ -136,10 +161,11 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
     // Small grids stay on the calling thread: a thread pool costs more than it saves there, and a
     // process forked after OpenMP ran (a test harness's isolated case) must not start one.
     const bool parallel = blocks * nt * nk * nb * no >= 4096;
+    const std::vector<size_t> order = batch_order(g.batch);
 #pragma omp parallel for schedule(dynamic) if (parallel)
     for (long long unit = 0; unit < (long long)blocks; ++unit) {
         const size_t mi = size_t(unit) % nm, ei = size_t(unit) / nm % ne, di = size_t(unit) / nm / ne;
-        for (size_t bi = 0; bi < nb; ++bi)
+        for (size_t bi : order)
             for (size_t ti = 0; ti < nt; ++ti)
                 for (size_t ki = 0; ki < nk; ++ki) price_point(m, g, out, di, ei, ti, mi, ki, bi, need_single, need_two);
     }

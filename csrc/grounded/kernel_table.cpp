@@ -410,7 +410,7 @@ TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, c
         double key[kKey];
         TableLookup result;
     };
-    constexpr size_t kSlots = 4096;
+    constexpr size_t kSlots = 8192;  // 1.5 MB a pricing thread; 4096 left the explorer's sweep 7% slower
     thread_local Memo memo[kSlots];
     Memo& slot = memo[memo_slot(&curve, key, int(kKey), kSlots)];
     if (slot.curve == &curve && slot.generation == curve.generation() && std::memcmp(slot.key, key, sizeof key) == 0)

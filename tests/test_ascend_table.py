@@ -47,7 +47,8 @@ def test_ascend_mla_decode_priced_from_the_table():
 def test_ascend_dispatch_combine_priced_from_its_own_rows():
     """Inside the UB domain a decode runs the low-latency kernels timed there (the device's own rows:
     49 and 97 GB/s of a die's 196 GB/s link at EP32, clamped beyond it; a GPU here is a die), every
-    (token, expert) pair sent; a prefill the normal kernels' EP8 row, as inside any scale-up domain."""
+    (token, expert) pair sent; a prefill the normal kernels' row at its own EP (timed in the domain too),
+    where a device reading the network table's rows takes the EP8 NVLink row whatever its EP."""
     out = grounded.decode(device="Ascend910C", batch=48, kv_len=4224, ep=320, redundant_experts=64, mtp=1,
                           mtp_accepted=0.7)
     calls = {c["family"]: c for c in out["calls"] if c["stage"] in ("dispatch", "combine")}
@@ -56,14 +57,18 @@ def test_ascend_dispatch_combine_priced_from_its_own_rows():
     assert calls["combine_ll"]["efficiency"] == pytest.approx(97)
     tokens = 48 * 2 / 2  # MTP 1: two query tokens per request; two micro-batches (two_batch overlap)
     assert calls["dispatch_ll"]["bytes"] == pytest.approx(tokens * 8 * (7168 + 7168 / 128 * 4))
-    assert grounded.device_pricing("Ascend910C")["tables"].low_latency_in_domain
+    assert grounded.device_pricing("Ascend910C")["tables"].comm_rows_in_domain
     pre = grounded.prefill(device="Ascend910C", tokens=8192, prompt_len=4096, ep=32)
-    assert {c["family"]: c["efficiency"] for c in pre["calls"]}["dispatch_normal"] == pytest.approx(146)
+    gbps = {c["family"]: c["efficiency"] for c in pre["calls"]}
+    assert (gbps["dispatch_normal"], gbps["combine_normal"]) == (pytest.approx(102), pytest.approx(95))
     # A device whose low-latency rows are the network table's (timed over RDMA NICs) prices a decode
     # inside its NVLink domain at the normal kernels' H800 row (153 of 200 GB/s).
-    assert not grounded.device_pricing("H800")["tables"].low_latency_in_domain
+    assert not grounded.device_pricing("H800")["tables"].comm_rows_in_domain
     h = grounded.decode(device="H800", batch=64, kv_len=4224, ep=8, redundant_experts=0)
     assert {c["family"]: c["efficiency"] for c in h["calls"]}["dispatch_normal"] == pytest.approx(153 / 200 * 200)
+    # ... and a prefill at EP32 inside an NVL72 rack the same EP8 row, scaled to its 900 GB/s.
+    g = grounded.prefill(device="GB200", tokens=8192, prompt_len=4096, ep=32)
+    assert {c["family"]: c["efficiency"] for c in g["calls"]}["dispatch_normal"] == pytest.approx(153 / 200 * 900)
 
 
 def test_a_regeneration_keeps_the_measured_rows():

@@ -112,7 +112,7 @@ void bind_step_model(py::module_& root) {
              }),
              py::arg("default_efficiency") = 0.6)
         .def_readonly("default_efficiency", &KernelTables::default_efficiency)
-        .def_readwrite("low_latency_in_domain", &KernelTables::low_latency_in_domain)
+        .def_readwrite("comm_rows_in_domain", &KernelTables::comm_rows_in_domain)
         .def("add_latency",
              [](KernelTables& t, const std::string& f, const KernelShape& s, double us, const DeviceSpec& d) {
                  t.add_latency(table_family_from_name(f), s, us, d);

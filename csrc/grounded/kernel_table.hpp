@@ -172,11 +172,13 @@ public:
 
     // Used where a family has no rows: an efficiency, or a fraction of the link's datasheet rate.
     double default_efficiency = 0.6;
-    // The low-latency rows were timed over the device's own scale-up link (its table's rows, e.g.
-    // DeepEP's Ascend port inside a CloudMatrix384 supernode), so a decode inside one scale-up domain
-    // runs them there. False (the network table's rows, timed over RDMA NICs): inside a domain a
-    // decode is priced at the normal kernels' row, scaled to the device's link.
-    bool low_latency_in_domain = false;
+    // The dispatch/combine rows are the device's own, timed inside its scale-up domain at the EP
+    // each gives (e.g. DeepEP's Ascend port inside a CloudMatrix384 supernode): inside a domain a
+    // call reads the row at its own EP, and a decode runs the low-latency kernels where the table
+    // has them. False (the network table's rows: normal kernels over NVLink at EP8, over RDMA
+    // beyond; low-latency kernels over RDMA NICs): inside a domain every call reads the EP8 NVLink
+    // row of the normal kernels, scaled to the device's link.
+    bool comm_rows_in_domain = false;
     // Latencies of the TP all-reduce by message size (allreduce_table.hpp); empty: priced by bandwidth.
     AllReduceTable allreduce;
 

@@ -3,10 +3,10 @@
 #include "common/require.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
-#include <array>
 #include <string>
 
 #include "model/block_costs.hpp"
@@ -42,9 +42,7 @@ double dense_group_tp(const Deployment& dep) { return std::max(double(dep.dense_
 // The experts share the attention TP group: its GPUs hold every token after the attention
 // all-reduce, so the MoE needs no dispatch (moe_calls) and the shared experts split over it too.
 bool experts_share_attention_group(const Deployment& dep) { return dep.attn_tp > 1 && dep.ep == dep.attn_tp; }
-double shared_expert_tp(const Deployment& dep) {
-    return experts_share_attention_group(dep) ? double(dep.attn_tp) : 1.0;
-}
+double shared_expert_tp(const Deployment& dep) { return experts_share_attention_group(dep) ? double(dep.attn_tp) : 1.0; }
 
 // The LM head for `rows` tokens per GPU: vocabulary-parallel over the attention TP group (each GPU
 // 1/attn_tp of the vocabulary for the group's rows; the gather of the logits is not priced).
@@ -228,26 +226,27 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     KernelShape link;
     link.ep = dep.ep;
     const bool internode = dep.ep > d.gpus_per_node;
+    const bool in_domain_rows = b.tables().comm_rows_in_domain;
     // Attention TP over the same GPUs as the experts (TensorRT-LLM's and SGLang's one-node default):
     // after the attention all-reduce every GPU holds every token of the group, so each picks the
     // rows of its own experts locally (no dispatch) and the partial outputs are summed by one
     // all-reduce of the group's tokens (no combine).
     if (experts_share_attention_group(dep)) {
         b.allreduce("moe_allreduce", Stage::kCombine, dep.attn_tp, t * dep.attn_tp * D * 2, d.nvlink_gbps);
-    } else if (dep.phase == Phase::kDecode && (internode || b.tables().low_latency_in_domain)) {
-        // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it: over the
-        // NICs between nodes, or over the scale-up link where the table's low-latency rows were
-        // timed on it (the rows are held as fractions of the NIC line the network table's were).
+    } else if (dep.phase == Phase::kDecode &&
+               (internode || (in_domain_rows && b.tables().rows(TableFamily::kDispatchLowLatency) > 0))) {
+        // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it: over the NICs
+        // between nodes, or the scale-up link where the device's rows were timed (as NIC fractions).
         const double ll_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
         b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload, ll_gbps,
                kTableNicGbps);
         b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D * tp, ll_gbps,
                kTableNicGbps);
     } else if (dep.phase == Phase::kDecode) {
-        // Inside one NVLink domain (a node, or an NVL72 rack) the pairs for other GPUs go over
-        // NVLink: priced at DeepEP's intranode (NVLink, EP8) bandwidth scaled to this device's link.
+        // Inside one NVLink domain (a node, an NVL72 rack) at DeepEP's intranode (EP8) bandwidth scaled
+        // to this device's link; at this EP where the device's own rows were timed in its domain.
         KernelShape nvlink;
-        nvlink.ep = kIntranodeTableEp;
+        nvlink.ep = in_domain_rows ? double(dep.ep) : kIntranodeTableEp;
         const double remote = t * K * (dep.ep - 1) / dep.ep;
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, nvlink, remote * payload, d.nvlink_gbps,
                kTableNvlinkGbps);
@@ -268,7 +267,8 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         const double link_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
         const double table_gbps = internode ? kTableNicGbps : kTableNvlinkGbps;
         KernelShape row = link;
-        if (!internode) row.ep = kIntranodeTableEp;  // the NVLink row, whatever the domain's size
+        // In a domain: the network table's NVLink row (EP8; larger EPs are RDMA), or the device's own.
+        if (!internode && !in_domain_rows) row.ep = kIntranodeTableEp;
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, row, t * copies * payload, link_gbps,
                table_gbps);
         b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, row, t * copies * 2 * D * tp, link_gbps,

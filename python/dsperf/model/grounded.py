@@ -182,7 +182,6 @@ def _row_gbps(row: Mapping) -> float:
 # nvlink_gbps over 200 GB/s, H800 NVLink per direction; kTableNicGbps: the low-latency kernels by
 # the link they cross over a 50 GB/s NIC; network.csv's header).
 NETWORK_TABLE_LINK_GBPS = {"dispatch_normal": 200.0, "combine_normal": 200.0, "dispatch_ll": 50.0, "combine_ll": 50.0}
-LOW_LATENCY_FAMILIES = ("dispatch_ll", "combine_ll")
 
 
 def _device_comm_rows(path, rows) -> list[dict]:
@@ -190,8 +189,8 @@ def _device_comm_rows(path, rows) -> list[dict]:
     Ascend port inside a CloudMatrix384 supernode): normal or low-latency kernels, each with
     link_gbps, the link of one rank in that measurement, so that its figure is read as a fraction of
     that link (as a latency row is read against the roofline of the GPU that timed it). With
-    low-latency rows of its own a device's decode runs them inside its scale-up domain
-    (KernelTables.low_latency_in_domain)."""
+    rows of its own a device's calls inside its scale-up domain read them at their own EP, and its
+    decode runs the low-latency kernels where it has their rows (KernelTables.comm_rows_in_domain)."""
     out = []
     for i, row in enumerate(rows, start=1):
         fam = row["family"]
@@ -242,7 +241,7 @@ def _tables_for(table: str | None, default_efficiency: float, measured_on_file: 
     # A device table's own dispatch/combine rows replace the network table's rows of those families
     # (two parts' figures on one curve would be averaged at a shared EP).
     own = _own_comm_families(own_path) if own_path is not None else set()
-    t.low_latency_in_domain = any(f in own for f in LOW_LATENCY_FAMILIES)
+    t.comm_rows_in_domain = bool(own)
     for row in read_table_rows(_tables_dir() / "network.csv"):
         if row["family"] in own:
             continue

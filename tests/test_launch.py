@@ -91,6 +91,28 @@ def test_attention_ffn_disaggregation_is_refused_naming_feature_and_stack(stack)
         launch.emit(_row(kind="afd"), stack)
 
 
+@pytest.mark.parametrize("stack", ["sglang", "vllm", "trtllm", "dynamo"])
+@pytest.mark.parametrize("device, vendor, build", [("MI300X", "amd", "ROCm"), ("Ascend910C", "huawei", "Ascend NPU")])
+def test_other_vendors_parts_get_no_export_of_the_cuda_flags(stack, device, vendor, build):
+    """The flags written were read from each stack's documentation for NVIDIA GPUs: an AMD or Ascend
+    row is refused, naming the device, its vendor, the stack and the build whose flags differ."""
+    with pytest.raises(ValueError, match=rf"device {device} \({vendor}\): dsperf has no "
+                                         rf"{launch.STACK_NAMES[stack]} export.*{build} build"):
+        launch.emit(_row(device=device, ep=8, redundant_experts=0, prefill_ep=None), stack)
+
+
+def test_a_device_file_vendor_is_checked(tmp_path):
+    from dsperf.model import devices
+
+    assert devices.device_metadata("H200")["vendor"] == "nvidia"
+    assert {devices.device_metadata(d)["vendor"] for d in ("MI355X", "Ascend910B-376T")} == {"amd", "huawei"}
+    text = devices.shipped_device_file("H20").read_text().replace('vendor = "nvidia"', 'vendor = "intel"')
+    bad = tmp_path / "x.toml"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match="field 'vendor' must be one of nvidia, amd, huawei, got 'intel'"):
+        devices.device_metadata(str(bad))
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="stack must be one of sglang, vllm, trtllm, dynamo, got 'tgi'"):
         launch.emit(_row(), "tgi")

@@ -23,7 +23,10 @@ DeviceSpec = _C.DeviceSpec
 SPEC_FIELDS = {name: {"int": int, "float": float, "str": str}[kind] for name, kind, _ in DeviceSpec.FIELDS}
 OPTIONAL = tuple(name for name, _, required in DeviceSpec.FIELDS if not required)
 # Keys of a device file the spec does not hold (dsperf.hardware.device_metadata).
-METADATA_FIELDS = ("kernel_table", "board_power_w")
+METADATA_FIELDS = ("kernel_table", "board_power_w", "vendor")
+# Who makes the part (a device file's `vendor`; absent: nvidia). The launch export reads it: the
+# stacks' flags it writes were read from their NVIDIA-GPU documentation.
+VENDORS = ("nvidia", "amd", "huawei")
 REQUIRED = [k for k in SPEC_FIELDS if k not in OPTIONAL]
 # Tables a device file may hold beside its fields: the seed's values, the sources of every number,
 # and what `dsperf calibrate` measured and fitted (its own record of the measurement).
@@ -299,8 +302,8 @@ BOARD_POWER_W = (1.0, 1e5)
 
 def device_metadata(device: DeviceLike) -> dict:
     """The keys of a device file beyond the spec, checked: `kernel_table` (the efficiency table its
-    kernels are priced with: a shipped table's name, or a .csv beside the file) and
-    `board_power_w`; empty for a DeviceSpec that is not a shipped device. Read through
+    kernels are priced with: a shipped table's name, or a .csv beside the file), `board_power_w`
+    and `vendor` (VENDORS); empty for a DeviceSpec that is not a shipped device. Read through
     dsperf.grounded.device_pricing, which resolves them for every caller."""
     if isinstance(device, DeviceSpec):
         device = device.name
@@ -322,6 +325,9 @@ def device_metadata(device: DeviceLike) -> dict:
     if table is not None and not (isinstance(table, str) and table.strip() and "\0" not in table):
         raise ValueError(f"device file '{device}' field 'kernel_table' must name a table (a string such as "
                          f"\"H800\" or \"mine.csv\"), got {table!r}")
+    if "vendor" in out and out["vendor"] not in VENDORS:
+        raise ValueError(f"device file '{device}' field 'vendor' must be one of {', '.join(VENDORS)}, "
+                         f"got {out['vendor']!r}")
     if "board_power_w" in out:
         lo, hi = BOARD_POWER_W
         out["board_power_w"] = number(f"device file '{device}' field 'board_power_w'", out["board_power_w"], lo=lo, hi=hi)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .devices import load_device
+from .devices import device_metadata, load_device
 
 # Where each stack's option names come from (read 2026-11-26).
 STACKS = {
@@ -80,6 +80,7 @@ def _layout(row: Mapping) -> dict:
         "redundant": int(_get(row, "redundant_experts", 0)), "mtp": int(_get(row, "mtp", 0)),
         "kv_fp8": bool(_get(row, "kv_fp8", False)), "overlap": str(_get(row, "overlap", "none")),
         "weight": weight, "prefill_ep": _get(row, "prefill_ep"), "prefill_tokens": _get(row, "prefill_tokens"),
+        "vendor": device_metadata(str(row["device"])).get("vendor", "nvidia"),
     }
     lay["nodes"] = max(1, math.ceil(ep / lay["gpus_per_node"]))
     # Requests each attention group runs at once: the batch per GPU times the GPUs of a TP group.
@@ -94,7 +95,17 @@ def _refuse(feature: str, stack: str, why: str):
 STACK_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM", "dynamo": "NVIDIA Dynamo"}
 
 
+# The builds the stacks' flags above were not read for: each vendor's own build of the stack takes
+# other attention, MoE and all-to-all backends (and TensorRT-LLM and Dynamo's recipes are NVIDIA's).
+OTHER_BUILDS = {"amd": "its ROCm build (other attention, fused-MoE and all-to-all backends)",
+                "huawei": "its Ascend NPU build (torch_npu; other attention and MoE backends, no FP8)"}
+
+
 def _common_checks(lay: dict, stack: str) -> None:
+    if lay["vendor"] in OTHER_BUILDS:
+        raise ValueError(f"device {lay['device']} ({lay['vendor']}): dsperf has no {STACK_NAMES.get(stack, stack)} "
+                         "export for it: the flags it writes are those of the stack's NVIDIA-GPU build, read from "
+                         f"its documentation for NVIDIA GPUs, not those of {OTHER_BUILDS[lay['vendor']]}")
     if lay["kind"] == "afd":
         _refuse("attention-FFN disaggregation (kind afd)", stack, "no documented option splits attention and "
                 "experts onto separate GPUs")

@@ -174,3 +174,14 @@ def test_ascend_910b_parts_are_devices_without_a_table():
         compute = [c for c in r["calls"] if c["stage"] not in ("dispatch", "combine")]
         assert not any(c["from_table"] for c in compute) and r["band_regime"] == "worst of all"
         assert "msmodeling" in (ROOT / "python" / "dsperf" / "data" / "devices" / f"{name}.toml").read_text()
+
+
+def test_predict_prints_per_chip_throughput_where_a_chip_holds_several_gpus(capsys):
+    from dsperf.cli import main
+
+    main(["predict", "--device", "Ascend910C", "--batch", "48", "--ep", "128", "--kv-len", "4096"])
+    out = capsys.readouterr().out
+    per_gpu = grounded.decode(device="Ascend910C", batch=48, ep=128, kv_len=4096)["tokens_per_gpu_s"]
+    assert f"{per_gpu * 2:.0f} tokens/s per chip (Ascend910C: a GPU here is one of a chip's 2 devices" in out
+    main(["predict", "--device", "H200", "--batch", "48", "--ep", "8"])
+    assert "per chip" not in capsys.readouterr().out

@@ -137,6 +137,7 @@ def run_predict(args: argparse.Namespace) -> str:
 
 def _predict(args: argparse.Namespace) -> str:
     from .model import bands, grounded
+    from .model.devices import load_device
 
     common = dict(attn_tp=args.attn_tp, redundant_experts=args.redundant_experts, overlap=args.overlap,
                   imbalance=args.imbalance, weight_dtype=args.weight_dtype, eager_launch_us=args.eager_launch_us)
@@ -162,6 +163,10 @@ def _predict(args: argparse.Namespace) -> str:
     lines = [f"\n{args.phase} step on {r['device']}: {r['step_ms']:.2f} ms, {r['tokens_per_gpu_s']:.0f} tokens/s per GPU "
              f"(+/- {band:.0%}: regime {r['regime']}, the conformal {bands.BAND_QUANTILE:.0%} quantile of |error| of `dsperf validate`'s check "
              f"points in {r['band_regime']}, {r['band_points']} points)"]
+    per_chip = load_device(args.device).gpus_per_chip
+    if per_chip > 1:  # a part its vendor counts as one chip of several devices (an Ascend 910C's two dies)
+        lines.append(f"{r['tokens_per_gpu_s'] * per_chip:.0f} tokens/s per chip ({r['device']}: a GPU here is one of "
+                     f"a chip's {per_chip} devices, gpus_per_chip)")
     if args.phase == "decode":
         lines.append(f"TPOT {r['tpot_ms']:.2f} ms, {r['tps_user']:.1f} tokens/s per user; memory holds "
                      f"{r['batch_limit']:.0f} requests per GPU at this context ({'fits' if r['fits_memory'] else 'does NOT fit'})")

@@ -1,9 +1,8 @@
 #include "grounded/explore.hpp"
 
-#include <algorithm>
-
 #include "common/require.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>

@@ -105,6 +105,8 @@ def test_a_device_file_vendor_is_checked(tmp_path):
     from dsperf.model import devices
 
     assert devices.device_metadata("H200")["vendor"] == "nvidia"
+    # Every vendor but the one whose documentation the flags were read from has no export.
+    assert set(launch.OTHER_BUILDS) == set(devices.VENDORS) - {"nvidia"}
     assert {devices.device_metadata(d)["vendor"] for d in ("MI355X", "Ascend910B-376T")} == {"amd", "huawei"}
     text = devices.shipped_device_file("H20").read_text().replace('vendor = "nvidia"', 'vendor = "intel"')
     bad = tmp_path / "x.toml"

@@ -84,6 +84,8 @@ void bind_step_model(py::module_& root) {
     m.attr("min_kernel_us") = kMinKernelUs;
     m.attr("memory_reserve") = kMemoryReserve;
     m.attr("large_allreduce_link_share") = kLargeAllReduceLinkShare;
+    m.attr("TABLE_NVLINK_GBPS") = kTableNvlinkGbps;
+    m.attr("TABLE_NIC_GBPS") = kTableNicGbps;
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },
           py::arg("family"), "The shape fields a table row of the family must give");
     m.def("is_comm_family", [](const std::string& f) { return is_comm_family(table_family_from_name(f)); });

@@ -59,6 +59,11 @@ enum class TableFamily : int {
 };
 constexpr int kTableFamilyCount = static_cast<int>(TableFamily::kCount);
 
+// The links the network table's communication rows were measured on: DeepEP's tables come from
+// H800 nodes (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU). A device table's own
+// rows are read against their link and stored as fractions of these (dsperf.grounded).
+constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
+
 const std::vector<std::string>& table_family_names();
 TableFamily table_family_from_name(const std::string& name);  // throws std::invalid_argument
 bool is_comm_family(TableFamily f);

@@ -28,9 +28,6 @@ double kv_entry_bytes(const ModelConfig& m, bool fp8) {
                : 2.0 * m.kv_cache_width();
 }
 
-// The link a table's communication rows were measured on: DeepEP's tables come from H800 nodes
-// (NVLink 200 GB/s per direction, one 50 GB/s RDMA NIC per GPU).
-constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
 // The link the all-reduce latency rows were measured on: H100 SXM, NVLink 4, 450 GB/s per direction
 // (NVIDIA H100 datasheet: 900 GB/s bidirectional).
 constexpr double kAllReduceTableNvlinkGbps = 450;

@@ -178,10 +178,11 @@ def _row_gbps(row: Mapping) -> float:
 
 
 # The links the network table's dispatch/combine rows were timed over, as step_model.cpp prices
-# them (kTableNvlinkGbps: the normal kernels inside an NVLink domain are scaled by the device's
-# nvlink_gbps over 200 GB/s, H800 NVLink per direction; kTableNicGbps: the low-latency kernels by
-# the link they cross over a 50 GB/s NIC; network.csv's header).
-NETWORK_TABLE_LINK_GBPS = {"dispatch_normal": 200.0, "combine_normal": 200.0, "dispatch_ll": 50.0, "combine_ll": 50.0}
+# them (C++ kTableNvlinkGbps: the normal kernels inside an NVLink domain are scaled by the device's
+# nvlink_gbps over H800 NVLink per direction; kTableNicGbps: the low-latency kernels by the link they
+# cross over a 400 Gb/s NIC; network.csv's header).
+NETWORK_TABLE_LINK_GBPS = {"dispatch_normal": SM.TABLE_NVLINK_GBPS, "combine_normal": SM.TABLE_NVLINK_GBPS,
+                           "dispatch_ll": SM.TABLE_NIC_GBPS, "combine_ll": SM.TABLE_NIC_GBPS}
 
 
 def _device_comm_rows(path, rows) -> list[dict]:

@@ -64,24 +64,27 @@ namespace {
 // The order a work unit prices its batches in: chains b, 2b, 4b, ... (each batch's doubling next
 // where the grid has it). Two-batch overlap prices a batch of b as two micro-batches of b / 2,
 // the calls a batch of b / 2 was just priced with, so the lookup memo (KernelTables::lookup) still
-// holds them; in ascending order hundreds of batches came between and had evicted them.
-std::vector<size_t> batch_order(const std::vector<double>& batch) {
+// holds them; in ascending order hundreds of batches came between and had evicted them. The order
+// is cut into `spans` runs of whole chains, about equal in batches, one work unit each.
+std::vector<std::vector<size_t>> batch_spans(const std::vector<double>& batch, size_t spans) {
     std::vector<size_t> by_value(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) by_value[i] = i;
     std::sort(by_value.begin(), by_value.end(), [&](size_t a, size_t b) { return batch[a] < batch[b]; });
-    std::vector<size_t> order;
+    std::vector<std::vector<size_t>> out(1);
     std::vector<char> done(batch.size(), 0);
-    order.reserve(batch.size());
+    const size_t per_span = (batch.size() + spans - 1) / spans;
     for (size_t i : by_value) {
+        if (done[i]) continue;
+        if (out.back().size() >= per_span) out.emplace_back();
         for (size_t j = i; !done[j];) {
-            done[j] = 1, order.push_back(j);
+            done[j] = 1, out.back().push_back(j);
             const auto next = std::lower_bound(by_value.begin(), by_value.end(), 2 * batch[j],
                                                [&](size_t a, double v) { return batch[a] < v; });
             if (next == by_value.end() || batch[*next] != 2 * batch[j]) break;
             j = *next;
         }
     }
-    return order;
+    return out;
 }
 
 // One batch point of one (device, ep, tp, mtp, kv) block: its rows for every overlap.
@@ -150,23 +153,32 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
     g.validate(m);
     const size_t nb = g.batch.size(), no = g.overlap.size(), nk = g.kv_fp8.size(), nm = g.mtp.size();
     const size_t nt = g.attn_tp.size(), ne = g.ep.size();
-    const size_t blocks = g.devices.size() * ne * nm;
+    const size_t blocks = g.devices.size() * nm;
     bool need_single = false, need_two = false;
     for (int o : g.overlap) (o == int(Overlap::kTwoBatch) ? need_two : need_single) = true;
 
-    // One work unit per (device, ep, mtp): its tp x kv x overlap x batch rows. The attention TP
-    // and the KV format change the attention calls only, so one thread pricing them back to back
-    // for the same batch finds the MoE and dense calls in the lookup memo (KernelTables::lookup).
-    // Small grids stay on the calling thread: a thread pool costs more than it saves there, and a
-    // process forked after OpenMP ran (a test harness's isolated case) must not start one.
-    const bool parallel = blocks * nt * nk * nb * no >= 4096;
-    const std::vector<size_t> order = batch_order(g.batch);
+    // One work unit per (device, mtp, span of batches): its ep x tp x kv x overlap rows for each
+    // batch of the span, the EP innermost. The EP changes the MoE calls only, and the attention TP
+    // and the KV format the attention calls only, so one thread pricing them back to back for the
+    // same batch finds the other calls in the lookup memo (KernelTables::lookup): the attention
+    // core, the costliest call to price from its rows, once per batch, TP and KV format instead of
+    // once per EP too. The batches are cut into spans so that a grid of one device and one MTP
+    // still has work units for every core. Small grids stay on the calling thread: a thread pool
+    // costs more than it saves there, and a process forked after OpenMP ran (a test harness's
+    // isolated case) must not start one.
+    constexpr size_t kMinUnits = 16;
+    const bool parallel = blocks * ne * nt * nk * nb * no >= 4096;
+    const auto spans = batch_spans(g.batch, parallel ? (kMinUnits + blocks - 1) / blocks : 1);
+    const size_t units = blocks * spans.size();
 #pragma omp parallel for schedule(dynamic) if (parallel)
-    for (long long unit = 0; unit < (long long)blocks; ++unit) {
-        const size_t mi = size_t(unit) % nm, ei = size_t(unit) / nm % ne, di = size_t(unit) / nm / ne;
-        for (size_t bi : order)
+    for (long long unit = 0; unit < (long long)units; ++unit) {
+        const size_t si = size_t(unit) % spans.size(), block = size_t(unit) / spans.size();
+        const size_t mi = block % nm, di = block / nm;
+        for (size_t bi : spans[si])
             for (size_t ti = 0; ti < nt; ++ti)
-                for (size_t ki = 0; ki < nk; ++ki) price_point(m, g, out, di, ei, ti, mi, ki, bi, need_single, need_two);
+                for (size_t ki = 0; ki < nk; ++ki)
+                    for (size_t ei = 0; ei < ne; ++ei)
+                        price_point(m, g, out, di, ei, ti, mi, ki, bi, need_single, need_two);
     }
 }
 

@@ -200,6 +200,9 @@ void EfficiencyCurve::add(const TableKeys& keys, double primary, double value) {
     g->points.insert(std::upper_bound(g->points.begin(), g->points.end(), p,
                                       [](const Point& a, const Point& b) { return a.log_x < b.log_x; }),
                      p);
+    g->best_from.assign(g->points.size(), 0.0);
+    for (size_t i = g->points.size(); i-- > 0;)
+        g->best_from[i] = std::max(g->points[i].value, i + 1 < g->points.size() ? g->best_from[i + 1] : 0.0);
 }
 
 size_t EfficiencyCurve::rows() const {
@@ -304,6 +307,24 @@ double position(double r, double r0, double r1, double lx, double lx0, double lx
 }
 }  // namespace
 
+bool EfficiencyCurve::outside_rows(const Group& g, double log_primary) {
+    const auto& pts = g.points;
+    if (log_primary <= pts.front().log_x || pts.size() == 1 || log_primary >= pts.back().log_x) {
+        const Point& p = log_primary >= pts.back().log_x ? pts.back() : pts.front();
+        return std::abs(log_primary - p.log_x) > 1e-9;
+    }
+    return false;
+}
+
+double EfficiencyCurve::floor_primary(const Group& g, double primary) {
+    const auto& pts = g.points;
+    const double x = safe_log(primary);
+    if (x <= pts.front().log_x || x >= pts.back().log_x) return primary;
+    const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& q) { return v < q.log_x; });
+    return (hi - 1)->x;
+}
+
+template <class RowTime, class MeasuredRoof>
 double EfficiencyCurve::group_time(const Group& g, double primary, double key, const RowTime& row_time,
                                    const MeasuredRoof& measured_roof, bool* clamped) const {
     const auto& pts = g.points;
@@ -312,7 +333,7 @@ double EfficiencyCurve::group_time(const Group& g, double primary, double key, c
     if (x <= pts.front().log_x || pts.size() == 1 || x >= pts.back().log_x) {
         // Outside the rows (or on one): the end row's efficiency at the call's own shape.
         const Point& p = x >= pts.back().log_x ? pts.back() : pts.front();
-        *clamped |= std::abs(x - p.log_x) > 1e-9;
+        *clamped |= outside_rows(g, x);
         t = row_time(primary, key, p.value);
     } else {
         const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& q) { return v < q.log_x; });
@@ -324,11 +345,20 @@ double EfficiencyCurve::group_time(const Group& g, double primary, double key, c
     // No more than any larger row of the group takes: a smaller call can always run padded to a
     // larger measured shape, so a row measured faster than a smaller one (noise, another kernel
     // configuration) caps the smaller shapes instead of making more work cheaper.
-    for (auto p = pts.rbegin(); p != pts.rend() && p->log_x >= x - 1e-12; ++p)
-        t = std::min(t, row_time(p->x, key, p->value));
+    // Read in ascending order: a row's roofline time grows with its primary and no later row is
+    // more efficient than best_from, so once roof / best_from reaches t no later row goes below it
+    // (the answer is the same minimum the whole scan gives).
+    const auto first = std::lower_bound(pts.begin(), pts.end(), x - 1e-12,
+                                        [](const Point& q, double v) { return q.log_x < v; });
+    for (auto p = first; p != pts.end(); ++p) {
+        const double roof = row_time(p->x, key, 1.0);
+        if (roof / g.best_from[size_t(p - pts.begin())] >= t) break;
+        t = std::min(t, roof / p->value);
+    }
     return t;
 }
 
+template <class RowTime, class MeasuredRoof>
 double EfficiencyCurve::time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
                              const MeasuredRoof& measured_roof, bool* clamped) const {
     const Group* near = nearest_group(keys);
@@ -346,7 +376,14 @@ double EfficiencyCurve::time(const TableKeys& keys, double primary, bool across_
         const double gk = g.log_keys.v[0];
         if (gk <= lk && (!below || gk > below->log_keys.v[0])) below = &g;
         if (gk >= lk) {
-            ceiling = std::min(ceiling, group_time(g, primary, g.keys.v[0], row_time, measured_roof, clamped));
+            // A group's time is at least the roofline time of its nearest row at or below the
+            // primary (the primary itself outside the rows) over the group's best efficiency: a
+            // group that cannot go below the ceiling is not priced (its clamping is still
+            // reported, as pricing it would).
+            if (row_time(floor_primary(g, primary), g.keys.v[0], 1.0) / g.best_from.front() < ceiling)
+                ceiling = std::min(ceiling, group_time(g, primary, g.keys.v[0], row_time, measured_roof, clamped));
+            else
+                *clamped |= outside_rows(g, safe_log(primary));
             if (!above || gk < above->log_keys.v[0]) above = &g;
         }
     }
@@ -438,10 +475,10 @@ TableLookup KernelTables::price_from_rows(TableFamily family, const KernelShape&
     const DeviceSpec& d = priced_on ? *priced_on : measured_on_;
     const double priced_clock = priced_on ? clock_ratio : 1.0;
     const auto time_of = [&](const KernelShape& call, bool* clamped) {
-        const RowTime row_time = [&](double x, double key, double value) {
+        const auto row_time = [&](double x, double key, double value) {
             return datasheet_roofline_s(table_work(family, with_axes(family, call, x, key)), d, priced_clock) / value;
         };
-        const MeasuredRoof measured_roof = [&](double x, double key) {
+        const auto measured_roof = [&](double x, double key) {
             return datasheet_roofline_s(table_work(family, with_axes(family, call, x, key)), measured_on_);
         };
         return curve.time(table_keys(family, call), table_primary(family, call), across, row_time, measured_roof,

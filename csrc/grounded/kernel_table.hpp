@@ -21,7 +21,6 @@
 #pragma once
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -122,8 +121,8 @@ struct TableLookup {
 // being priced): row_time(x, key, value), the time of the call's shape moved to primary x and
 // first secondary axis key (0: its own) at a row's efficiency, on the device being priced; and
 // measured_roof(x, key), that shape's roofline time on the device the rows were measured on.
-using RowTime = std::function<double(double x, double key, double value)>;
-using MeasuredRoof = std::function<double(double x, double key)>;
+// Both are template parameters, not std::function: a sweep prices millions of calls, each reading
+// a dozen rows, and the indirect calls cost a fifth of the explorer's time.
 
 class EfficiencyCurve {
 public:
@@ -134,6 +133,8 @@ public:
     // across_first_key: interpolate across the groups that share the nearest group's other axes
     // along the first one, instead of taking the nearest group. Sets *clamped when the primary
     // lies outside the rows of a group used.
+    // Defined (and instantiated) in kernel_table.cpp, its only caller.
+    template <class RowTime, class MeasuredRoof>
     double time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
                 const MeasuredRoof& measured_roof, bool* clamped) const;
     bool empty() const { return groups_.empty(); }
@@ -148,10 +149,19 @@ private:
     struct Group {
         TableKeys log_keys, keys;
         std::vector<Point> points;  // sorted by log_x
+        // best_from[i]: the highest value among points[i..]; lets group_time stop reading larger
+        // rows once none of them could take less time than it already has.
+        std::vector<double> best_from;
     };
     // One group's time at the primary (key: its first secondary axis, 0 to keep the call's own).
+    template <class RowTime, class MeasuredRoof>
     double group_time(const Group& g, double primary, double key, const RowTime& row_time,
                       const MeasuredRoof& measured_roof, bool* clamped) const;
+    // Whether a primary (in log) lies outside a group's rows: a lookup there is clamped.
+    static bool outside_rows(const Group& g, double log_primary);
+    // The primary group_time blends from at the lowest: the primary itself outside the rows, else
+    // the row at or below it (a lower bound of the group's time reads it).
+    static double floor_primary(const Group& g, double primary);
     const Group* nearest_group(const TableKeys& keys) const;
     std::vector<Group> groups_;
     // Changes with every row added, never repeats across curves: a cached answer names it.

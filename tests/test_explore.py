@@ -39,6 +39,21 @@ def test_rows_equal_the_grounded_model(frame):
         assert g["batch_limit"] == pytest.approx(r.batch_limit, rel=1e-12)
 
 
+def test_a_grid_priced_in_parallel_work_units_equals_the_grounded_model():
+    # Large enough for the threaded path (>= 4096 rows), one device and one MTP: the C++ grid cuts
+    # the batches into spans of doubling chains (work units) and prices each batch's EP sizes back
+    # to back; every row must still be the one grounded.decode gives for its configuration.
+    batch = tuple(float(b) for b in range(1, 301))
+    df = explore.search(devices=["H200"], isl=2048, osl=512, ep=(8, 16, 64), mtp=((1, 0.8),), batch=batch)
+    assert len(df) == 1 * 3 * 4 * 1 * 2 * 3 * 300
+    rows = df[df["feasible"]].sample(30, random_state=3)
+    for r in rows.itertuples():
+        g = grounded.decode("DeepSeek-V3", "H200", batch=r.batch, kv_len=2048 + 256, ep=int(r.ep),
+                            attn_tp=int(r.attn_tp), redundant_experts=int(r.redundant_experts),
+                            overlap=str(r.overlap), mtp=1, mtp_accepted=0.8, kv_fp8=bool(r.kv_fp8))
+        assert g["step_ms"] == pytest.approx(r.step_ms, rel=1e-12)
+
+
 def test_serving_columns(frame):
     f = frame[frame["feasible"]]
     assert (f["tokens_per_gpu_s_served"] < f["tokens_per_gpu_s"]).all()  # prefill GPUs are counted

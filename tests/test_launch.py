@@ -85,6 +85,17 @@ def test_mtp_fp8_kv_and_overlap_reach_every_stack():
     assert any("two-batch overlap" in n for n in t.notes)  # TensorRT-LLM runs it without
 
 
+@pytest.mark.parametrize("weights_fp8", [True, False])
+def test_nvfp4_expert_rows_name_the_fp4_checkpoint_whatever_the_weights_elsewhere(weights_fp8):
+    # "fp4" (FP8 elsewhere) and "fp4_bf16" (BF16 elsewhere, as nvidia/DeepSeek-R1-FP4 stores them).
+    row = _row(device="B200", ep=8, prefill_ep=None, prefill_tokens=None, batch=32, weights_fp8=weights_fp8,
+               experts_fp4=True)
+    s = launch.emit(row, "sglang").roles["serve"]
+    assert "nvidia/DeepSeek-R1-FP4" in s and flags(s)["--quantization"] == "modelopt_fp4"
+    t = launch.emit(row, "trtllm")
+    assert "backend: TRTLLM" in t.files["serve.yaml"]
+
+
 @pytest.mark.parametrize("stack", ["sglang", "vllm", "trtllm", "dynamo"])
 def test_attention_ffn_disaggregation_is_refused_naming_feature_and_stack(stack):
     with pytest.raises(ValueError, match=r"attention-FFN disaggregation.*" + launch.STACK_NAMES[stack]):

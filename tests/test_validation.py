@@ -354,6 +354,28 @@ def test_nvfp4_experts_on_blackwell():
         grounded.decode("DeepSeek-V3", "B200", weight_dtype="nvfp4")
 
 
+def test_nvfp4_experts_with_bf16_weights_elsewhere():
+    # nvidia/DeepSeek-R1-FP4 as stored: NVFP4 experts, the attention (and the rest) in BF16.
+    kw = dict(batch=128, kv_len=2048, ep=8, overlap="none")
+    fp4 = grounded.decode("DeepSeek-V3", "B200", weight_dtype="fp4", **kw)
+    mixed = grounded.decode("DeepSeek-V3", "B200", weight_dtype="fp4_bf16", **kw)
+    bf16 = grounded.decode("DeepSeek-V3", "B200", weight_dtype="bf16", **kw)
+    calls = {c["kernel"]: c["family"] for c in mixed["calls"]}
+    assert calls["experts_up"] == "grouped_fp4" and calls["shared_up"] == "gemm_fp4"
+    assert calls["wq_a"] == calls["wq_b"] == calls["wo"] == calls["dense_up"] == "gemm_bf16"
+    # The experts as fp4's, the FP8 weights outside them at two bytes a parameter: what BF16 adds
+    # to FP8 less what it adds on the (256 / 8 routed + 1 shared) x 58 experts.
+    assert fp4["weights_gib"] < mixed["weights_gib"] < bf16["weights_gib"]
+    fp8 = grounded.decode("DeepSeek-V3", "B200", **kw)
+    experts_gib = (256 / 8 + 1) * 58 * 3 * 7168 * 2048 / 2**30
+    assert mixed["weights_gib"] - fp4["weights_gib"] == pytest.approx(
+        bf16["weights_gib"] - fp8["weights_gib"] - experts_gib, rel=1e-9)
+    with pytest.raises(ValueError, match="fp4_tflops"):
+        grounded.decode("DeepSeek-V3", "H800", weight_dtype="fp4_bf16")
+    for name, flags in grounded.WEIGHT_FORMATS.items():
+        assert grounded.weight_dtype_of(*flags) == name
+
+
 def _at_clock(tmp_path, name, ratio):
     text = (resources.files("dsperf") / "data" / "devices" / f"{name}.toml").read_text()
     path = tmp_path / f"{name}_{ratio}.toml"

@@ -65,7 +65,7 @@ struct ExploreGrid {
     double imbalance = 1.0;
     double step_overhead_ms = kDecodeStepOverheadMs;
     bool weights_fp8 = true;                  // one value per call: the explorer loops over the rest
-    bool experts_fp4 = false;                 // NVFP4 experts (with FP8 weights elsewhere)
+    bool experts_fp4 = false;                 // NVFP4 experts (weights_fp8: FP8 or BF16 elsewhere)
     int dense_tp = 1;
     int moe_tp = 1;                           // each routed expert split over this many GPUs
 

@@ -16,6 +16,8 @@ def _overlaps() -> tuple:
 
 
 def add_parsers(sub) -> None:
+    from .model.grounded import WEIGHT_DTYPES
+
     v = sub.add_parser("validate", help="the grounded model against published DeepSeek-V3/R1 deployments "
                                         "(docs/VALIDATION.md)")
     v.add_argument("--format", choices=FORMATS, default="table",
@@ -42,8 +44,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--mtp-accepted", type=float, default=0.0, help="decode: draft tokens accepted per step")
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache (default BF16)")
     p.add_argument("--attn-fp8", action="store_true", help="decode: FP8 attention math too (needs --kv-fp8)")
-    p.add_argument("--weight-dtype", choices=("fp8", "bf16", "fp4"), default="fp8",
-                   help="fp4: NVFP4 experts, FP8 elsewhere (a device with FP4 tensor cores)")
+    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="fp8",
+                   help="fp4: NVFP4 experts, FP8 elsewhere; fp4_bf16: NVFP4 experts, BF16 elsewhere "
+                        "(a device with FP4 tensor cores)")
     p.add_argument("--imbalance", type=float, default=1.0, help="max / mean routed load per GPU")
     p.add_argument("--eager-launch-us", type=float, default=0.0,
                    help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay)")

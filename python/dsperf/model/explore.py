@@ -140,7 +140,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     for DEFAULT_GPU_HOUR_USD; imbalance: one max/mean routed load per GPU, or several to search;
     redundant_experts: {ep: a count, or counts to search}; routing_load: tokens per expert of one
     layer (a trace's counts, or dsperf.ep.eplb.zipf_load): each EP layout then carries the imbalance
-    dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: "fp8", "bf16" and/or "fp4" (NVFP4 experts) weights;
+    dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: names of grounded.WEIGHT_FORMATS ("fp8", "bf16", "fp4": NVFP4 experts, "fp4_bf16": NVFP4 experts and BF16 elsewhere);
     dense_tp: the dense MLP data-parallel (1) or split over that many GPUs (at least attn_tp); moe_tp: each routed
     expert whole on one GPU (1) or split over that many of the EP GPUs (MoE TP x EP); request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
@@ -260,17 +260,18 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
     # axes are looped here.
     parts = []
     for w in ax.weights:
+        fp8_elsewhere, fp4_experts = grounded.WEIGHT_FORMATS[w]
         for dtp, mtp_ in itertools.product(ax.dense_tps, ax.moe_tps):
             for g_eps, g_reds, g_imbs in ax.groups:
                 for imb in g_imbs:
                     c = SM.explore_decode(m, [sp for _, sp in pairs], [p["tables"] for p in pricing],
                                           g_eps, g_reds, ax.tps, ax.mtp_n, ax.mtp_a, [int(v) for v in ax.kvs],
                                           [OVERLAP_CODES[o] for o in ax.ovs], ax.batches, kv_len=kv_len,
-                                          imbalance=imb, step_overhead_ms=ax.overhead, weights_fp8=w != "bf16",
-                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=w == "fp4")
+                                          imbalance=imb, step_overhead_ms=ax.overhead, weights_fp8=fp8_elsewhere,
+                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=fp4_experts)
                     n = len(c["ep"])
-                    c["weights_fp8"], c["dense_tp"] = np.full(n, w != "bf16"), np.full(n, dtp, np.int32)
-                    c["experts_fp4"] = np.full(n, w == "fp4")
+                    c["weights_fp8"], c["dense_tp"] = np.full(n, fp8_elsewhere), np.full(n, dtp, np.int32)
+                    c["experts_fp4"] = np.full(n, fp4_experts)
                     c["moe_tp"] = np.full(n, mtp_, np.int32)
                     c["imbalance"] = np.full(n, imb)
                     parts.append(c)

@@ -20,7 +20,7 @@ import math
 import os
 from pathlib import Path
 from importlib import resources
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -34,10 +34,26 @@ from . import bands
 SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
 OVERLAPS = tuple(SM.OVERLAPS)  # the overlap schedules, named once in C++ (step_model.hpp)
-# Weights as stored: DeepSeek's FP8 with 128x128 block scales, BF16 (no BF16 GEMM table rows:
-# those GEMMs run at the default efficiency), or "fp4": NVFP4 routed and shared experts on FP4
-# tensor cores with FP8 weights elsewhere (nvidia/DeepSeek-R1-FP4, Blackwell).
-WEIGHT_DTYPES = ("fp8", "bf16", "fp4")
+# Weights as stored, by name: (FP8 block-scaled weights outside the experts, NVFP4 routed and shared
+# experts). "fp8": DeepSeek's FP8 with 128x128 block scales; "bf16" (no BF16 GEMM table rows: those
+# GEMMs run at the default efficiency); "fp4": NVFP4 experts on FP4 tensor cores with FP8 weights
+# elsewhere (TensorRT-LLM's throughput recipe on Blackwell: FP8 attention); "fp4_bf16": NVFP4
+# experts with BF16 weights elsewhere, as nvidia/DeepSeek-R1-FP4 stores them (its attention layers
+# are left out of quantization, the FP4-v2 model card says) and TensorRT-LLM's min-latency recipe
+# runs them (its B200 min-latency blog: "64x Attention Modules: bf16").
+class WeightFormat(NamedTuple):
+    weights_fp8: bool  # attention, dense MLP, LM head: FP8 block-scaled (else BF16)
+    experts_fp4: bool  # routed and shared experts: NVFP4
+
+
+WEIGHT_FORMATS = {"fp8": WeightFormat(True, False), "bf16": WeightFormat(False, False),
+                  "fp4": WeightFormat(True, True), "fp4_bf16": WeightFormat(False, True)}
+WEIGHT_DTYPES = tuple(WEIGHT_FORMATS)
+
+
+def weight_dtype_of(weights_fp8: bool, experts_fp4: bool) -> str:
+    """The WEIGHT_FORMATS name of a pair of flags (an explorer row's weights_fp8 and experts_fp4)."""
+    return next(name for name, flags in WEIGHT_FORMATS.items() if flags == WeightFormat(bool(weights_fp8), bool(experts_fp4)))
 # Columns of a table file that carry a shape (blank where a family does not use them).
 SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "ep", "tp")
 DEFAULT_EFFICIENCY = 0.6
@@ -352,8 +368,7 @@ def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens
     d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
-    d.weights_fp8 = weight_dtype != "bf16"
-    d.experts_fp4 = weight_dtype == "fp4"
+    d.weights_fp8, d.experts_fp4 = WEIGHT_FORMATS[weight_dtype]
     return d
 
 
@@ -423,7 +438,8 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
     kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
     cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; no table rows: the default efficiency);
-    weight_dtype: "fp8", "bf16" or "fp4" (NVFP4 experts, FP8 elsewhere; a device with fp4_tflops);
+    weight_dtype: a WEIGHT_FORMATS name: "fp8", "bf16", "fp4" (NVFP4 experts, FP8 elsewhere; a device
+    with fp4_tflops) or "fp4_bf16" (NVFP4 experts, BF16 elsewhere);
     dense_tp: the dense MLP split over this many GPUs (1: DP; at least attn_tp, which also splits the LM
     head, and the shared experts where ep == attn_tp: docs/GROUNDED_MODEL.md); moe_tp: each routed expert split over
     this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP); eager_launch_us: the host's

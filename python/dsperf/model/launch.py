@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from . import grounded
 from .devices import device_metadata, load_device
 
 # Where each stack's option names come from (read 2026-11-26).
@@ -36,7 +37,8 @@ STACKS = {
               "recipes/deepseek-r1/trtllm/disagg/wide_ep/gb200/deploy.yaml @09783f6, "
               "examples/backends/vllm/launch/disagg.sh @11bc2e8, DynamoGraphDeployment nvidia.com/v1alpha1)",
 }
-MODEL_PATHS = {"fp8": "deepseek-ai/DeepSeek-R1", "bf16": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-FP4"}
+MODEL_PATHS = {"fp8": "deepseek-ai/DeepSeek-R1", "bf16": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-FP4",
+               "fp4_bf16": "nvidia/DeepSeek-R1-FP4"}
 
 
 @dataclass
@@ -72,7 +74,7 @@ def _layout(row: Mapping) -> dict:
     kind = str(_get(row, "kind", "ep"))
     spec = load_device(str(row["device"]), "corrected")
     ep, attn_tp = int(row["ep"]), int(row["attn_tp"])
-    weight = "fp4" if bool(_get(row, "experts_fp4", False)) else ("fp8" if bool(_get(row, "weights_fp8", True)) else "bf16")
+    weight = grounded.weight_dtype_of(_get(row, "weights_fp8", True), _get(row, "experts_fp4", False))
     lay = {
         "kind": kind, "device": str(row["device"]), "gpus_per_node": int(spec.gpus_per_node), "ep": ep,
         "attn_tp": attn_tp, "dp": max(1, ep // attn_tp), "moe_tp": int(_get(row, "moe_tp", 1)),
@@ -160,7 +162,7 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
         a.append("--enable-single-batch-overlap")
     if lay["kv_fp8"]:
         a.append("--kv-cache-dtype fp8_e4m3")
-    if lay["weight"] == "fp4":
+    if grounded.WEIGHT_FORMATS[lay["weight"]].experts_fp4:
         a.append("--quantization modelopt_fp4")
     if role != "prefill" and lay["mtp"]:
         a += ["--speculative-algorithm EAGLE", f"--speculative-num-steps {lay['mtp']}",
@@ -279,7 +281,7 @@ def _trtllm_options(lay: dict, gpus: int, attn_tp: int, running: int | None, tok
     if tokens:
         o["max_num_tokens"] = tokens
     o["kv_cache_config"] = {"dtype": "fp8" if lay["kv_fp8"] else "auto"}
-    o["moe_config"] = {"backend": "TRTLLM" if lay["weight"] == "fp4" else "DEEPGEMM"}
+    o["moe_config"] = {"backend": "TRTLLM" if grounded.WEIGHT_FORMATS[lay["weight"]].experts_fp4 else "DEEPGEMM"}
     if decode and lay["mtp"]:
         o["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": lay["mtp"]}
     return o

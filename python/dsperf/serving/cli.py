@@ -9,6 +9,7 @@ FORMATS = ("table", "csv", "markdown")
 
 def add_simulate_parser(sub) -> None:
     from ..cli_grounded import _overlaps
+    from ..model.grounded import WEIGHT_DTYPES
     from .simulate import ARRIVALS, MODES, ROUTINGS
 
     p = sub.add_parser("simulate", help="serve requests over time on a deployment: TTFT/TPOT/ITL/E2E percentiles, "
@@ -36,7 +37,7 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--mtp", type=int, default=0, help="MTP draft tokens per step")
     p.add_argument("--mtp-accepted", type=float, default=0.0, help="draft tokens accepted per step on average")
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache")
-    p.add_argument("--weight-dtype", choices=("fp8", "bf16", "fp4"), default="fp8")
+    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="fp8")
     p.add_argument("--imbalance", type=float, default=1.0, help="max / mean routed load per GPU")
     p.add_argument("--prefill-ep", type=int, default=32, help="disaggregated: GPUs per prefill EP group")
     p.add_argument("--prefill-attn-tp", type=int, default=1)

@@ -7,15 +7,14 @@ import math
 
 import pandas as pd
 
+from ..model import grounded
 from .simulate import check_sla, simulate
 
 RECHECKED = 5  # configurations re-checked at most: each is a full simulation
 
 
 def _weight_dtype(row) -> str:
-    if bool(row.get("experts_fp4", False)):
-        return "fp4"
-    return "fp8" if bool(row.get("weights_fp8", True)) else "bf16"
+    return grounded.weight_dtype_of(row.get("weights_fp8", True), row.get("experts_fp4", False))
 
 
 def recheck(rows: pd.DataFrame, model="DeepSeek-V3", *, isl, osl, sla_percentile=90.0, sla_tpot_ms=None,

@@ -124,6 +124,42 @@ def test_blackwell_devices_read_the_derived_table():
         assert compute["from_table"].all(), compute  # no call over 5% of the step at the flat default
 
 
+def test_no_bf16_call_of_a_one_request_step_runs_at_the_flat_default():
+    # TensorRT-LLM's B200 min-latency layout with its published weights (BF16 attention): the BF16
+    # projections read the derived gemm_bf16 rows (before them, wo and wq_a took 5-7% of the step
+    # at the default).
+    r = grounded.decode("DeepSeek-V3", "B200", batch=0.125, kv_len=2048, ep=8, attn_tp=8, moe_tp=4, mtp=3,
+                        mtp_accepted=1.82, overlap="none", weight_dtype="fp4_bf16")
+    calls = grounded.calls_frame(r)
+    assert calls.loc[calls["family"] == "gemm_bf16", "from_table"].all()
+    big = calls[calls["ms_per_step"] > 0.05 * r["step_ms"]]
+    compute = big[~big["family"].str.startswith(("dispatch", "combine", "allreduce", "elementwise"))]
+    assert compute["from_table"].all(), compute
+
+
+def test_hopper_bf16_rows_are_the_h200_measurements_read_against_the_h200():
+    # benchmarks/tables/import_measured_bf16.py copies them; each keeps the GPU that timed it.
+    table = [r for r in grounded.read_table_rows(DATA / "efficiency" / "H800.csv") if r["family"] == "gemm_bf16"]
+    timed = [r for r in grounded.read_table_rows(DATA / "devices" / "measured" / "H200.csv")
+             if r["family"] == "gemm_bf16"]
+    assert len(table) == len(timed) == 110
+    key = lambda r: (r["m"], r["n"], r["k"], r["latency_us"], r["source"])  # noqa: E731
+    assert sorted(map(key, table)) == sorted(map(key, timed))
+    assert all(r["measured_on"] == "H200" for r in table)
+    # The derived B200 row of a sibling-timed row scales that row's efficiency on the H200.
+    h200, b200 = (grounded.load_device(d, "corrected") for d in ("H200", "B200"))
+    anchor = next(a for a in derive_table.read_anchors() if a["table"] == "B200" and "gemm_bf16" in a["families"])
+    # The reference: the best compute-bound row (the anchor is a TFLOPS figure), on the H200.
+    best = max(e for e, r in ((derive_table._efficiency(r, h200), r) for r in table)
+               if e <= 1.0 and not derive_table._memory_bound("gemm_bf16", r, h200))
+    derived = {(r["m"], r["n"], r["k"]): r for r in derive_table.derive("B200") if r["family"] == "gemm_bf16"}
+    for r in table[:5]:
+        want = min(1.0, derive_table._efficiency(r, h200) * anchor["published"] / b200.fp16_tflops / best)
+        got = derive_table._efficiency(derived[(r["m"], r["n"], r["k"])], b200)
+        assert got == pytest.approx(want, rel=1e-3)  # the derived latency is rounded up to the ns
+        assert "measured_on" not in derived[(r["m"], r["n"], r["k"])]
+
+
 @pytest.mark.parametrize("text, field", [
     ("family,source,m,n,k,latency_us,basis\ngemm_fp8,x,1,2,3,4,derived\n", "source2"),
     ("family,source,m,n,k,latency_us,basis\ngemm_fp8,x,1,2,3,4,guessed\n", "basis"),

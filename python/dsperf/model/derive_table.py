@@ -7,8 +7,9 @@ reads. The rule that fills the gap:
     efficiency_target(shape) = efficiency_hopper(shape) x anchor / best_hopper(family)
 
 - efficiency_hopper(shape): the Hopper table's measured row (data/efficiency/H800.csv), as a
-  fraction of the H800's datasheet roofline at the tables' clock: the curve over shapes (how small
-  shapes fall short of large ones) is taken from the Hopper kernels;
+  fraction of the H800's datasheet roofline at the tables' clock (of the sibling part's that timed
+  it, where the row names one in measured_on: the BF16 GEMM rows, timed on an H200): the curve over
+  shapes (how small shapes fall short of large ones) is taken from the Hopper kernels;
 - anchor: a published best-case figure of the target GPU for that family, as a fraction of its
   own datasheet peak (data/anchors.csv, each with its source);
 - best_hopper(family): the best efficiency of the Hopper rows the anchor is compared with (both
@@ -99,6 +100,17 @@ def _efficiency(row, device) -> float:
     return _roofline_s(row["family"], row, device) / (row["latency_us"] * 1e-6)
 
 
+def _timed_on(row, hopper, siblings: dict):
+    """The device a Hopper row's latency is read against: its measured_on (a sibling GH100 part
+    that timed it, e.g. the BF16 GEMM rows timed on an H200), else the table's own."""
+    on = row.get("measured_on")
+    if on is None:
+        return hopper
+    if on not in siblings:
+        siblings[on] = load_device(on, "corrected")
+    return siblings[on]
+
+
 def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
     """The derived rows of `target`'s table."""
     from .grounded import read_table_rows
@@ -106,13 +118,15 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
     hopper = load_device(hopper_table, "corrected")
     dev = load_device(target, "corrected")
     rows = read_table_rows(_data(f"{hopper_table}.csv"))
+    siblings: dict = {}
+    eff_of = {id(r): _efficiency(r, _timed_on(r, hopper, siblings)) for r in rows}
     # The best row per (family, what bounds it on the Hopper roofline): a TFLOPS anchor is compared
     # with compute-bound rows, a GB/s anchor with memory-bound ones. A few rows sit above the
     # roofline (their shape fits the work model badly): they are not a best case.
     best = {}
     for r in rows:
-        e = _efficiency(r, hopper)
-        key = (r["family"], _memory_bound(r["family"], r, hopper))
+        e = eff_of[id(r)]
+        key = (r["family"], _memory_bound(r["family"], r, _timed_on(r, hopper, siblings)))
         if e <= 1.0:
             best[key] = max(best.get(key, 0.0), e)
     out = []
@@ -142,8 +156,8 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
                     contiguous = r["family"] == "grouped_contiguous"
                     if contiguous != (r["m"] >= GROUPED_FP4_CONTIGUOUS_FROM):
                         continue
-                eff = min(1.0, _efficiency(r, hopper) * anchor_eff / reference)
-                new = {k: v for k, v in r.items() if k not in ("basis", "source2", "latency_us")}
+                eff = min(1.0, eff_of[id(r)] * anchor_eff / reference)
+                new = {k: v for k, v in r.items() if k not in ("basis", "source2", "latency_us", "measured_on")}
                 new["family"] = family
                 # Rounded up, so that a row at the cap stays at or under the roofline.
                 new["latency_us"] = math.ceil(_roofline_s(family, new, dev) / eff * 1e9) / 1e3
@@ -196,8 +210,9 @@ def main(argv=None) -> int:
     targets = (argv if argv is not None else sys.argv[1:]) or sorted({a["table"] for a in read_anchors()})
     for t in targets:
         path = _data(f"{t}.csv")
+        text = render(t)  # before the file is opened for writing: rendering reads its measured rows
         with open(path, "w", newline="") as f:
-            f.write(render(t))
+            f.write(text)
         print(f"wrote {path}")
     return 0
 

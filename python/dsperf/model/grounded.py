@@ -35,9 +35,9 @@ SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
 OVERLAPS = tuple(SM.OVERLAPS)  # the overlap schedules, named once in C++ (step_model.hpp)
 # Weights as stored, by name: (FP8 block-scaled weights outside the experts, NVFP4 routed and shared
-# experts). "fp8": DeepSeek's FP8 with 128x128 block scales; "bf16" (no BF16 GEMM table rows: those
-# GEMMs run at the default efficiency); "fp4": NVFP4 experts on FP4 tensor cores with FP8 weights
-# elsewhere (TensorRT-LLM's throughput recipe on Blackwell: FP8 attention); "fp4_bf16": NVFP4
+# experts). "fp8": DeepSeek's FP8 with 128x128 block scales; "bf16" (BF16 GEMMs priced from the
+# Hopper table's cuBLAS rows, timed on an H200, and the Blackwell tables derived from them); "fp4":
+# NVFP4 experts on FP4 tensor cores with FP8 weights elsewhere (TensorRT-LLM's throughput recipe on Blackwell: FP8 attention); "fp4_bf16": NVFP4
 # experts with BF16 weights elsewhere, as nvidia/DeepSeek-R1-FP4 stores them (its attention layers
 # are left out of quantization, the FP4-v2 model card says) and TensorRT-LLM's min-latency recipe
 # runs them (its B200 min-latency blog: "64x Attention Modules: bf16").

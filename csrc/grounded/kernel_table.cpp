@@ -195,7 +195,7 @@ void EfficiencyCurve::add(const TableKeys& keys, double primary, double value) {
         return true;
     };
     auto g = std::find_if(groups_.begin(), groups_.end(), same);
-    if (g == groups_.end()) g = groups_.insert(groups_.end(), Group{lk, keys, {}});
+    if (g == groups_.end()) g = groups_.insert(groups_.end(), Group{lk, keys, {}, {}});
     const Point p{safe_log(primary), primary, value};
     g->points.insert(std::upper_bound(g->points.begin(), g->points.end(), p,
                                       [](const Point& a, const Point& b) { return a.log_x < b.log_x; }),

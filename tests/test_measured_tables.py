@@ -11,7 +11,7 @@ from dsperf.predict.gpu_timing import model_price_us
 
 MEASURED = G.measured_tables_dir()
 
-# docs/VALIDATION.md, "The H200 priced from its own measured table": (rows, median model / measured).
+# docs/VALIDATION_GPU_MEASURED.md, "The H200 priced from its own measured table": (rows, median model / measured).
 # gemm_bf16: 1.00 since these rows are the Hopper table's own (1.16 at the flat default before).
 H200_QUOTED = {"gemm_fp8": (110, 0.96), "gemm_bf16": (110, 1.0), "grouped_contiguous": (48, 0.85),
                "grouped_masked": (94, 0.67), "mla_prefill": (5, 0.96)}

@@ -319,7 +319,9 @@ bool EfficiencyCurve::outside_rows(const Group& g, double log_primary) {
 double EfficiencyCurve::floor_primary(const Group& g, double primary) {
     const auto& pts = g.points;
     const double x = safe_log(primary);
-    if (x <= pts.front().log_x || x >= pts.back().log_x) return primary;
+    if (x <= pts.front().log_x) return primary;
+    // At or past the last row, the capping scan may read that row a hair below the primary.
+    if (x >= pts.back().log_x) return std::min(primary, pts.back().x);
     const auto hi = std::upper_bound(pts.begin(), pts.end(), x, [](double v, const Point& q) { return v < q.log_x; });
     return (hi - 1)->x;
 }

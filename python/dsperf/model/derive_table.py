@@ -119,14 +119,15 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
     dev = load_device(target, "corrected")
     rows = read_table_rows(_data(f"{hopper_table}.csv"))
     siblings: dict = {}
-    eff_of = {id(r): _efficiency(r, _timed_on(r, hopper, siblings)) for r in rows}
+    timed_on = {id(r): _timed_on(r, hopper, siblings) for r in rows}
+    eff_of = {id(r): _efficiency(r, timed_on[id(r)]) for r in rows}
     # The best row per (family, what bounds it on the Hopper roofline): a TFLOPS anchor is compared
     # with compute-bound rows, a GB/s anchor with memory-bound ones. A few rows sit above the
     # roofline (their shape fits the work model badly): they are not a best case.
     best = {}
     for r in rows:
         e = eff_of[id(r)]
-        key = (r["family"], _memory_bound(r["family"], r, _timed_on(r, hopper, siblings)))
+        key = (r["family"], _memory_bound(r["family"], r, timed_on[id(r)]))
         if e <= 1.0:
             best[key] = max(best.get(key, 0.0), e)
     out = []

@@ -34,14 +34,18 @@ from . import bands
 SM = _C.step_model
 FAMILIES = tuple(SM.family_names())
 OVERLAPS = tuple(SM.OVERLAPS)  # the overlap schedules, named once in C++ (step_model.hpp)
-# Weights as stored, by name: (FP8 block-scaled weights outside the experts, NVFP4 routed and shared
-# experts). "fp8": DeepSeek's FP8 with 128x128 block scales; "bf16" (BF16 GEMMs priced from the
-# Hopper table's cuBLAS rows, timed on an H200, and the Blackwell tables derived from them); "fp4":
-# NVFP4 experts on FP4 tensor cores with FP8 weights elsewhere (TensorRT-LLM's throughput recipe on Blackwell: FP8 attention); "fp4_bf16": NVFP4
-# experts with BF16 weights elsewhere, as nvidia/DeepSeek-R1-FP4 stores them (its attention layers
-# are left out of quantization, the FP4-v2 model card says) and TensorRT-LLM's min-latency recipe
-# runs them (its B200 min-latency blog: "64x Attention Modules: bf16").
+
+
 class WeightFormat(NamedTuple):
+    """Weights as stored: FP8 block-scaled outside the experts (else BF16), and NVFP4 routed and
+    shared experts. By name (WEIGHT_FORMATS): "fp8", DeepSeek's FP8 with 128x128 block scales;
+    "bf16" (BF16 GEMMs priced from the Hopper table's cuBLAS rows, timed on an H200, and the
+    Blackwell tables derived from them); "fp4", NVFP4 experts on FP4 tensor cores with FP8 weights
+    elsewhere (TensorRT-LLM's throughput recipe on Blackwell: FP8 attention); "fp4_bf16", NVFP4
+    experts with BF16 weights elsewhere, as nvidia/DeepSeek-R1-FP4 stores them (its attention layers
+    are left out of quantization, the FP4-v2 model card says) and TensorRT-LLM's min-latency recipe
+    runs them (its B200 min-latency blog: "64x Attention Modules: bf16")."""
+
     weights_fp8: bool  # attention, dense MLP, LM head: FP8 block-scaled (else BF16)
     experts_fp4: bool  # routed and shared experts: NVFP4
 
@@ -53,7 +57,10 @@ WEIGHT_DTYPES = tuple(WEIGHT_FORMATS)
 
 def weight_dtype_of(weights_fp8: bool, experts_fp4: bool) -> str:
     """The WEIGHT_FORMATS name of a pair of flags (an explorer row's weights_fp8 and experts_fp4)."""
-    return next(name for name, flags in WEIGHT_FORMATS.items() if flags == WeightFormat(bool(weights_fp8), bool(experts_fp4)))
+    flags = WeightFormat(bool(weights_fp8), bool(experts_fp4))
+    return next(name for name, fmt in WEIGHT_FORMATS.items() if fmt == flags)
+
+
 # Columns of a table file that carry a shape (blank where a family does not use them).
 SHAPE_COLUMNS = ("m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "bytes", "ep", "tp")
 DEFAULT_EFFICIENCY = 0.6

@@ -37,8 +37,10 @@ STACKS = {
               "recipes/deepseek-r1/trtllm/disagg/wide_ep/gb200/deploy.yaml @09783f6, "
               "examples/backends/vllm/launch/disagg.sh @11bc2e8, DynamoGraphDeployment nvidia.com/v1alpha1)",
 }
-MODEL_PATHS = {"fp8": "deepseek-ai/DeepSeek-R1", "bf16": "deepseek-ai/DeepSeek-R1", "fp4": "nvidia/DeepSeek-R1-FP4",
-               "fp4_bf16": "nvidia/DeepSeek-R1-FP4"}
+# The checkpoint each weight format serves from: NVIDIA's NVFP4 one for NVFP4 experts, DeepSeek's
+# own otherwise (its FP8 weights; a BF16 deployment upcasts them).
+MODEL_PATHS = {name: "nvidia/DeepSeek-R1-FP4" if fmt.experts_fp4 else "deepseek-ai/DeepSeek-R1"
+               for name, fmt in grounded.WEIGHT_FORMATS.items()}
 
 
 @dataclass

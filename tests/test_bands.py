@@ -229,18 +229,24 @@ def test_allreduce_rows_need_a_message_size(tmp_path):
 
 
 def test_amd_gemm_rows_make_a_partial_table_with_the_partial_band():
-    """AMD's GEMM-only tables are `partial`; the partial regime's band is measured on its check points (the
-    Ascend 910C's three since 2026-11-27, when cann-recipes-infer's decode became a design point: no AMD
-    peak point exists). Three are too few for the conformal 80% rank (ceil(4 x 0.8) = 4 > 3), so the
-    band falls back to the worst check error of all, no narrower than 40%."""
+    """MI300X's and MI325X's table (GEMMs and, since 2026-11-27, the routed experts; no MLA rows) is
+    `partial`; the partial regime's band is measured on its check points (the Ascend 910C's three since
+    2026-11-27, when cann-recipes-infer's decode became a design point: no AMD peak point exists). Three
+    are too few for the conformal 80% rank (ceil(4 x 0.8) = 4 > 3), so the band falls back to the worst
+    check error of all, no narrower than 40%."""
     rows = grounded.read_table_rows(DATA / "efficiency" / "MI300X.csv")
-    assert rows and {r["family"] for r in rows} == {"gemm_fp8"} and all("aiter" in r["source"] for r in rows)
+    assert rows and {r["family"] for r in rows} == {"gemm_fp8", "grouped_masked", "grouped_contiguous"}
+    assert all("aiter" in r["source"] for r in rows)
+    # The experts' rows: aiter's fused MoE tuned on MI325X (304 CUs) at the EP8 shape, in both families.
+    moe = [r for r in rows if r["family"] != "gemm_fp8"]
+    assert len(moe) == 60 and all(r["measured_on"] == "MI325X" and "gfx942 (MI325X, 304 CUs)" in r["source"]
+                                  and "a8w8_blockscale_tuned_fmoe_ds_v3.csv (commit 84493f0" in r["source"] for r in moe)
     # MI355X has MLA decode rows too (tests/test_amd_mla_table.py): no longer partial.
     for dev in ("MI300X", "MI325X"):
         assert grounded.table_kind(dev) == "partial"
         r = grounded.decode("DeepSeek-V3", dev, batch=64, kv_len=2048, ep=8)
         calls = grounded.calls_frame(r)
-        assert calls.loc[calls["family"] == "gemm_fp8", "from_table"].all()
+        assert calls.loc[calls["family"].isin(["gemm_fp8", "grouped_masked"]), "from_table"].all()
         assert not calls.loc[calls["family"] == "mla_decode", "from_table"].any()
         assert r["regime"].startswith("partial/") and r["band_regime"] == "worst of all"
         assert r["band_points"] >= 3 and r["error_band"] >= 0.40
@@ -263,5 +269,6 @@ def test_mi355x_fused_moe_rows_load_with_their_sources():
         assert calls.loc[calls["family"] == fam, "from_table"].all()
     # No AMD MLA prefill rows: the prefill attention core stays at the default efficiency.
     assert not calls.loc[calls["family"] == "mla_prefill", "from_table"].any()
-    # MI300X has no fused-MoE rows: aiter's 304-CU DeepSeek fmoe rows were measured on MI325X.
-    assert not grounded.kernel_tables("MI300X").rows("grouped_masked")
+    # aiter's 304-CU DeepSeek fmoe rows were measured on MI325X: MI300X's table (which MI325X reads too)
+    # holds them as it holds the MI325X GEMM rows, each read against the roofline of the GPU that timed it.
+    assert grounded.kernel_tables("MI300X").rows("grouped_masked") == 30

@@ -325,6 +325,21 @@ EXEMPT = {
      "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_tpot"):
         "coincidence: the simulator's numerical grid of prefill buckets +-2.2% wide (1.0442) against a B200 TPOT over an MI300X "
         "TPOT (30.034 / 28.779 ms, the latter added 2026-11-26), two unrelated runs on different GPUs",
+    ("efficiency/B200.csv gemm_fp8 fp8 m=32768 n=576 k=7168 latency_us",
+     "latency_points.csv trtllm5929_b200_fp4_1600_epnone_ttft"):
+        "coincidence: a derived B200 FP8 GEMM time (160.989 us, the H800 DeepGEMM curve scaled to vllm PR #19566's "
+        "B200 figure) against a B200 TTFT (161.04 ms, TensorRT-LLM issue #5929, a point added 2026-11-27 after the "
+        "table was derived); other units, other sources",
+    ("anchors.csv Ascend910C mla_decode published / fp16_tflops",
+     "latency_points.csv trtllm5929_b200_fp4_1600_ep8_ttft / latency_points.csv ix_mi300x_sglang_fp8_1k1k_c64_ttft"):
+        "coincidence: the AMLA paper's Ascend MLA decode per die over the die's BF16 peak (0.8675) against a B200 "
+        "TTFT over an MI300X TTFT (172.65 / 199.019 ms, the first added 2026-11-27): unrelated runs on other hardware",
+    ("points.csv cannrecipes_a3_decode assumed text", "latency_points.csv trtllm5929_h200_fp8_1600_ep8_itl"):
+        "coincidence: the month in the text's dates (2026-11-27) against an H200 ITL of 0.011 s (11 ms, "
+        "TensorRT-LLM issue #5929)",
+    ("points.csv cannrecipes_a3_prefill assumed text", "latency_points.csv trtllm5929_h200_fp8_1600_ep8_itl"):
+        "coincidence: the month in the text's dates (2026-11-27) against an H200 ITL of 0.011 s (11 ms, "
+        "TensorRT-LLM issue #5929)",
     ("points.csv cannrecipes_a3_decode assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
         "coincidence: cann-recipes-infer's benchmark config generates 100 new tokens (max_new_tokens, "
         "decode_r1_rank_128_128ep_a8w8c8_mtp_benchmark.yaml), against an ITL of 'approximately 100 ms'",

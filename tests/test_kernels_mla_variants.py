@@ -47,6 +47,28 @@ def test_variant_prefill_then_decode(variant):
     assert rel_err(y_decode, ref[P:]) < tol
 
 
+def test_cc_decompresses_a_long_cache_in_chunks_into_reused_buffers():
+    """CC decompresses the whole cache on every call, a chunk of rows at a time (600 rows: three
+    chunks of 200), into per-thread buffers kept between calls: two decode steps after a long
+    prefill, each checked against the reference, and a shorter cache after them (the kept buffers
+    are longer than it needs)."""
+    rng = np.random.default_rng(5)
+    w = K.mla_absorb_weights(make_weights(rng), **DIMS)
+    freqs = K.rope_frequencies(dim=DIMS["rope"], original_seq_len=64, max_seq_len=1024, factor=4)
+    scale = (DIMS["nope"] + DIMS["rope"]) ** -0.5
+    P = 600
+    x = rand_bf16(rng, P + 2, D)
+    ref = R.mla_forward(x, w, freqs=freqs, softmax_scale=scale, **DIMS)
+    cache = K.MlaCache(P + 2, KVL, DIMS["rope"], heads=DIMS["heads"], nope=DIMS["nope"], v=DIMS["v"])
+    K.mla_forward("CC", x[:P], w, cache, freqs=freqs, softmax_scale=scale, **DIMS)
+    for t in (P, P + 1):
+        y = K.mla_forward("CC", x[t:t + 1], w, cache, freqs=freqs, softmax_scale=scale, **DIMS)
+        assert rel_err(y, ref[t:t + 1]) < 3 * EPS_BF16
+    short = K.MlaCache(40, KVL, DIMS["rope"], heads=DIMS["heads"], nope=DIMS["nope"], v=DIMS["v"])
+    y = K.mla_forward("CC", x[:40], w, short, freqs=freqs, softmax_scale=scale, **DIMS)
+    assert rel_err(y, R.mla_forward(x[:40], w, freqs=freqs, softmax_scale=scale, **DIMS)) < 3 * EPS_BF16
+
+
 def test_variants_agree_with_each_other():
     rng = np.random.default_rng(4)
     w = K.mla_absorb_weights(make_weights(rng), **DIMS)

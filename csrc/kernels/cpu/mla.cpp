@@ -301,16 +301,27 @@ void mla_decompress(const MlaWeights& w, const MlaSequenceCache& c, int64_t r0, 
                     bf16_t* v_full) {
     const int64_t H = w.heads, N = w.nope, R = w.rope, V = w.v, L = w.kv_lora, rows = r1 - r0;
     if (rows <= 0) return;
-    // kv = latent wkv_b^T: [rows, heads * (nope + v)], per head nope keys then values.
-    const std::vector<bf16_t> kv = linear_to_bf16(c.latent + r0 * L, L, w.wkv_b, L, rows, H * (N + V), L);
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t h = 0; h < H; ++h) {
-            const bf16_t* src = kv.data() + (r * H + h) * (N + V);
-            bf16_t* k = k_full + (r * H + h) * (N + R);
-            std::copy(src, src + N, k);
-            std::copy(c.k_pe + (r0 + r) * R, c.k_pe + (r0 + r + 1) * R, k + N);
-            std::copy(src + N, src + N + V, v_full + (r * H + h) * V);
+    // kv = latent wkv_b^T: [rows, heads * (nope + v)], per head nope keys then values; a chunk of
+    // rows at a time. The whole product of a long cache (8,192 rows at 16 heads: 134 MB of FP32,
+    // then 67 MB of BF16) was a fresh allocation above malloc's mmap threshold on every call,
+    // page-faulted and zeroed each time: it cost more than the GEMM. Near-equal chunks of at least
+    // 128 rows keep every chunk on the GEMM path a whole call would take (32 rows and more).
+    constexpr int64_t kChunkRows = 256;
+    const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows, per_chunk = (rows + chunks - 1) / chunks;
+    for (int64_t c0 = 0; c0 < rows; c0 += per_chunk) {
+        const int64_t n = std::min(per_chunk, rows - c0);
+        const std::vector<bf16_t> kv = linear_to_bf16(c.latent + (r0 + c0) * L, L, w.wkv_b, L, n, H * (N + V), L);
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t r = c0 + i;
+            for (int64_t h = 0; h < H; ++h) {
+                const bf16_t* src = kv.data() + (i * H + h) * (N + V);
+                bf16_t* k = k_full + (r * H + h) * (N + R);
+                std::copy(src, src + N, k);
+                std::copy(c.k_pe + (r0 + r) * R, c.k_pe + (r0 + r + 1) * R, k + N);
+                std::copy(src + N, src + N + V, v_full + (r * H + h) * V);
+            }
         }
+    }
 }
 
 void mla_prolog(const MlaWeights& w, const bf16_t* x, int64_t T, const int32_t* pos, const float* freqs, bf16_t* qa,
@@ -357,13 +368,16 @@ void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64
     std::vector<bf16_t> attn_out;   // [T, heads * v] for wo
     if (variant == MlaVariant::CD || variant == MlaVariant::CC) {
         // Multi-head attention over decompressed keys [nope | rope] and values.
-        std::vector<bf16_t> kf, vf;
+        // CC's keys and values of the whole cache, decompressed on every call, in per-thread buffers
+        // kept between calls (fresh ones were page-faulted and zeroed each time, as in attend_range);
+        // past kKeptBytes (42 MB at 4,096 tokens and 16 heads) they are freed after the call.
+        thread_local std::vector<bf16_t> kf, vf;
         const bf16_t *K = c.k_full, *Vv = c.v_full;
         if (variant == MlaVariant::CD) {
             mla_decompress(w, c, P, total, c.k_full + P * H * (N + R), c.v_full + P * H * V);
         } else {
-            kf.resize(static_cast<size_t>(total * H * (N + R)));
-            vf.resize(static_cast<size_t>(total * H * V));
+            kf.resize(std::max(kf.size(), static_cast<size_t>(total * H * (N + R))));
+            vf.resize(std::max(vf.size(), static_cast<size_t>(total * H * V)));
             mla_decompress(w, c, 0, total, kf.data(), vf.data());
             K = kf.data(), Vv = vf.data();
         }
@@ -371,6 +385,11 @@ void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64
         o.resize(static_cast<size_t>(T * H * V));
         attention(a, o.data(), nullptr);
         attn_out = to_bf16(o);
+        constexpr size_t kKeptBytes = size_t(64) << 20;
+        if ((kf.size() + vf.size()) * sizeof(bf16_t) > kKeptBytes) {
+            std::vector<bf16_t>().swap(kf);
+            std::vector<bf16_t>().swap(vf);
+        }
     } else {
         // Absorbed: queries in latent space, multi-query attention over [latent | k_pe].
         std::vector<bf16_t> q_abs(static_cast<size_t>(T * H * L));

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ascend_table_loads_with_both_sources():
     rows = grounded.read_table_rows(grounded._tables_dir() / "Ascend910C.csv")
     assert rows and {r["family"] for r in rows} == {"mla_decode", "dispatch_normal", "combine_normal",
-                                                    "dispatch_ll", "combine_ll"}
-    comm = [r for r in rows if r["family"] != "mla_decode"]
+                                                    "dispatch_ll", "combine_ll", "gemm_fp8", "gemm_bf16"}
+    comm = [r for r in rows if r["family"] not in ("mla_decode", "gemm_fp8", "gemm_bf16")]
     # DeepEP-Ascend's normal (EP 8-128) and low-latency (EP 8-32) kernels on an A3 SuperPOD, per EP as
     # published, each read against one die's link.
     assert len(comm) == 16 and all(r["basis"] == "measured" and r["link_gbps"] == 196 for r in comm)
@@ -26,8 +26,18 @@ def test_ascend_table_loads_with_both_sources():
         assert r["basis"] == "derived"
         assert "InferSim" in r["source"]                      # the H800 curve over shapes
         assert "2509.25224" in r["source2"] and "614" in r["source2"]   # the AMLA paper's best case
+    # GEMMs timed in a W8A8 DeepSeek-V3 profile on an A3 (vLLM 0.15.0, CANN 8.5): 14 INT8 (on the 8-bit
+    # path, gemm_fp8) and 4 BF16, decode (1-8 rows) and prefill (256 and 2,048 rows), each with its
+    # operator, input shapes, call count and CV as the profile prints them.
+    gemms = [r for r in rows if r["family"] in ("gemm_fp8", "gemm_bf16")]
+    assert len(gemms) == 18 and all(r["basis"] == "measured" and "msModeling" in r["source"]
+                                    and "39df672b" in r["source"] for r in gemms)
+    assert sum(r["family"] == "gemm_fp8" for r in gemms) == 14
+    qkv_a = [r for r in gemms if (r["m"], r["n"], r["k"]) == (1, 2112, 7168)]
+    assert len(qkv_a) == 1 and qkv_a[0]["latency_us"] == 28.202 and '"1,7168;66,448,16,32;2112;2112"' in qkv_a[0]["source"]
     assert grounded.device_pricing("Ascend910C")["kernel_table"] == "Ascend910C"
-    # Only the attention core has rows: most of a step still runs at the default efficiency.
+    # No grouped-matmul (the profile's fused DispatchFFNCombine hides it) or INT8 attention rows: the
+    # experts and the attention core of an INT8 step still run at the default efficiency.
     assert grounded.table_kind("Ascend910C") == "partial"
 
 
@@ -40,8 +50,11 @@ def test_ascend_mla_decode_priced_from_the_table():
     # TFLOPS = 307 of the die's 353.9.
     assert 0.6 < core[0]["efficiency"] <= 307 / 353.9 + 1e-9
     # The attention core from its rows; dispatch and combine from the low-latency rows, clamped to
-    # their largest EP (32) at EP320.
-    assert (out["calls_from_table"], out["calls_clamped"]) == (1, 2)
+    # their largest EP (32) at EP320; the GEMMs from the profile's rows (those past its shapes clamped).
+    gemm_calls = [c for c in out["calls"] if c["family"] in ("gemm_fp8", "gemm_bf16")]
+    assert gemm_calls and all(c["from_table"] for c in gemm_calls)
+    assert out["calls_from_table"] == 1 + sum(not c["clamped"] for c in gemm_calls)
+    assert out["calls_clamped"] == 2 + sum(c["clamped"] for c in gemm_calls)
 
 
 def test_ascend_dispatch_combine_priced_from_its_own_rows():

@@ -5,9 +5,10 @@ Ascend kernel figures that are published at a source this project could read.
 
 What is published, and what it can give
 ---------------------------------------
-No per-shape Ascend compute-kernel benchmark (a latency or TFLOPS at each batch and context, each M
-of a GEMM) could be read at its source for this table. What could be read is one best-case figure
-of the attention core, and per-EP dispatch/combine bandwidths (below):
+No per-shape benchmark of Ascend's attention or grouped-matmul kernels (a latency or TFLOPS at each
+batch and context) could be read at its source for this table. What could be read is one best-case
+figure of the attention core, per-EP dispatch/combine bandwidths, and the GEMMs of one W8A8
+DeepSeek-V3 profile (below):
 
 - arXiv 2509.25224 (AMLA, Huawei, 2025-09), abstract: the AMLA MLA decode kernel on "Ascend 910
   NPUs (integrated in CloudMatrix384)" reaches "up to 614 TFLOPS, reaching 86.8% of the
@@ -43,19 +44,34 @@ device's decode inside its UB domain runs the low-latency kernels (as cann-recip
 npu_moe_distribute_dispatch_v2 / combine_v2) instead of the normal kernels' EP8 row; beyond EP32 the
 lookup clamps to the EP32 row and says so.
 
+Measured rows: GEMMs from a profile
+-----------------------------------
+Horacehxw/msModeling, a personal fork of Ascend/msmodeling (commit 39df672b), publishes the per-shape
+kernel durations of a profile of DeepSeek-V3 W8A8 served by vLLM 0.15.0 on CANN 8.5 in aclgraph mode
+(docs/perf_database/reports/profiling_analysis_aclgraph/per_shape_cv_output.txt; the setup in
+report_op_stability_zh.md: TP=8, DP=2, EP, at most 8 sequences, 4,096-token inputs, hardware named
+"Atlas 800 A3 (Ascend 910B)"). Its QuantBatchMatmulV3 (INT8) and MatMulV2 (BF16) shapes are the
+PROFILE_GEMMS rows below, as printed there (mean us, calls, CV); n and k come from the weight's NZ
+shape. A rank is read as one die. The INT8 rows are gemm_fp8 rows: the device's 8-bit path, priced
+at its INT8 peak. Not taken from it: the absorbed per-head batched matmuls (16 heads in one call: a
+GEMM row has no head count), FusedInferAttentionScore (BF16 cache; its context is not stated), and
+the experts (inside the fused DispatchFFNCombine kernel, no grouped-matmul time of their own).
+
 Not used, and why:
 - the operator-level figures of the CloudMatrix384 paper (arXiv 2506.12708: MLA compute and
   memory utilisation, INT8 GEMM utilisation, dispatch/combine latency by EP size) could only be
   read here in secondary summaries, not in the paper's own tables (the stored copies of its HTML
   version hold its first page only); the AMLA paper's per-shape results likewise (abstract only);
 - Ascend/msmodeling's profiling database (ATLAS_800_A3_752T_128G_DIE: GroupedMatmul,
-  FusedInferAttentionScore, ... per shape) is stored as Git LFS pointers, its figures absent;
+  FusedInferAttentionScore, ... per shape) is stored as Git LFS pointers, its figures absent (so in
+  the forks searched, 2026-11-27);
 - cann-recipes-infer's DeepSeek-R1 documents give deployment figures only, no per-operator time;
 - hw-native-sys/pypto-lib issue #1054 gives msprof per-operator decode times, but of DeepSeek-V4-Flash
   on an Ascend 950PR: another chip and model, not rows of the 910C's table;
 - the deployment figures of that paper and of cann-recipes-infer (tokens/s per NPU, TPOT) are
   validation points (data/validation/points.csv) and never inputs.
-So MLA prolog, GEMMs, grouped matmul and the rest still run at the default efficiency.
+So the MLA prolog's fused form, the grouped matmul, the INT8 attention core and the rest still run at
+the default efficiency.
 """
 from __future__ import annotations
 
@@ -104,13 +120,53 @@ DEEPEP_ASCEND_LL_SOURCE = (
     "given (ranks: one 910C die each) [link_gbps: one die's UB link, Ascend910C.toml]")
 
 
+# GEMMs timed in a profile of DeepSeek-V3 W8A8 serving on an A3 (see PROFILE_SOURCE): (family, m, n,
+# k, mean us, the operator and its input shapes as the profile prints them, calls, CV). The int8
+# weights are in the NZ layout [n / 32, k / 16, 16, 32] (INT8) or [k / 16, n / 16, 16, 16] (BF16), their
+# per-channel scale [n]; x is [m, k]. W8A8 runs on the device's 8-bit path, which dsperf prices as
+# gemm_fp8 at the INT8 peak (Ascend910C.toml's fp8_tflops).
+PROFILE_GEMMS = [
+    # decode (input 4,096, output 1,536)
+    ("gemm_fp8", 1, 2112, 7168, 28.202, 'QuantBatchMatmulV3 "1,7168;66,448,16,32;2112;2112"', 305, 0.0262),
+    ("gemm_fp8", 1, 4096, 7168, 32.098, 'QuantBatchMatmulV3 "1,7168;128,448,16,32;4096;1"', 290, 0.0603),
+    ("gemm_fp8", 8, 7168, 2048, 22.942, 'QuantBatchMatmulV3 "8,2048;224,128,16,32;7168;7168"', 305, 0.0214),
+    ("gemm_fp8", 1, 7168, 2048, 19.506, 'QuantBatchMatmulV3 "1,2048;224,128,16,32;7168;1"', 290, 0.0333),
+    ("gemm_fp8", 5, 3072, 1536, 15.803, 'QuantBatchMatmulV3 "5,1536;96,96,16,32;3072;3072"', 305, 0.0233),
+    ("gemm_fp8", 8, 4608, 7168, 33.993, 'QuantBatchMatmulV3 "8,7168;144,448,16,32;4608;8"', 15, 0.0272),
+    ("gemm_fp8", 8, 7168, 2304, 21.627, 'QuantBatchMatmulV3 "8,2304;224,144,16,32;7168;8"', 15, 0.0359),
+    ("gemm_bf16", 1, 256, 7168, 10.890, 'MatMulV2 "1,7168;256,7168"', 290, 0.0493),
+    ("gemm_bf16", 5, 16160, 7168, 221.064, 'MatMulV2 "5,7168;16160,7168"', 5, 0.0095),
+    # prefill (input 4,096)
+    ("gemm_fp8", 2048, 7168, 2048, 131.027, 'QuantBatchMatmulV3 "2048,2048;224,128,16,32;7168;7168"', 244, 0.0191),
+    ("gemm_fp8", 256, 4096, 7168, 76.520, 'QuantBatchMatmulV3 "256,7168;128,448,16,32;4096;256"', 232, 0.0626),
+    ("gemm_fp8", 2048, 3072, 1536, 55.079, 'QuantBatchMatmulV3 "2048,1536;96,96,16,32;3072;3072"', 244, 0.0259),
+    ("gemm_fp8", 256, 7168, 2048, 47.466, 'QuantBatchMatmulV3 "256,2048;224,128,16,32;7168;256"', 232, 0.0676),
+    ("gemm_fp8", 256, 2112, 7168, 40.319, 'QuantBatchMatmulV3 "256,7168;66,448,16,32;2112;2112"', 244, 0.0857),
+    ("gemm_fp8", 2048, 4608, 7168, 251.846, 'QuantBatchMatmulV3 "2048,7168;144,448,16,32;4608;2048"', 12, 0.0122),
+    ("gemm_fp8", 2048, 7168, 2304, 155.655, 'QuantBatchMatmulV3 "2048,2304;224,144,16,32;7168;2048"', 12, 0.0113),
+    ("gemm_bf16", 256, 256, 7168, 20.990, 'MatMulV2 "256,7168;256,7168"', 232, 0.0192),
+    ("gemm_bf16", 2048, 4096, 512, 53.003, 'MatMulV2 (weight NZ) "2048,512;32,256,16,16"', 366, 0.0220),
+]
+PROFILE_SOURCE = (
+    "Horacehxw/msModeling (a fork of Ascend/msmodeling), docs/perf_database/reports/profiling_analysis_aclgraph/"
+    "per_shape_cv_output.txt at commit 39df672b: mean kernel durations per operator and input shapes in an "
+    "Ascend profile of DeepSeek-V3 W8A8 on vLLM 0.15.0, CANN 8.5, PyTorch 2.9.0 in aclgraph mode (FULL_DECODE_ONLY), "
+    "TP=8, DP=2, EP, max_num_seqs 8, FUSED_MC2=1, 4,096-token inputs (report_op_stability_zh.md, same commit, "
+    "which names the hardware 'Atlas 800 A3 (Ascend 910B)'; a rank read as one 910C die, as an A3 node exposes "
+    "each die); {what}, {calls} calls, mean {us} us (CV {cv}) [n, k read from the NZ weight shape]")
+
+
 def measured() -> list[dict]:
     """The measured rows, as read_table_rows gives them."""
     normal = [{"family": f, "ep": float(ep), "gbps": float(g), "link_gbps": DIE_UB_GBPS, "basis": "measured",
                "source": DEEPEP_ASCEND_SOURCE} for f, ep, g in DEEPEP_ASCEND_NORMAL]
     low_latency = [{"family": f, "ep": float(ep), "gbps": float(g), "link_gbps": DIE_UB_GBPS, "basis": "measured",
                     "source": DEEPEP_ASCEND_LL_SOURCE} for f, ep, g in DEEPEP_ASCEND_LOW_LATENCY]
-    return normal + low_latency
+    gemms = [{"family": f, "m": float(m), "n": float(n), "k": float(k), "dtype": "fp8" if f == "gemm_fp8" else "bf16",
+              "latency_us": us, "basis": "measured",
+              "source": PROFILE_SOURCE.format(what=what, calls=calls, us=us, cv=cv)}
+             for f, m, n, k, us, what, calls, cv in PROFILE_GEMMS]
+    return normal + low_latency + gemms
 
 
 # A die's dense BF16 peak; the AMLA percentage is of the package's, two dies.

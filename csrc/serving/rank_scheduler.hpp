@@ -45,8 +45,8 @@ struct StepOutcome {
 
 class RankScheduler {
 public:
-    RankScheduler(int id, int64_t kv_blocks, const ServeConfig& cfg, const PoolConfig& pool, bool hands_off)
-        : id_(id), kv_(kv_blocks, cfg.prefix_cache), block_(cfg.block_tokens), pool_(pool), mtp_(pool.dep.mtp),
+    RankScheduler(int64_t kv_blocks, const ServeConfig& cfg, const PoolConfig& pool, bool hands_off)
+        : kv_(kv_blocks, cfg.prefix_cache), block_(cfg.block_tokens), pool_(pool), mtp_(pool.dep.mtp),
           hands_off_(hands_off) {}
 
     void enqueue(int r) { waiting_.push_back(r); }
@@ -71,7 +71,6 @@ private:
     void preempt(int r, std::vector<ReqState>& st, std::vector<Record>& rec);
     int blocks_for(int tokens) const { return (tokens + block_ - 1) / block_; }
 
-    int id_;
     KvPool kv_;
     int block_;
     const PoolConfig& pool_;

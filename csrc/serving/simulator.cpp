@@ -43,7 +43,7 @@ struct Pool {
           per_group(pc.ranks_per_group()), busy(pc.groups, 0), active(pc.groups), stepped(pc.groups) {
         kv_blocks = int64_t(std::floor(pricer.kv_tokens_per_rank() / cfg.block_tokens));
         const int n = pc.groups * per_group;
-        for (int i = 0; i < n; ++i) ranks.emplace_back(i, kv_blocks, cfg, pc, hands_off);
+        for (int i = 0; i < n; ++i) ranks.emplace_back(kv_blocks, cfg, pc, hands_off);
         plans.resize(n), listed.assign(n, 0), last_running.assign(n, 0), last_kv.assign(n, 0);
     }
     // A rank that got a request takes part in its group's steps (in rank order: deterministic).

@@ -112,9 +112,12 @@ void embedding(const bf16_t* table, int64_t vocab, int64_t dim, const int32_t* i
 
 #if defined(__x86_64__) || defined(_M_X64)
 // GCC 12 warns that its own unmasked AVX-512 intrinsics read an uninitialised __Y once inlined
-// here (a known false positive of -Wmaybe-uninitialized on _mm512_undefined_ps).
+// here (a known false positive of -Wmaybe-uninitialized on _mm512_undefined_ps). Clang has no such
+// warning group (and warns about the name), so only GCC is told.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 namespace {
 #define DSPERF_AVX512_EW __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 // exp_approx on 16 lanes: the same clamp, rounding, polynomial and exponent bits (the compiler may
@@ -150,7 +153,9 @@ DSPERF_AVX512_EW void silu_mul_avx512(const float* gu, int64_t t0, int64_t t1, i
     }
 }
 }  // namespace
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 void silu_mul(const float* gu, int64_t tokens, int64_t inter, bf16_t* out) {

@@ -10,7 +10,7 @@ FORMATS = ("table", "csv", "markdown")
 def add_simulate_parser(sub) -> None:
     from ..cli_grounded import _overlaps
     from ..model.grounded import WEIGHT_DTYPES
-    from .simulate import ARRIVALS, MODES, ROUTINGS
+    from .simulate import ARRIVALS, DEFAULT_MAX_NUM_TOKENS, DEFAULT_PREFILL_TOKENS, MODES, ROUTINGS
 
     p = sub.add_parser("simulate", help="serve requests over time on a deployment: TTFT/TPOT/ITL/E2E percentiles, "
                                         "throughput, goodput (docs/SERVING.md)")
@@ -33,7 +33,7 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--overlap", choices=_overlaps(), default="two_batch")
     p.add_argument("--replicas", type=int, default=1, help="EP groups")
     p.add_argument("--max-batch", type=int, help="requests per GPU (default: as many as the KV cache holds)")
-    p.add_argument("--max-num-tokens", type=int, help="tokens per rank per step (default 8192)")
+    p.add_argument("--max-num-tokens", type=int, help=f"tokens per rank per step (default {DEFAULT_MAX_NUM_TOKENS})")
     p.add_argument("--mtp", type=int, default=0, help="MTP draft tokens per step")
     p.add_argument("--mtp-accepted", type=float, default=0.0, help="draft tokens accepted per step on average")
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache")
@@ -43,7 +43,8 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--prefill-attn-tp", type=int, default=1)
     p.add_argument("--prefill-redundant-experts", type=int, default=0)
     p.add_argument("--prefill-replicas", type=int, default=1, help="disaggregated: prefill EP groups")
-    p.add_argument("--prefill-max-num-tokens", type=int, default=16384, help="tokens per prefill rank per step")
+    p.add_argument("--prefill-max-num-tokens", type=int, default=DEFAULT_PREFILL_TOKENS,
+                   help="tokens per prefill rank per step")
     p.add_argument("--kv-transfer-gbps", type=float, help="disaggregated: GB/s of a KV hand-off (default: the "
                                                           "device's scale-out per GPU)")
     p.add_argument("--routing", choices=ROUTINGS, default="least_loaded")

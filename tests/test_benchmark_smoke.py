@@ -33,3 +33,13 @@ def test_bench_simulate_runs_and_agrees():
     out = _run("bench_simulate.py", "--repeats", "1", "--python-requests", "100")
     assert "WARNING" not in out, out
     assert out.strip().splitlines()[-1].startswith("simulate requests/s: ")
+
+
+def test_bench_mla_layers_runs_and_rejects_a_bad_variant():
+    out = _run("bench_mla_layers.py", "--variants", "CC,A_CC_ME", "--steps", "64", "--prefills", "32:64",
+               "--heads", "2", "--repeats", "1")
+    rows = [line for line in out.splitlines() if line.startswith("mla_layer_")]
+    assert len(rows) == 4 and out.startswith("cpu: ")
+    r = subprocess.run([sys.executable, str(BENCHMARKS / "bench_mla_layers.py"), "--variants", "XX"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--variants" in r.stderr

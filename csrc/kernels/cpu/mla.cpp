@@ -18,6 +18,11 @@
 
 namespace dsperf::kernels {
 
+// Per-thread scratch kept between calls (attend_range's buffers, CC's decompressed keys and values):
+// fresh ones were page-faulted and zeroed on every call. Past this size a call frees them at its
+// end, so that one long prefill does not hold its buffers for good.
+constexpr size_t kKeptBytes = size_t(64) << 20;
+
 namespace {
 
 // Checks run inside per-element loops: a literal message must not build a std::string each time,
@@ -95,7 +100,6 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         for (int64_t d = 0; d < L; ++d) out[r * L + d] = o[size_t(r * L + d)] * inv;
         lse[r] = softmax_lse(m[size_t(r)], l[size_t(r)]);
     }
-    constexpr size_t kKeptBytes = size_t(64) << 20;
     if ((m.size() + l.size() + s.size() + o.size()) * sizeof(float) +
             (p.size() + vp.size() + keys.size() + kt.size()) * sizeof(bf16_t) > kKeptBytes) {
         for (auto* v : {&m, &l, &s, &o}) std::vector<float>().swap(*v);
@@ -405,7 +409,6 @@ void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64
         o.resize(static_cast<size_t>(T * H * V));
         attention(a, o.data(), nullptr);
         attn_out = to_bf16(o);
-        constexpr size_t kKeptBytes = size_t(64) << 20;
         if ((kf.size() + vf.size()) * sizeof(bf16_t) > kKeptBytes) {
             std::vector<bf16_t>().swap(kf);
             std::vector<bf16_t>().swap(vf);

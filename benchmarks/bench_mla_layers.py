@@ -20,19 +20,8 @@ from benchmarks.baselines.machine import cache_sizes, describe_caches, describe_
 from dsperf import _C  # noqa: E402
 from dsperf.kernels import MLA_VARIANTS  # noqa: E402
 from dsperf.predict import harness  # noqa: E402
-from dsperf.predict.calibrate import kernel_path  # noqa: E402
+from dsperf.predict.calibrate import _cpu_model, kernel_path  # noqa: E402  (the name calibration files record)
 from dsperf.predict.harness import Pool  # noqa: E402
-
-
-def _cpu_model() -> str:
-    """The lscpu model name of this machine (the CPU every figure belongs to)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def _ints(text: str, flag: str) -> list[int]:

@@ -77,9 +77,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # The installed dsperf (as the other scripts): a source tree's dsperf has no built extension.
 from dsperf.model import derive_table  # noqa: E402
@@ -207,18 +204,7 @@ def main(argv=None) -> int:
     if problems:
         print("\n".join(problems), file=sys.stderr)
         return 1
-    text = derive_table.render(DEVICE, measured())
-    path = ROOT / "python" / "dsperf" / "data" / "efficiency" / f"{DEVICE}.csv"
-    if a.check:
-        if not path.is_file() or path.read_text() != text:
-            print(f"{path} is not what the rule gives today: rerun without --check", file=sys.stderr)
-            return 1
-        print(f"{path}: up to date")
-        return 0
-    path.write_text(text)
-    print(f"wrote {path} ({sum(not line.startswith('#') for line in text.splitlines()) - 1} rows)")
-    return 0
-
+    return derive_table.write_or_check(DEVICE, measured(), a.check)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -114,7 +114,6 @@ void bind_step_model(py::module_& root) {
              }),
              py::arg("default_efficiency") = 0.6)
         .def_readonly("default_efficiency", &KernelTables::default_efficiency)
-        .def_readwrite("comm_rows_in_domain", &KernelTables::comm_rows_in_domain)
         .def("add_latency",
              [](KernelTables& t, const std::string& f, const KernelShape& s, double us, const DeviceSpec& d) {
                  t.add_latency(table_family_from_name(f), s, us, d);
@@ -125,6 +124,15 @@ void bind_step_model(py::module_& root) {
                  t.add_bandwidth(table_family_from_name(f), axis, gbps);
              },
              py::arg("family"), py::arg("axis"), py::arg("gbps"))
+        .def("add_domain_bandwidth",
+             [](KernelTables& t, const std::string& f, double ep, double gbps) {
+                 t.add_domain_bandwidth(table_family_from_name(f), ep, gbps);
+             },
+             py::arg("family"), py::arg("ep"), py::arg("gbps"),
+             "A dispatch/combine bandwidth timed inside the device's scale-up domain at ep (read by calls "
+             "inside the domain; calls between domains read add_bandwidth's network rows)")
+        .def("has_domain_rows",
+             [](const KernelTables& t, const std::string& f) { return t.has_domain_rows(table_family_from_name(f)); })
         .def("add_allreduce_latency",
              [](KernelTables& t, double tp, double message_bytes, double us) { t.allreduce.add(tp, message_bytes, us); },
              py::arg("tp"), py::arg("message_bytes"), py::arg("latency_us"),

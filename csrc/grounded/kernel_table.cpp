@@ -420,6 +420,22 @@ void KernelTables::add_bandwidth(TableFamily family, double axis, double gbps) {
     curves_[int(family)].add({}, axis, gbps);
 }
 
+void KernelTables::add_domain_bandwidth(TableFamily family, double ep, double gbps) {
+    if (family != TableFamily::kDispatchNormal && family != TableFamily::kCombineNormal &&
+        family != TableFamily::kDispatchLowLatency && family != TableFamily::kCombineLowLatency)
+        throw std::invalid_argument("family '" + table_family_names()[int(family)] +
+                                    "': a scale-up domain's rows are dispatch or combine kernels");
+    if (!(gbps >= kMinTableGbps && gbps <= kMaxTableGbps)) throw std::invalid_argument("gbps must lie in [1e-3, 1e9]");
+    if (!(ep >= 1)) throw std::invalid_argument("ep must be >= 1");
+    domain_curves_[int(family)].add({}, ep, gbps);
+}
+
+TableLookup KernelTables::lookup_domain(TableFamily family, const KernelShape& shape) const {
+    TableLookup r = domain_curves_[int(family)].at(table_keys(family, shape), table_primary(family, shape));
+    if (!r.found) r.value = default_efficiency;
+    return r;
+}
+
 TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
                                  double clock_ratio) const {
     TableLookup r;

@@ -175,8 +175,19 @@ class KernelTables {
 public:
     // A measured latency (us) of `family` at `shape` on `measured_on`.
     void add_latency(TableFamily family, const KernelShape& shape, double latency_us, const DeviceSpec& measured_on);
-    // A measured bandwidth (GB/s) of a communication family at ep (tp for all-reduce).
+    // A measured bandwidth (GB/s) of a communication family at ep (tp for all-reduce): the network
+    // table's rows (normal kernels over NVLink at EP8 and over RDMA beyond, low-latency kernels over
+    // RDMA NICs), read by calls that cross nodes and, where the device has no rows of its own, by
+    // calls inside its scale-up domain (the EP8 NVLink row scaled to its link).
     void add_bandwidth(TableFamily family, double axis, double gbps);
+    // A dispatch/combine bandwidth the device's own benchmark timed inside its scale-up domain at ep
+    // (DeepEP's Ascend port inside a CloudMatrix384 supernode, DeepEP across a GB200 NVL72 rack), in
+    // the same units as add_bandwidth's rows of that family: calls inside the domain read these at
+    // their own EP; calls between domains still read the network rows.
+    void add_domain_bandwidth(TableFamily family, double ep, double gbps);
+    // The domain rows of a family at shape.ep (found false where it has none).
+    TableLookup lookup_domain(TableFamily family, const KernelShape& shape) const;
+    bool has_domain_rows(TableFamily family) const { return !domain_curves_[static_cast<int>(family)].empty(); }
     // The efficiency of a call of `family` at `shape` on `priced_on` (its FLOPs at clock_ratio of
     // the tables' clock), interpolated in time as the header says; without a device, on the device
     // the rows were measured on. FP8-math attention has no published per-shape benchmark here: it
@@ -187,13 +198,6 @@ public:
 
     // Used where a family has no rows: an efficiency, or a fraction of the link's datasheet rate.
     double default_efficiency = 0.6;
-    // The dispatch/combine rows are the device's own, timed inside its scale-up domain at the EP
-    // each gives (e.g. DeepEP's Ascend port inside a CloudMatrix384 supernode): inside a domain a
-    // call reads the row at its own EP, and a decode runs the low-latency kernels where the table
-    // has them. False (the network table's rows: normal kernels over NVLink at EP8, over RDMA
-    // beyond; low-latency kernels over RDMA NICs): inside a domain every call reads the EP8 NVLink
-    // row of the normal kernels, scaled to the device's link.
-    bool comm_rows_in_domain = false;
     // Latencies of the TP all-reduce by message size (allreduce_table.hpp); empty: priced by bandwidth.
     AllReduceTable allreduce;
 
@@ -202,6 +206,7 @@ private:
     TableLookup price_from_rows(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
                                 double clock_ratio) const;
     std::array<EfficiencyCurve, kTableFamilyCount> curves_;
+    std::array<EfficiencyCurve, kTableFamilyCount> domain_curves_;  // add_domain_bandwidth's rows
     DeviceSpec measured_on_;  // of the compute rows (one table file, one device)
     bool has_measured_on_ = false;
 };

@@ -85,11 +85,13 @@ public:
 
     // A transfer of `bytes` per GPU at the family's measured bandwidth at this EP (TP) size,
     // scaled by the device's link against the link the table was measured on.
+    // domain_rows: read the device's own rows timed inside its scale-up domain
+    // (KernelTables::add_domain_bandwidth) instead of the network table's.
     void comm(const char* name, TableFamily f, Stage stage, const KernelShape& s, double bytes,
-              double link_gbps, double table_link_gbps) {
+              double link_gbps, double table_link_gbps, bool domain_rows = false) {
         KernelCall c{name, f, stage};
         c.shape = s;
-        const TableLookup e = t_.lookup(f, s);
+        const TableLookup e = domain_rows ? t_.lookup_domain(f, s) : t_.lookup(f, s);
         const double gbps = e.found ? e.value * link_gbps / table_link_gbps : link_gbps * t_.default_efficiency;
         c.bytes = bytes, c.efficiency = gbps, c.from_table = e.found, c.clamped = e.clamped;
         c.us = bytes / (gbps * 1e9) * 1e6;
@@ -223,32 +225,35 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     KernelShape link;
     link.ep = dep.ep;
     const bool internode = dep.ep > d.gpus_per_node;
-    const bool in_domain_rows = b.tables().comm_rows_in_domain;
+    const KernelTables& tables = b.tables();
+    // Inside one scale-up domain the device's own rows, where its benchmarks timed that kernel there
+    // (at the call's own EP); else the network table's (between nodes at this EP over the NICs,
+    // inside a node the normal kernels' EP8 NVLink row scaled to this device's link).
+    const bool domain_ll = !internode && tables.has_domain_rows(TableFamily::kDispatchLowLatency);
+    const bool domain_normal = !internode && tables.has_domain_rows(TableFamily::kDispatchNormal);
     // Attention TP over the same GPUs as the experts (TensorRT-LLM's and SGLang's one-node default):
     // after the attention all-reduce every GPU holds every token of the group, so each picks the
     // rows of its own experts locally (no dispatch) and the partial outputs are summed by one
     // all-reduce of the group's tokens (no combine).
     if (experts_share_attention_group(dep)) {
         b.allreduce("moe_allreduce", Stage::kCombine, dep.attn_tp, t * dep.attn_tp * D * 2, d.nvlink_gbps);
-    } else if (dep.phase == Phase::kDecode &&
-               (internode || (in_domain_rows && b.tables().rows(TableFamily::kDispatchLowLatency) > 0))) {
+    } else if (dep.phase == Phase::kDecode && (internode || domain_ll)) {
         // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it: over the NICs
         // between nodes, or the scale-up link where the device's rows were timed (as NIC fractions).
         const double ll_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
         b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload, ll_gbps,
-               kTableNicGbps);
+               kTableNicGbps, domain_ll);
         b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D * tp, ll_gbps,
-               kTableNicGbps);
+               kTableNicGbps, domain_ll);
     } else if (dep.phase == Phase::kDecode) {
-        // Inside one NVLink domain (a node, an NVL72 rack) at DeepEP's intranode (EP8) bandwidth scaled
-        // to this device's link; at this EP where the device's own rows were timed in its domain.
+        // Inside one NVLink domain (a node, an NVL72 rack) with the normal kernels.
         KernelShape nvlink;
-        nvlink.ep = in_domain_rows ? double(dep.ep) : kIntranodeTableEp;
+        nvlink.ep = domain_normal ? double(dep.ep) : kIntranodeTableEp;
         const double remote = t * K * (dep.ep - 1) / dep.ep;
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, nvlink, remote * payload, d.nvlink_gbps,
-               kTableNvlinkGbps);
+               kTableNvlinkGbps, domain_normal);
         b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, nvlink, remote * 2 * D * tp, d.nvlink_gbps,
-               kTableNvlinkGbps);
+               kTableNvlinkGbps, domain_normal);
     } else {
         // A token crosses the NIC once per remote node it reaches (then NVLink forwards it);
         // within a node, once per other GPU it reaches.
@@ -264,12 +269,11 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         const double link_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
         const double table_gbps = internode ? kTableNicGbps : kTableNvlinkGbps;
         KernelShape row = link;
-        // In a domain: the network table's NVLink row (EP8; larger EPs are RDMA), or the device's own.
-        if (!internode && !in_domain_rows) row.ep = kIntranodeTableEp;
+        if (!internode && !domain_normal) row.ep = kIntranodeTableEp;
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, row, t * copies * payload, link_gbps,
-               table_gbps);
+               table_gbps, domain_normal);
         b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, row, t * copies * 2 * D * tp, link_gbps,
-               table_gbps);
+               table_gbps, domain_normal);
     }
 
     // Shared experts on this GPU's own tokens (plain GEMMs), routed experts as one grouped GEMM

@@ -207,6 +207,24 @@ def render(target: str, measured: list[dict] | None = None) -> str:
     return buf.getvalue()
 
 
+def write_or_check(target: str, measured: list[dict], check: bool) -> int:
+    """For a table builder (benchmarks/tables/build_*.py) that declares a table's measured rows: write
+    data/efficiency/<target>.csv as render gives it, or with check only say whether the shipped file
+    is what it gives. Returns the exit status."""
+    text = render(target, measured)
+    path = _data(f"{target}.csv")
+    if check:
+        if not path.is_file() or path.read_text() != text:
+            print(f"{path} is not what the rule gives today: rerun without --check", file=sys.stderr)
+            return 1
+        print(f"{path}: up to date")
+        return 0
+    with open(path, "w", newline="") as f:
+        f.write(text)
+    print(f"wrote {path} ({sum(not line.startswith('#') for line in text.splitlines()) - 1} rows)")
+    return 0
+
+
 def main(argv=None) -> int:
     targets = (argv if argv is not None else sys.argv[1:]) or sorted({a["table"] for a in read_anchors()})
     for t in targets:

@@ -214,7 +214,8 @@ def _device_comm_rows(path, rows) -> list[dict]:
     link_gbps, the link of one rank in that measurement, so that its figure is read as a fraction of
     that link (as a latency row is read against the roofline of the GPU that timed it). With
     rows of its own a device's calls inside its scale-up domain read them at their own EP, and its
-    decode runs the low-latency kernels where it has their rows (KernelTables.comm_rows_in_domain)."""
+    decode runs the low-latency kernels there where it has their rows; calls between domains read
+    the network table (KernelTables.add_domain_bandwidth)."""
     out = []
     for i, row in enumerate(rows, start=1):
         fam = row["family"]
@@ -234,12 +235,12 @@ def _device_comm_rows(path, rows) -> list[dict]:
 
 def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
     """A device's table file's rows into t: compute rows as latencies, its own dispatch/combine rows
-    (_device_comm_rows) as bandwidths in place of the network table's rows of those families."""
+    (_device_comm_rows) as the bandwidths of its scale-up domain."""
     devices = {}
     rows = read_table_rows(path)
     for row in _device_comm_rows(path, rows):
         fam = row["family"]
-        t.add_bandwidth(fam, row["ep"], _row_gbps(row) / row["link_gbps"] * NETWORK_TABLE_LINK_GBPS[fam])
+        t.add_domain_bandwidth(fam, row["ep"], _row_gbps(row) / row["link_gbps"] * NETWORK_TABLE_LINK_GBPS[fam])
     for row in rows:
         if SM.is_comm_family(row["family"]):
             continue
@@ -248,27 +249,11 @@ def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
         t.add_latency(row["family"], _shape(row), row["latency_us"], timed_on)
 
 
-def _own_comm_families(path) -> set:
-    """The dispatch/combine families a device table has rows of (they replace the network table's)."""
-    return {r["family"] for r in read_table_rows(path) if SM.is_comm_family(r["family"])} if Path(path).is_file() \
-        else set()
-
-
 @functools.lru_cache(maxsize=16)
 def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None,
                 modified_ns: int = 0) -> "SM.KernelTables":
     t = SM.KernelTables(default_efficiency)
-    if measured_on_file is not None:
-        own_path = Path(measured_on_file).parent / table
-    else:
-        own_path = _tables_dir() / f"{table}.csv" if table is not None else None
-    # A device table's own dispatch/combine rows replace the network table's rows of those families
-    # (two parts' figures on one curve would be averaged at a shared EP).
-    own = _own_comm_families(own_path) if own_path is not None else set()
-    t.comm_rows_in_domain = bool(own)
     for row in read_table_rows(_tables_dir() / "network.csv"):
-        if row["family"] in own:
-            continue
         if row["family"] == "allreduce" and "gbps" not in row:
             t.add_allreduce_latency(row["tp"], row["bytes"], row["latency_us"])
         else:

@@ -29,9 +29,11 @@ def rng():
 
 SHAPES = [(1, 64, 3), (1, 75, 130), (3, 129, 257), (8, 7168, 40), (7, 2048, 131), (max(SPLIT - 1, 1), 200, 9),
           (max(SPLIT, 1), 200, 9), (16, 96, 13), (37, 1000, 25), (64, 8192 + 300, 14), (5, 8192 + 64, 7),
-          # The stream kernel's K blocks (x's block fits L1: 1024 columns at 8 rows, 512 at 16) with a
-          # partial last step, and several row tiles carrying their sums between blocks.
-          (6, 3000, 37), (16, 4000, 9), (20, 1100, 130),
+          # The stream kernel's K blocks (x's block takes two thirds of L1: 2048 columns at 8 rows
+          # with a 48 KB L1, 1024 at 16) with a partial last step, and several row tiles carrying their
+          # sums between blocks; FP8 rows over three 128-row scale blocks whose byte tables are rebuilt
+          # per K-block as the panels cross them.
+          (6, 3000, 37), (16, 4000, 9), (20, 1100, 130), (8, 5000, 300),
           # The packed kernel: odd K (the last pair's zero half), N over several 48-row slices with a
           # partial one and FP8 row groups on both sides of a 128-row scale boundary, an odd K past
           # the 8192-wide block, rows that are not whole 8-row tiles.

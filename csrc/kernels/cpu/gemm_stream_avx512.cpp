@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kernels/cpu/bf16_widen_avx512.hpp"
 #include "kernels/cpu/fp8_convert_avx512.hpp"
 
@@ -262,18 +264,29 @@ DSPERF_AVX512 void stream_x(const bf16_t* x, int64_t ldx, int64_t M, int64_t K, 
     }
 }
 
-// Columns of K per block, the same for both products: the block of x (one tile, up to kMR rows of
-// BF16) fills at most half of a
-// 32 KiB L1, so it stays there while every panel of the slice passes (a whole row of x for 8 rows
-// is 114 KB at K = 7168: read from L2 once per 2-row panel, it held the kernel at about half the
-// dot-product rate even with w in cache). Multiples of 128 (the FP8 scale blocks). The FMA
-// products' FP32 copy of the block takes twice the bytes, 32 KB: on an Emerald Rapids core (48 KB
-// L1; 8 rows, w in L2) 132 GFLOPS against 119 with the block halved to 16 KB and 101 with it
-// doubled. A 32 KB L1 (Zen 4, where the probe picks the dot products) would be filled by it.
-int64_t stream_k_block(int64_t M, int64_t K) {
-    constexpr int64_t kXBlockBytes = 16 << 10;
+// Columns of K per block: the block of x (one tile, up to kMR rows, as the products read it: BF16
+// for the dot products, the FP32 halves for the FMAs) fills two thirds of the L1 data cache, so it
+// stays there while every panel of the slice passes, with room for the weight lines in flight (a
+// whole row of x for 8 rows is 114 KB at K = 7168: read from L2 once per 2-row panel, it held the
+// kernel at about half the dot-product rate even with w in cache). Multiples of 128 (the FP8
+// scale blocks). Measured with a 48 KB L1: on an Emerald Rapids core (8 rows, w in L2) the FMAs'
+// FP32 block of 32 KB ran 132 GFLOPS against 119 at 16 KB and 101 at 64 KB; on Zen 5 (2 threads,
+// 8 x 8192 x 7168 streamed, four alternating runs each) the dot products' BF16 block of 32 KB
+// streamed FP8 weights at 30.8-31.3 GB/s against 24.4-26.2 at 16 KB (each panel's rows then run
+// 2 KB before the next panel, long enough for the hardware prefetchers), BF16 weights unchanged
+// (35.9-42.4 against 40.7-42.9); a 40 KB block was slower on both.
+static int64_t x_block_bytes() {
+    static const int64_t bytes = [] {
+        long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+        if (l1 < (16 << 10) || l1 > (1 << 20)) l1 = 32 << 10;  // not reported: the smallest L1 of the CPUs measured
+        return int64_t(l1) * 2 / 3;
+    }();
+    return bytes;
+}
+
+static int64_t stream_k_block(int64_t M, int64_t K, size_t x_elem) {
     const int64_t rows = std::min<int64_t>(std::max<int64_t>(M, 1), kMR);
-    const int64_t cols = std::max<int64_t>(128, kXBlockBytes / (2 * rows) / 128 * 128);
+    const int64_t cols = std::max<int64_t>(128, x_block_bytes() / (int64_t(x_elem) * rows) / 128 * 128);
     return cols >= K ? K : cols;
 }
 
@@ -281,14 +294,17 @@ void linear_stream_rows(const void* xs, bool fma, const GemmWeights& w, float* y
                         int64_t n1, int64_t K, bool accumulate) {
     const int64_t ldx = stream_x_stride(K), k_blocks = (K + 127) / 128;
     const size_t x_elem = fma ? sizeof(float) : sizeof(bf16_t);
-    const int64_t kb = stream_k_block(M, K);
+    const int64_t kb = stream_k_block(M, K, x_elem);
     const int64_t panels = (n1 - n0 + kNR - 1) / kNR;
     thread_local std::vector<Fp8ByteTable> tables;
     // The accumulators of every panel between K-blocks: 1 KB each, in L2.
     thread_local std::vector<float> acc;
     const size_t acc_floats = size_t(panels * kMR * kNR * 16);
     if (kb < K && acc.size() < acc_floats) acc.resize(acc_floats);
-    int64_t table_row = -1;  // the 128-row block whose tables are built
+    // The 128-row block and the K-block whose tables are built: only the current K-block's (the
+    // tile reads no others before the next K-block), so that a slice crossing row blocks rebuilds
+    // 8 tables per switch at K = 7168, not all 56 (12% of an in-cache FP8 call on Zen 5).
+    int64_t table_row = -1, table_k0 = -1;
     // A tile of x at a time over the whole slice: with more than kMR rows the slice's weights
     // (1.8 MB of BF16 at K = 7168) are read again per tile, from L2/L3, rather than cutting K into
     // blocks so short that each call's set-up outweighs its dot products.
@@ -301,10 +317,12 @@ void linear_stream_rows(const void* xs, bool fma, const GemmWeights& w, float* y
                 const int nr = int(std::min<int64_t>(kNR, n1 - n));
                 const void* wp = nullptr;
                 if (w.fp8) {
-                    if (n / 128 != table_row) {  // slices start on 128-row boundaries: panels stay in one block
-                        table_row = n / 128;
+                    // Slices start on 128-row boundaries: panels stay in one block.
+                    if (n / 128 != table_row || k0 != table_k0) {
+                        table_row = n / 128, table_k0 = k0;
                         if (tables.size() < size_t(k_blocks)) tables.resize(size_t(k_blocks));
-                        for (int64_t b = 0; b < k_blocks; ++b) tables[size_t(b)].build(w.scale[table_row * k_blocks + b]);
+                        for (int64_t b = k0 / 128; b < (k1 + 127) / 128; ++b)
+                            tables[size_t(b)].build(w.scale[table_row * k_blocks + b]);
                     }
                     wp = w.fp8 + n * K;
                 } else {

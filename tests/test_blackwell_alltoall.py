@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gbps(result) -> dict:
-    return {c["family"]: (c["efficiency"], c["clamped"]) for c in result["calls"] if c["stage"] in ("dispatch", "combine")}
+    return {c["family"]: (c["efficiency"], c["clamped"]) for c in result["calls"]
+            if c["stage"] in ("dispatch", "combine")}
 
 
 @pytest.mark.parametrize("ep, dispatch, combine, clamped", [

@@ -35,7 +35,8 @@ bottleneck bandwidth at EP 8, 16, 32, 64 and 128 (dispatch 146 / 107 / 102 / 81 
 125 / 103 / 95 / 91 / 81 GB/s). They are written as measured dispatch_normal / combine_normal rows
 at the EP published, with link_gbps = 196 (one die's Unified Bus, Ascend910C.toml): a rank of that
 test is one die (an A3 node exposes each 910C die as one device), which is one GPU here, and the
-row is read as a fraction of the rank's link, as the H800 rows are scaled to a device's NVLink. They replace the network table's rows of those two families for this device.
+row is read as a fraction of the rank's link, as the H800 rows are scaled to a device's NVLink. They
+price this device's calls inside its UB domain (calls between domains would read the network table's).
 The same README's low-latency kernels ("Low-Latency Kernels with Pure HCCS", same commits: 128
 tokens per batch, hidden 7168, top-8, INT8 dispatch and BF16 combine) are 6 measured rows too:
 dispatch 58 / 55 / 49 GB/s (132 / 139 / 153 us) and combine 116 / 109 / 97 GB/s (126 / 135 / 151 us)

@@ -76,9 +76,6 @@ the default efficiency.
 """
 from __future__ import annotations
 
-import argparse
-import sys
-
 # The installed dsperf (as the other scripts): a source tree's dsperf has no built extension.
 from dsperf.model import derive_table  # noqa: E402
 from dsperf.model.devices import load_device  # noqa: E402
@@ -198,14 +195,8 @@ def check() -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="only check that the shipped table is what this gives")
-    a = ap.parse_args(argv)
-    problems = check()
-    if problems:
-        print("\n".join(problems), file=sys.stderr)
-        return 1
-    return derive_table.write_or_check(DEVICE, measured(), a.check)
+    return derive_table.builder_main(__doc__, DEVICE, measured, check, argv)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -225,6 +225,22 @@ def write_or_check(target: str, measured: list[dict], check: bool) -> int:
     return 0
 
 
+def builder_main(doc: str, target: str, measured, check, argv=None) -> int:
+    """The command line of a table builder (benchmarks/tables/build_*.py): `check()` lists problems
+    with the figures it declares (printed, exit 1); then the table is written, or with --check only
+    compared, from `measured()` rows (write_or_check)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only check that the shipped table is what this gives")
+    a = ap.parse_args(argv)
+    problems = check()
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    return write_or_check(target, measured(), a.check)
+
+
 def main(argv=None) -> int:
     targets = (argv if argv is not None else sys.argv[1:]) or sorted({a["table"] for a in read_anchors()})
     for t in targets:

@@ -51,3 +51,16 @@ def test_the_shipped_b200_table_is_what_its_builder_writes():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tables" / "build_b200.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_domain_rows_take_only_dispatch_and_combine_with_a_real_ep_and_rate():
+    from dsperf import _C
+
+    t = _C.step_model.KernelTables()
+    t.add_domain_bandwidth("combine_ll", 8, 97.0)
+    assert t.has_domain_rows("combine_ll") and not t.has_domain_rows("dispatch_ll")
+    for family, ep, gbps, what in (("allreduce", 8, 100.0, "dispatch or combine"), ("gemm_fp8", 8, 100.0, "dispatch"),
+                                   ("dispatch_normal", 0.5, 100.0, "ep"), ("dispatch_normal", 8, 0.0, "gbps"),
+                                   ("dispatch_normal", 8, float("nan"), "gbps")):
+        with pytest.raises(ValueError, match=what):
+            t.add_domain_bandwidth(family, ep, gbps)

@@ -23,7 +23,7 @@ DeviceSpec = _C.DeviceSpec
 SPEC_FIELDS = {name: {"int": int, "float": float, "str": str}[kind] for name, kind, _ in DeviceSpec.FIELDS}
 OPTIONAL = tuple(name for name, _, required in DeviceSpec.FIELDS if not required)
 # Keys of a device file the spec does not hold (dsperf.hardware.device_metadata).
-METADATA_FIELDS = ("kernel_table", "board_power_w", "vendor")
+METADATA_FIELDS = ("kernel_table", "fallback_table", "board_power_w", "vendor")
 # Who makes the part (a device file's `vendor`; absent: nvidia). The launch export reads it: the
 # stacks' flags it writes were read from their NVIDIA-GPU documentation.
 VENDORS = ("nvidia", "amd", "huawei")
@@ -325,6 +325,10 @@ def device_metadata(device: DeviceLike) -> dict:
     if table is not None and not (isinstance(table, str) and table.strip() and "\0" not in table):
         raise ValueError(f"device file '{device}' field 'kernel_table' must name a table (a string such as "
                          f"\"H800\" or \"mine.csv\"), got {table!r}")
+    fallback = out.get("fallback_table")
+    if fallback is not None and not (isinstance(fallback, str) and fallback in shipped_tables()):
+        raise ValueError(f"device file '{device}' field 'fallback_table' must name a shipped table ("
+                         f"{', '.join(shipped_tables())}), got {fallback!r}")
     if "vendor" in out and out["vendor"] not in VENDORS:
         raise ValueError(f"device file '{device}' field 'vendor' must be one of {', '.join(VENDORS)}, "
                          f"got {out['vendor']!r}")
@@ -332,6 +336,12 @@ def device_metadata(device: DeviceLike) -> dict:
         lo, hi = BOARD_POWER_W
         out["board_power_w"] = number(f"device file '{device}' field 'board_power_w'", out["board_power_w"], lo=lo, hi=hi)
     return out
+
+
+def shipped_tables() -> tuple:
+    """The shipped kernel tables' names (data/efficiency/<name>.csv, the network table aside)."""
+    folder = resources.files("dsperf") / "data" / "efficiency"
+    return tuple(sorted(f.name[:-4] for f in folder.iterdir() if f.name.endswith(".csv") and f.name != "network.csv"))
 
 
 def kernel_table_name(device: DeviceLike) -> str | None:

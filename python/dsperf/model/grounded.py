@@ -249,9 +249,24 @@ def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
         t.add_latency(row["family"], _shape(row), row["latency_us"], timed_on)
 
 
+def _add_fallback_rows(t: "SM.KernelTables", fallback: str) -> None:
+    """The compute rows of a sibling's table (a device file's `fallback_table`) for the families the
+    device's own table has no row of, each read against the roofline of the GPU that timed it, as a
+    device reading that table whole would (H100 and H200 read the H800 table so)."""
+    path = _tables_dir() / f"{fallback}.csv"
+    devices = {}
+    lacking = {r["family"] for r in read_table_rows(path) if not SM.is_comm_family(r["family"])}
+    lacking = {f for f in lacking if t.rows(f) == 0}
+    for row in read_table_rows(path):
+        if row["family"] in lacking:
+            on = row.get("measured_on", fallback)
+            t.add_latency(row["family"], _shape(row), row["latency_us"],
+                          devices.setdefault(on, load_device(on, "corrected")))
+
+
 @functools.lru_cache(maxsize=16)
 def _tables_for(table: str | None, default_efficiency: float, measured_on_file: str | None = None,
-                modified_ns: int = 0) -> "SM.KernelTables":
+                modified_ns: int = 0, fallback: str | None = None) -> "SM.KernelTables":
     t = SM.KernelTables(default_efficiency)
     for row in read_table_rows(_tables_dir() / "network.csv"):
         if row["family"] == "allreduce" and "gbps" not in row:
@@ -268,14 +283,17 @@ def _tables_for(table: str | None, default_efficiency: float, measured_on_file: 
         if not path.is_file():
             raise ValueError(f"kernel table '{table}' has no file data/efficiency/{table}.csv")
         _add_latencies(t, path, load_device(table, "corrected"))
+    if fallback is not None:
+        _add_fallback_rows(t, fallback)
     return t
 
 
 def device_pricing(device: DeviceLike, default_efficiency: float = DEFAULT_EFFICIENCY) -> dict:
     """How a device is priced, from the one place that resolves it (grounded.decode, prefill, the
     explorer and the seed's grid all ask here): `tables`, its efficiency tables (its device file's
-    `kernel_table`, a shipped table or its own CSV beside the file, plus the network rows; a
-    device without one gets only the network rows, every compute call at the default);
+    `kernel_table`, a shipped table or its own CSV beside the file, then its `fallback_table`'s rows
+    of the compute families that table lacks, plus the network rows; a device without a table gets
+    only the network rows, every compute call at the default);
     `kernel_table`, that table's name (None: none); `table_kind`, how it was obtained (measured,
     derived or default: the regime of its error band, dsperf.model.bands); `board_power_w` (NaN
     where unknown).
@@ -288,14 +306,15 @@ def device_pricing(device: DeviceLike, default_efficiency: float = DEFAULT_EFFIC
     # A table file (dsperf calibrate's) lies beside the device file that names it, which is the
     # device it was measured on.
     own = table is not None and table.endswith(".csv") and isinstance(device, (str, os.PathLike))
+    fallback = meta.get("fallback_table")
     if not own:
-        tables = _tables_for(table, default_efficiency)
+        tables = _tables_for(table, default_efficiency, fallback=fallback)
     else:
         device_file = Path(device).resolve()
         # A recalibration rewrites the table: its modification time is part of the cache key.
         table_file = device_file.parent / table
         modified = table_file.stat().st_mtime_ns if table_file.is_file() else 0
-        tables = _tables_for(table, default_efficiency, str(device_file), modified)
+        tables = _tables_for(table, default_efficiency, str(device_file), modified, fallback)
     if table is None:
         kind = "default"
     else:

@@ -64,3 +64,12 @@ def test_domain_rows_take_only_dispatch_and_combine_with_a_real_ep_and_rate():
                                    ("dispatch_normal", 8, float("nan"), "gbps")):
         with pytest.raises(ValueError, match=what):
             t.add_domain_bandwidth(family, ep, gbps)
+
+
+def test_a_device_table_gives_both_halves_of_an_exchange(tmp_path):
+    """A domain's dispatch rows without their combine rows would price the combine at the default:
+    the table is refused, naming the file and the missing family."""
+    bad = tmp_path / "half.csv"
+    bad.write_text("family,ep,gbps,link_gbps,basis,source\ndispatch_normal,8,349,900,measured,somewhere\n")
+    with pytest.raises(ValueError, match=r"half\.csv.*dispatch_normal rows but no combine_normal"):
+        grounded._device_comm_rows(bad, grounded.read_table_rows(bad))

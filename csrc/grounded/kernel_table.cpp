@@ -411,29 +411,39 @@ void KernelTables::add_latency(TableFamily family, const KernelShape& shape, dou
     curves_[int(family)].add(table_keys(family, shape), table_primary(family, shape), eff);
 }
 
+namespace {
+// A measured rate of a communication row, checked: inside the tables' bounds, at an EP (TP) >= 1.
+void check_rate(double axis, double gbps) {
+    if (!(gbps >= kMinTableGbps && gbps <= kMaxTableGbps)) throw std::invalid_argument("gbps must lie in [1e-3, 1e9]");
+    if (!(axis >= 1)) throw std::invalid_argument("ep / tp must be >= 1");
+}
+
+// A communication family's rate at the shape's EP (TP) from one curve; the default where it has no row.
+TableLookup comm_lookup(const EfficiencyCurve& curve, TableFamily family, const KernelShape& shape, double fallback) {
+    TableLookup r = curve.at(table_keys(family, shape), table_primary(family, shape));
+    if (!r.found) r.value = fallback;
+    return r;
+}
+}  // namespace
+
 void KernelTables::add_bandwidth(TableFamily family, double axis, double gbps) {
     if (!is_comm_family(family))
         throw std::invalid_argument("family '" + table_family_names()[int(family)] +
                                     "' takes a latency (latency_us), not a bandwidth");
-    if (!(gbps >= kMinTableGbps && gbps <= kMaxTableGbps)) throw std::invalid_argument("gbps must lie in [1e-3, 1e9]");
-    if (!(axis >= 1)) throw std::invalid_argument("ep / tp must be >= 1");
+    check_rate(axis, gbps);
     curves_[int(family)].add({}, axis, gbps);
 }
 
 void KernelTables::add_domain_bandwidth(TableFamily family, double ep, double gbps) {
-    if (family != TableFamily::kDispatchNormal && family != TableFamily::kCombineNormal &&
-        family != TableFamily::kDispatchLowLatency && family != TableFamily::kCombineLowLatency)
+    if (!is_comm_family(family) || family == TableFamily::kAllReduce)
         throw std::invalid_argument("family '" + table_family_names()[int(family)] +
                                     "': a scale-up domain's rows are dispatch or combine kernels");
-    if (!(gbps >= kMinTableGbps && gbps <= kMaxTableGbps)) throw std::invalid_argument("gbps must lie in [1e-3, 1e9]");
-    if (!(ep >= 1)) throw std::invalid_argument("ep must be >= 1");
+    check_rate(ep, gbps);
     domain_curves_[int(family)].add({}, ep, gbps);
 }
 
 TableLookup KernelTables::lookup_domain(TableFamily family, const KernelShape& shape) const {
-    TableLookup r = domain_curves_[int(family)].at(table_keys(family, shape), table_primary(family, shape));
-    if (!r.found) r.value = default_efficiency;
-    return r;
+    return comm_lookup(domain_curves_[int(family)], family, shape, default_efficiency);
 }
 
 TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
@@ -441,11 +451,7 @@ TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, c
     TableLookup r;
     r.value = default_efficiency;
     const EfficiencyCurve& curve = curves_[int(family)];
-    if (is_comm_family(family)) {
-        r = curve.at(table_keys(family, shape), table_primary(family, shape));
-        if (!r.found) r.value = default_efficiency;
-        return r;
-    }
+    if (is_comm_family(family)) return comm_lookup(curve, family, shape, default_efficiency);
     const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
     if ((attention && shape.fp8_math) || curve.empty()) return r;
     // The explorer prices the same call on the same device again and again (a layout's calls do

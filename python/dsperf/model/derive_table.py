@@ -39,7 +39,7 @@ import sys
 from importlib import resources
 
 from .. import _C
-from .devices import load_device
+from .devices import load_device, tables_dir
 
 SM = _C.step_model
 HOPPER_TABLE = "H800"
@@ -52,7 +52,7 @@ OUT_COLUMNS = ("family", "m", "n", "k", "groups", "batch", "kv_len", "heads", "e
 
 
 def _data(name):
-    return resources.files("dsperf") / "data" / "efficiency" / name
+    return tables_dir() / name
 
 
 def read_anchors(path=None) -> list[dict]:

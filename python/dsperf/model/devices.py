@@ -41,6 +41,11 @@ def _devices_dir():
     return resources.files("dsperf") / "data" / "devices"
 
 
+def tables_dir():
+    """Where the shipped kernel tables live (data/efficiency/<name>.csv, and the network table)."""
+    return resources.files("dsperf") / "data" / "efficiency"
+
+
 _MAX_TOML_BYTES = 16 << 20  # a device file is a few KB; refuse to parse anything huge
 
 
@@ -338,10 +343,11 @@ def device_metadata(device: DeviceLike) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def shipped_tables() -> tuple:
-    """The shipped kernel tables' names (data/efficiency/<name>.csv, the network table aside)."""
-    folder = resources.files("dsperf") / "data" / "efficiency"
-    return tuple(sorted(f.name[:-4] for f in folder.iterdir() if f.name.endswith(".csv") and f.name != "network.csv"))
+    """The shipped kernel tables' names (tables_dir()'s <name>.csv, the network table aside)."""
+    return tuple(sorted(f.name[:-4] for f in tables_dir().iterdir()
+                        if f.name.endswith(".csv") and f.name != "network.csv"))
 
 
 def kernel_table_name(device: DeviceLike) -> str | None:

@@ -27,7 +27,8 @@ import pandas as pd
 
 from .. import _C
 from .._checks import MAX_COUNT, MAX_TOKENS, flag, finite_results, number, read_small_file
-from .devices import DeviceLike, DeviceSpec, device_metadata, kernel_table_name, list_devices, load_device  # noqa: F401
+from .devices import (DeviceLike, DeviceSpec, device_metadata, kernel_table_name,  # noqa: F401
+                      list_devices, load_device, tables_dir)
 from .configs import load_model
 from . import bands
 
@@ -68,7 +69,7 @@ TABLE_BASES = ("measured", "derived")
 
 
 def _tables_dir():
-    return resources.files("dsperf") / "data" / "efficiency"
+    return tables_dir()
 
 
 def measured_tables_dir():
@@ -230,38 +231,47 @@ def _device_comm_rows(path, rows) -> list[dict]:
             raise ValueError(f"{path}, row {i}: field 'link_gbps': a {fam} row of a device's kernel table needs "
                              "ep and link_gbps (the GB/s of one rank's link in that measurement)")
         out.append(row)
+    # The step model picks a domain's kernels by their dispatch rows and prices both halves from
+    # the domain: a dispatch without its combine (or the reverse) would leave one at the default.
+    have = {r["family"] for r in out}
+    for fam in sorted(have):
+        half, other = ("dispatch", "combine") if fam.startswith("dispatch") else ("combine", "dispatch")
+        partner = fam.replace(half, other)
+        if partner not in have:
+            raise ValueError(f"{path}: field 'family': it has {fam} rows but no {partner} rows (a device's kernel "
+                             "table gives both halves of an exchange it timed)")
     return out
 
 
-def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
-    """A device's table file's rows into t: compute rows as latencies, its own dispatch/combine rows
-    (_device_comm_rows) as the bandwidths of its scale-up domain."""
+def _add_compute_rows(t: "SM.KernelTables", rows, measured_on: DeviceSpec, families=None) -> None:
+    """Compute rows (of `families`, or all) into t as latencies, each read against the roofline of
+    the GPU that timed it: its `measured_on` part where the row names one, else `measured_on`."""
     devices = {}
-    rows = read_table_rows(path)
-    for row in _device_comm_rows(path, rows):
-        fam = row["family"]
-        t.add_domain_bandwidth(fam, row["ep"], _row_gbps(row) / row["link_gbps"] * NETWORK_TABLE_LINK_GBPS[fam])
     for row in rows:
-        if SM.is_comm_family(row["family"]):
+        if SM.is_comm_family(row["family"]) or (families is not None and row["family"] not in families):
             continue
         on = row.get("measured_on")
         timed_on = measured_on if on is None else devices.setdefault(on, load_device(on, "corrected"))
         t.add_latency(row["family"], _shape(row), row["latency_us"], timed_on)
 
 
+def _add_latencies(t: "SM.KernelTables", path, measured_on: DeviceSpec) -> None:
+    """A device's table file's rows into t: compute rows as latencies, its own dispatch/combine rows
+    (_device_comm_rows) as the bandwidths of its scale-up domain."""
+    rows = read_table_rows(path)
+    for row in _device_comm_rows(path, rows):
+        fam = row["family"]
+        t.add_domain_bandwidth(fam, row["ep"], _row_gbps(row) / row["link_gbps"] * NETWORK_TABLE_LINK_GBPS[fam])
+    _add_compute_rows(t, rows, measured_on)
+
+
 def _add_fallback_rows(t: "SM.KernelTables", fallback: str) -> None:
     """The compute rows of a sibling's table (a device file's `fallback_table`) for the families the
     device's own table has no row of, each read against the roofline of the GPU that timed it, as a
     device reading that table whole would (H100 and H200 read the H800 table so)."""
-    path = _tables_dir() / f"{fallback}.csv"
-    devices = {}
-    lacking = {r["family"] for r in read_table_rows(path) if not SM.is_comm_family(r["family"])}
-    lacking = {f for f in lacking if t.rows(f) == 0}
-    for row in read_table_rows(path):
-        if row["family"] in lacking:
-            on = row.get("measured_on", fallback)
-            t.add_latency(row["family"], _shape(row), row["latency_us"],
-                          devices.setdefault(on, load_device(on, "corrected")))
+    rows = read_table_rows(_tables_dir() / f"{fallback}.csv")
+    lacking = {r["family"] for r in rows if not SM.is_comm_family(r["family"]) and t.rows(r["family"]) == 0}
+    _add_compute_rows(t, rows, load_device(fallback, "corrected"), lacking)
 
 
 @functools.lru_cache(maxsize=16)

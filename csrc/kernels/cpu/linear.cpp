@@ -140,7 +140,8 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     if (M == 0 || N == 0) return;
     if (K == 0) return zero_sum(y, ldy, M, N, accumulate);
     if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
-    // AMX tiles from one tile row of x up, where the CPU has them (and they passed the self-check).
+    // AMX tiles from a few rows of x up (amx::kMinRows), where the CPU has them and they passed the
+    // self-check.
     if (M >= amx::kMinRows && amx::usable()) return amx::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
     avx512::GemmWeights gw;
     gw.bf16 = w, gw.ld = ldw;
@@ -164,7 +165,7 @@ void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, in
     if (M < 0 || N < 0 || K < 0 || ldx < K || ldy < N) throw std::invalid_argument("gemm_bf16_vnni: bad sizes");
     if (M == 0 || N == 0) return;
     if (K == 0) return zero_sum(y, ldy, M, N, accumulate);
-    if (use_avx512() && M >= amx::kMinRows && amx::usable())
+    if (use_avx512() && M >= amx::kMinRowsVnni && amx::usable())
         return amx::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate);
     if (use_avx512()) return avx512::gemm_bf16_vnni(x, ldx, bp, y, ldy, M, N, K, accumulate, !gemm_on_dot_products());
     for (int64_t m = 0; m < M; ++m) {
@@ -186,6 +187,9 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
     constexpr int64_t kBlock = 128;
     const int64_t k_blocks = (K + kBlock - 1) / kBlock;
     const bool simd = use_avx512();
+    // AMX tiles from amx::kMinRowsFp8 rows up: each 128 x 128 block dequantised on its way to the tiles.
+    if (simd && M >= amx::kMinRowsFp8 && amx::usable())
+        return amx::linear_fp8(x, ldx, w, w_scale, y, ldy, M, N, K, accumulate);
     if (simd) {
         avx512::GemmWeights gw;
         gw.fp8 = w, gw.scale = w_scale, gw.ld = K;

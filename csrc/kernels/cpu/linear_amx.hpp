@@ -13,11 +13,16 @@
 #include <vector>
 
 #include "kernels/common/dtype.hpp"
+#include "kernels/cpu/amx_gemm.hpp"
 
 namespace dsperf::kernels::amx {
 
-// Rows of x from which linear_bf16 and gemm_bf16_vnni use AMX where it is usable: one tile row.
-constexpr int64_t kMinRows = 16;
+// Rows of x from which the GEMMs use AMX where it is usable: below, the AVX-512 stream kernels read
+// the weights faster (Emerald Rapids, 4096 x 7168 weights streamed, GB/s of weights, AMX against
+// stream: BF16 at 2 rows 25.5 / 26.9, at 4 rows 25.5 / 23.5; FP8, whose codes AMX dequantises on the
+// way to the tiles, at 4 rows 14.2 / 18.4, at 8 rows 14.1 / 13.5). gemm_bf16_vnni (attention's
+// products) keeps one tile row: its crossover is not measured.
+constexpr int64_t kMinRows = 4, kMinRowsFp8 = 8, kMinRowsVnni = 16;
 
 // AMX usable here: the CPU has AMX-TILE and AMX-BF16, Linux granted the tile permission, the
 // environment does not say DSPERF_AMX=0, and the self-check passed.
@@ -36,6 +41,17 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
 // y[M, N] (+)= x[M, K] B with B in gemm_bf16_vnni's pair layout bp[(k / 2) * N * 2 + n * 2 + k % 2].
 void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
                     int64_t K, bool accumulate);
+
+// y[M, N] (+)= x[M, K] w[N, K]^T with FP8 e4m3 w and 128 x 128 block scales, each block dequantised
+// to bf16(code x scale) as it is packed into tiles.
+void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_scale, float* y, int64_t ldy, int64_t M,
+                int64_t N, int64_t K, bool accumulate);
+
+// Weights packed into tiles once (any CPU: the packing needs no AMX), and the GEMM on them.
+PackedTiles pack_bf16(const bf16_t* w, int64_t ldw, int64_t N, int64_t K);
+PackedTiles pack_fp8(const fp8_t* w, const float* w_scale, int64_t N, int64_t K);
+void linear_packed(const bf16_t* x, int64_t ldx, int64_t M, const PackedTiles& w, float* y, int64_t ldy,
+                   bool accumulate);
 
 // TDPBF16PS peak of all OpenMP threads over `seconds`, GFLOPS (0 where AMX is not usable).
 double probe_tile_peak_gflops(double seconds);

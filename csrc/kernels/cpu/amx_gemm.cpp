@@ -1,0 +1,462 @@
+#include "kernels/cpu/amx_gemm.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/common/parallel.hpp"
+#include "kernels/cpu/amx_tiles.hpp"
+#include "kernels/cpu/cpu_features.hpp"
+#if DSPERF_HAVE_AMX_BUILD
+#include "kernels/cpu/fp8_convert_avx512.hpp"
+#include "kernels/cpu/transpose_avx512.hpp"
+#else
+#define DSPERF_AMX
+#endif
+
+namespace dsperf::kernels::amx {
+
+namespace {
+
+// Rows of x per pass, columns of y per block, K tiles per chunk (measured on Emerald Rapids, weights
+// streamed: docs/KERNELS_MEASUREMENTS.md).
+#ifndef DSPERF_AMX_TUNE
+constexpr int64_t kBlockRows = 256, kBlockCols = 256, kChunkTiles = 8;
+#endif
+constexpr int64_t kFewRows = 128;
+constexpr int64_t kFp8Block = 128;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+};
+template <class T>
+std::unique_ptr<T[], FreeDeleter> aligned_array(int64_t n) {
+    const size_t bytes = (size_t(std::max<int64_t>(n, 1)) * sizeof(T) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) throw std::bad_alloc();
+    return std::unique_ptr<T[], FreeDeleter>(static_cast<T*>(p));
+}
+
+// Buffers kept by each thread across calls: fresh pages for them fault on every call (measured: half
+// the time of a 256 x 256 x 7168 GEMM). Each grows to the largest size asked of it.
+enum class Scratch { kX, kSums, kWeights, kCount };
+
+template <class T>
+T* scratch(Scratch which, int64_t n) {
+    struct Buffer {
+        std::unique_ptr<char[], FreeDeleter> data;
+        size_t bytes = 0;
+    };
+    thread_local Buffer buffers[int(Scratch::kCount)];
+    Buffer& buf = buffers[int(which)];
+    const size_t need = size_t(std::max<int64_t>(n, 1)) * sizeof(T);
+    if (need > buf.bytes) {
+        buf.data = aligned_array<char>(int64_t(need));
+        buf.bytes = need;
+    }
+    return reinterpret_cast<T*>(buf.data.get());
+}
+
+// ---- packing ----------------------------------------------------------------------------------------
+// Row tiles: 16 rows x 32 K values, row-major (the A operand). Pair tiles: 16 K pairs x 16 rows x 2
+// (the B operand): element (pair q, row j, half h) = row j's K value 2 q + h. Zeros past the rows
+// and past K. Every function packs tiles [t0, t0 + nt) x K tiles [kt0, kt0 + nkt) into
+// out[nt][nkt][kTileElems].
+
+// A row-major matrix: BF16, or FP8 e4m3 codes with 128 x 128 block scales (dequantised to
+// bf16(code x scale)).
+struct Rows {
+    const void* p = nullptr;
+    int64_t ld = 0, R = 0, K = 0;
+    const float* scale = nullptr;  // FP8 when set
+
+    bf16_t at(int64_t r, int64_t k) const {
+        if (r >= R || k >= K) return bf16_t(0);
+        if (!scale) return static_cast<const bf16_t*>(p)[r * ld + k];
+        return f32_to_bf16(fp8_to_f32(static_cast<const fp8_t*>(p)[r * ld + k]) * block_scale(r, k));
+    }
+    float block_scale(int64_t r, int64_t k) const { return scale[(r / kFp8Block) * ceil_div(K, kFp8Block) + k / kFp8Block]; }
+    Rows shifted(int64_t rows) const {
+        Rows s = *this;
+        s.p = static_cast<const char*>(p) + rows * ld * (scale ? 1 : 2);
+        s.R = std::max<int64_t>(R - rows, 0);
+        return s;
+    }
+};
+
+Rows rows_of(const WeightSource& s) {
+    Rows r;
+    r.p = s.w, r.ld = s.ld, r.R = s.N, r.K = s.K;
+    if (s.layout == WeightSource::Layout::kFp8Rows) r.scale = s.scale;
+    return r;
+}
+
+void row_tiles_scalar(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+    for (int64_t t = 0; t < nt; ++t)
+        for (int64_t kt = 0; kt < nkt; ++kt) {
+            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            for (int64_t r = 0; r < kRows; ++r)
+                for (int64_t k = 0; k < kDepth; ++k) tile[r * kDepth + k] = s.at(16 * (t0 + t) + r, 32 * (kt0 + kt) + k);
+        }
+}
+
+void pair_tiles_scalar(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+    for (int64_t t = 0; t < nt; ++t)
+        for (int64_t kt = 0; kt < nkt; ++kt) {
+            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            for (int64_t q = 0; q < 16; ++q)
+                for (int64_t j = 0; j < 16; ++j)
+                    for (int64_t h = 0; h < 2; ++h)
+                        tile[q * 32 + j * 2 + h] = s.at(16 * (t0 + t) + j, 32 * (kt0 + kt) + 2 * q + h);
+        }
+}
+
+#if DSPERF_HAVE_AMX_BUILD
+__mmask32 k_mask(int64_t k0, int64_t K) {
+    const int64_t kn = std::min<int64_t>(32, K - k0);
+    return kn >= 32 ? ~__mmask32(0) : (__mmask32(1) << kn) - 1;
+}
+
+// Row tiles are copies of 64-byte row segments; FP8 codes go through the block's table on the way.
+DSPERF_AVX512_VBMI void row_tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+    for (int64_t t = 0; t < nt; ++t) {
+        const int64_t r0 = 16 * (t0 + t);
+        for (int64_t kt = 0; kt < nkt; ++kt) {
+            const int64_t k0 = 32 * (kt0 + kt);
+            const __mmask32 km = k_mask(k0, s.K);
+            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            if (s.scale) {
+                // One 128 x 128 scale block holds the whole tile.
+                const avx512::Fp8WordTable table(r0 < s.R ? s.block_scale(r0, k0) : 1.0f);
+                for (int64_t r = 0; r < kRows; ++r) {
+                    __m512i v = _mm512_setzero_si512();
+                    if (r0 + r < s.R) {
+                        const auto* row = static_cast<const fp8_t*>(s.p) + (r0 + r) * s.ld + k0;
+                        v = table.convert(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(km, row)));
+                    }
+                    _mm512_store_si512(tile + r * kDepth, v);
+                }
+            } else {
+                for (int64_t r = 0; r < kRows; ++r) {
+                    const auto* row = static_cast<const bf16_t*>(s.p) + (r0 + r) * s.ld + k0;
+                    _mm512_store_si512(tile + r * kDepth,
+                                       r0 + r < s.R ? _mm512_maskz_loadu_epi16(km, row) : _mm512_setzero_si512());
+                }
+            }
+        }
+    }
+}
+
+// Pair tiles from BF16 rows: each row's 32 K values are 16 pairs, one 32-bit word each; a 16 x 16
+// word transpose turns 16 rows into the tile's 16 pair rows.
+DSPERF_AVX512_VBMI void pair_tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+    for (int64_t t = 0; t < nt; ++t) {
+        const int64_t r0 = 16 * (t0 + t);
+        for (int64_t kt = 0; kt < nkt; ++kt) {
+            const int64_t k0 = 32 * (kt0 + kt);
+            const __mmask32 km = k_mask(k0, s.K);
+            __m512i r[16];
+            for (int64_t j = 0; j < 16; ++j)
+                r[j] = r0 + j < s.R ? _mm512_maskz_loadu_epi16(km, static_cast<const bf16_t*>(s.p) + (r0 + j) * s.ld + k0)
+                                    : _mm512_setzero_si512();
+            avx512::transpose16x16(r);
+            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            for (int64_t q = 0; q < 16; ++q) _mm512_store_si512(tile + q * 32, r[q]);
+        }
+    }
+}
+#endif
+
+void pack_row_tiles(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+#if DSPERF_HAVE_AMX_BUILD
+    if (cpu_features().avx512) return row_tiles_simd(s, t0, nt, kt0, nkt, out);
+#endif
+    row_tiles_scalar(s, t0, nt, kt0, nkt, out);
+}
+
+void pack_pair_tiles(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+#if DSPERF_HAVE_AMX_BUILD
+    if (cpu_features().avx512) return pair_tiles_simd(s, t0, nt, kt0, nkt, out);
+#endif
+    pair_tiles_scalar(s, t0, nt, kt0, nkt, out);
+}
+
+// Pair tiles from the VNNI layout, which already holds K pairs side by side: a tile row is 16
+// consecutive columns of one pair row.
+void pack_vnni_tiles(const WeightSource& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+    const bf16_t* bp = static_cast<const bf16_t*>(s.w);
+    for (int64_t t = 0; t < nt; ++t) {
+        const int64_t n0 = 16 * (t0 + t), cols = std::clamp<int64_t>(s.N - n0, 0, 16);
+        for (int64_t kt = 0; kt < nkt; ++kt) {
+            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            for (int64_t q = 0; q < 16; ++q) {
+                const int64_t pair = 16 * (kt0 + kt) + q;
+                bf16_t* row = tile + q * 32;
+                if (2 * pair + 1 < s.K && cols == 16) {
+                    std::memcpy(row, bp + (pair * s.N + n0) * 2, 64);
+                    continue;
+                }
+                for (int64_t i = 0; i < 32; ++i) {
+                    const int64_t n = n0 + i / 2, k = 2 * pair + i % 2;
+                    row[i] = n < s.N && k < s.K ? bp[pair * s.N * 2 + n * 2 + i % 2] : bf16_t(0);
+                }
+            }
+        }
+    }
+}
+
+// ---- prefetching the next K chunk ---------------------------------------------------------------------
+// The tile loop reuses a chunk from L1 and L2 but meets its first touch of each line cold, and the
+// hardware prefetchers do not run far enough ahead of tile loads. So while one chunk is computed, the
+// lines of the next one (its x tiles and its weights, packed or as the caller holds them) are
+// requested into L2, a share per tile block (measured: 1.9 -> 2.45 TFLOPS on 256 x 4096 x 7168).
+
+// rows x row_bytes bytes, rows `stride` bytes apart.
+struct Region {
+    const char* base = nullptr;
+    int64_t rows = 0, row_bytes = 0, stride = 0;
+};
+
+class Prefetcher {
+public:
+    void reset(const Region* regions, int n, int64_t steps) {
+        n_ = n, region_ = 0, row_ = 0, offset_ = 0;
+        int64_t lines = 0;
+        for (int i = 0; i < n; ++i) {
+            regions_[i] = regions[i];
+            lines += regions[i].rows * ceil_div(regions[i].row_bytes, 64);
+        }
+        per_step_ = ceil_div(lines, std::max<int64_t>(steps, 1));
+    }
+    void step() {
+        for (int64_t i = 0; i < per_step_ && region_ < n_; ++i) {
+            const Region& r = regions_[region_];
+            __builtin_prefetch(r.base + row_ * r.stride + offset_, 0, 2);
+            if ((offset_ += 64) >= r.row_bytes) {
+                offset_ = 0;
+                if (++row_ >= r.rows) row_ = 0, ++region_;
+            }
+        }
+    }
+
+private:
+    Region regions_[2];
+    int n_ = 0, region_ = 0;
+    int64_t row_ = 0, offset_ = 0, per_step_ = 0;
+};
+
+// Weight tiles [t0, t0 + nt) x K tiles [kt0, kt0 + nkt) where the driver reads them from.
+Region weight_region(const WeightSource* src, const PackedTiles* packed, int64_t t0, int64_t nt, int64_t kt0,
+                     int64_t nkt) {
+    Region r;
+    if (packed) {
+        r.base = reinterpret_cast<const char*>(packed->row_tile(t0) + kt0 * kTileElems);
+        r.rows = nt, r.row_bytes = nkt * kTileElems * 2, r.stride = packed->k_tiles * kTileElems * 2;
+        return r;
+    }
+    const int64_t k0 = kt0 * kDepth, k1 = std::min(src->K, (kt0 + nkt) * kDepth), n0 = 16 * t0;
+    const int64_t cols = std::clamp<int64_t>(src->N - n0, 0, 16 * nt);
+    if (src->layout == WeightSource::Layout::kVnni) {
+        r.base = static_cast<const char*>(src->w) + (k0 / 2 * src->N + n0) * 4;
+        r.rows = ceil_div(k1 - k0, 2), r.row_bytes = cols * 4, r.stride = src->N * 4;
+        return r;
+    }
+    const int64_t es = src->layout == WeightSource::Layout::kFp8Rows ? 1 : 2;
+    r.base = static_cast<const char*>(src->w) + (n0 * src->ld + k0) * es;
+    r.rows = cols, r.row_bytes = (k1 - k0) * es, r.stride = src->ld * es;
+    return r;
+}
+
+// ---- the tile loop ------------------------------------------------------------------------------------
+
+// Two A tiles x two B tiles over nkt K tiles: c holds the four 16 x 16 FP32 tiles (a0 b0, a0 b1,
+// a1 b0, a1 b1), zeroed first or carried over from the previous K chunk.
+template <class Ops>
+DSPERF_AMX inline void tile_block(Ops& ops, const bf16_t* a0, const bf16_t* a1, const bf16_t* b0, const bf16_t* b1,
+                                  int64_t nkt, float* c, bool first) {
+    if (first) {
+        ops.template zero<0>(), ops.template zero<1>(), ops.template zero<2>(), ops.template zero<3>();
+    } else {
+        ops.template load<0>(c, 64), ops.template load<1>(c + kTileFloats, 64);
+        ops.template load<2>(c + 2 * kTileFloats, 64), ops.template load<3>(c + 3 * kTileFloats, 64);
+    }
+    for (int64_t t = 0; t < nkt; ++t) {
+        ops.template load<4>(a0 + t * kTileElems, 64);
+        ops.template load<6>(b0 + t * kTileElems, 64);
+        ops.template dp<0, 4, 6>();
+        ops.template load<7>(b1 + t * kTileElems, 64);
+        ops.template dp<1, 4, 7>();
+        ops.template load<5>(a1 + t * kTileElems, 64);
+        ops.template dp<2, 5, 6>();
+        ops.template dp<3, 5, 7>();
+    }
+    ops.template store<0>(c, 64), ops.template store<1>(c + kTileFloats, 64);
+    ops.template store<2>(c + 2 * kTileFloats, 64), ops.template store<3>(c + 3 * kTileFloats, 64);
+}
+
+// One 16 x 16 sum tile into y at (m0, n0), rows < M and columns < N. `transposed`: the tile holds
+// y^T (rows are columns of y).
+void write_tile_scalar(const float* tile, bool transposed, int64_t m0, int64_t n0, int64_t M, int64_t N, float* y,
+                       int64_t ldy, bool accumulate) {
+    const int64_t rows = std::min<int64_t>(16, M - m0), cols = std::min<int64_t>(16, N - n0);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) {
+            const float v = transposed ? tile[j * 16 + r] : tile[r * 16 + j];
+            float& dst = y[(m0 + r) * ldy + n0 + j];
+            dst = accumulate ? dst + v : v;
+        }
+}
+
+#if DSPERF_HAVE_AMX_BUILD
+DSPERF_AVX512_VBMI void write_tile_simd(const float* tile, bool transposed, int64_t m0, int64_t n0, int64_t M,
+                                        int64_t N, float* y, int64_t ldy, bool accumulate) {
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(tile + 16 * i);
+    if (transposed) avx512::transpose16x16(r);
+    const int64_t rows = std::min<int64_t>(16, M - m0), cols = std::min<int64_t>(16, N - n0);
+    const __mmask16 cm = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+    for (int64_t i = 0; i < rows; ++i) {
+        float* dst = y + (m0 + i) * ldy + n0;
+        __m512 v = _mm512_castsi512_ps(r[i]);
+        if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(cm, dst));
+        _mm512_mask_storeu_ps(dst, cm, v);
+    }
+}
+#endif
+
+void write_tile(const float* tile, bool transposed, int64_t m0, int64_t n0, int64_t M, int64_t N, float* y,
+                int64_t ldy, bool accumulate) {
+    if (m0 >= M || n0 >= N) return;
+#if DSPERF_HAVE_AMX_BUILD
+    if (cpu_features().avx512) return write_tile_simd(tile, transposed, m0, n0, M, N, y, ldy, accumulate);
+#endif
+    write_tile_scalar(tile, transposed, m0, n0, M, N, y, ldy, accumulate);
+}
+
+}  // namespace
+
+const bf16_t* PackedTiles::row_tile(int64_t t) const { return tiles.get() + t * k_tiles * kTileElems; }
+
+size_t PackedTiles::bytes() const { return size_t(row_tiles * k_tiles * kTileElems) * sizeof(bf16_t); }
+
+PackedTiles pack_tiles(const WeightSource& src) {
+    PackedTiles out;
+    out.N = src.N, out.K = src.K;
+    out.row_tiles = 2 * ceil_div(src.N, 32), out.k_tiles = ceil_div(std::max<int64_t>(src.K, 1), kDepth);
+    auto buf = aligned_array<bf16_t>(out.row_tiles * out.k_tiles * kTileElems);
+    out.tiles = std::unique_ptr<bf16_t[], void (*)(void*)>(buf.release(), std::free);
+    const Rows rows = rows_of(src);
+    const int64_t kt = out.k_tiles;
+#pragma omp parallel for schedule(static) if (worth_threads(out.row_tiles * kt * kTileElems))
+    for (int64_t t = 0; t < out.row_tiles; ++t) pack_row_tiles(rows, t, 1, 0, kt, out.tiles.get() + t * kt * kTileElems);
+    return out;
+}
+
+template <class Ops>
+void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, const PackedTiles* packed, float* y,
+          int64_t ldy, bool accumulate) {
+    const int64_t N = packed ? packed->N : src->N, K = packed ? packed->K : src->K;
+    if (M <= 0 || N <= 0) return;
+    // Weights in the K-pair layout are the B operand (y = x B); row-major weights the A operand
+    // (y^T = w x^T), x then in the K-pair layout.
+    const bool w_is_b = src && src->layout == WeightSource::Layout::kVnni;
+    const int64_t k_tiles = ceil_div(std::max<int64_t>(K, 1), kDepth), Mp = ceil_div(M, 2 * kRows) * 2 * kRows;
+    // Few rows of x: the weights' bytes, not the tiles, bound the time. Each thread then takes 32
+    // weight rows at a time whole (read as 32 sequential streams, not 256 interleaved ones) and keeps
+    // the sums in tiles over all of K (measured at 16 x 4096 x 7168, weights streamed: 12 -> 25 GB/s).
+    const bool few_rows = Mp <= kFewRows;
+    const int64_t chunk = few_rows ? k_tiles : std::min(kChunkTiles, k_tiles);
+    // Column blocks of at most kBlockCols, at least one per thread where N allows.
+    const int64_t block_cols = few_rows ? 32 : std::min(kBlockCols, ceil_div(ceil_div(N, int64_t(max_threads())), 32) * 32);
+    const int64_t n_blocks = ceil_div(N, block_cols), x_rows = std::min(Mp, kBlockRows);
+    bf16_t* xt = scratch<bf16_t>(Scratch::kX, x_rows / kRows * k_tiles * kTileElems);
+    Rows x_rows_all;
+    x_rows_all.p = x, x_rows_all.ld = ldx, x_rows_all.R = M, x_rows_all.K = K;
+    Rows w_rows;
+    if (src && !w_is_b) w_rows = rows_of(*src);
+#pragma omp parallel if (n_blocks > 1)
+    {
+        float* c = scratch<float>(Scratch::kSums, x_rows * block_cols);
+        bf16_t* wt_buf = packed ? nullptr : scratch<bf16_t>(Scratch::kWeights, block_cols / 16 * chunk * kTileElems);
+        Prefetcher prefetch;
+        Ops ops;
+        ops.config();
+        for (int64_t m0 = 0; m0 < Mp; m0 += kBlockRows) {
+            const int64_t x_tiles = std::min(kBlockRows, Mp - m0) / kRows, x_pairs = x_tiles / 2;
+            const Rows xs = x_rows_all.shifted(m0);
+            // x's tiles for these rows, all of K, shared out among the threads (the loop ends in a barrier).
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < x_tiles; ++t) {
+                bf16_t* dst = xt + t * k_tiles * kTileElems;
+                if (w_is_b) pack_row_tiles(xs, t, 1, 0, k_tiles, dst);
+                else pack_pair_tiles(xs, t, 1, 0, k_tiles, dst);
+            }
+#pragma omp for schedule(static)
+            for (int64_t nb = 0; nb < n_blocks; ++nb) {
+                const int64_t n0 = nb * block_cols, w_pairs = ceil_div(std::min(block_cols, N - n0), 32);
+                for (int64_t kt0 = 0; kt0 < k_tiles; kt0 += chunk) {
+                    const int64_t nkt = std::min(chunk, k_tiles - kt0);
+                    // Next: this block's next chunk, else the first chunk of the next column block.
+                    const bool last = kt0 + chunk >= k_tiles;
+                    const int64_t next_kt = last ? 0 : kt0 + chunk, next_n0 = last ? n0 + block_cols : n0;
+                    const int64_t next_nkt = std::min(chunk, k_tiles - next_kt);
+                    Region next[2];
+                    int n_next = 0;
+                    if (!last) {
+                        next[n_next].base = reinterpret_cast<const char*>(xt + next_kt * kTileElems);
+                        next[n_next].rows = x_tiles, next[n_next].row_bytes = next_nkt * kTileElems * 2;
+                        next[n_next++].stride = k_tiles * kTileElems * 2;
+                    }
+                    if (next_n0 < N)
+                        next[n_next++] = weight_region(src, packed, next_n0 / 16,
+                                                       2 * ceil_div(std::min(block_cols, N - next_n0), 32), next_kt,
+                                                       next_nkt);
+                    prefetch.reset(next, few_rows ? 0 : n_next, w_pairs * x_pairs);
+                    const bf16_t* wt;
+                    int64_t w_stride;
+                    if (packed) {
+                        wt = packed->row_tile(n0 / 16) + kt0 * kTileElems, w_stride = k_tiles * kTileElems;
+                    } else {
+                        if (w_is_b) pack_vnni_tiles(*src, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf);
+                        else pack_row_tiles(w_rows, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf);
+                        wt = wt_buf, w_stride = nkt * kTileElems;
+                    }
+                    for (int64_t i = 0; i < w_pairs; ++i) {
+                        const bf16_t* w0 = wt + 2 * i * w_stride;
+                        const bf16_t* w1 = w0 + w_stride;
+                        for (int64_t q = 0; q < x_pairs; ++q) {
+                            const bf16_t* x0 = xt + (2 * q * k_tiles + kt0) * kTileElems;
+                            const bf16_t* x1 = x0 + k_tiles * kTileElems;
+                            float* cq = c + (i * x_pairs + q) * 4 * kTileFloats;
+                            prefetch.step();
+                            if (w_is_b) tile_block(ops, x0, x1, w0, w1, nkt, cq, kt0 == 0);
+                            else tile_block(ops, w0, w1, x0, x1, nkt, cq, kt0 == 0);
+                        }
+                    }
+                }
+                // Tile t of a block: A tile t / 2, B tile t % 2.
+                for (int64_t i = 0; i < w_pairs; ++i)
+                    for (int64_t q = 0; q < x_pairs; ++q)
+                        for (int64_t t = 0; t < 4; ++t) {
+                            const int64_t w_tile = 2 * i + (w_is_b ? t % 2 : t / 2);
+                            const int64_t x_tile = 2 * q + (w_is_b ? t / 2 : t % 2);
+                            write_tile(c + ((i * x_pairs + q) * 4 + t) * kTileFloats, !w_is_b, m0 + 16 * x_tile,
+                                       n0 + 16 * w_tile, M, N, y, ldy, accumulate);
+                        }
+            }
+        }
+        ops.release();
+    }
+}
+
+template void gemm<Emulated>(const bf16_t*, int64_t, int64_t, const WeightSource*, const PackedTiles*, float*, int64_t,
+                             bool);
+#if DSPERF_HAVE_AMX_BUILD
+template void gemm<Hardware>(const bf16_t*, int64_t, int64_t, const WeightSource*, const PackedTiles*, float*, int64_t,
+                             bool);
+#endif
+
+}  // namespace dsperf::kernels::amx

@@ -1,4 +1,4 @@
-"""The AMX GEMM driver (csrc/kernels/cpu/linear_amx.cpp): its packing and tiling on the scalar
+"""The AMX GEMM driver (csrc/kernels/cpu/amx_gemm.cpp): its packing and tiling on the scalar
 emulation of the tile instructions (any CPU), and, where the CPU has AMX, the hardware against
 the emulation and the reference."""
 import os
@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from dsperf import _C, kernels
+from dsperf import reference
+from dsperf.harness import random_fp8
 from kernel_helpers import rand_bf16
 
 K_ = _C.kernels
@@ -24,8 +26,11 @@ def _tol(x, w):
     return 4 * x.shape[1] * 2.0 ** -24 * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T) + 1e-30
 
 
-# Shapes with partial tiles in every dimension, one tile exactly, more than two tile rows and columns.
-SHAPES = [(1, 1, 1), (16, 16, 32), (37, 41, 75), (64, 96, 256), (5, 130, 33), (33, 17, 512)]
+# Shapes with partial tiles in every dimension, one tile exactly, more than two tile rows and columns;
+# more than 128 rows of x (the blocked mode, K in chunks of 256), more than 256 rows (two passes over
+# x) and more than 256 columns (two column blocks).
+SHAPES = [(1, 1, 1), (16, 16, 32), (37, 41, 75), (64, 96, 256), (5, 130, 33), (33, 17, 512), (150, 40, 300),
+          (270, 300, 40)]
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -39,6 +44,40 @@ def test_emulated_amx_linear_matches_reference(m, n, k):
     assert np.all(np.abs(y - kernels.linear(x, w)) <= 2 * _tol(x, w))
 
 
+def _fp8_case(rng, m, n, k):
+    x, w = rand_bf16(rng, m, k), random_fp8(rng, (n, k))
+    scale = rng.uniform(0.5, 2.0, ((n + 127) // 128, (k + 127) // 128)).astype(np.float32)
+    return x, w, scale
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (37, 200, 300), (150, 130, 257)])
+def test_emulated_amx_fp8_linear_matches_the_dequantised_reference(m, n, k):
+    # Each 128 x 128 block is dequantised to bf16(code x scale) on its way to the tiles, as
+    # reference.weight_dequant does: the products are then exact and only the FP32 sums round.
+    rng = np.random.default_rng(m + 3 * n + k)
+    x, w, scale = _fp8_case(rng, m, n, k)
+    wd = reference.weight_dequant(w, scale)
+    y = K_.linear_fp8_amx_emulated(x.view(np.uint16), w.view(np.uint8), scale)
+    assert np.all(np.abs(y - _ref(x, wd)) <= _tol(x, wd))
+    # ... and the kernels in use on this CPU agree with it.
+    assert np.all(np.abs(y - kernels.linear(x, w, scale)) <= 2 * _tol(x, wd))
+
+
+def test_emulated_amx_fp8_rejects_a_scale_of_the_wrong_shape():
+    rng = np.random.default_rng(1)
+    x, w, scale = _fp8_case(rng, 4, 130, 64)
+    with pytest.raises(ValueError, match="scale"):
+        K_.linear_fp8_amx_emulated(x.view(np.uint16), w.view(np.uint8), scale[:1])
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (37, 41, 75), (150, 40, 300)])
+def test_emulated_amx_on_weights_packed_once_matches_reference(m, n, k):
+    rng = np.random.default_rng(5 * m + n + k)
+    x, w = rand_bf16(rng, m, k), rand_bf16(rng, n, k)
+    y = K_.linear_packed_amx_emulated(x.view(np.uint16), w.view(np.uint16))
+    assert np.all(np.abs(y - _ref(x, w)) <= _tol(x, w))
+
+
 def _vnni(b):
     """gemm_bf16_vnni's layout of B [K, N]: rows interleaved two by two, a zero row for odd K."""
     k, n = b.shape
@@ -47,7 +86,7 @@ def _vnni(b):
     return np.ascontiguousarray(b.reshape(-1, 2, n).transpose(0, 2, 1)).reshape(-1)
 
 
-@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (40, 512, 77), (128, 33, 256), (3, 5, 1)])
+@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (40, 512, 77), (128, 33, 256), (3, 5, 1), (140, 300, 66)])
 def test_emulated_amx_vnni_gemm_matches_reference(m, n, k):
     rng = np.random.default_rng(7 + m + n + k)
     x, b = rand_bf16(rng, m, k), rand_bf16(rng, k, n)
@@ -80,6 +119,16 @@ def test_dsperf_amx_0_disables_amx():
 def test_hardware_amx_linear_matches_emulation(m, n, k):
     rng = np.random.default_rng(3 * m + n + k)
     x, w = rand_bf16(rng, max(m, 16), k), rand_bf16(rng, n, k)
-    hw = kernels.linear(x, w)                     # dispatches to AMX from 16 rows
+    hw = kernels.linear(x, w)                     # dispatches to AMX from a few rows
     em = K_.linear_amx_emulated(x.view(np.uint16), w.view(np.uint16))
     assert np.all(np.abs(hw - em) <= 2 * _tol(x, w))
+
+
+@pytest.mark.skipif(not AMX, reason=f"AMX not usable here: {K_.amx_status()}")
+@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (37, 200, 300), (300, 300, 257)])
+def test_hardware_amx_fp8_linear_matches_emulation(m, n, k):
+    rng = np.random.default_rng(11 * m + n + k)
+    x, w, scale = _fp8_case(rng, m, n, k)
+    wd = reference.weight_dequant(w, scale)
+    em = K_.linear_fp8_amx_emulated(x.view(np.uint16), w.view(np.uint8), scale)
+    assert np.all(np.abs(kernels.linear(x, w, scale) - em) <= 2 * _tol(x, wd))

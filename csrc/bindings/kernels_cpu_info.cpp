@@ -81,6 +81,27 @@ void bind_cpu_info(py::module_& m) {
         amx::gemm_bf16_vnni_emulated(x.data(), K, bp.data(), y.mutable_data(), N, M, N, K, false);
         return y;
     }, py::arg("x").noconvert(), py::arg("bp").noconvert(), py::arg("n"));
+    m.def("linear_fp8_amx_emulated", [](Arr<uint16_t> x, Arr<uint8_t> w, Arr<float> scale) {
+        expect(x.ndim() == 2 && w.ndim() == 2 && w.shape(1) == x.shape(1), "x [M, K] and w [N, K] expected");
+        const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
+        expect(scale.ndim() == 2 && scale.shape(0) == (N + 127) / 128 && scale.shape(1) == (K + 127) / 128,
+               "scale must be [ceil(N / 128), ceil(K / 128)]");
+        auto y = empty<float>({M, N}, "y [rows of x, rows of w]");
+        py::gil_scoped_release nogil;
+        amx::linear_fp8_emulated(x.data(), K, w.data(), scale.data(), y.mutable_data(), N, M, N, K, false);
+        return y;
+    }, py::arg("x").noconvert(), py::arg("w").noconvert(), py::arg("scale").noconvert());
+    // Weights packed into tiles once (the bytes PackedWeights holds on an AMX CPU), then the emulated
+    // driver on them: packing and the packed path tested on any CPU.
+    m.def("linear_packed_amx_emulated", [](Arr<uint16_t> x, Arr<uint16_t> w) {
+        expect(x.ndim() == 2 && w.ndim() == 2 && w.shape(1) == x.shape(1), "x [M, K] and w [N, K] expected");
+        const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
+        auto y = empty<float>({M, N}, "y [rows of x, rows of w]");
+        py::gil_scoped_release nogil;
+        const amx::PackedTiles packed = amx::pack_bf16(w.data(), K, N, K);
+        amx::linear_packed_emulated(x.data(), K, M, packed, y.mutable_data(), N, false);
+        return y;
+    }, py::arg("x").noconvert(), py::arg("w").noconvert());
 
 }
 

@@ -12,7 +12,7 @@
 // Blocking: x 256 rows at a time (packed by all threads), each thread a share of the column blocks
 // (at most 256 columns of y), K in chunks of 8 tiles (256). Within a chunk, 2 x 2 accumulator tiles
 // (32 weight rows or columns x 32 rows of x): the weights' 32-wide strip stays in L1 for every row
-// pair of x, and x's tiles come from L2. The next chunk's lines are prefetched into L2 meanwhile.
+// pair of x, and x's tiles come from L2.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -20,9 +20,9 @@ namespace dsperf::kernels::amx {
 // Rows of x from which the GEMMs use AMX where it is usable: below, the AVX-512 stream kernels read
 // the weights faster (Emerald Rapids, 4096 x 7168 weights streamed, GB/s of weights, AMX against
 // stream: BF16 at 2 rows 25.5 / 26.9, at 4 rows 25.5 / 23.5; FP8, whose codes AMX dequantises on the
-// way to the tiles, at 4 rows 14.2 / 18.4, at 8 rows 14.1 / 13.5). gemm_bf16_vnni (attention's
+// way to the tiles, at 4 rows 14.2 / 18.4, at 8 rows 14.1 / 13.5, and in bench_experts' FP8 decode at 8 rows per expert 29.1 / 25.8 ms). gemm_bf16_vnni (attention's
 // products) keeps one tile row: its crossover is not measured.
-constexpr int64_t kMinRows = 4, kMinRowsFp8 = 8, kMinRowsVnni = 16;
+constexpr int64_t kMinRows = 4, kMinRowsFp8 = 16, kMinRowsVnni = 16;
 
 // AMX usable here: the CPU has AMX-TILE and AMX-BF16, Linux granted the tile permission, the
 // environment does not say DSPERF_AMX=0, and the self-check passed.
@@ -56,10 +56,14 @@ void linear_packed(const bf16_t* x, int64_t ldx, int64_t M, const PackedTiles& w
 // TDPBF16PS peak of all OpenMP threads over `seconds`, GFLOPS (0 where AMX is not usable).
 double probe_tile_peak_gflops(double seconds);
 
-// The same two GEMMs on the scalar emulation of the tile instructions (any CPU).
+// The same GEMMs on the scalar emulation of the tile instructions (any CPU).
 void linear_bf16_emulated(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy,
                           int64_t M, int64_t N, int64_t K, bool accumulate);
 void gemm_bf16_vnni_emulated(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M,
                              int64_t N, int64_t K, bool accumulate);
+void linear_fp8_emulated(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_scale, float* y, int64_t ldy,
+                         int64_t M, int64_t N, int64_t K, bool accumulate);
+void linear_packed_emulated(const bf16_t* x, int64_t ldx, int64_t M, const PackedTiles& w, float* y, int64_t ldy,
+                            bool accumulate);
 
 }  // namespace dsperf::kernels::amx

@@ -148,6 +148,42 @@ inline ExpertWeights expert_weights(const py::array& w13, const py::array& w2, c
     return w;
 }
 
+// One GEMM's weights w [N, K], BF16 or FP8 with scales [ceil(N / 128), ceil(K / 128)]. The arrays
+// passed keep the data alive.
+inline LinearWeights linear_weights(const py::array& w, const py::object& w_scale, bool fp8) {
+    expect(w.ndim() == 2, "w must be 2-D [N, K]");
+    LinearWeights lw;
+    lw.fp8 = fp8, lw.N = w.shape(0), lw.K = w.shape(1);
+    if (fp8) {
+        auto s = exact_view<float>(w_scale, "w_scale");
+        expect_shape(s, {(lw.N + 127) / 128, (lw.K + 127) / 128}, "w_scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
+        lw.w = exact_view<uint8_t>(w, "w").data(), lw.scale = s.data();
+    } else {
+        lw.w = exact_view<uint16_t>(w, "w").data();
+    }
+    return lw;
+}
+
+// Tiles packed for these weights (None: none). Shapes are checked; that they were packed from these
+// very arrays is the holder's promise (dsperf.kernels.PackedWeights packs its own).
+inline const amx::PackedTiles* linear_tiles(const py::object& tiles, const LinearWeights& lw) {
+    if (tiles.is_none()) return nullptr;
+    const auto& t = tiles.cast<const amx::PackedTiles&>();
+    if (!t.tiles) return nullptr;
+    expect(t.N == lw.N && t.K == lw.K, "tiles were packed for weights of another shape");
+    return &t;
+}
+
+inline const ExpertTiles* expert_tiles(const py::object& tiles, const ExpertWeights& w) {
+    if (tiles.is_none()) return nullptr;
+    const auto& t = tiles.cast<const ExpertTiles&>();
+    if (t.w13.empty()) return nullptr;
+    expect(int64_t(t.w13.size()) == w.n_experts && t.w13[0].N == 2 * w.inter && t.w13[0].K == w.dim &&
+               t.w2[0].N == w.dim && t.w2[0].K == w.inter,
+           "expert tiles were packed for weights of another shape");
+    return &t;
+}
+
 // An optional FP32 [n] bias (null when None). The argument's array keeps the data alive.
 inline const float* optional_bias(const py::object& bias, int64_t n, const char* name) {
     if (bias.is_none()) return nullptr;
@@ -240,6 +276,7 @@ inline MoeArgs moe_args(const py::dict& d, int64_t dim) {
     MoeArgs a;
     const bool fp8 = d["fp8"].cast<bool>();
     a.routed = expert_weights(d["w13"].cast<py::array>(), d["w2"].cast<py::array>(), d["w13_scale"], d["w2_scale"], fp8);
+    a.routed.tiles = expert_tiles(d["tiles"], a.routed);
     expect(a.routed.dim == dim, "the experts' dim must equal the input's");
     a.gate_w = exact_view<uint16_t>(d["gate_weight"], "gate_weight");
     expect_shape(a.gate_w, {a.routed.n_experts, dim}, "gate_weight");
@@ -249,6 +286,7 @@ inline MoeArgs moe_args(const py::dict& d, int64_t dim) {
         a.shared = expert_weights(d["shared_w13"].cast<py::array>(), d["shared_w2"].cast<py::array>(),
                                   d["shared_w13_scale"], d["shared_w2_scale"], fp8);
         expect(a.shared.n_experts == 1 && a.shared.dim == dim, "shared weights must be [1, 2 * I_s, dim] and [1, dim, I_s]");
+        a.shared.tiles = expert_tiles(d["shared_tiles"], a.shared);
     }
     a.gate = d["gate"].cast<GateConfig>();
     a.gate.validate(a.routed.n_experts, a.gate_bias != nullptr);

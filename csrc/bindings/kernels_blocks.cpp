@@ -4,24 +4,27 @@
 namespace dsperf::bindings {
 
 void bind_gemm_blocks(py::module_& m) {
-    m.def("linear", [](Arr<uint16_t> x, py::array w, py::object w_scale, bool fp8) {
-        expect(x.ndim() == 2 && w.ndim() == 2, "x and w must be 2-D");
-        const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
-        expect(w.shape(1) == K, "w must be [N, K] with K = x.shape[1] = " + std::to_string(K));
-        auto y = empty<float>({M, N}, "linear: y [rows of x, rows of w]");
-        if (fp8) {
-            auto s = exact_view<float>(w_scale, "w_scale");
-            expect_shape(s, {(N + 127) / 128, (K + 127) / 128}, "w_scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
-            auto wb = exact_view<uint8_t>(w, "w");
-            py::gil_scoped_release nogil;
-            linear_fp8(x.data(), K, wb.data(), s.data(), y.mutable_data(), N, M, N, K);
-        } else {
-            auto wb = exact_view<uint16_t>(w, "w");
-            py::gil_scoped_release nogil;
-            linear_bf16(x.data(), K, wb.data(), K, y.mutable_data(), N, M, N, K);
-        }
+    // Weights in AMX tile order, packed once (dsperf.kernels.PackedWeights holds one beside its arrays).
+    py::class_<amx::PackedTiles>(m, "LinearTiles", "One GEMM's weights in AMX tile order (empty where AMX is not usable)")
+        .def_readonly("n", &amx::PackedTiles::N)
+        .def_readonly("k", &amx::PackedTiles::K)
+        .def_property_readonly("nbytes", &amx::PackedTiles::bytes);
+    m.def("pack_linear", [](py::array w, py::object w_scale, bool fp8) {
+        const LinearWeights lw = linear_weights(w, w_scale, fp8);
+        py::gil_scoped_release nogil;
+        return pack_linear_tiles(lw);
+    }, py::arg("w"), py::arg("w_scale"), py::arg("fp8"));
+    m.def("linear", [](Arr<uint16_t> x, py::array w, py::object w_scale, bool fp8, py::object tiles) {
+        expect(x.ndim() == 2, "x must be 2-D");
+        LinearWeights lw = linear_weights(w, w_scale, fp8);
+        expect(lw.K == x.shape(1), "w must be [N, K] with K = x.shape[1] = " + std::to_string(x.shape(1)));
+        lw.tiles = linear_tiles(tiles, lw);
+        const int64_t M = x.shape(0);
+        auto y = empty<float>({M, lw.N}, "linear: y [rows of x, rows of w]");
+        py::gil_scoped_release nogil;
+        linear(x.data(), lw.K, M, lw, y.mutable_data(), lw.N);
         return y;
-    }, py::arg("x").noconvert(), py::arg("w"), py::arg("w_scale"), py::arg("fp8"));
+    }, py::arg("x").noconvert(), py::arg("w"), py::arg("w_scale"), py::arg("fp8"), py::arg("tiles") = py::none());
 
     auto norm = [](auto x, Arr<float> w, float eps) {
         expect(x.ndim() == 2, "x must be 2-D [tokens, dim]");

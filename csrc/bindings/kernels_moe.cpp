@@ -72,9 +72,18 @@ void bind_moe(py::module_& m) {
         return y;
     }, py::arg("y_perm").noconvert(), py::arg("position").noconvert(), py::arg("weights").noconvert());
 
-    m.def("experts_contiguous", [](Arr<uint16_t> x, Arr<int64_t> offsets, py::array w13, py::array w2,
-                                   py::object s13, py::object s2, bool fp8) {
+    py::class_<ExpertTiles>(m, "ExpertTiles", "Each expert's w13 and w2 in AMX tile order (empty where AMX is not usable)")
+        .def_property_readonly("experts", [](const ExpertTiles& t) { return t.w13.size(); })
+        .def_property_readonly("nbytes", &ExpertTiles::bytes);
+    m.def("pack_experts", [](py::array w13, py::array w2, py::object s13, py::object s2, bool fp8) {
         const ExpertWeights w = expert_weights(w13, w2, s13, s2, fp8);
+        py::gil_scoped_release nogil;
+        return pack_expert_tiles(w);
+    }, py::arg("w13"), py::arg("w2"), py::arg("w13_scale"), py::arg("w2_scale"), py::arg("fp8"));
+    m.def("experts_contiguous", [](Arr<uint16_t> x, Arr<int64_t> offsets, py::array w13, py::array w2,
+                                   py::object s13, py::object s2, bool fp8, py::object tiles) {
+        ExpertWeights w = expert_weights(w13, w2, s13, s2, fp8);
+        w.tiles = expert_tiles(tiles, w);
         expect_shape(offsets, {w.n_experts + 1}, "offsets");
         expect(x.ndim() == 2 && x.shape(1) == w.dim, "x must be [rows, dim] with dim = " + std::to_string(w.dim));
         expect(offsets.data()[w.n_experts] == x.shape(0), "offsets[-1] must equal the rows of x");
@@ -85,10 +94,11 @@ void bind_moe(py::module_& m) {
         }
         return y;
     }, py::arg("x").noconvert(), py::arg("offsets").noconvert(), py::arg("w13"), py::arg("w2"), py::arg("w13_scale"),
-       py::arg("w2_scale"), py::arg("fp8"));
+       py::arg("w2_scale"), py::arg("fp8"), py::arg("tiles") = py::none());
     m.def("experts_masked", [](Arr<uint16_t> x, Arr<int32_t> counts, py::array w13, py::array w2, py::object s13,
-                               py::object s2, bool fp8) {
-        const ExpertWeights w = expert_weights(w13, w2, s13, s2, fp8);
+                               py::object s2, bool fp8, py::object tiles) {
+        ExpertWeights w = expert_weights(w13, w2, s13, s2, fp8);
+        w.tiles = expert_tiles(tiles, w);
         expect(x.ndim() == 3 && x.shape(0) == w.n_experts && x.shape(2) == w.dim,
                "x must be [experts, capacity, dim] matching the weights");
         expect_shape(counts, {w.n_experts}, "counts");
@@ -99,7 +109,7 @@ void bind_moe(py::module_& m) {
         }
         return y;
     }, py::arg("x").noconvert(), py::arg("counts").noconvert(), py::arg("w13"), py::arg("w2"), py::arg("w13_scale"),
-       py::arg("w2_scale"), py::arg("fp8"));
+       py::arg("w2_scale"), py::arg("fp8"), py::arg("tiles") = py::none());
 
     m.def("moe_layer", [](Arr<uint16_t> x, const py::dict& moe) {
         expect(x.ndim() == 2, "x must be [tokens, dim]");

@@ -231,4 +231,20 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
     });
 }
 
+void linear(const bf16_t* x, int64_t ldx, int64_t M, const LinearWeights& w, float* y, int64_t ldy, bool accumulate) {
+    // Tiles from the rows the AMX kernels take over (measured, 4096 x 7168 weights streamed: the same
+    // time as copying them into tiles up to 128 rows, BF16 and FP8 alike; 1.27 x faster from 256).
+    const bool tiles = w.tiles && w.tiles->tiles && M >= (w.fp8 ? amx::kMinRowsFp8 : amx::kMinRows) && amx::usable();
+    if (tiles) return amx::linear_packed(x, ldx, M, *w.tiles, y, ldy, accumulate);
+    if (w.fp8)
+        return linear_fp8(x, ldx, static_cast<const fp8_t*>(w.w), w.scale, y, ldy, M, w.N, w.K, accumulate);
+    linear_bf16(x, ldx, static_cast<const bf16_t*>(w.w), w.K, y, ldy, M, w.N, w.K, accumulate);
+}
+
+amx::PackedTiles pack_linear_tiles(const LinearWeights& w) {
+    if (!amx::usable()) return {};
+    if (w.fp8) return amx::pack_fp8(static_cast<const fp8_t*>(w.w), w.scale, w.N, w.K);
+    return amx::pack_bf16(static_cast<const bf16_t*>(w.w), w.K, w.N, w.K);
+}
+
 }  // namespace dsperf::kernels

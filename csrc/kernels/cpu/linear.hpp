@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common/dtype.hpp"
+#include "kernels/cpu/amx_gemm.hpp"
 
 namespace dsperf::kernels {
 
@@ -27,6 +28,25 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
 // DeepSeek-V3's weight_dequant does, then multiplied.
 void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_scale, float* y, int64_t ldy, int64_t M,
                 int64_t N, int64_t K, bool accumulate = false);
+
+// One GEMM's weights w[N, K] (row stride K): BF16, or FP8 with 128 x 128 block scales; and, where they
+// were prepared once for an AMX CPU (pack_linear_tiles), the same weights in tile order, which the
+// AMX kernel then reads in place of copying them into tiles on every call.
+struct LinearWeights {
+    const void* w = nullptr;
+    const float* scale = nullptr;  // FP8 only
+    bool fp8 = false;
+    int64_t N = 0, K = 0;
+    const amx::PackedTiles* tiles = nullptr;  // null, or packed from these very weights
+};
+
+// y = x w^T on whichever kernel suits M rows here: linear_bf16 / linear_fp8, or the AMX kernel on
+// w.tiles where present, from the rows where linear_bf16 / linear_fp8 themselves turn to AMX.
+void linear(const bf16_t* x, int64_t ldx, int64_t M, const LinearWeights& w, float* y, int64_t ldy,
+            bool accumulate = false);
+
+// w in tile order where the AMX kernels are usable here; an empty PackedTiles (no tiles) elsewhere.
+amx::PackedTiles pack_linear_tiles(const LinearWeights& w);
 
 // y[M, N] (+)= x[M, K] @ B for a K x N matrix B given in the VNNI pair layout:
 // bp[(k / 2) * N * 2 + n * 2 + k % 2] (rows of B interleaved two by two; an odd K has a zero row

@@ -3,6 +3,7 @@
 #include "common/require.hpp"
 
 #include "kernels/common/parallel.hpp"
+#include "kernels/cpu/linear_amx.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -151,6 +152,41 @@ void ExpertWeights::validate() const {
     require(!fp8 || (scale13 && scale2), "FP8 expert weights need scale13 and scale2");
 }
 
+LinearWeights ExpertWeights::gate_up(int64_t e) const {
+    LinearWeights l;
+    l.fp8 = fp8, l.N = 2 * inter, l.K = dim;
+    l.w = static_cast<const char*>(w13) + e * 2 * inter * dim * (fp8 ? 1 : 2);
+    if (fp8) l.scale = scale13 + e * ((2 * inter + 127) / 128) * ((dim + 127) / 128);
+    if (tiles && !tiles->w13.empty()) l.tiles = &tiles->w13[size_t(e)];
+    return l;
+}
+
+LinearWeights ExpertWeights::down(int64_t e) const {
+    LinearWeights l;
+    l.fp8 = fp8, l.N = dim, l.K = inter;
+    l.w = static_cast<const char*>(w2) + e * dim * inter * (fp8 ? 1 : 2);
+    if (fp8) l.scale = scale2 + e * ((dim + 127) / 128) * ((inter + 127) / 128);
+    if (tiles && !tiles->w2.empty()) l.tiles = &tiles->w2[size_t(e)];
+    return l;
+}
+
+size_t ExpertTiles::bytes() const {
+    size_t b = 0;
+    for (const auto* v : {&w13, &w2})
+        for (const amx::PackedTiles& t : *v) b += t.bytes();
+    return b;
+}
+
+ExpertTiles pack_expert_tiles(const ExpertWeights& w) {
+    ExpertTiles t;
+    if (!amx::usable()) return t;
+    for (int64_t e = 0; e < w.n_experts; ++e) {
+        t.w13.push_back(pack_linear_tiles(w.gate_up(e)));
+        t.w2.push_back(pack_linear_tiles(w.down(e)));
+    }
+    return t;
+}
+
 void expert_ffn(const bf16_t* x, int64_t rows, const ExpertWeights& w, int64_t e, float* y, bool accumulate) {
     if (rows == 0) return;
     const int64_t D = w.dim, I = w.inter;
@@ -160,21 +196,9 @@ void expert_ffn(const bf16_t* x, int64_t rows, const ExpertWeights& w, int64_t e
     thread_local std::vector<bf16_t> h;
     if (gu.size() < static_cast<size_t>(rows * 2 * I)) gu.resize(static_cast<size_t>(rows * 2 * I));
     if (h.size() < static_cast<size_t>(rows * I)) h.resize(static_cast<size_t>(rows * I));
-    if (w.fp8) {
-        const int64_t kb13 = (D + 127) / 128, nb13 = (2 * I + 127) / 128;
-        const int64_t kb2 = (I + 127) / 128, nb2 = (D + 127) / 128;
-        const fp8_t* w13 = static_cast<const fp8_t*>(w.w13) + e * 2 * I * D;
-        const fp8_t* w2 = static_cast<const fp8_t*>(w.w2) + e * D * I;
-        linear_fp8(x, D, w13, w.scale13 + e * nb13 * kb13, gu.data(), 2 * I, rows, 2 * I, D);
-        silu_mul(gu.data(), rows, I, h.data());
-        linear_fp8(h.data(), I, w2, w.scale2 + e * nb2 * kb2, y, D, rows, D, I, accumulate);
-    } else {
-        const bf16_t* w13 = static_cast<const bf16_t*>(w.w13) + e * 2 * I * D;
-        const bf16_t* w2 = static_cast<const bf16_t*>(w.w2) + e * D * I;
-        linear_bf16(x, D, w13, D, gu.data(), 2 * I, rows, 2 * I, D);
-        silu_mul(gu.data(), rows, I, h.data());
-        linear_bf16(h.data(), I, w2, I, y, D, rows, D, I, accumulate);
-    }
+    linear(x, D, rows, w.gate_up(e), gu.data(), 2 * I);
+    silu_mul(gu.data(), rows, I, h.data());
+    linear(h.data(), I, rows, w.down(e), y, D, accumulate);
 }
 
 void experts_contiguous(const bf16_t* x, const int64_t* offsets, const ExpertWeights& w, float* y) {

@@ -2,8 +2,10 @@
 // DeepGEMM's two layouts, and the whole MoE layer in one call.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common/dtype.hpp"
+#include "kernels/cpu/linear.hpp"
 
 namespace dsperf::kernels {
 
@@ -43,6 +45,17 @@ void moe_unpermute(const float* y_perm, int64_t dim, const int32_t* position, co
 // Expert weights: w13[E, 2 * inter, dim] (w1 rows then w3 rows: the merged gate_up) and
 // w2[E, dim, inter], BF16, or FP8 with 128x128 block scales (scale13[E, ceil(2I/128), ceil(D/128)],
 // scale2[E, ceil(D/128), ceil(I/128)]) when the scale pointers are given.
+// Each expert's w13 and w2 in tile order, packed once for an AMX CPU (pack_expert_tiles); empty
+// where the AMX kernels are not usable.
+struct ExpertTiles {
+    std::vector<amx::PackedTiles> w13, w2;
+    size_t bytes() const;
+    ExpertTiles() = default;
+    ExpertTiles(ExpertTiles&&) = default;
+    ExpertTiles& operator=(ExpertTiles&&) = default;
+    ExpertTiles(const ExpertTiles&) = delete;  // (the vector's copy is declared but cannot compile)
+};
+
 struct ExpertWeights {
     const void* w13 = nullptr;
     const void* w2 = nullptr;
@@ -50,8 +63,14 @@ struct ExpertWeights {
     const float* scale2 = nullptr;
     bool fp8 = false;
     int64_t n_experts = 0, dim = 0, inter = 0;
+    const ExpertTiles* tiles = nullptr;  // null, or packed from these very weights
     void validate() const;
+    // Expert e's gate-and-up projection [2 * inter, dim] and its down projection [dim, inter].
+    LinearWeights gate_up(int64_t e) const;
+    LinearWeights down(int64_t e) const;
 };
+
+ExpertTiles pack_expert_tiles(const ExpertWeights& w);
 
 // One expert's FFN on rows x[m, dim]: y[m, dim] = w2 (silu(x w1^T) * (x w3^T)), y FP32.
 void expert_ffn(const bf16_t* x, int64_t rows, const ExpertWeights& w, int64_t expert, float* y, bool accumulate);

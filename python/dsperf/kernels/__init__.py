@@ -18,10 +18,10 @@ from __future__ import annotations
 # One module per kernel family; this package is their front door (dsperf.kernels.<name>).
 from ._base import BF16, F32, FP8, _K, _gate_args, amx_status, cpu_features, isa  # noqa: F401
 from .blocks import (  # noqa: F401
-    linear, rmsnorm, rope_frequencies, rope_mscale, apply_rope, embedding, silu_mul, act_quant, weight_dequant,
+    PackedWeights, linear, rmsnorm, rope_frequencies, rope_mscale, apply_rope, embedding, silu_mul, act_quant, weight_dequant,
 )
 from .moe import (  # noqa: F401
-    moe_gate, moe_route, moe_permute, moe_unpermute, experts_contiguous, experts_masked, moe_layer, _moe_binding_args,
+    PackedExperts, moe_gate, moe_route, moe_permute, moe_unpermute, experts_contiguous, experts_masked, moe_layer, _moe_binding_args,
 )
 from .mla import (  # noqa: F401
     PagedMlaCache, paged_cache_write, mla_decode, MLA_VARIANTS, _MLA_BF16, _MLA_F32, MlaCache, _check_mla_call, _mla_weights, mla_prolog, mla_absorb_weights, mla_forward, _paged_rows, mla_forward_paged,

@@ -6,20 +6,59 @@ from ._base import *  # noqa: F401,F403  (numpy, the extension, placement and ch
 
 
 # ---- building blocks ---------------------------------------------------------------------------
-def linear(x, w, w_scale=None):
-    """y = x @ w.T in FP32: x BF16 [M, K]; w BF16 [N, K], or FP8 [N, K] with w_scale FP32
-    [ceil(N/128), ceil(K/128)] (dequantised to BF16 block by block, as DeepSeek-V3 does)."""
-    _arr("x", x, (BF16,), 2)
+def _linear_weights(w, w_scale):
+    """The checked binding arguments of one GEMM's weights: (bits of w, w_scale, fp8)."""
     _arr("w", w, (BF16, FP8), 2)
-    if x.shape[1] != w.shape[1]:
-        raise ValueError(f"w must be [N, K] with K = x.shape[1] = {x.shape[1]}, got {w.shape}")
     if w.dtype == FP8:
         if w_scale is None:
             raise ValueError("FP8 w needs w_scale")
         _arr("w_scale", w_scale, (F32,), 2)
     elif w_scale is not None:
         raise ValueError("w_scale applies to FP8 w only")
-    return _K.linear(_bits(x), _bits(w), w_scale, w.dtype == FP8)
+    return _bits(w), w_scale, w.dtype == FP8
+
+
+class PackedWeights:
+    """One GEMM's weights prepared once for this CPU's kernels: ``linear(x, PackedWeights(w))`` equals
+    ``linear(x, w)``. Where the AMX kernels are usable, the weights are also packed into tile order
+    (as oneDNN reorders weights for its AMX kernels), so that calls of many rows read the tiles
+    instead of copying the weights into tiles every time; elsewhere nothing is packed and the calls
+    read ``w`` itself. The packed copy takes ``nbytes_packed`` bytes (two per weight, FP8 included:
+    its 128 x 128 blocks are dequantised as bf16(code x scale)). ``w`` and ``w_scale`` are held, not
+    copied: do not modify them afterwards."""
+
+    def __init__(self, w, w_scale=None):
+        self.w, self.w_scale = w, w_scale
+        self._args = _linear_weights(w, w_scale)
+        self._tiles = _K.pack_linear(*self._args)
+
+    @property
+    def shape(self):
+        return self.w.shape
+
+    @property
+    def nbytes_packed(self) -> int:
+        return self._tiles.nbytes
+
+    def __repr__(self):
+        return (f"PackedWeights({self.w.dtype} {tuple(self.w.shape)}, "
+                f"{'tiles ' + str(self.nbytes_packed) + ' bytes' if self.nbytes_packed else 'no tiles: ' + amx_status()})")
+
+
+def linear(x, w, w_scale=None):
+    """y = x @ w.T in FP32: x BF16 [M, K]; w BF16 [N, K], or FP8 [N, K] with w_scale FP32
+    [ceil(N/128), ceil(K/128)] (dequantised to BF16 block by block, as DeepSeek-V3 does), or a
+    PackedWeights made from them (its w_scale is its own)."""
+    _arr("x", x, (BF16,), 2)
+    if isinstance(w, PackedWeights):
+        if w_scale is not None:
+            raise ValueError("w_scale goes with the weights: PackedWeights(w, w_scale), not linear(x, packed, w_scale)")
+        args, tiles, shape = w._args, w._tiles, w.shape
+    else:
+        args, tiles, shape = _linear_weights(w, w_scale), None, w.shape
+    if x.shape[1] != shape[1]:
+        raise ValueError(f"w must be [N, K] with K = x.shape[1] = {x.shape[1]}, got {tuple(shape)}")
+    return _K.linear(_bits(x), *args, tiles)
 
 
 def rmsnorm(x, weight, eps=1e-6):

@@ -65,52 +65,106 @@ def moe_unpermute(y_perm, position, weights):
     return _K.moe_unpermute(y_perm, _ids("position", position, 2), weights)
 
 
-def experts_contiguous(x, offsets, w13, w2, w13_scale=None, w2_scale=None):
+class PackedExperts:
+    """Expert weights prepared once for this CPU's kernels (see PackedWeights): w13 [E, 2I, dim] and w2
+    [E, dim, I], BF16 or FP8 with their block scales, checked once and, where the AMX kernels are
+    usable, also packed into tile order per expert. Pass it as the ``w13`` of experts_contiguous,
+    experts_masked or moe_layer (and a one-expert PackedExperts of the shared experts'
+    ``[None]``-stacked weights as moe_layer's ``shared_w13``), with no w2 or scales beside it. The
+    arrays are held, not copied: do not modify them afterwards."""
+
+    def __init__(self, w13, w2, w13_scale=None, w2_scale=None):
+        self.w13, self.w2, self.w13_scale, self.w2_scale = w13, w2, w13_scale, w2_scale
+        self._args = _expert_weights(w13, w2, w13_scale, w2_scale)
+        self._tiles = _K.pack_experts(*self._args)
+
+    @property
+    def n_experts(self) -> int:
+        return self.w13.shape[0]
+
+    @property
+    def nbytes_packed(self) -> int:
+        return self._tiles.nbytes
+
+    def __repr__(self):
+        return (f"PackedExperts({self.n_experts} x {self.w13.dtype} {tuple(self.w13.shape[1:])} + "
+                f"{tuple(self.w2.shape[1:])}, "
+                f"{'tiles ' + str(self.nbytes_packed) + ' bytes' if self.nbytes_packed else 'no tiles: ' + amx_status()})")
+
+
+def _experts(w13, w2, w13_scale, w2_scale, where=""):
+    """(checked binding arguments, tiles or None) of expert weights given as arrays or as PackedExperts."""
+    if isinstance(w13, PackedExperts):
+        if w2 is not None or w13_scale is not None or w2_scale is not None:
+            raise ValueError(f"{where}w13 is a PackedExperts: its w2 and scales are its own, pass none beside it")
+        return w13._args, w13._tiles
+    if w2 is None:
+        raise ValueError(f"{where}w2 is required (or pass a PackedExperts as {where}w13)")
+    return _expert_weights(w13, w2, w13_scale, w2_scale), None
+
+
+def experts_contiguous(x, offsets, w13, w2=None, w13_scale=None, w2_scale=None):
     """Grouped expert FFN, contiguous layout: x BF16 [rows, dim] sorted by expert, expert e owning
     rows offsets[e]:offsets[e+1]; w13 [E, 2I, dim] (w1 then w3), w2 [E, dim, I], BF16 or FP8 with
-    block scales. Returns FP32 [rows, dim]."""
+    block scales, or w13 a PackedExperts. Returns FP32 [rows, dim]."""
     if _on_gpu(x, offsets, w13, w2, w13_scale, w2_scale):
         return _cuda().experts_contiguous(x, offsets, w13, w2, w13_scale, w2_scale)
     _arr("x", x, (BF16,), 2)
     offsets = _arr("offsets", offsets, (np.dtype(np.int64), np.dtype(np.int32)), 1).astype(np.int64, copy=False)
-    w = _expert_weights(w13, w2, w13_scale, w2_scale)
-    _checks.expert_offsets(offsets, w13.shape[0], x.shape[0])
-    return _K.experts_contiguous(_bits(x), offsets, *w)
+    w, tiles = _experts(w13, w2, w13_scale, w2_scale)
+    _checks.expert_offsets(offsets, w[0].shape[0], x.shape[0])
+    return _K.experts_contiguous(_bits(x), offsets, *w, tiles)
 
 
-def experts_masked(x, counts, w13, w2, w13_scale=None, w2_scale=None):
+def experts_masked(x, counts, w13, w2=None, w13_scale=None, w2_scale=None):
     """Grouped expert FFN, masked layout: x BF16 [E, capacity, dim] with counts[e] valid rows per
-    expert. Returns FP32 [E, capacity, dim], zero past each count."""
+    expert (weights as experts_contiguous takes them). Returns FP32 [E, capacity, dim], zero past
+    each count."""
     if _on_gpu(x, counts, w13, w2, w13_scale, w2_scale):
         return _cuda().experts_masked(x, counts, w13, w2, w13_scale, w2_scale)
     _arr("x", x, (BF16,), 3)
     counts = _ids("counts", counts, 1)
-    w = _expert_weights(w13, w2, w13_scale, w2_scale)
-    if x.shape[0] != w13.shape[0] or x.shape[2] != w13.shape[2]:
-        raise ValueError(f"x must be [experts={w13.shape[0]}, capacity, dim={w13.shape[2]}], got {x.shape}")
+    w, tiles = _experts(w13, w2, w13_scale, w2_scale)
+    E, _, D = w[0].shape
+    if x.shape[0] != E or x.shape[2] != D:
+        raise ValueError(f"x must be [experts={E}, capacity, dim={D}], got {x.shape}")
     _checks.expert_counts(counts, x.shape[0], x.shape[1])
-    return _K.experts_masked(_bits(x), counts, *w)
+    return _K.experts_masked(_bits(x), counts, *w, tiles)
 
 
-def moe_layer(x, gate_weight, w13, w2, *, n_group, topk_group, top_k, route_scale, score_func="sigmoid",
+def moe_layer(x, gate_weight, w13, w2=None, *, n_group, topk_group, top_k, route_scale, score_func="sigmoid",
               gate_bias=None, shared_w13=None, shared_w2=None, w13_scale=None, w2_scale=None,
               shared_w13_scale=None, shared_w2_scale=None):
     """The MoE layer in one call: gate -> route -> experts (contiguous) -> weighted combine
     + shared experts. x BF16 [T, dim], gate_weight BF16 [E, dim]; shared weights [2 * I_s, dim] and
-    [dim, I_s] in the routed experts' dtype. Returns FP32 [T, dim]."""
+    [dim, I_s] in the routed experts' dtype (or shared_w13 a one-expert PackedExperts; w13 may be a
+    PackedExperts too). Returns FP32 [T, dim]."""
     _arr("x", x, (BF16,), 2)
     _arr("gate_weight", gate_weight, (BF16,), 2)
     if gate_bias is not None:
         _arr("gate_bias", gate_bias, (F32,), 1)
-    w = _expert_weights(w13, w2, w13_scale, w2_scale)
-    shared = _shared_expert(w13.dtype, shared_w13, shared_w2, shared_w13_scale, shared_w2_scale)
+    w, tiles = _experts(w13, w2, w13_scale, w2_scale)
+    dtype = (w13.w13 if isinstance(w13, PackedExperts) else w13).dtype
+    if isinstance(shared_w13, PackedExperts):
+        shared, shared_tiles = _experts(shared_w13, shared_w2, shared_w13_scale, shared_w2_scale, where="shared_")
+        if shared_w13.n_experts != 1:
+            raise ValueError(f"shared_w13 as a PackedExperts must hold one expert, got {shared_w13.n_experts}")
+        if shared_w13.w13.dtype != dtype:
+            raise TypeError(f"the shared experts must share the routed experts' dtype {dtype}, "
+                            f"got {shared_w13.w13.dtype}")
+        shared = shared[:4]
+    else:
+        shared = _shared_expert(dtype, shared_w13, shared_w2, shared_w13_scale, shared_w2_scale)
+        shared_tiles = None
     args = _gate_args(n_group, topk_group, top_k, route_scale, score_func)
-    return _K.moe_layer(_bits(x), _moe_binding_args(gate_weight, gate_bias, w, shared, args))
+    return _K.moe_layer(_bits(x), _moe_binding_args(gate_weight, gate_bias, w, shared, args, tiles, shared_tiles))
 
 
-def _moe_binding_args(gate_weight, gate_bias, routed, shared, gate) -> dict:
-    """The one dict the MoE bindings take: checked arrays (as bits) and the gate's settings."""
+def _moe_binding_args(gate_weight, gate_bias, routed, shared, gate, tiles=None, shared_tiles=None) -> dict:
+    """The one dict the MoE bindings take: checked arrays (as bits), the gate's settings and the
+    experts' tiles where packed (PackedExperts)."""
     out = dict(zip(("w13", "w2", "w13_scale", "w2_scale", "fp8"), routed))
+    out.update(tiles=tiles, shared_tiles=shared_tiles)
     out.update(zip(("shared_w13", "shared_w2", "shared_w13_scale", "shared_w2_scale"), shared))
     out["gate"] = gate
     out.update(gate_weight=_bits(gate_weight), gate_bias=gate_bias)

@@ -100,6 +100,13 @@ def main():
           f"{flops / t_ours / 1e9 / fma_peak:.1%} of the FP32 FMA peak"
           + (f", {flops / t_ours / 1e9 / tile_peak:.1%} of the AMX tile peak (target >= 60%)" if tile_peak else "")
           + f"; units: {gemm_units(_C.kernels, tokens)}")
+    packed = K.PackedExperts(w13, w2)  # once, untimed (as oneDNN's reorder below)
+    t_packed = median(lambda: K.experts_contiguous(x, offsets, packed), reps)
+    print(f"  dsperf experts_contiguous BF16 on PackedExperts (weights packed once, untimed: {packed!r}): "
+          f"{t_packed * 1e3:.1f} ms, {flops / t_packed / 1e12:.3f} TFLOPS"
+          + (f" = {flops / t_packed / 1e9 / tile_peak:.1%} of the AMX tile peak" if tile_peak else "")
+          + f"; {t_ours / t_packed:.2f} x the plain call")
+    del packed
     w13q, w2q = random_fp8(rng, w13.shape), random_fp8(rng, w2.shape)
     s13 = np.full((experts, 2 * I // 128, D // 128), 1e-3, np.float32)
     s2 = np.full((experts, D // 128, I // 128), 1e-3, np.float32)
@@ -107,6 +114,11 @@ def main():
     print(f"  dsperf experts_contiguous FP8 128x128 blocks: "
           f"{t_fp8 * 1e3:.1f} ms, {flops / t_fp8 / 1e12:.3f} TFLOPS = {flops / t_fp8 / 1e9 / peak:.1%} of the peak; "
           f"{t_ours / t_fp8:.2f} x the BF16 throughput")
+    packed8 = K.PackedExperts(w13q, w2q, s13, s2)
+    t_fp8p = median(lambda: K.experts_contiguous(x, offsets, packed8), reps)
+    print(f"  dsperf experts_contiguous FP8 on PackedExperts (blocks dequantised once, untimed): {t_fp8p * 1e3:.1f} ms, "
+          f"{flops / t_fp8p / 1e12:.3f} TFLOPS; {t_fp8 / t_fp8p:.2f} x the plain FP8 call")
+    del packed8
     try:
         from benchmarks.baselines import onednn
 
@@ -120,7 +132,8 @@ def main():
                 t_dnnl += mm(xe, w13[e], reps, flush)[1] + mm(h, w2[e], reps, flush)[1]
             print(f"  oneDNN BF16 matmul, its 2 GEMMs per expert only, {label}: {t_dnnl * 1e3:.1f} ms, "
                   f"{flops / t_dnnl / 1e12:.3f} TFLOPS = {flops / t_dnnl / 1e9 / peak:.1%} of the peak; "
-                  f"dsperf / oneDNN throughput {t_dnnl / t_ours:.2f} (target >= 1.0)")
+                  f"dsperf / oneDNN throughput {t_dnnl / t_ours:.2f} (target >= 1.0), on PackedExperts "
+                  f"{t_dnnl / t_packed:.2f}")
     except RuntimeError as e:
         error("oneDNN", e)
     if torch is not None:
@@ -128,7 +141,8 @@ def main():
         with torch.inference_mode():
             t_torch = median(lambda: torch_moe.expert_ffns(torch, tx, offsets, t13, t2), reps)
         print(f"  PyTorch {torch.__version__} per-expert loop (Expert.forward, BF16 F.linear): {t_torch * 1e3:.1f} ms, "
-              f"{flops / t_torch / 1e12:.3f} TFLOPS; dsperf / PyTorch throughput {t_torch / t_ours:.2f} (target >= 1.0)")
+              f"{flops / t_torch / 1e12:.3f} TFLOPS; dsperf / PyTorch throughput {t_torch / t_ours:.2f} (target >= 1.0), "
+              f"on PackedExperts {t_torch / t_packed:.2f}")
     else:
         error("PyTorch", torch_error)
     xf = x[:tokens].astype(np.float32)
@@ -200,6 +214,7 @@ def main():
     sw13, sw2 = random_bf16(rng, (2 * I, D)), random_bf16(rng, (D, I))
     print(f"  routed weights {(lw13.nbytes + lw2.nbytes) >> 20} MiB: {residency(lw13.nbytes + lw2.nbytes, caches)}")
     cfg = dict(n_group=8, topk_group=4, top_k=8, route_scale=2.5)
+    packed_routed, packed_shared = K.PackedExperts(lw13, lw2), K.PackedExperts(sw13[None], sw2[None])
     if torch is not None:
         tl13, tl2, tgw, tsw13, tsw2 = (torch_moe.as_torch(torch, v) for v in (lw13, lw2, gate_w, sw13, sw2))
         tbias = torch.from_numpy(bias)
@@ -208,16 +223,19 @@ def main():
         r = max(3, reps) if T <= 64 else reps
         t_d = median(lambda: K.moe_layer(xt, gate_w, lw13, lw2, gate_bias=bias, shared_w13=sw13, shared_w2=sw2,
                                          **cfg), r)
-        line = f"  {T:4d} tokens: dsperf {t_d * 1e3:8.1f} ms"
+        t_p = median(lambda: K.moe_layer(xt, gate_w, packed_routed, gate_bias=bias, shared_w13=packed_shared,
+                                         **cfg), r)
+        line = f"  {T:4d} tokens: dsperf {t_d * 1e3:8.1f} ms, on PackedExperts {t_p * 1e3:8.1f} ms"
         if torch is not None:
             txt = torch_moe.as_torch(torch, xt)
             with torch.inference_mode():
                 t_t = median(lambda: torch_moe.moe_layer(torch, txt, tgw, tbias, tl13, tl2, tsw13, tsw2, **cfg), r)
-            line += f", PyTorch {t_t * 1e3:8.1f} ms: dsperf {t_t / t_d:.2f} x faster (target > 1)"
+            line += (f", PyTorch {t_t * 1e3:8.1f} ms: dsperf {t_t / t_d:.2f} x faster (target > 1), on PackedExperts "
+                     f"{t_t / t_p:.2f} x")
         else:
             line += " (PyTorch: unavailable, see the ERROR above)"
         print(line)
-    del lw13, lw2
+    del lw13, lw2, packed_routed, packed_shared
 
     # ---- gating ----------------------------------------------------------------------------------
     gt = 512 if a.quick else 4096

@@ -295,7 +295,7 @@ PackedTiles pack_tiles(const WeightSource& src) {
 
 template <class Ops>
 void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, const PackedTiles* packed, float* y,
-          int64_t ldy, bool accumulate) {
+          int64_t ldy, bool accumulate, bool threads) {
     const int64_t N = packed ? packed->N : src->N, K = packed ? packed->K : src->K;
     if (M <= 0 || N <= 0) return;
     // Weights in the K-pair layout are the B operand (y = x B); row-major weights the A operand
@@ -315,7 +315,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
     x_rows_all.p = x, x_rows_all.ld = ldx, x_rows_all.R = M, x_rows_all.K = K;
     Rows w_rows;
     if (src && !w_is_b) w_rows = rows_of(*src);
-#pragma omp parallel if (n_blocks > 1)
+#pragma omp parallel if (threads && n_blocks > 1)
     {
         float* c = scratch<float>(Scratch::kSums, x_rows * block_cols);
         bf16_t* wt_buf = packed ? nullptr : scratch<bf16_t>(Scratch::kWeights, block_cols / 16 * chunk * kTileElems);
@@ -373,10 +373,10 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
 }
 
 template void gemm<Emulated>(const bf16_t*, int64_t, int64_t, const WeightSource*, const PackedTiles*, float*, int64_t,
-                             bool);
+                             bool, bool);
 #if DSPERF_HAVE_AMX_BUILD
 template void gemm<Hardware>(const bf16_t*, int64_t, int64_t, const WeightSource*, const PackedTiles*, float*, int64_t,
-                             bool);
+                             bool, bool);
 #endif
 
 }  // namespace dsperf::kernels::amx

@@ -48,9 +48,11 @@ struct PackedTiles {
 // Packs row-major weights (kRows or kFp8Rows) whole, on all threads; needs no AMX.
 PackedTiles pack_tiles(const WeightSource& src);
 
-// The driver on either backend. Exactly one of src and packed is non-null.
+// The driver on either backend. Exactly one of src and packed is non-null. `threads` false keeps it
+// on the calling thread (the self-check at import: a process that has started OpenMP's threads
+// cannot fork children that use them, and dsperf's fork servers import dsperf.kernels).
 template <class Ops>
 void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, const PackedTiles* packed, float* y,
-          int64_t ldy, bool accumulate);
+          int64_t ldy, bool accumulate, bool threads = true);
 
 }  // namespace dsperf::kernels::amx

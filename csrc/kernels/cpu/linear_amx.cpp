@@ -87,7 +87,10 @@ std::string tile_product_fails() {
 }
 
 // Stage 2, here, once stage 1 has passed: the whole driver on the hardware against the emulation on
-// a GEMM with partial tiles in every dimension, on every thread the kernels use.
+// a GEMM with partial tiles in every dimension, on the calling thread: it runs when dsperf.kernels is
+// imported, and OpenMP threads started then would not survive the forks of dsperf's fork servers
+// (tests/test_fuzz_kernels.py hung on an AMX machine). Each kernel thread configures its own tiles
+// with the same constant configuration that stage 1 loaded.
 bool driver_agrees() {
     const int64_t M = 37, N = 41, K = 75;
     std::mt19937 gen(7);
@@ -97,8 +100,8 @@ bool driver_agrees() {
     for (auto& v : w) v = f32_to_bf16(dist(gen));
     std::vector<float> hw(M * N), em(M * N);
     const WeightSource src = rows_source(w.data(), K, N, K);
-    gemm<Hardware>(x.data(), K, M, &src, nullptr, hw.data(), N, false);
-    gemm<Emulated>(x.data(), K, M, &src, nullptr, em.data(), N, false);
+    gemm<Hardware>(x.data(), K, M, &src, nullptr, hw.data(), N, false, /*threads=*/false);
+    gemm<Emulated>(x.data(), K, M, &src, nullptr, em.data(), N, false, /*threads=*/false);
     for (int64_t i = 0; i < M * N; ++i)
         if (!(std::fabs(hw[i] - em[i]) <= 1e-3f * (1.0f + std::fabs(em[i])))) return false;
     return true;

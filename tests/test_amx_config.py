@@ -95,3 +95,17 @@ def test_cpu_features_say_why_amx_is_or_is_not_used():
     f = kernels.cpu_features()
     assert f["amx"] == kernels.amx_status()
     assert "AMX: " + f["amx"] in f["why"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
+def test_importing_the_kernels_starts_no_threads():
+    # The fuzz suites fork children from a server that imported dsperf.kernels; OpenMP threads
+    # started at import (the AMX self-check once ran the driver on them) do not survive the fork,
+    # and the children's first parallel kernel hung (seen on an AMX machine).
+    code = ("import os, numpy\n"
+            "before = len(os.listdir('/proc/self/task'))\n"
+            "from dsperf import kernels\n"
+            "kernels.amx_status(); kernels.cpu_features()\n"
+            "print(before, len(os.listdir('/proc/self/task')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == out[1], f"threads before and after importing dsperf.kernels: {out}"

@@ -174,6 +174,17 @@ def test_probe_bands_name_the_probe_behind_each_roof():
          "fp32_fma_peak_spread": 0.04, "read_spread_1t": 0.5, "read_spread_2t": 0.26, "cache_read_spread": 0.08}
     assert cal.probe_bands(m) == {"compute": 0.04, "memory": 0.26, "cache": 0.08}
     assert all(v != v for v in cal.probe_bands({"threads": 2}).values())  # NaN: an old file without spreads
+    # Where AMX is usable its tile peak is the roof, and its spread the compute band.
+    amx = dict(m, amx_tile_peak_gflops=7600.0, amx_tile_peak_spread=0.03)
+    assert cal.compute_peak(amx) == "amx_tile_peak" and cal.probe_bands(amx)["compute"] == 0.03
+    assert cal._spec_values(dict(amx, mem_gb=24, read_gbps_2t=30.0, triad_gbps_2t=28.0, cache_read_gbps=60.0,
+                                 call_overhead_us=1.5), "x")["fp16_tflops"] == 7.6
+
+
+def test_a_calibration_without_the_tile_peak_is_measured_again_where_amx_is_usable():
+    assert cal._missing_probes({"amx_usable": True}) == "amx_tile_peak"
+    assert cal._missing_probes({"amx_usable": True, "amx_tile_peak_gflops": 7600.0}) == ""
+    assert cal._missing_probes({"amx_usable": False}) == ""
 
 
 def test_efficiency_roof_and_bounds_survive_the_file(tmp_path):

@@ -176,7 +176,7 @@ def measure(quick=False, progress=False) -> dict:
     threads = k.max_threads()
     m = {"cpu_model": _cpu_model(), "isa": K.isa(), "kernels": kernel_path(), "kernels_build": kernels_build(),
          "threads": threads,
-         "amx_usable": K.cpu_features()["amx_bf16"]}
+         "amx_usable": K.amx_status() == "usable"}
     llc = min(64 << 20, max(4 << 20, l3_bytes() // 4))  # inside the last-level cache, beyond L2
     groups = {
         "compute peaks": {"bf16_dot_peak": lambda: k.probe_bf16_peak_gflops(seconds),
@@ -184,6 +184,8 @@ def measure(quick=False, progress=False) -> dict:
         "memory bandwidth": {},
         "cache-resident read": {"cache_read": lambda: k.probe_read_bandwidth_gbps(llc, 20, threads)},
     }
+    if m["amx_usable"]:  # the GEMMs of a few rows and more run on the tiles: their peak is the roof
+        groups["compute peaks"]["amx_tile_peak"] = lambda: k.probe_tile_peak_gflops(seconds)
     for t in range(1, threads + 1):
         groups["memory bandwidth"][f"read_{t}t"] = lambda t=t: k.probe_read_bandwidth_gbps(buf, 2, t)
         groups["memory bandwidth"][f"triad_{t}t"] = lambda t=t: k.probe_triad_bandwidth_gbps(buf, 2, t)
@@ -199,6 +201,8 @@ def measure(quick=False, progress=False) -> dict:
     m["probe_spread_bound"] = SPREAD_BOUND
     m["bf16_dot_peak_gflops"], m["bf16_dot_peak_spread"], _ = r["bf16_dot_peak"]
     m["fp32_fma_peak_gflops"], m["fp32_fma_peak_spread"], _ = r["fp32_fma_peak"]
+    if "amx_tile_peak" in r:
+        m["amx_tile_peak_gflops"], m["amx_tile_peak_spread"], _ = r["amx_tile_peak"]
     for t in range(1, threads + 1):
         m[f"read_gbps_{t}t"], m[f"read_spread_{t}t"], _ = r[f"read_{t}t"]
         m[f"triad_gbps_{t}t"], m[f"triad_spread_{t}t"], _ = r[f"triad_{t}t"]
@@ -252,14 +256,30 @@ def with_roof_samples(m: dict, samples) -> dict:
     return out
 
 
+# The compute peaks a calibration probes, by the key prefix of their figures: the GEMMs' products
+# (VDPBF16PS dot products or widened FP32 FMAs, whichever is faster) and, where usable, the AMX tiles.
+COMPUTE_PEAKS = ("bf16_dot_peak", "fp32_fma_peak", "amx_tile_peak")
+
+
+def compute_peak(m: dict) -> str | None:
+    """The key prefix of the fastest compute peak measured (the one the spec's roof uses); None for
+    a file that records none."""
+    measured = [p for p in COMPUTE_PEAKS if f"{p}_gflops" in m]
+    return max(measured, key=lambda p: m[f"{p}_gflops"]) if measured else None
+
+
+def _missing_probes(calibration: dict) -> str:
+    """The probes this machine runs that a saved calibration lacks (a file from before they existed)."""
+    return "amx_tile_peak" if calibration.get("amx_usable") and "amx_tile_peak_gflops" not in calibration else ""
+
+
 def probe_bands(m: dict) -> dict:
     """The relative band of the roofs a prediction is priced on: the spread of the probe behind
     each (compute: the faster peak, which the spec uses; memory: the streaming read of all threads;
     cache: the cache-resident read). NaN for a calibration file written before spreads existed."""
     nan = float("nan")
     threads = m.get("threads", 1)
-    peak = "bf16_dot_peak" if m.get("bf16_dot_peak_gflops", 0) >= m.get("fp32_fma_peak_gflops", 0) else "fp32_fma_peak"
-    return {"compute": float(m.get(f"{peak}_spread", nan)), "memory": float(m.get(f"read_spread_{threads}t", nan)),
+    return {"compute": float(m.get(f"{compute_peak(m)}_spread", nan)), "memory": float(m.get(f"read_spread_{threads}t", nan)),
             "cache": float(m.get("cache_read_spread", nan))}
 
 
@@ -288,7 +308,7 @@ def _spec_values(m: dict, name: str) -> dict:
     threads = m["threads"]
     link = m.get("mpi_bandwidth_gbps") or m[f"triad_gbps_{threads}t"]
     return dict(name=name, sm_count=threads, comm_sms_prefill=0, comm_sms_decode=0,
-                fp16_tflops=max(m["bf16_dot_peak_gflops"], m["fp32_fma_peak_gflops"]) / 1000, fp8_tflops=0.0,
+                fp16_tflops=m[f"{compute_peak(m)}_gflops"] / 1000, fp8_tflops=0.0,
                 compute_derate=1.0, mem_gb=m["mem_gb"], mem_bw_gbps=m[f"read_gbps_{threads}t"], nvlink_gbps=link,
                 scaleout_gbps=link, discount=1.0, gpus_per_node=1, cache_bw_gbps=m["cache_read_gbps"],
                 call_overhead_us=m["call_overhead_us"])
@@ -305,7 +325,7 @@ def _spec_sources(m: dict) -> dict:
         sm_count=f"{on}: the threads the kernels run on",
         comm_sms_prefill="dsperf calibrate: a CPU keeps no cores for communication",
         comm_sms_decode="dsperf calibrate: a CPU keeps no cores for communication",
-        fp16_tflops=f"{on}: the better of the VDPBF16PS and FP32 FMA peaks of all threads",
+        fp16_tflops=f"{on}: the best of the VDPBF16PS, FP32 FMA and (where usable) AMX TDPBF16PS peaks of all threads",
         fp8_tflops="dsperf calibrate: no FP8 path on a CPU",
         compute_derate="dsperf calibrate: the rates are achieved rates, so no derate",
         mem_gb=f"{on}: physical memory (sysconf)",
@@ -465,14 +485,17 @@ def calibrate(force=False, quick=False, path=None, points=None, repeats=None, pr
             sourced = True
         except ValueError:
             sourced = False
-        if measured_on == kernel_path() and build == kernels_build() and sourced:
+        missing = _missing_probes(data.get("calibration", {}))
+        if measured_on == kernel_path() and build == kernels_build() and sourced and not missing:
             return path, dict(data.get("calibration", {}),
                               efficiency=efficiencies_from_dict(data.get("efficiency", {})),
                               spec=load_device(str(path), "corrected"), name=data.get("name"), reused=True)
         # Another kernel path's speeds, another build's (or a file from before they were recorded)
         # would price this one's calls wrongly: measure again, and say so whether or not progress
         # is shown.
-        if not sourced and measured_on == kernel_path() and build == kernels_build():
+        if missing and measured_on == kernel_path() and build == kernels_build():
+            why = f"lacks the {missing} probe, whose peak is this machine's compute roof"
+        elif not sourced and measured_on == kernel_path() and build == kernels_build():
             why = "was written before device files named the source of each field"
         elif measured_on != kernel_path():
             why = f"was measured on the {measured_on or 'unrecorded'} kernels; this process runs {kernel_path()}"

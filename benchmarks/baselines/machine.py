@@ -88,12 +88,22 @@ def probed_tile_peak(kernels, tries: int = 4, seconds: float = 0.25) -> float:
 
 
 def gemm_units(kernels, rows: int) -> str:
-    """The units a BF16 GEMM of `rows` rows of x runs on in this process: AMX tiles (16 rows and
-    more where AMX is usable), else VDPBF16PS dot products or widened FP32 FMAs."""
-    if kernels.amx_status() == "usable" and rows >= 16:
+    """The units a BF16 GEMM of `rows` rows of x runs on in this process: AMX tiles (from
+    amx_min_rows()["bf16"] rows where AMX is usable), else VDPBF16PS dot products or widened FP32 FMAs."""
+    if kernels.amx_status() == "usable" and rows >= kernels.amx_min_rows()["bf16"]:
         return "AMX tiles (TDPBF16PS)"
     products = kernels.gemm_products()
     return {"dot": "VDPBF16PS", "fma": "FP32 FMA (BF16 widened)"}.get(products, products)
+
+
+def gemm_peak(kernels) -> tuple:
+    """(name, GFLOPS) of the peak of the units the GEMMs of many rows run on here: the AMX tiles where
+    usable, else the faster of VDPBF16PS and widened FP32 FMAs (the one the GEMMs chose)."""
+    tile = probed_tile_peak(kernels)
+    if tile:
+        return "AMX TDPBF16PS", tile
+    dot, fma, _ = probed_peaks(kernels)
+    return ("VDPBF16PS", dot) if kernels.gemm_products() != "fma" else ("FP32 FMA", fma)
 
 
 def describe_isa(kernels) -> str:

@@ -58,6 +58,11 @@ void bind_cpu_info(py::module_& m) {
           "The AVX-512 GEMMs' products: 'dot' (VDPBF16PS) or 'fma' (widened FP32 FMAs), or 'portable'");
 
     m.def("amx_status", &amx::status, "'usable' where the GEMMs run on AMX tiles, else why not");
+    m.def("amx_min_rows", [] {
+        py::dict d;
+        d["bf16"] = amx::kMinRows, d["fp8"] = amx::kMinRowsFp8, d["vnni"] = amx::kMinRowsVnni;
+        return d;
+    }, "Rows of x from which each GEMM (linear with BF16 or FP8 weights, gemm_bf16_vnni) runs on AMX where usable");
     m.def("amx_tile_config", [] {
         const std::vector<uint8_t> b = amx::tile_config_bytes();
         return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());

@@ -25,9 +25,9 @@ def isa() -> str:
 
 
 def amx_status() -> str:
-    """"usable" where the BF16 GEMMs of 16 rows and more run on AMX tiles (the CPU has them, Linux
-    granted the tile permission, DSPERF_AMX is not 0 and the hardware agreed with the emulated
-    tiles at load time), else why not."""
+    """"usable" where the GEMMs of a few rows and more (``_C.kernels.amx_min_rows()``) run on AMX
+    tiles (the CPU has them, Linux granted the tile permission, DSPERF_AMX is not 0 and the hardware
+    agreed with the emulated tiles at load time), else why not."""
     return _K.amx_status()
 
 

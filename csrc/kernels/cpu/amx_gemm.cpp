@@ -21,9 +21,8 @@ namespace {
 
 // Rows of x per pass, columns of y per block, K tiles per chunk (measured on Emerald Rapids, weights
 // streamed: docs/KERNELS_MEASUREMENTS.md).
-#ifndef DSPERF_AMX_TUNE
 constexpr int64_t kBlockRows = 256, kBlockCols = 256, kChunkTiles = 8;
-#endif
+// At most this many rows of x: the few-rows mode (see gemm).
 constexpr int64_t kFewRows = 128;
 constexpr int64_t kFp8Block = 128;
 

@@ -93,23 +93,17 @@ Rows rows_of(const WeightSource& s) {
     return r;
 }
 
-void row_tiles_scalar(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+// Element i of a tile, at (i / 32, i % 32): a row tile's row and K value; a pair tile's pair q and
+// (row j, half h) as j * 2 + h.
+void tiles_scalar(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bool pairs, bf16_t* out) {
     for (int64_t t = 0; t < nt; ++t)
         for (int64_t kt = 0; kt < nkt; ++kt) {
             bf16_t* tile = out + (t * nkt + kt) * kTileElems;
-            for (int64_t r = 0; r < kRows; ++r)
-                for (int64_t k = 0; k < kDepth; ++k) tile[r * kDepth + k] = s.at(16 * (t0 + t) + r, 32 * (kt0 + kt) + k);
-        }
-}
-
-void pair_tiles_scalar(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
-    for (int64_t t = 0; t < nt; ++t)
-        for (int64_t kt = 0; kt < nkt; ++kt) {
-            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
-            for (int64_t q = 0; q < 16; ++q)
-                for (int64_t j = 0; j < 16; ++j)
-                    for (int64_t h = 0; h < 2; ++h)
-                        tile[q * 32 + j * 2 + h] = s.at(16 * (t0 + t) + j, 32 * (kt0 + kt) + 2 * q + h);
+            const int64_t r0 = 16 * (t0 + t), k0 = 32 * (kt0 + kt);
+            for (int64_t i = 0; i < kTileElems; ++i) {
+                const int64_t hi = i / 32, lo = i % 32;
+                tile[i] = pairs ? s.at(r0 + lo / 2, k0 + 2 * hi + lo % 2) : s.at(r0 + hi, k0 + lo);
+            }
         }
 }
 
@@ -119,68 +113,46 @@ __mmask32 k_mask(int64_t k0, int64_t K) {
     return kn >= 32 ? ~__mmask32(0) : (__mmask32(1) << kn) - 1;
 }
 
-// Row tiles are copies of 64-byte row segments; FP8 codes go through the block's table on the way.
-DSPERF_AVX512_VBMI void row_tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+// Tiles [t0, t0 + nt) x [kt0, kt0 + nkt) of s. Row tiles are copies of 64-byte row segments (FP8
+// codes go through their block's table on the way). Pair tiles take BF16 rows: each row's 32 K
+// values are 16 pairs, one 32-bit word each, and a 16 x 16 word transpose turns 16 rows into the
+// tile's 16 pair rows.
+DSPERF_AVX512_VBMI void tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bool pairs,
+                                   bf16_t* out) {
     for (int64_t t = 0; t < nt; ++t) {
         const int64_t r0 = 16 * (t0 + t);
         for (int64_t kt = 0; kt < nkt; ++kt) {
             const int64_t k0 = 32 * (kt0 + kt);
             const __mmask32 km = k_mask(k0, s.K);
             bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            __m512i r[16];
             if (s.scale) {
                 // One 128 x 128 scale block holds the whole tile.
                 const avx512::Fp8WordTable table(r0 < s.R ? s.block_scale(r0, k0) : 1.0f);
-                for (int64_t r = 0; r < kRows; ++r) {
-                    __m512i v = _mm512_setzero_si512();
-                    if (r0 + r < s.R) {
-                        const auto* row = static_cast<const fp8_t*>(s.p) + (r0 + r) * s.ld + k0;
-                        v = table.convert(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(km, row)));
-                    }
-                    _mm512_store_si512(tile + r * kDepth, v);
+                for (int64_t j = 0; j < kRows; ++j) {
+                    const auto* row = static_cast<const fp8_t*>(s.p) + (r0 + j) * s.ld + k0;
+                    r[j] = r0 + j < s.R ? table.convert(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(km, row)))
+                                        : _mm512_setzero_si512();
                 }
             } else {
-                for (int64_t r = 0; r < kRows; ++r) {
-                    const auto* row = static_cast<const bf16_t*>(s.p) + (r0 + r) * s.ld + k0;
-                    _mm512_store_si512(tile + r * kDepth,
-                                       r0 + r < s.R ? _mm512_maskz_loadu_epi16(km, row) : _mm512_setzero_si512());
+                for (int64_t j = 0; j < kRows; ++j) {
+                    const auto* row = static_cast<const bf16_t*>(s.p) + (r0 + j) * s.ld + k0;
+                    r[j] = r0 + j < s.R ? _mm512_maskz_loadu_epi16(km, row) : _mm512_setzero_si512();
                 }
             }
-        }
-    }
-}
-
-// Pair tiles from BF16 rows: each row's 32 K values are 16 pairs, one 32-bit word each; a 16 x 16
-// word transpose turns 16 rows into the tile's 16 pair rows.
-DSPERF_AVX512_VBMI void pair_tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
-    for (int64_t t = 0; t < nt; ++t) {
-        const int64_t r0 = 16 * (t0 + t);
-        for (int64_t kt = 0; kt < nkt; ++kt) {
-            const int64_t k0 = 32 * (kt0 + kt);
-            const __mmask32 km = k_mask(k0, s.K);
-            __m512i r[16];
-            for (int64_t j = 0; j < 16; ++j)
-                r[j] = r0 + j < s.R ? _mm512_maskz_loadu_epi16(km, static_cast<const bf16_t*>(s.p) + (r0 + j) * s.ld + k0)
-                                    : _mm512_setzero_si512();
-            avx512::transpose16x16(r);
-            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            if (pairs) avx512::transpose16x16(r);
             for (int64_t q = 0; q < 16; ++q) _mm512_store_si512(tile + q * 32, r[q]);
         }
     }
 }
 #endif
 
-void pack_row_tiles(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+// Tiles of row-major s: row tiles (the A operand) or, `pairs`, pair tiles (the B operand).
+void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
 #if DSPERF_HAVE_AMX_BUILD
-    if (use_avx512()) return row_tiles_simd(s, t0, nt, kt0, nkt, out);
+    if (use_avx512()) return tiles_simd(s, t0, nt, kt0, nkt, pairs, out);
 #endif
-    row_tiles_scalar(s, t0, nt, kt0, nkt, out);
-}
-
-void pack_pair_tiles(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
-#if DSPERF_HAVE_AMX_BUILD
-    if (use_avx512()) return pair_tiles_simd(s, t0, nt, kt0, nkt, out);
-#endif
-    pair_tiles_scalar(s, t0, nt, kt0, nkt, out);
+    tiles_scalar(s, t0, nt, kt0, nkt, pairs, out);
 }
 
 // Pair tiles from the VNNI layout, which already holds K pairs side by side: a tile row is 16
@@ -288,7 +260,8 @@ PackedTiles pack_tiles(const WeightSource& src) {
     const Rows rows = rows_of(src);
     const int64_t kt = out.k_tiles;
 #pragma omp parallel for schedule(static) if (worth_threads(out.row_tiles * kt * kTileElems))
-    for (int64_t t = 0; t < out.row_tiles; ++t) pack_row_tiles(rows, t, 1, 0, kt, out.tiles.get() + t * kt * kTileElems);
+    for (int64_t t = 0; t < out.row_tiles; ++t)
+        pack_rows(rows, /*pairs=*/false, t, 1, 0, kt, out.tiles.get() + t * kt * kTileElems);
     return out;
 }
 
@@ -327,8 +300,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < x_tiles; ++t) {
                 bf16_t* dst = xt + t * k_tiles * kTileElems;
-                if (w_is_b) pack_row_tiles(xs, t, 1, 0, k_tiles, dst);
-                else pack_pair_tiles(xs, t, 1, 0, k_tiles, dst);
+                pack_rows(xs, /*pairs=*/!w_is_b, t, 1, 0, k_tiles, dst);
             }
 #pragma omp for schedule(static)
             for (int64_t nb = 0; nb < n_blocks; ++nb) {
@@ -341,7 +313,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
                         wt = packed->row_tile(n0 / 16) + kt0 * kTileElems, w_stride = k_tiles * kTileElems;
                     } else {
                         if (w_is_b) pack_vnni_tiles(*src, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf);
-                        else pack_row_tiles(w_rows, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf);
+                        else pack_rows(w_rows, /*pairs=*/false, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf);
                         wt = wt_buf, w_stride = nkt * kTileElems;
                     }
                     for (int64_t i = 0; i < w_pairs; ++i) {

@@ -275,7 +275,7 @@ def _missing_probes(calibration: dict) -> str:
 
 def probe_bands(m: dict) -> dict:
     """The relative band of the roofs a prediction is priced on: the spread of the probe behind
-    each (compute: the faster peak, which the spec uses; memory: the streaming read of all threads;
+    each (compute: the fastest peak, which the spec uses; memory: the streaming read of all threads;
     cache: the cache-resident read). NaN for a calibration file written before spreads existed."""
     nan = float("nan")
     threads = m.get("threads", 1)
@@ -380,8 +380,8 @@ def to_toml(m: dict, name: str, efficiencies=None, kernel_table: str | None = No
     table written beside it (the grounded model prices this machine's calls with it)."""
     lines = [
         f"# {name}: measured by `dsperf calibrate` on {m['measured_at']} ({m['cpu_model']}, isa {m['isa']}).",
-        "# Compute: the better of the VDPBF16PS and FP32 FMA peaks of all threads (BF16 work can run on",
-        "# either); memory: the streaming read of all threads; links: MPI loopback between two",
+        "# Compute: the best of the VDPBF16PS, FP32 FMA and (where usable) AMX tile peaks of all threads",
+        "# (BF16 work can run on any); memory: the streaming read of all threads; links: MPI loopback between two",
         "# processes where MPI is installed, else the triad bandwidth.",
         *_source_lines(_spec_lines(_spec_values(m, name)), _spec_sources(m)),
         *([f'kernel_table = "{kernel_table}"'] if kernel_table else []),

@@ -141,8 +141,8 @@ inline ExpertWeights expert_weights(const py::array& w13, const py::array& w2, c
     w.w13 = w13.data(), w.w2 = w2.data(), w.fp8 = fp8;
     if (fp8) {
         auto a13 = exact_view<float>(s13, "w13_scale"), a2 = exact_view<float>(s2, "w2_scale");
-        expect_shape(a13, {w.n_experts, (2 * w.inter + 127) / 128, (w.dim + 127) / 128}, "w13_scale");
-        expect_shape(a2, {w.n_experts, (w.dim + 127) / 128, (w.inter + 127) / 128}, "w2_scale");
+        expect_shape(a13, {w.n_experts, fp8_scale_blocks(2 * w.inter), fp8_scale_blocks(w.dim)}, "w13_scale");
+        expect_shape(a2, {w.n_experts, fp8_scale_blocks(w.dim), fp8_scale_blocks(w.inter)}, "w2_scale");
         w.scale13 = a13.data(), w.scale2 = a2.data();
     }
     return w;
@@ -156,7 +156,7 @@ inline LinearWeights linear_weights(const py::array& w, const py::object& w_scal
     lw.fp8 = fp8, lw.N = w.shape(0), lw.K = w.shape(1);
     if (fp8) {
         auto s = exact_view<float>(w_scale, "w_scale");
-        expect_shape(s, {(lw.N + 127) / 128, (lw.K + 127) / 128}, "w_scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
+        expect_shape(s, {fp8_scale_blocks(lw.N), fp8_scale_blocks(lw.K)}, "w_scale [ceil(rows of w / 128), ceil(cols of w / 128)]");
         lw.w = exact_view<uint8_t>(w, "w").data(), lw.scale = s.data();
     } else {
         lw.w = exact_view<uint16_t>(w, "w").data();

@@ -89,7 +89,7 @@ void bind_cpu_info(py::module_& m) {
     m.def("linear_fp8_amx_emulated", [](Arr<uint16_t> x, Arr<uint8_t> w, Arr<float> scale) {
         expect(x.ndim() == 2 && w.ndim() == 2 && w.shape(1) == x.shape(1), "x [M, K] and w [N, K] expected");
         const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
-        expect(scale.ndim() == 2 && scale.shape(0) == (N + 127) / 128 && scale.shape(1) == (K + 127) / 128,
+        expect(scale.ndim() == 2 && scale.shape(0) == fp8_scale_blocks(N) && scale.shape(1) == fp8_scale_blocks(K),
                "scale must be [ceil(N / 128), ceil(K / 128)]");
         auto y = empty<float>({M, N}, "y [rows of x, rows of w]");
         py::gil_scoped_release nogil;

@@ -25,6 +25,11 @@ inline size_t dtype_size(DType t) { return t == DType::F32 || t == DType::I32 ? 
 using bf16_t = uint16_t;  // raw bits
 using fp8_t = uint8_t;    // raw bits, e4m3fn
 
+// FP8 weights carry one FP32 scale per block of kFp8Block x kFp8Block values (DeepSeek-V3's
+// checkpoint format): a [rows, cols] matrix has fp8_scale_blocks(rows) x fp8_scale_blocks(cols).
+constexpr int64_t kFp8Block = 128;
+constexpr int64_t fp8_scale_blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
+
 inline float bf16_to_f32(bf16_t v) {
     const uint32_t bits = uint32_t(v) << 16;
     float f;

@@ -24,7 +24,6 @@ namespace {
 constexpr int64_t kBlockRows = 256, kBlockCols = 256, kChunkTiles = 8;
 // At most this many rows of x: the few-rows mode (see gemm).
 constexpr int64_t kFewRows = 128;
-constexpr int64_t kFp8Block = 128;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -77,7 +76,7 @@ struct Rows {
         if (!scale) return static_cast<const bf16_t*>(p)[r * ld + k];
         return f32_to_bf16(fp8_to_f32(static_cast<const fp8_t*>(p)[r * ld + k]) * block_scale(r, k));
     }
-    float block_scale(int64_t r, int64_t k) const { return scale[(r / kFp8Block) * ceil_div(K, kFp8Block) + k / kFp8Block]; }
+    float block_scale(int64_t r, int64_t k) const { return scale[(r / kFp8Block) * fp8_scale_blocks(K) + k / kFp8Block]; }
     Rows shifted(int64_t rows) const {
         Rows s = *this;
         s.p = static_cast<const char*>(p) + rows * ld * (scale ? 1 : 2);
@@ -147,11 +146,13 @@ DSPERF_AVX512_VBMI void tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_
 }
 #endif
 
-// Tiles of row-major s: row tiles (the A operand) or, `pairs`, pair tiles (the B operand).
-void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out) {
+// Tiles of row-major s: row tiles (the A operand) or, `pairs`, pair tiles (the B operand). `simd`:
+// the AVX-512 kernels are in use (use_avx512(), read once per GEMM by the caller).
+void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out, bool simd) {
 #if DSPERF_HAVE_AMX_BUILD
-    if (use_avx512()) return tiles_simd(s, t0, nt, kt0, nkt, pairs, out);
+    if (simd) return tiles_simd(s, t0, nt, kt0, nkt, pairs, out);
 #endif
+    (void)simd;
     tiles_scalar(s, t0, nt, kt0, nkt, pairs, out);
 }
 
@@ -238,11 +239,12 @@ DSPERF_AVX512_VBMI void write_tile_simd(const float* tile, bool transposed, int6
 #endif
 
 void write_tile(const float* tile, bool transposed, int64_t m0, int64_t n0, int64_t M, int64_t N, float* y,
-                int64_t ldy, bool accumulate) {
+                int64_t ldy, bool accumulate, bool simd) {
     if (m0 >= M || n0 >= N) return;
 #if DSPERF_HAVE_AMX_BUILD
-    if (use_avx512()) return write_tile_simd(tile, transposed, m0, n0, M, N, y, ldy, accumulate);
+    if (simd) return write_tile_simd(tile, transposed, m0, n0, M, N, y, ldy, accumulate);
 #endif
+    (void)simd;
     write_tile_scalar(tile, transposed, m0, n0, M, N, y, ldy, accumulate);
 }
 
@@ -260,9 +262,10 @@ PackedTiles pack_tiles(const WeightSource& src) {
     out.tiles = std::unique_ptr<bf16_t[], void (*)(void*)>(buf.release(), std::free);
     const Rows rows = rows_of(src);
     const int64_t kt = out.k_tiles;
+    const bool simd = use_avx512();
 #pragma omp parallel for schedule(static) if (worth_threads(out.row_tiles * kt * kTileElems))
     for (int64_t t = 0; t < out.row_tiles; ++t)
-        pack_rows(rows, /*pairs=*/false, t, 1, 0, kt, out.tiles.get() + t * kt * kTileElems);
+        pack_rows(rows, /*pairs=*/false, t, 1, 0, kt, out.tiles.get() + t * kt * kTileElems, simd);
     return out;
 }
 
@@ -273,7 +276,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
     if (M <= 0 || N <= 0) return;
     // Weights in the K-pair layout are the B operand (y = x B); row-major weights the A operand
     // (y^T = w x^T), x then in the K-pair layout.
-    const bool w_is_b = src && src->layout == WeightSource::Layout::kVnni;
+    const bool w_is_b = src && src->layout == WeightSource::Layout::kVnni, simd = use_avx512();
     const int64_t k_tiles = ceil_div(std::max<int64_t>(K, 1), kDepth), Mp = ceil_div(M, 2 * kRows) * 2 * kRows;
     // Few rows of x: the weights' bytes, not the tiles, bound the time. Each thread then takes 32
     // weight rows at a time whole (read as 32 sequential streams, not 256 interleaved ones) and keeps
@@ -308,7 +311,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < x_tiles; ++t) {
                 bf16_t* dst = xt + t * k_tiles * kTileElems;
-                pack_rows(xs, /*pairs=*/!w_is_b, t, 1, 0, k_tiles, dst);
+                pack_rows(xs, /*pairs=*/!w_is_b, t, 1, 0, k_tiles, dst, simd);
             }
 #pragma omp for schedule(static)
             for (int64_t nb = 0; nb < n_blocks; ++nb) {
@@ -324,7 +327,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
                         wt = packed->row_tile(n0 / 16) + kt0 * kTileElems, w_stride = k_tiles * kTileElems;
                     } else {
                         if (w_is_b) pack_vnni_tiles(*src, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf);
-                        else pack_rows(w_rows, /*pairs=*/false, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf);
+                        else pack_rows(w_rows, /*pairs=*/false, n0 / 16, 2 * w_pairs, kt0, nkt, wt_buf, simd);
                         wt = wt_buf, w_stride = nkt * kTileElems;
                     }
                     for (int64_t i = 0; i < w_pairs; ++i) {
@@ -346,7 +349,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
                             const int64_t w_tile = 2 * i + (w_is_b ? t % 2 : t / 2);
                             const int64_t x_tile = 2 * q + (w_is_b ? t / 2 : t % 2);
                             write_tile(c + ((i * x_pairs + q) * 4 + t) * kTileFloats, !w_is_b, m0 + 16 * x_tile,
-                                       n0 + 16 * w_tile, M, N, y, ldy, accumulate);
+                                       n0 + 16 * w_tile, M, N, y, ldy, accumulate, simd);
                         }
             }
         }

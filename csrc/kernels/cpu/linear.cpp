@@ -142,7 +142,7 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     if (!use_avx512()) return portable::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
     // AMX tiles from a few rows of x up (amx::kMinRows), where the CPU has them and they passed the
     // self-check.
-    if (M >= amx::kMinRows && amx::usable()) return amx::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
+    if (amx::runs_linear(M, /*fp8=*/false)) return amx::linear_bf16(x, ldx, w, ldw, y, ldy, M, N, K, accumulate);
     avx512::GemmWeights gw;
     gw.bf16 = w, gw.ld = ldw;
     if (M < prefill_min_rows()) return linear_stream(x, ldx, gw, y, ldy, M, N, K, accumulate);
@@ -188,7 +188,7 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
     const int64_t k_blocks = (K + kBlock - 1) / kBlock;
     const bool simd = use_avx512();
     // AMX tiles from amx::kMinRowsFp8 rows up: each 128 x 128 block dequantised on its way to the tiles.
-    if (simd && M >= amx::kMinRowsFp8 && amx::usable())
+    if (simd && amx::runs_linear(M, /*fp8=*/true))
         return amx::linear_fp8(x, ldx, w, w_scale, y, ldy, M, N, K, accumulate);
     if (simd) {
         avx512::GemmWeights gw;
@@ -234,7 +234,7 @@ void linear_fp8(const bf16_t* x, int64_t ldx, const fp8_t* w, const float* w_sca
 void linear(const bf16_t* x, int64_t ldx, int64_t M, const LinearWeights& w, float* y, int64_t ldy, bool accumulate) {
     // Tiles from the rows the AMX kernels take over (measured, 4096 x 7168 weights streamed: the same
     // time as copying them into tiles up to 128 rows, BF16 and FP8 alike; 1.27 x faster from 256).
-    const bool tiles = w.tiles && w.tiles->tiles && M >= (w.fp8 ? amx::kMinRowsFp8 : amx::kMinRows) && amx::usable();
+    const bool tiles = w.tiles && w.tiles->tiles && amx::runs_linear(M, w.fp8);
     if (tiles) return amx::linear_packed(x, ldx, M, *w.tiles, y, ldy, accumulate);
     if (w.fp8)
         return linear_fp8(x, ldx, static_cast<const fp8_t*>(w.w), w.scale, y, ldy, M, w.N, w.K, accumulate);

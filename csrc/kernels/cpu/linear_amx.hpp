@@ -20,13 +20,16 @@ namespace dsperf::kernels::amx {
 // Rows of x from which the GEMMs use AMX where it is usable: below, the AVX-512 stream kernels read
 // the weights faster (Emerald Rapids, 4096 x 7168 weights streamed, GB/s of weights, AMX against
 // stream: BF16 at 2 rows 25.5 / 26.9, at 4 rows 25.5 / 23.5; FP8, whose codes AMX dequantises on the
-// way to the tiles, at 4 rows 14.2 / 18.4, at 8 rows 14.1 / 13.5, and in bench_experts' FP8 decode at 8 rows per expert 29.1 / 25.8 ms). gemm_bf16_vnni (attention's
-// products) keeps one tile row: its crossover is not measured.
+// way to the tiles, at 4 rows 14.2 / 18.4, at 8 rows 14.1 / 13.5, and in bench_experts' FP8 decode
+// at 8 rows per expert 29.1 / 25.8 ms). gemm_bf16_vnni (attention's products) keeps one tile row:
+// its crossover is not measured.
 constexpr int64_t kMinRows = 4, kMinRowsFp8 = 16, kMinRowsVnni = 16;
 
 // AMX usable here: the CPU has AMX-TILE and AMX-BF16, Linux granted the tile permission, the
 // environment does not say DSPERF_AMX=0, and the self-check passed.
 bool usable();
+// Whether a GEMM of M rows of x with BF16 (fp8 false) or FP8 weights runs on the tiles here.
+inline bool runs_linear(int64_t M, bool fp8) { return M >= (fp8 ? kMinRowsFp8 : kMinRows) && usable(); }
 // "usable", or why not. Throws std::invalid_argument when DSPERF_AMX is set to other than 0 or 1.
 std::string status();
 

@@ -156,7 +156,7 @@ LinearWeights ExpertWeights::gate_up(int64_t e) const {
     LinearWeights l;
     l.fp8 = fp8, l.N = 2 * inter, l.K = dim;
     l.w = static_cast<const char*>(w13) + e * 2 * inter * dim * (fp8 ? 1 : 2);
-    if (fp8) l.scale = scale13 + e * ((2 * inter + 127) / 128) * ((dim + 127) / 128);
+    if (fp8) l.scale = scale13 + e * fp8_scale_blocks(2 * inter) * fp8_scale_blocks(dim);
     if (tiles && !tiles->w13.empty()) l.tiles = &tiles->w13[size_t(e)];
     return l;
 }
@@ -165,7 +165,7 @@ LinearWeights ExpertWeights::down(int64_t e) const {
     LinearWeights l;
     l.fp8 = fp8, l.N = dim, l.K = inter;
     l.w = static_cast<const char*>(w2) + e * dim * inter * (fp8 ? 1 : 2);
-    if (fp8) l.scale = scale2 + e * ((dim + 127) / 128) * ((inter + 127) / 128);
+    if (fp8) l.scale = scale2 + e * fp8_scale_blocks(dim) * fp8_scale_blocks(inter);
     if (tiles && !tiles->w2.empty()) l.tiles = &tiles->w2[size_t(e)];
     return l;
 }

@@ -29,6 +29,9 @@
 #                      measure-gpu, at most FULL_VALIDATE_S s (150)
 #   STEP_POINTS        decode validation points whose priced calls measure-gpu --step times (one
 #                      archive each), at most STEP_S seconds each (120)
+#   CHAIN_POINTS       decode validation points whose step measure-gpu --chain runs back to back (each
+#                      call alone, the step as one CUDA graph and eagerly: the time between kernels),
+#                      at most CHAIN_S seconds each (150), each point's files as one archive
 #   MEASURE_TABLE      0: stop after those; no table measured (default 1)
 #   HOPPER_SANITIZE    1: after that check, the same on tiny shapes under compute-sanitizer memcheck
 #                      (and racecheck with HOPPER_RACECHECK=1), at most HOPPER_SANITIZE_S s each (90)
@@ -136,6 +139,13 @@ for point in ${STEP_POINTS:-}; do
         --budget-s $(( ${STEP_S:-120} - 20 )) --verbose
     echo "exit status $? at $(elapsed) s"
     [ -d "$OUT/step-$point" ] && tar -C "$OUT" -czf "$OUT/step-$point.tar.gz" "step-$point" && rm -r "$OUT/step-$point"
+done
+# Decode steps run back to back (CHAIN_POINTS="point ..."; measure-gpu --chain; CHAIN_S each, 150).
+for point in ${CHAIN_POINTS:-}; do
+    echo "== dsperf measure-gpu --chain $point at $(elapsed) s"
+    timeout -s INT "${CHAIN_S:-150}" "$PY" -m dsperf.cli measure-gpu --chain "$point" --out "$OUT/chain-$point" --verbose
+    echo "exit status $? at $(elapsed) s"
+    [ -d "$OUT/chain-$point" ] && tar -C "$OUT" -czf "$OUT/chain-$point.tar.gz" "chain-$point" && rm -r "$OUT/chain-$point"
 done
 [ "${MEASURE_TABLE:-1}" = 1 ] || { echo "== done at $(elapsed) s (MEASURE_TABLE=0: no table measured)"; exit 0; }
 

@@ -170,6 +170,9 @@ def run_command(args, *, timer_factory=None, clock_factory=None, print_fn=print)
             raise ValueError(f"--device is needed: no shipped device file matches '{torch.cuda.get_device_name(0)}'")
     if device is None and args.dry_run:
         device, note = "H200", " No GPU to name the device: priced as H200 (--device to choose)."
+    if getattr(args, "chain", None):
+        from .measure_gpu_chain import run_chain
+        return run_chain(args, device, iters, torch, timer_factory, print_fn)
     if getattr(args, "step", None) or getattr(args, "step_calls", None):
         return _run_step(args, device, note, iters, torch, timer_factory, clock_factory, print_fn)
     shapes = plan_shapes(args.table, quick=args.quick, dsperf_kernels=not args.no_dsperf_kernels)
@@ -262,4 +265,7 @@ def add_parser(sub) -> None:
                                                    "their shapes instead of a table's (measure_gpu_step.py)")
     p.add_argument("--step-calls", metavar="FILE", help="time the calls of a file written by dsperf predict "
                                                          "--calls-out (any deployment's step) at their shapes")
+    p.add_argument("--chain", metavar="POINT", help="run this decode validation point's step back to back: each "
+                                                    "call alone, the step as one CUDA graph and eagerly (the time "
+                                                    "between kernels; measure_gpu_chain.py)")
     p.add_argument("--verbose", action="store_true", help="a line per shape as it is measured")

@@ -92,17 +92,17 @@ def read_calls(path) -> list[dict]:
     return out
 
 
-def find_point(name: str) -> dict:
-    """The decode validation point named `name` (points.csv), or a ValueError naming --step."""
+def find_point(name: str, flag: str = "--step") -> dict:
+    """The decode validation point named `name` (points.csv), or a ValueError naming the flag."""
     from ..model import validation
 
     points = validation.load_points()
     match = [p for p in points if p["point"] == name]
     if not match:
         decode = sorted(p["point"] for p in points if p["phase"] == "decode")
-        raise ValueError(f"--step: no validation point {name!r}; decode points: {', '.join(decode)}")
+        raise ValueError(f"{flag}: no validation point {name!r}; decode points: {', '.join(decode)}")
     if match[0]["phase"] != "decode":
-        raise ValueError(f"--step: point {name!r} is a {match[0]['phase']} point; --step times decode steps")
+        raise ValueError(f"{flag}: point {name!r} is a {match[0]['phase']} point; {flag} times decode steps")
     return match[0]
 
 

@@ -1,0 +1,60 @@
+"""measure-gpu --chain's pure parts: the step's layers and the figures derived from its timings
+(the GPU parts run on a lent GPU: docs/VALIDATION_GPU_MEASURED.md)."""
+import math
+import types
+
+import pytest
+
+from dsperf.predict import measure_gpu, measure_gpu_chain as C
+
+
+def _call(name, n):
+    return {"kernel": name, "family": "gemm_fp8", "calls_per_step": n}
+
+
+def test_layer_plan_runs_each_call_as_often_as_the_step_does():
+    calls = [_call("attn", 61.0), _call("moe", 58.0), _call("dense", 3.0), _call("head", 1.0), _call("never", 0.0)]
+    plan = C.layer_plan(calls)
+    assert len(plan) == 61
+    counts = [sum(i in layer for layer in plan) for i in range(len(calls))]
+    assert counts == [61, 58, 3, 1, 0]
+    assert plan[0] == [0, 1, 2, 3] and plan[-1] == [0]   # listed order kept inside a layer
+
+
+def test_chain_summary_gap_is_graph_minus_kernels_alone_per_kernel():
+    plan = [[0, 1], [0, 1], [0]]
+    alone = {0: 10.0, 1: 20.0}   # us
+    kernels = {0: 1, 1: 2}
+    s = C.chain_summary(alone, kernels, plan, graph_us=80.0, eager_us=200.0, eager_host_us=160.0)
+    assert s["calls"] == 5 and s["kernels"] == 7
+    assert s["alone_ms"] == pytest.approx(0.07)
+    assert s["graph_gap_us"] == pytest.approx((80.0 - 70.0) / 7)
+    assert s["eager_launch_us"] == pytest.approx(160.0 / 7)
+    assert s["graph_over_alone"] == pytest.approx(80.0 / 70.0)
+
+
+def test_chain_summary_leaves_out_calls_without_a_timing():
+    s = C.chain_summary({0: 10.0}, {0: 1}, [[0, 1]], graph_us=12.0, eager_us=0.0, eager_host_us=0.0)
+    assert s["calls"] == 1 and s["graph_gap_us"] == pytest.approx(2.0)
+    empty = C.chain_summary({}, {}, [[0]], graph_us=1.0, eager_us=1.0, eager_host_us=1.0)
+    assert math.isnan(empty["graph_gap_us"])
+
+
+def test_chain_without_a_gpu_says_so_and_measures_nothing():
+    printed = []
+    args = types.SimpleNamespace(chain="trtllm_h200_min_latency", dry_run=False, out=None, verbose=False)
+    assert C.run_chain(args, "H200", 5, None, None, printed.append) == 0
+    assert "1206 calls over 61 layers" in printed[0] and "Nothing measured" in printed[0]
+
+
+def test_chain_names_an_unknown_point():
+    args = types.SimpleNamespace(chain="no_such_point", dry_run=True, out=None, verbose=False)
+    with pytest.raises(ValueError, match="--chain: no validation point 'no_such_point'"):
+        C.run_chain(args, "H200", 5, None, None, print)
+
+
+def test_the_cli_offers_chain():
+    import argparse
+    parser = argparse.ArgumentParser()
+    measure_gpu.add_parser(parser.add_subparsers(dest="command"))
+    assert parser.parse_args(["measure-gpu", "--chain", "p"]).chain == "p"

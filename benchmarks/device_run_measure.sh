@@ -31,7 +31,9 @@
 #                      archive each), at most STEP_S seconds each (120)
 #   CHAIN_POINTS       decode validation points whose step measure-gpu --chain runs back to back (each
 #                      call alone, the step as one CUDA graph and eagerly: the time between kernels),
-#                      at most CHAIN_S seconds each (150), each point's files as one archive
+#                      at most CHAIN_S seconds each (150), each point's files as one archive;
+#                      CHAIN_CLOCK_S > 0: then the step's graph replays that long while nvidia-smi
+#                      samples the SM clock (the sustained clock under that step's kernels)
 #   MEASURE_TABLE      0: stop after those; no table measured (default 1)
 #   HOPPER_SANITIZE    1: after that check, the same on tiny shapes under compute-sanitizer memcheck
 #                      (and racecheck with HOPPER_RACECHECK=1), at most HOPPER_SANITIZE_S s each (90)
@@ -143,7 +145,8 @@ done
 # Decode steps run back to back (CHAIN_POINTS="point ..."; measure-gpu --chain; CHAIN_S each, 150).
 for point in ${CHAIN_POINTS:-}; do
     echo "== dsperf measure-gpu --chain $point at $(elapsed) s"
-    timeout -s INT "${CHAIN_S:-150}" "$PY" -m dsperf.cli measure-gpu --chain "$point" --out "$OUT/chain-$point" --verbose
+    timeout -s INT "${CHAIN_S:-150}" "$PY" -m dsperf.cli measure-gpu --chain "$point" --out "$OUT/chain-$point" --verbose \
+        --clock-seconds "${CHAIN_CLOCK_S:-0}"
     echo "exit status $? at $(elapsed) s"
     [ -d "$OUT/chain-$point" ] && tar -C "$OUT" -czf "$OUT/chain-$point.tar.gz" "chain-$point" && rm -r "$OUT/chain-$point"
 done

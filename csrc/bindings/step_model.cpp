@@ -82,6 +82,7 @@ void bind_step_model(py::module_& root) {
     m.attr("MAX_IMBALANCE") = kMaxImbalance;
     m.attr("prefill_step_overhead_ms") = kPrefillStepOverheadMs;
     m.attr("min_kernel_us") = kMinKernelUs;
+    m.attr("graph_kernel_gap_us") = kGraphKernelGapUs;
     m.attr("memory_reserve") = kMemoryReserve;
     m.attr("large_allreduce_link_share") = kLargeAllReduceLinkShare;
     m.attr("TABLE_NVLINK_GBPS") = kTableNvlinkGbps;

@@ -79,7 +79,7 @@ public:
         // at; a deployment under sustained load runs its FLOPs at sustained_clock_ratio of it.
         double us = datasheet_roofline_s(w, d_, d_.sustained_clock_ratio) / e.value * 1e6;
         if (!e.found) us = std::max(us, kMinKernelUs);
-        c.us = us * slowdown_;
+        c.us = us * slowdown_ + kGraphKernelGapUs;
         add(c);
     }
 
@@ -165,7 +165,8 @@ void attention_core(CallBuilder& b, const Deployment& dep, double heads, double 
     one.keep_all();
     one.compute(name, TableFamily::kMlaPrefill, Stage::kAttention, s);
     KernelCall c = one.calls.front();
-    c.us *= prompts, c.flops *= prompts, c.bytes *= prompts;
+    // The prompts' work, in one (variable-length) launch: one graph boundary, not one per prompt.
+    c.us = (c.us - kGraphKernelGapUs) * prompts + kGraphKernelGapUs, c.flops *= prompts, c.bytes *= prompts;
     b.add(c);
 }
 

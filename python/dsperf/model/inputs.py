@@ -94,6 +94,12 @@ def _constants() -> dict[str, Constant]:
         "step_model.min_kernel_us": Constant(
             SM.min_kernel_us, "assumed: the floor of a call priced without a table row (one kernel launch)",
             f"{hpp}: kMinKernelUs", False),
+        "step_model.graph_kernel_gap_us": Constant(
+            SM.graph_kernel_gap_us,
+            "measured: a compute kernel's boundary inside a CUDA graph, 0.32 us (a one-request DeepSeek-V3 step "
+            "replayed from one graph on an H200 against its kernels alone, 0.29 and 0.36 us in two runs; dsperf "
+            "measure-gpu --chain, data/devices/measured/chains/H200-trtllm_h200_min_latency*.md)",
+            f"{hpp}: kGraphKernelGapUs", False),
         "step_model.memory_reserve": Constant(
             SM.memory_reserve, "assumed: 90% of device memory usable for weights and KV cache (docs/VALIDATION.md)",
             f"{hpp}: kMemoryReserve", True),

@@ -268,4 +268,6 @@ def add_parser(sub) -> None:
     p.add_argument("--chain", metavar="POINT", help="run this decode validation point's step back to back: each "
                                                     "call alone, the step as one CUDA graph and eagerly (the time "
                                                     "between kernels; measure_gpu_chain.py)")
+    p.add_argument("--clock-seconds", type=float, default=0.0,
+                   help="with --chain: replay the step's graph this long while nvidia-smi samples the SM clock (0: no)")
     p.add_argument("--verbose", action="store_true", help="a line per shape as it is measured")

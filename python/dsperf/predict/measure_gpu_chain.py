@@ -124,9 +124,41 @@ def launch_floor(torch, n: int = FLOOR_KERNELS) -> dict:
             "eager_host_us_per_kernel": host_us / n}
 
 
-def measure_chain(torch, timer, calls: list[dict], shapes: dict, iters: int, log=print) -> dict:
+def clock_under_replay(torch, graph, seconds: float, sampler=None) -> dict:
+    """The SM clock while the step's graph replays back to back for `seconds`: nvidia-smi's median SM
+    clock and power over the second half (after the clock settles), the maximum clock, and the
+    median replay time over that half (ms). {} where nvidia-smi is missing or gave no sample."""
+    import time
+
+    from .gpu_timing import ClockSampler
+
+    sampler = sampler or ClockSampler()
+    if not sampler.available:
+        return {}
+    replays = []
+    with sampler:
+        while sampler.now() < seconds:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            replays.append((sampler.now(), start.elapsed_time(end)))
+    got = sampler.summary(after_s=seconds / 2)
+    if got is None:
+        return {}
+    mhz, max_mhz, watts, limit_w, n = got
+    late = [ms for t, ms in replays if t >= seconds / 2]
+    return {"seconds": seconds, "sm_mhz": mhz, "max_sm_mhz": max_mhz, "ratio": mhz / max_mhz if max_mhz else math.nan,
+            "watts": watts, "power_limit_w": limit_w, "samples": n,
+            "replay_ms": statistics.median(late) if late else math.nan, "replays": len(replays)}
+
+
+def measure_chain(torch, timer, calls: list[dict], shapes: dict, iters: int, log=print,
+                  clock_seconds: float = 0.0) -> dict:
     """Times the step of `calls` (shapes: call index -> its production Shape) alone, as one graph and
-    eagerly. Returns {"summary", "rows", "left_out", "floor"}."""
+    eagerly; with clock_seconds > 0, the SM clock while the graph replays that long.
+    Returns {"summary", "rows", "left_out", "floor", "clock"}."""
     plan = layer_plan(calls)
     fns, keep, left_out, alone, per_call = {}, [], {}, {}, {}
     for i, shape in shapes.items():
@@ -161,7 +193,8 @@ def measure_chain(torch, timer, calls: list[dict], shapes: dict, iters: int, log
     rows = [{"kernel": calls[i]["kernel"], "family": calls[i]["family"], "shape": shapes[i].label(),
              "calls_per_step": calls[i]["calls_per_step"], "alone_us": alone[i], "kernels_per_call": per_call[i]}
             for i in sorted(alone)]
-    return {"summary": summary, "rows": rows, "left_out": left_out, "floor": launch_floor(torch)}
+    clock = clock_under_replay(torch, g, clock_seconds) if clock_seconds > 0 else {}
+    return {"summary": summary, "rows": rows, "left_out": left_out, "floor": launch_floor(torch), "clock": clock}
 
 
 def chain_markdown(title: str, result: dict, env: dict, priced_as: str) -> str:
@@ -183,7 +216,13 @@ def chain_markdown(title: str, result: dict, env: dict, priced_as: str) -> str:
              f"| host launch time per kernel, eager | {s['eager_launch_us']:.3f} us |",
              f"| floor: one-value add x {f['kernels']}, graph replay per kernel | {f['graph_us_per_kernel']:.3f} us |",
              f"| floor: the same launched eagerly, GPU / host per kernel | {f['eager_us_per_kernel']:.3f} / "
-             f"{f['eager_host_us_per_kernel']:.3f} us |", "",
+             f"{f['eager_host_us_per_kernel']:.3f} us |"]
+    c = result.get("clock") or {}
+    if c:
+        lines.append(f"| SM clock while the graph replays {c['seconds']:.0f} s (second half): median / max | "
+                     f"{c['sm_mhz']:.0f} / {c['max_sm_mhz']:.0f} MHz ({c['ratio']:.4f}), {c['watts']:.0f} W of "
+                     f"{c['power_limit_w']:.0f} W; replay {c['replay_ms']:.3f} ms |")
+    lines += ["",
              markdown_table(pd.DataFrame(result["rows"]), ".4g"), ""]
     if result["left_out"]:
         lines += ["Left out of the chain:", ""] + [f"- {k}: {v}" for k, v in result["left_out"].items()] + [""]
@@ -198,6 +237,9 @@ def run_chain(args, device, iters, torch, timer_factory, print_fn) -> int:
     from . import measure_gpu_step as S
     from .measure_gpu_torch import TorchTimer
 
+    clock_s = getattr(args, "clock_seconds", 0.0) or 0.0
+    if not (math.isfinite(clock_s) and 0 <= clock_s <= 600):
+        raise ValueError(f"--clock-seconds must lie in [0, 600], got {clock_s}")
     point = S.find_point(args.chain, "--chain")
     calls, _ = S.step_calls(point)
     shapes = {i: s for i, c in enumerate(calls) if (s := S.call_shape(c)) is not None}
@@ -208,7 +250,8 @@ def run_chain(args, device, iters, torch, timer_factory, print_fn) -> int:
                  + ("" if args.dry_run else ". Nothing measured: needs PyTorch with a CUDA GPU."))
         return 0
     timer = timer_factory() if timer_factory else TorchTimer(torch)
-    result = measure_chain(torch, timer, calls, shapes, iters, log=print_fn if args.verbose else (lambda s: None))
+    result = measure_chain(torch, timer, calls, shapes, iters, log=print_fn if args.verbose else (lambda s: None),
+                           clock_seconds=clock_s)
     env = timer.environment()
     env.pop("kernel_text", None)
     out_dir = Path(args.out or f"measure-gpu-chain-{point['point']}")

@@ -49,7 +49,9 @@ def add_parsers(sub) -> None:
                         "(a device with FP4 tensor cores)")
     p.add_argument("--imbalance", type=float, default=1.0, help="max / mean routed load per GPU")
     p.add_argument("--eager-launch-us", type=float, default=0.0,
-                   help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay)")
+                   help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay; "
+                        "PyTorch's eager launches of a DeepSeek step took 14-18 us a kernel on a lent H200's host, "
+                        "docs/VALIDATION_GPU_MEASURED.md)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--calls-out", metavar="FILE", help="also write the priced calls with their shapes as CSV, for "
                                                        "dsperf measure-gpu --step-calls on a GPU (docs/CUDA.md)")

@@ -37,10 +37,16 @@ DSPERF_AVX512_VBMI inline void fp8_scaled_words(float scale, bf16_t* words /* 12
 
 struct Fp8WordTable {
     __m512i t[4];
+    // Built in registers (VCVTNE2PS2BF16 packs 2 x 16 products into one vector of 32 words, with
+    // the same rounding as fp8_scaled_words): a round trip through memory stalled on store
+    // forwarding (256-bit stores read back as 512-bit loads), which cost as much as converting the
+    // 512 codes of the tile it was built for.
     DSPERF_AVX512_VBMI explicit Fp8WordTable(float scale) {
-        alignas(64) bf16_t words[128];
-        fp8_scaled_words(scale, words);
-        for (int i = 0; i < 4; ++i) t[i] = _mm512_load_si512(words + 32 * i);
+        const float* decoded = fp8_table();
+        const __m512 sv = _mm512_set1_ps(scale);
+        for (int i = 0; i < 4; ++i)
+            t[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(decoded + 32 * i + 16), sv),
+                                                _mm512_mul_ps(_mm512_loadu_ps(decoded + 32 * i), sv));
     }
     // 32 codes (zero-extended to 16 bits) -> 32 BF16 in the same order.
     DSPERF_AVX512_VBMI __m512i convert(__m512i idx) const {
@@ -66,6 +72,20 @@ struct alignas(64) Fp8ByteTable {
     }
 };
 
+// The low (high = false) or high bytes of two vectors of 32 words, as one vector of 64 bytes.
+DSPERF_AVX512_VBMI inline __m512i fp8_word_bytes(__m512i w0, __m512i w1, bool high) {
+    if (high) w0 = _mm512_srli_epi16(w0, 8), w1 = _mm512_srli_epi16(w1, 8);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(w0)), _mm512_cvtepi16_epi8(w1), 1);
+}
+
+// The byte table in registers, from a word table (no round trip through memory).
+struct Fp8ByteRegs {
+    __m512i lo0, lo1, hi0, hi1;  // low / high bytes of words 0-63 and 64-127
+    DSPERF_AVX512_VBMI explicit Fp8ByteRegs(const Fp8WordTable& w)
+        : lo0(fp8_word_bytes(w.t[0], w.t[1], false)), lo1(fp8_word_bytes(w.t[2], w.t[3], false)),
+          hi0(fp8_word_bytes(w.t[0], w.t[1], true)), hi1(fp8_word_bytes(w.t[2], w.t[3], true)) {}
+};
+
 // 64 codes -> two vectors of 32 BF16 in lane order (see fp8_lane_order). tlo/thi: the table's
 // bytes as loaded from an Fp8ByteTable.
 DSPERF_AVX512_VBMI inline void fp8_convert64(__m512i codes, __m512i tlo0, __m512i tlo1, __m512i thi0, __m512i thi1,
@@ -76,6 +96,18 @@ DSPERF_AVX512_VBMI inline void fp8_convert64(__m512i codes, __m512i tlo0, __m512
     hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(char(0x80)), 0x78);
     first = _mm512_unpacklo_epi8(lo, hi);
     second = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// 64 codes -> their 64 BF16 in the codes' order: codes 0-31 in `first`, 32-63 in `second`. The lane
+// order of fp8_convert64 put back with one two-source 64-bit permute per vector; per 64 codes 6
+// shuffle-port operations against 12 for two Fp8WordTable::convert.
+DSPERF_AVX512_VBMI inline void fp8_convert64_ordered(__m512i codes, const Fp8ByteRegs& t, __m512i& first,
+                                                     __m512i& second) {
+    __m512i a, b;
+    fp8_convert64(codes, t.lo0, t.lo1, t.hi0, t.hi1, a, b);
+    // Lane l of a holds codes 16l..16l+7, of b codes 16l+8..16l+15.
+    first = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
+    second = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
 }
 
 // Where the 64 codes of one fp8_convert64 land: word w of the first vector holds code

@@ -19,11 +19,12 @@ namespace dsperf::kernels::amx {
 
 // Rows of x from which the GEMMs use AMX where it is usable: below, the AVX-512 stream kernels read
 // the weights faster (Emerald Rapids, 4096 x 7168 weights streamed, GB/s of weights, AMX against
-// stream: BF16 at 2 rows 25.5 / 26.9, at 4 rows 25.5 / 23.5; FP8, whose codes AMX dequantises on the
-// way to the tiles, at 4 rows 14.2 / 18.4, at 8 rows 14.1 / 13.5, and in bench_experts' FP8 decode
-// at 8 rows per expert 29.1 / 25.8 ms). gemm_bf16_vnni (attention's products) keeps one tile row:
-// its crossover is not measured.
-constexpr int64_t kMinRows = 4, kMinRowsFp8 = 16, kMinRowsVnni = 16;
+// stream: BF16 at 2 rows 25.5 / 26.9, at 4 rows 25.5 / 23.5). FP8, whose codes AMX dequantises on
+// the way to the tiles (fp8_row_tiles), in bench_experts' FP8 decode shape (8 experts, weights
+// streamed), ms, AMX against stream: 1 row 20.2 / 14.9, 2 rows 20.0 / 19.4, 3 rows 20.5 / 20.7,
+// 8 rows 20.1 / 31.1. gemm_bf16_vnni (attention's products) keeps one tile row: its crossover is
+// not measured.
+constexpr int64_t kMinRows = 4, kMinRowsFp8 = 3, kMinRowsVnni = 16;
 
 // AMX usable here: the CPU has AMX-TILE and AMX-BF16, Linux granted the tile permission, the
 // environment does not say DSPERF_AMX=0, and the self-check passed.

@@ -162,13 +162,19 @@ def main():
     t_dec, bw_dec = median_with_read_probes(lambda: K.experts_masked(xm, counts, w13, w2), reps, _C.kernels)
     gbytes = wbytes / 1e9
     # At `cap` tokens per expert every weight element takes cap multiply-adds: 2 * cap FLOPs per
-    # element, so the peak of the products the GEMMs use caps the weight rate whatever the memory does.
+    # element, so the peak of the units the GEMMs run on caps the weight rate whatever the memory does.
     products = _C.kernels.gemm_products()
-    used_peak, peak_name = (fma_peak, "FP32 FMA") if products == "fma" else (peak, "VDPBF16PS")
-    bound16, bound8 = used_peak / cap, used_peak / (2 * cap)
+    stream_peak, stream_name = (fma_peak, "FP32 FMA") if products == "fma" else (peak, "VDPBF16PS")
+
+    def units_peak(weights):  # (name, GFLOPS) of the units a decode GEMM of these weights runs on
+        amx = gemm_units(_C.kernels, cap, weights).startswith("AMX")
+        return ("AMX tile", tile_peak) if amx else (stream_name, stream_peak)
+    (name16, peak16), (name8, used_peak) = units_peak("bf16"), units_peak("fp8")
+    peak_name = name8
+    bound16, bound8 = peak16 / cap, used_peak / (2 * cap)
     print(f"  BF16: {t_dec * 1e3:.1f} ms, {gbytes / t_dec:.1f} GB/s of weights = {gbytes / t_dec / bw:.1%} of the "
           f"best streaming read, {gbytes / t_dec / bw_dec:.1%} of the median read probed between its runs "
-          f"({bw_dec:.1f} GB/s) (target >= 80%); the {peak_name} peak (the GEMMs' products) caps BF16 weights "
+          f"({bw_dec:.1f} GB/s) (target >= 80%); the {name16} peak (the units its GEMMs run on) caps BF16 weights "
           f"at {bound16:.0f} GB/s here")
     t_dec8, bw_dec8 = median_with_read_probes(lambda: K.experts_masked(xm, counts, w13q, w2q, s13, s2), reps,
                                               _C.kernels)

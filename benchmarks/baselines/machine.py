@@ -87,10 +87,11 @@ def probed_tile_peak(kernels, tries: int = 4, seconds: float = 0.25) -> float:
     return max(kernels.probe_tile_peak_gflops(seconds) for _ in range(tries))
 
 
-def gemm_units(kernels, rows: int) -> str:
-    """The units a BF16 GEMM of `rows` rows of x runs on in this process: AMX tiles (from
-    amx_min_rows()["bf16"] rows where AMX is usable), else VDPBF16PS dot products or widened FP32 FMAs."""
-    if kernels.amx_status() == "usable" and rows >= kernels.amx_min_rows()["bf16"]:
+def gemm_units(kernels, rows: int, weights: str = "bf16") -> str:
+    """The units a GEMM of `rows` rows of x with `weights` ("bf16" or "fp8") runs on in this process:
+    AMX tiles (from amx_min_rows()[weights] rows where AMX is usable), else VDPBF16PS dot products or
+    widened FP32 FMAs."""
+    if kernels.amx_status() == "usable" and rows >= kernels.amx_min_rows()[weights]:
         return "AMX tiles (TDPBF16PS)"
     products = kernels.gemm_products()
     return {"dot": "VDPBF16PS", "fma": "FP32 FMA (BF16 widened)"}.get(products, products)

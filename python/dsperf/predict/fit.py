@@ -20,7 +20,11 @@ from .. import _C
 from .kernel_cost import (BASE_FAMILIES, FAMILIES, FittedEfficiency, KernelEfficiency, efficiency_key,
                           lookup_efficiency, part_seconds, parts)
 
-# Search grid: efficiencies from 1% up to EFFICIENCY_CAP, overheads from 0 to 3 ms, and the serial
+# Search grid: compute efficiencies from 0.1% and memory ones from 1% up to EFFICIENCY_CAP (the
+# compute roof is the fastest unit probed: on an AMX CPU the tile peak, 15-30x the FMA and
+# VDPBF16PS peaks, so a kernel running on those units sits at 1-5% of it, and MLA's CC prefill
+# layer, mostly outside the tiles, wanted less than 1% and was fitted at the old 1% edge),
+# overheads from 0 to 3 ms, and the serial
 # share of the shorter roofline term from 0 (overlapped) to 1 (in series) in tenths. An
 # efficiency is a fraction of a measured roof: above 1 the roof is wrong, not the kernel fast, so
 # the grid stops at 1. The overheads reach 3 ms because a whole MLA layer's fixed cost on a CPU
@@ -29,7 +33,7 @@ from .kernel_cost import (BASE_FAMILIES, FAMILIES, FittedEfficiency, KernelEffic
 # packed BF16 GEMMs hide part of their weight stream, and neither end fitted them. A memory-bound family whose data fit in the last-level cache and that would
 # need more than the memory roof is fitted on the cache roof instead (the probe `cache_read`).
 EFFICIENCY_CAP = 1.0
-COMPUTE_GRID = np.geomspace(0.01, EFFICIENCY_CAP, 80)
+COMPUTE_GRID = np.geomspace(0.001, EFFICIENCY_CAP, 100)
 MEMORY_GRID = np.geomspace(0.01, EFFICIENCY_CAP, 80)
 OVERHEAD_GRID_US = np.concatenate([[0.0], np.geomspace(1.0, 3000.0, 31)])
 SERIAL_GRID = np.linspace(0.0, 1.0, 11)

@@ -108,11 +108,9 @@ def _graph_of(torch, fns) -> "object":
     return g
 
 
-def launch_floor(torch, n: int = FLOOR_KERNELS) -> dict:
-    """A one-value in-place add chained n times: per kernel, replayed from a graph and launched
-    eagerly (GPU time between events and the host's launch time), us."""
-    x = torch.zeros(1, device="cuda", dtype=torch.float32)
-    fns = [lambda: x.add_(1.0)] * n
+def graph_and_eager(torch, fns) -> tuple:
+    """fns run in order two ways: (their graph, its replay's GPU time, the eager run's GPU time, the
+    eager run's host launch time), us, medians of GRAPH_REPLAYS and EAGER_RUNS."""
     g = _graph_of(torch, fns)
     graph_us, _ = _events_us(torch, g.replay, GRAPH_REPLAYS)
 
@@ -120,6 +118,14 @@ def launch_floor(torch, n: int = FLOOR_KERNELS) -> dict:
         for f in fns:
             f()
     eager_us, host_us = _events_us(torch, eager, EAGER_RUNS)
+    return g, graph_us, eager_us, host_us
+
+
+def launch_floor(torch, n: int = FLOOR_KERNELS) -> dict:
+    """A one-value in-place add chained n times: per kernel, replayed from a graph and launched
+    eagerly (GPU time between events and the host's launch time), us."""
+    x = torch.zeros(1, device="cuda", dtype=torch.float32)
+    _, graph_us, eager_us, host_us = graph_and_eager(torch, [lambda: x.add_(1.0)] * n)
     return {"kernels": n, "graph_us_per_kernel": graph_us / n, "eager_us_per_kernel": eager_us / n,
             "eager_host_us_per_kernel": host_us / n}
 
@@ -182,13 +188,7 @@ def measure_chain(torch, timer, calls: list[dict], shapes: dict, iters: int, log
             left_out.setdefault(c["kernel"], f"family {c['family']}: no kernel to run it on one GPU here")
     chain = [fns[i][layer % RING] for layer, idx in enumerate(plan) for i in idx if i in fns]
     log(f"  the step: {len(chain)} calls in the chain; capturing one graph")
-    g = _graph_of(torch, chain)
-    graph_us, _ = _events_us(torch, g.replay, GRAPH_REPLAYS)
-
-    def eager():
-        for f in chain:
-            f()
-    eager_us, host_us = _events_us(torch, eager, EAGER_RUNS)
+    g, graph_us, eager_us, host_us = graph_and_eager(torch, chain)
     summary = chain_summary(alone, per_call, plan, graph_us, eager_us, host_us)
     rows = [{"kernel": calls[i]["kernel"], "family": calls[i]["family"], "shape": shapes[i].label(),
              "calls_per_step": calls[i]["calls_per_step"], "alone_us": alone[i], "kernels_per_call": per_call[i]}

@@ -50,7 +50,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--imbalance", type=float, default=1.0, help="max / mean routed load per GPU")
     p.add_argument("--eager-launch-us", type=float, default=0.0,
                    help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay; "
-                        "PyTorch's eager launches of a DeepSeek step took 14-18 us a kernel on a lent H200's host, "
+                        "PyTorch's eager launches of a DeepSeek step took 14-26 us a kernel on lent H200s' hosts, "
                         "docs/VALIDATION_GPU_MEASURED.md)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--calls-out", metavar="FILE", help="also write the priced calls with their shapes as CSV, for "

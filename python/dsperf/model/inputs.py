@@ -96,8 +96,9 @@ def _constants() -> dict[str, Constant]:
             f"{hpp}: kMinKernelUs", False),
         "step_model.graph_kernel_gap_us": Constant(
             SM.graph_kernel_gap_us,
-            "measured: a compute kernel's boundary inside a CUDA graph, 0.32 us (a one-request DeepSeek-V3 step "
-            "replayed from one graph on an H200 against its kernels alone, 0.29 and 0.36 us in two runs; dsperf "
+            "measured: a compute kernel's boundary inside a CUDA graph, 0.36 us (a one-request DeepSeek-V3 step "
+            "replayed from one graph on an H200 against its kernels alone: 0.29, 0.36 and 0.63 us in three runs, "
+            "their median; dsperf "
             "measure-gpu --chain, data/devices/measured/chains/H200-trtllm_h200_min_latency*.md)",
             f"{hpp}: kGraphKernelGapUs", False),
         "step_model.memory_reserve": Constant(

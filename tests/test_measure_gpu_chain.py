@@ -119,3 +119,14 @@ def test_chain_refuses_a_bad_clock_time():
     fake_timer = lambda: None  # noqa: E731 - never reached: the flag is checked first
     with pytest.raises(ValueError, match="--clock-seconds"):
         C.run_chain(args, "H200", 5, types.SimpleNamespace(), fake_timer, print)
+
+
+@pytest.mark.parametrize("extra, match", [(["--step", "trtllm_h200_min_latency"], "--chain and --step"),
+                                          (["--clock-seconds", "5"], "needs --chain")])
+def test_chain_flags_that_do_not_go_together_are_refused(extra, match):
+    import argparse
+    parser = argparse.ArgumentParser()
+    measure_gpu.add_parser(parser.add_subparsers(dest="command"))
+    argv = ["measure-gpu", "--dry-run"] + (["--chain", "trtllm_h200_min_latency"] if "--step" in extra else []) + extra
+    with pytest.raises(ValueError, match=match):
+        measure_gpu.run_command(parser.parse_args(argv), timer_factory=lambda: None, print_fn=lambda s: None)

@@ -91,7 +91,10 @@ def gemm_units(kernels, rows: int, weights: str = "bf16") -> str:
     """The units a GEMM of `rows` rows of x with `weights` ("bf16" or "fp8") runs on in this process:
     AMX tiles (from amx_min_rows()[weights] rows where AMX is usable), else VDPBF16PS dot products or
     widened FP32 FMAs."""
-    if kernels.amx_status() == "usable" and rows >= kernels.amx_min_rows()[weights]:
+    thresholds = kernels.amx_min_rows()
+    if weights not in ("bf16", "fp8"):
+        raise ValueError(f"weights must be 'bf16' or 'fp8', got {weights!r}")
+    if kernels.amx_status() == "usable" and rows >= thresholds[weights]:
         return "AMX tiles (TDPBF16PS)"
     products = kernels.gemm_products()
     return {"dot": "VDPBF16PS", "fma": "FP32 FMA (BF16 widened)"}.get(products, products)

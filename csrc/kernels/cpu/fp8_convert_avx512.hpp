@@ -2,16 +2,17 @@
 //
 // Within a block every code's BF16 value bf16(fp8 x scale) depends only on the code, so it is a
 // table lookup. The table holds the 128 non-negative codes' values times the scale (built with the
-// scalar fp8 decoding and VCVTNEPS2BF16, which rounds to nearest even as f32_to_bf16 does, so the
+// scalar fp8 decoding and VCVTNE2PS2BF16, which rounds to nearest even as f32_to_bf16 does, so the
 // lookups are bit-identical to the scalar dequantisation); rounding is symmetric, so a negative
-// code's value is the positive one with the sign bit flipped. Two layouts of the same table:
+// code's value is the positive one with the sign bit flipped. Layouts of the same table:
 //  - Fp8WordTable: 128 BF16 words in 4 zmm, looked up 32 codes at a time with two VPERMT2W, the
 //    results in the codes' order (for packing weight panels);
-//  - Fp8ByteTable: the low and the high bytes of the 128 words in 2 + 2 zmm, looked up 64 codes
-//    at a time with one VPERMT2B each (a 128-byte table per instruction: AVX512-VBMI), then
-//    interleaved into words by VPUNPCK[LH]BW, which keeps each 128-bit lane: the 64 results come
-//    out in the order fp8_lane_order describes (for streaming weights in decode, where x is
-//    permuted the same way once per call instead).
+//  - Fp8ByteRegs (in registers) / Fp8ByteTable (in memory, built from it): the low and the high
+//    bytes of the 128 words in 2 + 2 zmm, looked up 64 codes at a time with one VPERMT2B each (a
+//    128-byte table per instruction: AVX512-VBMI), then interleaved into words by VPUNPCK[LH]BW,
+//    which keeps each 128-bit lane: the 64 results come out in the order fp8_lane_order describes
+//    (fp8_convert64: streaming weights in decode, where x is permuted the same way once per call
+//    instead), or put back in the codes' order (fp8_convert64_ordered: the AMX tiles).
 // Header-only: the functions inline into the micro-kernels that call them.
 #pragma once
 #if defined(__x86_64__) || defined(_M_X64)
@@ -26,21 +27,13 @@
 
 namespace dsperf::kernels::avx512 {
 
-// The 128 words bf16(fp8_to_f32(code) x scale), code = 0..127 (the sign of the scale included).
-DSPERF_AVX512_VBMI inline void fp8_scaled_words(float scale, bf16_t* words /* 128, 64-byte aligned */) {
-    const float* decoded = fp8_table();
-    const __m512 sv = _mm512_set1_ps(scale);
-    for (int i = 0; i < 128; i += 16)
-        _mm256_store_si256(reinterpret_cast<__m256i*>(words + i),
-                           (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(decoded + i), sv)));
-}
-
 struct Fp8WordTable {
     __m512i t[4];
-    // Built in registers (VCVTNE2PS2BF16 packs 2 x 16 products into one vector of 32 words, with
-    // the same rounding as fp8_scaled_words): a round trip through memory stalled on store
-    // forwarding (256-bit stores read back as 512-bit loads), which cost as much as converting the
-    // 512 codes of the tile it was built for.
+    // The 128 words bf16(fp8_to_f32(code) x scale), code = 0..127 (the sign of the scale
+    // included), built in registers: VCVTNE2PS2BF16 packs 2 x 16 products into one vector of 32
+    // words, rounding to nearest even as f32_to_bf16 does. (Built in memory and read back, 256-bit
+    // stores as 512-bit loads stalled on store forwarding: as long as converting the 512 codes of
+    // the tile it was built for.)
     DSPERF_AVX512_VBMI explicit Fp8WordTable(float scale) {
         const float* decoded = fp8_table();
         const __m512 sv = _mm512_set1_ps(scale);
@@ -58,20 +51,6 @@ struct Fp8WordTable {
     }
 };
 
-// Low and high bytes of the 128 words, ready to be loaded as 4 zmm (lo0, lo1, hi0, hi1).
-struct alignas(64) Fp8ByteTable {
-    uint8_t lo[128], hi[128];
-    DSPERF_AVX512_VBMI void build(float scale) {
-        alignas(64) bf16_t words[128];
-        fp8_scaled_words(scale, words);
-        for (int i = 0; i < 128; i += 32) {
-            const __m512i w = _mm512_load_si512(words + i);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + i), _mm512_cvtepi16_epi8(w));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + i), _mm512_cvtepi16_epi8(_mm512_srli_epi16(w, 8)));
-        }
-    }
-};
-
 // The low (high = false) or high bytes of two vectors of 32 words, as one vector of 64 bytes.
 DSPERF_AVX512_VBMI inline __m512i fp8_word_bytes(__m512i w0, __m512i w1, bool high) {
     if (high) w0 = _mm512_srli_epi16(w0, 8), w1 = _mm512_srli_epi16(w1, 8);
@@ -84,6 +63,17 @@ struct Fp8ByteRegs {
     DSPERF_AVX512_VBMI explicit Fp8ByteRegs(const Fp8WordTable& w)
         : lo0(fp8_word_bytes(w.t[0], w.t[1], false)), lo1(fp8_word_bytes(w.t[2], w.t[3], false)),
           hi0(fp8_word_bytes(w.t[0], w.t[1], true)), hi1(fp8_word_bytes(w.t[2], w.t[3], true)) {}
+};
+
+// The same bytes in memory, ready to be loaded as 4 zmm (lo0, lo1, hi0, hi1): one per 128-column
+// block, reused by every row tile of a decode GEMM.
+struct alignas(64) Fp8ByteTable {
+    uint8_t lo[128], hi[128];
+    DSPERF_AVX512_VBMI void build(float scale) {
+        const Fp8ByteRegs r{Fp8WordTable(scale)};
+        _mm512_storeu_si512(lo, r.lo0), _mm512_storeu_si512(lo + 64, r.lo1);
+        _mm512_storeu_si512(hi, r.hi0), _mm512_storeu_si512(hi + 64, r.hi1);
+    }
 };
 
 // 64 codes -> two vectors of 32 BF16 in lane order (see fp8_lane_order). tlo/thi: the table's

@@ -170,6 +170,10 @@ def run_command(args, *, timer_factory=None, clock_factory=None, print_fn=print)
             raise ValueError(f"--device is needed: no shipped device file matches '{torch.cuda.get_device_name(0)}'")
     if device is None and args.dry_run:
         device, note = "H200", " No GPU to name the device: priced as H200 (--device to choose)."
+    if getattr(args, "chain", None) and (getattr(args, "step", None) or getattr(args, "step_calls", None)):
+        raise ValueError("--chain and --step / --step-calls time different things: give one")
+    if getattr(args, "clock_seconds", 0.0) and not getattr(args, "chain", None):
+        raise ValueError("--clock-seconds samples the clock while --chain's step replays: it needs --chain")
     if getattr(args, "chain", None):
         from .measure_gpu_chain import run_chain
         return run_chain(args, device, iters, torch, timer_factory, print_fn)

@@ -134,8 +134,6 @@ def clock_under_replay(torch, graph, seconds: float, sampler=None) -> dict:
     """The SM clock while the step's graph replays back to back for `seconds`: nvidia-smi's median SM
     clock and power over the second half (after the clock settles), the maximum clock, and the
     median replay time over that half (ms). {} where nvidia-smi is missing or gave no sample."""
-    import time
-
     from .gpu_timing import ClockSampler
 
     sampler = sampler or ClockSampler()

@@ -268,3 +268,22 @@ def test_cli_explore_says_which_devices_have_no_price(tmp_path):
 
     assert "no price for Ascend910C" in run()
     assert "no price for" not in run("--gpu-hour-usd", "1.5")
+
+
+def test_small_pages_turns_numpy_huge_page_advice_off_and_back():
+    from dsperf import _alloc
+
+    switch = _alloc._hugepage_switch()
+    if switch is None:
+        pytest.skip("this numpy has no huge-page switch")
+    before = switch(True)
+    try:
+        with _alloc.small_pages():
+            assert switch(False) is False  # off inside the block (the switch returns the old value)
+        assert switch(True) is True  # back on after it
+        with pytest.raises(RuntimeError):
+            with _alloc.small_pages():
+                raise RuntimeError("inside")
+        assert switch(True) is True  # and after an error inside
+    finally:
+        switch(before)

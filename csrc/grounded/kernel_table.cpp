@@ -163,13 +163,16 @@ double safe_log(double x) { return std::log(std::max(x, 1e-30)); }
 
 // A slot of a per-thread memo for a pointer and a key of doubles. Every bit of every double must
 // reach the slot bits: call shapes differ in their high (exponent and leading mantissa) bits, which
-// a multiply alone carries only upward and out of a small table's index.
+// a multiply alone carries only upward and out of a small table's index. So each double's high half
+// is folded onto its low half before its multiply, and splitmix64's finaliser spreads the sum's
+// bits down to the index. The products are independent of each other (a chained mix made the hash a
+// tenth of the explorer's sweep).
 size_t memo_slot(const void* owner, const double* key, int n, size_t slots) {
-    uint64_t h = reinterpret_cast<uintptr_t>(owner);
+    uint64_t h = reinterpret_cast<uintptr_t>(owner) * 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < n; ++i) {
         uint64_t bits;
         std::memcpy(&bits, &key[i], sizeof bits);
-        h ^= bits + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+        h += (bits ^ (bits >> 29)) * (0x9E3779B97F4A7C15ull + 2 * 0xD6E8FEB86659FD93ull * uint64_t(i + 1));
     }
     h ^= h >> 30, h *= 0xBF58476D1CE4E5B9ull;  // splitmix64's finaliser
     h ^= h >> 27, h *= 0x94D049BB133111EBull;
@@ -447,19 +450,27 @@ TableLookup KernelTables::lookup_domain(TableFamily family, const KernelShape& s
 }
 
 TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
-                                 double clock_ratio) const {
+                                 double clock_ratio, CallWork* work) const {
     TableLookup r;
     r.value = default_efficiency;
     const EfficiencyCurve& curve = curves_[int(family)];
     if (is_comm_family(family)) return comm_lookup(curve, family, shape, default_efficiency);
+    const DeviceSpec& priced = priced_on ? *priced_on : measured_on_;
+    const double priced_clock_key = priced_on ? clock_ratio : 1.0;
+    const auto fill_work = [&](CallWork* w) {
+        if (!w) return;
+        w->work = table_work(family, shape);
+        w->roofline_s = datasheet_roofline_s(w->work, priced, priced_clock_key);
+    };
     const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
-    if ((attention && shape.fp8_math) || curve.empty()) return r;
+    if ((attention && shape.fp8_math) || curve.empty()) {
+        fill_work(work);
+        return r;
+    }
     // The explorer prices the same call on the same device again and again (a layout's calls do
     // not all change with the batch, the overlap or the KV format): remember recent answers per
     // thread, keyed by everything the answer reads (the curve and its generation, the shape, and
-    // the priced device's peaks, bandwidth and clock).
-    const DeviceSpec& priced = priced_on ? *priced_on : measured_on_;
-    const double priced_clock_key = priced_on ? clock_ratio : 1.0;
+    // the priced device's peaks, bandwidth and clock), with the call's work.
     const double key[] = {double(int(family)), shape.m, shape.n, shape.k, shape.groups, shape.batch, shape.kv_len,
                           shape.heads, shape.q_len, shape.bytes, shape.ep, shape.tp, double(shape.fp8),
                           double(shape.fp8_math), priced.fp16_tflops, priced.fp8_tflops, priced.fp4_tflops,
@@ -470,15 +481,20 @@ TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, c
         uint64_t generation = 0;
         double key[kKey];
         TableLookup result;
+        CallWork work;
     };
-    constexpr size_t kSlots = 8192;  // 1.5 MB a pricing thread; 4096 left the explorer's sweep 7% slower
+    constexpr size_t kSlots = 8192;  // 1.8 MB a pricing thread; 4096 left the explorer's sweep 7% slower
     thread_local Memo memo[kSlots];
     Memo& slot = memo[memo_slot(&curve, key, int(kKey), kSlots)];
-    if (slot.curve == &curve && slot.generation == curve.generation() && std::memcmp(slot.key, key, sizeof key) == 0)
+    if (slot.curve == &curve && slot.generation == curve.generation() && std::memcmp(slot.key, key, sizeof key) == 0) {
+        if (work) *work = slot.work;
         return slot.result;
+    }
     r = price_from_rows(family, shape, priced_on, clock_ratio);
     slot.curve = &curve, slot.generation = curve.generation(), slot.result = r;
+    fill_work(&slot.work);
     std::memcpy(slot.key, key, sizeof key);
+    if (work) *work = slot.work;
     return r;
 }
 

@@ -117,6 +117,14 @@ struct TableLookup {
     bool clamped = false;  // the shape lay outside the measured range of its group
 };
 
+// A compute call's work and its roofline time on the priced device at the priced clock: what a
+// call's price reads beside its efficiency. KernelTables::lookup fills it on request and remembers
+// it with its answer (a sweep prices the same calls millions of times).
+struct CallWork {
+    KernelWork work;
+    double roofline_s = 0;
+};
+
 // How a compute lookup prices against its rows (KernelTables::lookup supplies both for the call
 // being priced): row_time(x, key, value), the time of the call's shape moved to primary x and
 // first secondary axis key (0: its own) at a row's efficiency, on the device being priced; and
@@ -191,9 +199,9 @@ public:
     // The efficiency of a call of `family` at `shape` on `priced_on` (its FLOPs at clock_ratio of
     // the tables' clock), interpolated in time as the header says; without a device, on the device
     // the rows were measured on. FP8-math attention has no published per-shape benchmark here: it
-    // takes the default.
+    // takes the default. work: where given, the call's CallWork (compute families).
     TableLookup lookup(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on = nullptr,
-                       double clock_ratio = 1.0) const;
+                       double clock_ratio = 1.0, CallWork* work = nullptr) const;
     size_t rows(TableFamily family) const { return curves_[static_cast<int>(family)].rows(); }
 
     // Used where a family has no rows: an efficiency, or a fraction of the link's datasheet rate.

@@ -70,13 +70,14 @@ public:
     void compute(const char* name, TableFamily f, Stage stage, const KernelShape& s) {
         KernelCall c{name, f, stage};
         c.shape = s;
-        const KernelWork w = table_work(f, s);
-        const TableLookup e = t_.lookup(f, s, &d_, d_.sustained_clock_ratio);
-        c.flops = w.flops, c.bytes = w.bytes;
-        c.efficiency = e.value, c.from_table = e.found, c.clamped = e.clamped;
         // The table's efficiency is against the datasheet roofline at the clock its benchmarks ran
-        // at; a deployment under sustained load runs its FLOPs at sustained_clock_ratio of it.
-        double us = datasheet_roofline_s(w, d_, d_.sustained_clock_ratio) / e.value * 1e6;
+        // at; a deployment under sustained load runs its FLOPs at sustained_clock_ratio of it (the
+        // roofline time in `w`, priced there).
+        CallWork w;
+        const TableLookup e = t_.lookup(f, s, &d_, d_.sustained_clock_ratio, &w);
+        c.flops = w.work.flops, c.bytes = w.work.bytes;
+        c.efficiency = e.value, c.from_table = e.found, c.clamped = e.clamped;
+        double us = w.roofline_s / e.value * 1e6;
         if (!e.found) us = std::max(us, kMinKernelUs);
         c.us = us * slowdown_ + kGraphKernelGapUs;
         add(c);

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _C
+from .._alloc import small_pages
 from . import grounded, prices
 from .._checks import finite_results, number, number_list
 from .devices import SPEC_FIELDS, DeviceLike, device_list, resolve_devices
@@ -157,13 +158,14 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
                routing_load=routing_load)
     # Tables and board power resolved once per device, as grounded.decode resolves them.
     pricing = [grounded.device_pricing(d) for d in devices]
-    cols = _price_grid(m, pairs, pricing, ax, kv_len=isl + osl / 2)
-    if afd:
-        from .explore_afd import with_afd  # (it reads this module's reasons and axes)
+    with small_pages():  # a million rows: faulted in faster without huge-page advice (_alloc.small_pages)
+        cols = _price_grid(m, pairs, pricing, ax, kv_len=isl + osl / 2)
+        if afd:
+            from .explore_afd import with_afd  # (it reads this module's reasons and axes)
 
-        cols = with_afd(cols, m, pairs, pricing, ax, afd_attn_gpus, afd_micro_batches, kv_len=isl + osl / 2)
-    return _frame(model, m, devices, pairs, pricing, ax, cols, isl=isl, osl=osl, prefill_ep=prefill_ep,
-                  prefill_tokens=prefill_tokens, ttft_ms=ttft_ms, request_rate=request_rate)
+            cols = with_afd(cols, m, pairs, pricing, ax, afd_attn_gpus, afd_micro_batches, kv_len=isl + osl / 2)
+        return _frame(model, m, devices, pairs, pricing, ax, cols, isl=isl, osl=osl, prefill_ep=prefill_ep,
+                      prefill_tokens=prefill_tokens, ttft_ms=ttft_ms, request_rate=request_rate)
 
 
 @dataclass

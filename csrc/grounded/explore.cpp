@@ -87,9 +87,17 @@ std::vector<std::vector<size_t>> batch_spans(const std::vector<double>& batch, s
     return out;
 }
 
+// The parts of one (device, mtp, batch, tp, kv) point's step that do not depend on the MoE layout
+// (the attention and dense MLP stages, the LM heads), priced for its first feasible EP size and read
+// by the others.
+struct EpFreeOnce {
+    bool priced = false;
+    EpFreeParts single, two, draft;  // one micro-batch, each of two, one draft pass
+};
+
 // One batch point of one (device, ep, tp, mtp, kv) block: its rows for every overlap.
 void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumns& out, size_t di, size_t ei,
-                 size_t ti, size_t mi, size_t ki, size_t bi, bool need_single, bool need_two) {
+                 size_t ti, size_t mi, size_t ki, size_t bi, bool need_single, bool need_two, EpFreeOnce& once) {
     const size_t nb = g.batch.size(), no = g.overlap.size(), nk = g.kv_fp8.size(), nm = g.mtp.size();
     const size_t nt = g.attn_tp.size(), ne = g.ep.size();
     const size_t blk = (((di * ne + ei) * nt + ti) * nm + mi) * nk + ki;
@@ -117,9 +125,16 @@ void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumn
     StepResult mem;
     const Infeasible why_b = why == Infeasible::kNone && dep.batch * dep.attn_tp < 1 ? Infeasible::kNoRequest : why;
     if (why_b == Infeasible::kNone) {
-        const double draft_ms = mtp_draft_ms(m, d, t, dep);
-        if (need_single) dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep, nullptr, draft_ms);
-        if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep, nullptr, draft_ms);
+        if (!once.priced) {
+            once.draft = mtp_draft_ep_free_parts(m, d, t, dep);
+            if (need_single) dep.overlap = Overlap::kNone, once.single = ep_free_parts(m, d, t, dep);
+            if (need_two) dep.overlap = Overlap::kTwoBatch, once.two = ep_free_parts(m, d, t, dep);
+            once.priced = true;
+        }
+        const double draft_ms = mtp_draft_ms(m, d, t, dep, &once.draft);
+        if (need_single)
+            dep.overlap = Overlap::kNone, single = step_stages(m, d, t, dep, nullptr, draft_ms, &once.single);
+        if (need_two) dep.overlap = Overlap::kTwoBatch, two = step_stages(m, d, t, dep, nullptr, draft_ms, &once.two);
         memory(m, d, dep, mem);
     }
     for (size_t oi = 0; oi < no; ++oi) {
@@ -158,11 +173,10 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
     for (int o : g.overlap) (o == int(Overlap::kTwoBatch) ? need_two : need_single) = true;
 
     // One work unit per (device, mtp, span of batches): its ep x tp x kv x overlap rows for each
-    // batch of the span, the EP innermost. The EP changes the MoE calls only, and the attention TP
-    // and the KV format the attention calls only, so one thread pricing them back to back for the
-    // same batch finds the other calls in the lookup memo (KernelTables::lookup): the attention
-    // core, the costliest call to price from its rows, once per batch, TP and KV format instead of
-    // once per EP too. The batches are cut into spans so that a grid of one device and one MTP
+    // batch of the span, the EP innermost. The EP changes the MoE calls only, so the other parts
+    // are priced once per batch, TP and KV format (EpFreeOnce), and the attention TP and
+    // the KV format change the attention calls only, so one thread pricing them back to back for
+    // the same batch finds the MoE calls in the lookup memo (KernelTables::lookup). The batches are cut into spans so that a grid of one device and one MTP
     // still has work units for every core. Small grids stay on the calling thread: a thread pool
     // costs more than it saves there, and a process forked after OpenMP ran (a test harness's
     // isolated case) must not start one.
@@ -176,9 +190,11 @@ void explore_decode(const ModelConfig& m, const ExploreGrid& g, const ExploreCol
         const size_t mi = block % nm, di = block / nm;
         for (size_t bi : spans[si])
             for (size_t ti = 0; ti < nt; ++ti)
-                for (size_t ki = 0; ki < nk; ++ki)
+                for (size_t ki = 0; ki < nk; ++ki) {
+                    EpFreeOnce once;
                     for (size_t ei = 0; ei < ne; ++ei)
-                        price_point(m, g, out, di, ei, ti, mi, ki, bi, need_single, need_two);
+                        price_point(m, g, out, di, ei, ti, mi, ki, bi, need_single, need_two, once);
+                }
     }
 }
 

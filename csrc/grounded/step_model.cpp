@@ -346,32 +346,6 @@ void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     if (tp > 1) b.allreduce("dense_allreduce", Stage::kDenseMlp, tp, T * m.dim * 2, d.nvlink_gbps);
 }
 
-// Two streams, two micro-batches, `layers` MoE layers after the dense ones: each stage starts
-// when its stream is free and its input is ready. Compute order per layer: attn A, attn B,
-// moe A, moe B; communication order: dispatch A, dispatch B, combine A, combine B. The pattern
-// repeats from the second layer on, so a few layers are simulated and the rest extrapolated.
-double two_batch_moe_layers_ms(double attn, double dispatch, double moe, double combine, int layers) {
-    double compute_free = 0, comm_free = 0;
-    double ready[2] = {0, 0};  // when each micro-batch's input to the next layer is ready
-    // One stage of both micro-batches on a stream: each starts when the stream is free and its
-    // input is done.
-    auto stage = [](double& stream_free, const double (&input)[2], double duration, double (&done)[2]) {
-        for (int mb = 0; mb < 2; ++mb) done[mb] = stream_free = std::max(stream_free, input[mb]) + duration;
-    };
-    const int simulated = std::min(layers, 4);
-    double end_prev = 0, end = 0;
-    for (int l = 0; l < simulated; ++l) {
-        double attn_done[2], disp_done[2], moe_done[2];
-        stage(compute_free, ready, attn, attn_done);
-        stage(comm_free, attn_done, dispatch, disp_done);
-        stage(compute_free, disp_done, moe, moe_done);
-        stage(comm_free, moe_done, combine, ready);
-        end_prev = end;
-        end = std::max(ready[0], ready[1]);
-    }
-    return (end + (layers - simulated) * (end - end_prev)) / 1e3;
-}
-
 }  // namespace
 
 double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node) {
@@ -393,43 +367,108 @@ double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node) {
     return reached * (nodes - 1) / nodes;
 }
 
-double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
-    if (dep.phase != Phase::kDecode || dep.mtp == 0) return 0;
-    // Each draft token is one pass of the MTP module over the batch: one MoE layer and the head.
+namespace {
+// The micro-batch a step runs its layers on: tokens and requests per micro-batch, and the compute
+// slowdown of two-batch overlap, whose communication kernels hold SMs beside the compute.
+struct MicroBatch {
+    int micro = 1;
+    double step_tokens = 0, tokens = 0, requests = 0, slowdown = 1;
+};
+MicroBatch micro_batch(const DeviceSpec& d, const Deployment& dep) {
+    MicroBatch mb;
+    const bool decode = dep.phase == Phase::kDecode;
+    mb.micro = dep.overlap == Overlap::kTwoBatch ? 2 : 1;
+    const double q_len = decode ? 1 + dep.mtp : 1;
+    // Tokens this GPU runs through a layer per step, and per micro-batch.
+    mb.step_tokens = decode ? dep.batch * q_len : dep.tokens;
+    mb.tokens = mb.step_tokens / mb.micro;
+    mb.requests = decode ? dep.batch / mb.micro : 0;
+    // The communication kernels of the normal (prefill) mode hold SMs while compute runs beside
+    // them; the low-latency kernels do not.
+    const int comm_sms = dep.comm_sms >= 0 ? dep.comm_sms : (decode ? d.comm_sms_decode : d.comm_sms_prefill);
+    mb.slowdown = dep.overlap == Overlap::kTwoBatch ? double(d.sm_count) / double(d.sm_count - comm_sms) : 1.0;
+    return mb;
+}
+
+// A draft pass: the MTP module over the batch, one token a request.
+Deployment draft_pass(const Deployment& dep) {
     Deployment draft = dep;
     draft.mtp = 0;
-    CallBuilder pass(d, t, 1.0, false);
-    attention_calls(pass, m, draft, d, dep.batch, dep.batch);
-    moe_calls(pass, m, draft, d, dep.batch);
+    return draft;
+}
+
+// The step's LM head: on its tokens in decode, on the last token of each prompt in prefill.
+void lm_head_call(CallBuilder& head, const ModelConfig& m, const Deployment& dep, double step_tokens) {
+    const bool decode = dep.phase == Phase::kDecode;
+    const double prompts = decode ? 0 : dep.tokens / (dep.prompt_len - dep.cached_prefix);
+    head.compute("lm_head", TableFamily::kGemmBf16, Stage::kHead, lm_head_shape(m, dep, decode ? step_tokens : prompts));
+}
+
+// A draft pass's head, on the batch.
+void draft_head_call(CallBuilder& pass, const ModelConfig& m, const Deployment& dep) {
     pass.compute("mtp_lm_head", TableFamily::kGemmBf16, Stage::kHead, lm_head_shape(m, dep, dep.batch));
+}
+}  // namespace
+
+EpFreeParts ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
+    const MicroBatch mb = micro_batch(d, dep);
+    CallBuilder b(d, t, mb.slowdown, false), head(d, t, 1.0, false);
+    attention_calls(b, m, dep, d, mb.tokens, mb.requests);
+    dense_mlp_calls(b, m, dep, d, mb.tokens);
+    lm_head_call(head, m, dep, mb.step_tokens);
+    EpFreeParts p;
+    p.attn_us = b.stage_us[int(Stage::kAttention)], p.dense_mlp_us = b.stage_us[int(Stage::kDenseMlp)];
+    p.lm_head_us = head.stage_us[int(Stage::kHead)];
+    return p;
+}
+
+EpFreeParts mtp_draft_ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t,
+                                    const Deployment& dep) {
+    EpFreeParts p;
+    p.attn_us = p.dense_mlp_us = p.lm_head_us = 0;
+    if (dep.phase != Phase::kDecode || dep.mtp == 0) return p;
+    CallBuilder pass(d, t, 1.0, false);
+    attention_calls(pass, m, draft_pass(dep), d, dep.batch, dep.batch);
+    draft_head_call(pass, m, dep);
+    p.attn_us = pass.stage_us[int(Stage::kAttention)], p.lm_head_us = pass.stage_us[int(Stage::kHead)];
+    return p;
+}
+
+double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
+                    const EpFreeParts* known) {
+    if (dep.phase != Phase::kDecode || dep.mtp == 0) return 0;
+    // Each draft token is one pass of the MTP module over the batch: one MoE layer and the head.
+    // Each part adds to its own stage, so a known part is that stage's sum.
+    const Deployment draft = draft_pass(dep);
+    CallBuilder pass(d, t, 1.0, false);
+    if (known) pass.stage_us[int(Stage::kAttention)] = known->attn_us;
+    else attention_calls(pass, m, draft, d, dep.batch, dep.batch);
+    moe_calls(pass, m, draft, d, dep.batch);
+    if (known) pass.stage_us[int(Stage::kHead)] = known->lm_head_us;
+    else draft_head_call(pass, m, dep);
     double pass_us = 0;
     for (double v : pass.stage_us) pass_us += v;
     return dep.mtp * pass_us / 1e3;
 }
 
 StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
-                       std::vector<KernelCall>* calls, double mtp_ms) {
+                       std::vector<KernelCall>* calls, double mtp_ms, const EpFreeParts* known) {
     StepStages st;
-    const bool decode = dep.phase == Phase::kDecode;
-    st.micro = dep.overlap == Overlap::kTwoBatch ? 2 : 1;
-    const double q_len = decode ? 1 + dep.mtp : 1;
-    // Tokens this GPU runs through a layer per step, and per micro-batch.
-    const double step_tokens = decode ? dep.batch * q_len : dep.tokens;
-    const double t_mb = step_tokens / st.micro;
-    const double requests_mb = decode ? dep.batch / st.micro : 0;
-    // The communication kernels of the normal (prefill) mode hold SMs while compute runs beside
-    // them; the low-latency kernels do not.
-    const int comm_sms = dep.comm_sms >= 0 ? dep.comm_sms : (decode ? d.comm_sms_decode : d.comm_sms_prefill);
-    const double slowdown =
-        dep.overlap == Overlap::kTwoBatch ? double(d.sm_count) / double(d.sm_count - comm_sms) : 1.0;
+    const MicroBatch mb = micro_batch(d, dep);
+    st.micro = mb.micro;
+    const double t_mb = mb.tokens, slowdown = mb.slowdown;
     const bool keep = calls != nullptr;
+    if (keep) known = nullptr;
 
+    // Each part adds to its own stage, so a known part is that stage's sum.
     CallBuilder moe(d, t, slowdown, keep);
-    attention_calls(moe, m, dep, d, t_mb, requests_mb);
+    if (known) moe.stage_us[int(Stage::kAttention)] = known->attn_us;
+    else attention_calls(moe, m, dep, d, t_mb, mb.requests);
     moe_calls(moe, m, dep, d, t_mb);
     // A dense layer runs the same attention calls as a MoE layer, then the dense MLP.
     CallBuilder dense(d, t, slowdown, keep);
-    dense_mlp_calls(dense, m, dep, d, t_mb);
+    if (known) dense.stage_us[int(Stage::kDenseMlp)] = known->dense_mlp_us;
+    else dense_mlp_calls(dense, m, dep, d, t_mb);
     auto us = [](const CallBuilder& b, Stage s) { return b.stage_us[int(s)]; };
     st.attn = us(moe, Stage::kAttention);
     st.dispatch = us(moe, Stage::kDispatch);
@@ -441,10 +480,8 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
     // The head: LM head on the step's tokens (prefill: the last token of each prompt), and in
     // decode each MTP draft pass (one MoE layer and the head, for the batch).
     CallBuilder head(d, t, 1.0, keep);
-    {
-        const double prompts = decode ? 0 : dep.tokens / (dep.prompt_len - dep.cached_prefix);
-        head.compute("lm_head", TableFamily::kGemmBf16, Stage::kHead, lm_head_shape(m, dep, decode ? step_tokens : prompts));
-    }
+    if (known) head.stage_us[int(Stage::kHead)] = known->lm_head_us;
+    else lm_head_call(head, m, dep, mb.step_tokens);
     st.head_ms = us(head, Stage::kHead) / 1e3 + (mtp_ms >= 0 ? mtp_ms : mtp_draft_ms(m, d, t, dep));
 
     if (keep) {
@@ -457,23 +494,6 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
         *calls = std::move(moe.calls);
     }
     return st;
-}
-
-double schedule_ms(const ModelConfig& m, const StepStages& s, Overlap overlap) {
-    const int n_moe = int(m.n_moe_layers());
-    double moe_ms;
-    switch (overlap) {
-        case Overlap::kTwoBatch:
-            moe_ms = two_batch_moe_layers_ms(s.attn, s.dispatch, s.moe, s.combine, n_moe);
-            break;
-        case Overlap::kSingleBatch:
-            // Dispatch runs under the norm, gate and shared expert; combine is exposed.
-            moe_ms = n_moe * (s.attn + std::max(s.dispatch, s.moe_shared) + (s.moe - s.moe_shared) + s.combine) / 1e3;
-            break;
-        default:
-            moe_ms = n_moe * (s.attn + s.dispatch + s.moe + s.combine) / 1e3;
-    }
-    return double(m.n_dense_layers) * s.micro * s.dense / 1e3 + moe_ms + s.head_ms;
 }
 
 namespace {

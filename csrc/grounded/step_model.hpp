@@ -153,11 +153,26 @@ struct StepStages {
     double dense = 0;            // one dense layer (attention + MLP)
     double head_ms = 0;          // LM head and MTP draft passes, per step
 };
+// The parts of a step that do not depend on the MoE layout (EP size, redundant experts, MoE TP): a
+// sweep over EP sizes prices them once per point (explore_decode). -1: not given.
+struct EpFreeParts {
+    double attn_us = -1;       // one micro-batch's attention stage
+    double dense_mlp_us = -1;  // one micro-batch's dense MLP stage
+    double lm_head_us = -1;    // the LM head (per step; of one pass for a draft)
+};
+// Those parts of dep's step (for its overlap), and of one MTP draft pass (no dense MLP; zeros without MTP).
+EpFreeParts ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);
+EpFreeParts mtp_draft_ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t,
+                                    const Deployment& dep);
 // mtp_ms: the MTP draft passes' milliseconds when the caller already has them (mtp_draft_ms), else -1.
+// known: parts the caller already has (ep_free_parts of the same deployment); ignored where `calls`
+// asks for the calls.
 StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
-                       std::vector<KernelCall>* calls = nullptr, double mtp_ms = -1);
+                       std::vector<KernelCall>* calls = nullptr, double mtp_ms = -1, const EpFreeParts* known = nullptr);
 // The MTP draft passes of a decode step, milliseconds (0 without MTP); they do not depend on overlap.
-double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);
+// known: one pass's parts the caller already has (mtp_draft_ep_free_parts).
+double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep,
+                    const EpFreeParts* known = nullptr);
 // The memory fields of a result (weights, KV cache, batch limit, fits_memory).
 void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, StepResult& r);
 

@@ -271,7 +271,7 @@ def test_cli_explore_says_which_devices_have_no_price(tmp_path):
 
 
 def test_small_pages_turns_numpy_huge_page_advice_off_and_back():
-    from dsperf import _alloc
+    from dsperf.model import _alloc
 
     switch = _alloc._hugepage_switch()
     if switch is None:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _C
-from .._alloc import small_pages
+from ._alloc import small_pages
 from . import grounded, prices
 from .._checks import finite_results, number, number_list
 from .devices import SPEC_FIELDS, DeviceLike, device_list, resolve_devices

@@ -54,6 +54,23 @@ def test_a_grid_priced_in_parallel_work_units_equals_the_grounded_model():
         assert g["step_ms"] == pytest.approx(r.step_ms, rel=1e-12)
 
 
+def test_parts_priced_once_per_point_hold_for_every_ep_size():
+    # The attention and dense stages and the LM heads are priced once per (batch, TP, KV format)
+    # at its first feasible EP size and read by the others (EpFreeParts): with TP 8 the EP sizes 4
+    # and 12 are infeasible, 16 and 24 are not, and the experts share the attention group at 8.
+    batch = tuple(float(b) for b in range(1, 200))
+    df = explore.search(devices=["H800"], isl=1024, osl=256, ep=(4, 8, 12, 16, 24), attn_tp=(1, 8),
+                        mtp=((2, 1.5),), batch=batch)
+    priced = df[df["step_ms"].notna()]  # EP 8 is priced though its KV cache does not fit an H800
+    rows = priced.groupby(["ep", "attn_tp"]).sample(4, random_state=5)
+    assert set(rows.loc[rows["attn_tp"] == 8, "ep"]) == {8, 16, 24}  # 4 and 12: not multiples of the TP
+    for r in rows.itertuples():
+        g = grounded.decode("DeepSeek-V3", "H800", batch=r.batch, kv_len=1024 + 128, ep=int(r.ep),
+                            attn_tp=int(r.attn_tp), redundant_experts=int(r.redundant_experts),
+                            overlap=str(r.overlap), mtp=2, mtp_accepted=1.5, kv_fp8=bool(r.kv_fp8))
+        assert g["step_ms"] == r.step_ms
+
+
 def test_serving_columns(frame):
     f = frame[frame["feasible"]]
     assert (f["tokens_per_gpu_s_served"] < f["tokens_per_gpu_s"]).all()  # prefill GPUs are counted

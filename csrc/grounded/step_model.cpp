@@ -425,7 +425,6 @@ EpFreeParts ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const Kerne
 EpFreeParts mtp_draft_ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t,
                                     const Deployment& dep) {
     EpFreeParts p;
-    p.attn_us = p.dense_mlp_us = p.lm_head_us = 0;
     if (dep.phase != Phase::kDecode || dep.mtp == 0) return p;
     CallBuilder pass(d, t, 1.0, false);
     attention_calls(pass, m, draft_pass(dep), d, dep.batch, dep.batch);

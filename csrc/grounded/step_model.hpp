@@ -154,11 +154,11 @@ struct StepStages {
     double head_ms = 0;          // LM head and MTP draft passes, per step
 };
 // The parts of a step that do not depend on the MoE layout (EP size, redundant experts, MoE TP): a
-// sweep over EP sizes prices them once per point (explore_decode). -1: not given.
+// sweep over EP sizes prices them once per point (explore_decode) and passes them to the others.
 struct EpFreeParts {
-    double attn_us = -1;       // one micro-batch's attention stage
-    double dense_mlp_us = -1;  // one micro-batch's dense MLP stage
-    double lm_head_us = -1;    // the LM head (per step; of one pass for a draft)
+    double attn_us = 0;       // one micro-batch's attention stage
+    double dense_mlp_us = 0;  // one micro-batch's dense MLP stage
+    double lm_head_us = 0;    // the LM head (per step; of one pass for a draft)
 };
 // Those parts of dep's step (for its overlap), and of one MTP draft pass (no dense MLP; zeros without MTP).
 EpFreeParts ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);

@@ -32,6 +32,32 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
     payload = dim + dim / 128 * 4  # FP8 + 1x128 FP32 scales
     nan = math.nan
     for di, ((_, spec), tables) in enumerate(zip(pairs, tables)):
+        # Each row reads the attention GPUs' attention, dense and head stages, which depend on their
+        # tokens and KV format only, and the expert GPUs' MoE stage, which depends on their tokens and
+        # the expert layout only: each priced once per device (rows share them across A, the
+        # micro-batches, the batches and the other side's layout).
+        # The deployment is checked field by field once per layout; each call then sets its batch,
+        # which step_stages checks again at the C++ boundary.
+        attn_side, expert_side, layouts = {}, {}, {}
+
+        def stages(t, kv, F, r):
+            if (F, r, kv) not in layouts:
+                layouts[F, r, kv] = grounded._deployment("decode", batch=1, kv_len=kv_len, ep=F, overlap="none",
+                                                         kv_fp8=kv, redundant_experts=r, attn_tp=1)
+            dep = layouts[F, r, kv]
+            dep.batch = t
+            return SM.step_stages(m, spec, tables, dep)
+
+        def attention_stages(t_attn, kv, F, r):
+            if (t_attn, kv) not in attn_side:
+                attn_side[t_attn, kv] = stages(t_attn, kv, F, r)
+            return attn_side[t_attn, kv]
+
+        def expert_stages(t_ffn, kv, F, r):
+            if (t_ffn, F, r) not in expert_side:
+                expert_side[t_ffn, F, r] = stages(t_ffn, kv, F, r)
+            return expert_side[t_ffn, F, r]
+
         mem = spec.mem_gb * 2**30 * 0.9
         kv_per_token = {kv: grounded.decode(m, spec, batch=1, kv_len=kv_len, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
                         for kv in kvs}
@@ -67,12 +93,7 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
                                 for k in ("step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s"):
                                     rows[k].append(nan)
                                 continue
-                            att = grounded._deployment("decode", batch=t_attn, kv_len=kv_len, ep=F, overlap="none",
-                                                       kv_fp8=kv, redundant_experts=r, attn_tp=1)
-                            ffn = grounded._deployment("decode", batch=t_ffn, kv_len=kv_len, ep=F, overlap="none",
-                                                       kv_fp8=kv, redundant_experts=r, attn_tp=1)
-                            sa = SM.step_stages(m, spec, tables, att)
-                            sf = SM.step_stages(m, spec, tables, ffn)
+                            sa, sf = attention_stages(t_attn, kv, F, r), expert_stages(t_ffn, kv, F, r)
                             disp = max(t_attn, t_ffn) * K * payload / (gbps[A][0] * 1e3)  # us
                             comb = max(t_attn, t_ffn) * K * 2 * dim / (gbps[A][1] * 1e3)
                             stage = max(sa["attn_us"], sf["moe_us"], disp, comb)

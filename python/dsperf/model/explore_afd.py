@@ -3,8 +3,6 @@ attention GPUs and expert GPUs apart, micro-batches ping-ponged between them; th
 appends for it (kind "afd")."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import _C
@@ -22,22 +20,24 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
     on opposite directions of the links); the pipeline fills once per step. The exchange is priced
     as the low-latency all-to-all over A + F ranks at the NIC (a pair per (token, expert) from each
     attention GPU, received spread over the F expert GPUs)."""
-    rows = {k: [] for k in ("device_index", "ep", "redundant_experts", "attn_tp", "mtp", "mtp_accepted", "kv_fp8",
-                            "overlap", "batch", "infeasible", "step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s",
-                            "batch_limit", "fits_memory", "weights_gib", "kv_gib", "kind", "attn_gpus")}
+    names = ("device_index", "ep", "redundant_experts", "attn_tp", "mtp", "mtp_accepted", "kv_fp8", "overlap", "batch",
+             "infeasible", "step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s", "batch_limit", "fits_memory",
+             "weights_gib", "kv_gib", "kind", "attn_gpus")
+    parts = {k: [] for k in names}  # arrays over the batches, one per (device, F, A, micro, KV) in row order
     pc = _C.param_counts(m, False)
     attn_weights = (pc["mla"] * m.n_layers + pc["dense_mlp"] * m.n_dense_layers + pc["gate"] * m.n_moe_layers
                     + 2 * (pc["embedding"] + pc["lm_head"]))
     K, dim = m.n_activated_experts, m.dim
     payload = dim + dim / 128 * 4  # FP8 + 1x128 FP32 scales
-    nan = math.nan
+    b = np.asarray(batches, dtype=float)
+    n = len(b)
     for di, ((_, spec), tables) in enumerate(zip(pairs, tables)):
         # Each row reads the attention GPUs' attention, dense and head stages, which depend on their
         # tokens and KV format only, and the expert GPUs' MoE stage, which depends on their tokens and
         # the expert layout only: each priced once per device (rows share them across A, the
-        # micro-batches, the batches and the other side's layout).
-        # The deployment is checked field by field once per layout; each call then sets its batch,
-        # which step_stages checks again at the C++ boundary.
+        # micro-batches, the batches and the other side's layout). The deployment is checked field by
+        # field once per layout; each call then sets its batch, which step_stages checks again at the
+        # C++ boundary.
         attn_side, expert_side, layouts = {}, {}, {}
 
         def stages(t, kv, F, r):
@@ -71,42 +71,47 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
                            tables.lookup("combine_ll", link)["value"] * scale)
             for A in attn_gpus:
                 for mb in micro_batches:
+                    t_attn = b / mb            # tokens per attention GPU per micro-batch
+                    t_ffn = A * b / (mb * F)   # tokens per expert GPU per micro-batch
+                    if m.n_routed_experts + r < F:
+                        why = np.full(n, WHY["ep_exceeds_experts"], np.int32)
+                    else:
+                        why = np.where((t_attn < 1) | (t_ffn < 1), WHY["too_few_tokens"], WHY["none"]).astype(np.int32)
+                    ok = why == WHY["none"]
                     for kv in kvs:
-                        for b in batches:
-                            t_attn = b / mb                  # tokens per attention GPU per micro-batch
-                            t_ffn = A * b / (mb * F)          # tokens per expert GPU per micro-batch
-                            why = WHY["none"]
-                            if m.n_routed_experts + r < F:
-                                why = WHY["ep_exceeds_experts"]
-                            elif t_attn < 1 or t_ffn < 1:
-                                why = WHY["too_few_tokens"]
-                            limit = max(0.0, (mem - attn_weights) / (kv_per_token[kv] * kv_len))
-                            fits = b <= limit and ffn_weights <= mem
-                            rows["device_index"].append(di), rows["ep"].append(F), rows["redundant_experts"].append(r)
-                            rows["attn_tp"].append(1), rows["mtp"].append(0), rows["mtp_accepted"].append(0.0)
-                            rows["kv_fp8"].append(kv), rows["overlap"].append(3), rows["batch"].append(b)
-                            rows["infeasible"].append(why), rows["kind"].append(1), rows["attn_gpus"].append(A)
-                            rows["batch_limit"].append(limit), rows["fits_memory"].append(fits)
-                            rows["weights_gib"].append(attn_weights / 2**30)
-                            rows["kv_gib"].append(kv_per_token[kv] * kv_len * b / 2**30)
-                            if why:
-                                for k in ("step_ms", "tpot_ms", "tps_user", "tokens_per_gpu_s"):
-                                    rows[k].append(nan)
-                                continue
-                            sa, sf = attention_stages(t_attn, kv, F, r), expert_stages(t_ffn, kv, F, r)
-                            disp = max(t_attn, t_ffn) * K * payload / (gbps[A][0] * 1e3)  # us
-                            comb = max(t_attn, t_ffn) * K * 2 * dim / (gbps[A][1] * 1e3)
-                            stage = max(sa["attn_us"], sf["moe_us"], disp, comb)
-                            fill = sa["attn_us"] + sf["moe_us"] + disp + comb - stage
-                            step_ms = ((m.n_moe_layers * mb * stage + fill + m.n_dense_layers * mb * sa["dense_us"]) / 1e3
-                                       + mb * sa["head_ms"] + overhead_ms)
-                            rows["step_ms"].append(step_ms), rows["tpot_ms"].append(step_ms)
-                            rows["tps_user"].append(1e3 / step_ms)
-                            rows["tokens_per_gpu_s"].append(A * b / (step_ms / 1e3) / (A + F))
+                        limit = max(0.0, (mem - attn_weights) / (kv_per_token[kv] * kv_len))
+                        step_ms = np.full(n, np.nan)
+                        if ok.any():
+                            sa = [attention_stages(t, kv, F, r) for t in t_attn[ok].tolist()]
+                            sf = [expert_stages(t, kv, F, r) for t in t_ffn[ok].tolist()]
+                            attn = np.array([x["attn_us"] for x in sa])
+                            dense = np.array([x["dense_us"] for x in sa])
+                            head = np.array([x["head_ms"] for x in sa])
+                            moe = np.array([x["moe_us"] for x in sf])
+                            tokens = np.maximum(t_attn[ok], t_ffn[ok])
+                            disp = tokens * K * payload / (gbps[A][0] * 1e3)  # us
+                            comb = tokens * K * 2 * dim / (gbps[A][1] * 1e3)
+                            stage = np.maximum(np.maximum(np.maximum(attn, moe), disp), comb)
+                            fill = attn + moe + disp + comb - stage
+                            step_ms[ok] = ((m.n_moe_layers * mb * stage + fill + m.n_dense_layers * mb * dense) / 1e3
+                                           + mb * head + overhead_ms)
+                        columns = dict(
+                            device_index=np.full(n, di, np.int32), ep=np.full(n, F, np.int32),
+                            redundant_experts=np.full(n, r, np.int32), attn_tp=np.ones(n, np.int32),
+                            mtp=np.zeros(n, np.int32), mtp_accepted=np.zeros(n), kv_fp8=np.full(n, kv, bool),
+                            overlap=np.full(n, 3, np.int32), batch=b, infeasible=why, step_ms=step_ms,
+                            tpot_ms=step_ms, tps_user=1e3 / step_ms,
+                            tokens_per_gpu_s=A * b / (step_ms / 1e3) / (A + F), batch_limit=np.full(n, limit),
+                            fits_memory=(b <= limit) & (ffn_weights <= mem),
+                            weights_gib=np.full(n, attn_weights / 2**30), kv_gib=kv_per_token[kv] * kv_len * b / 2**30,
+                            kind=np.ones(n, np.int8), attn_gpus=np.full(n, float(A)))
+                        for k in names:
+                            parts[k].append(columns[k])
     types = {"device_index": np.int32, "ep": np.int32, "redundant_experts": np.int32, "attn_tp": np.int32,
              "mtp": np.int32, "overlap": np.int32, "infeasible": np.int32, "kind": np.int8, "kv_fp8": bool,
              "fits_memory": bool}
-    return {k: np.asarray(v, dtype=types.get(k, float)) for k, v in rows.items()}
+    return {k: np.concatenate(v).astype(types.get(k, float), copy=False) if v else np.zeros(0, types.get(k, float))
+            for k, v in parts.items()}
 
 
 def with_afd(cols, m, pairs, pricing, ax: _Axes, afd_attn_gpus, afd_micro_batches, *, kv_len) -> dict:

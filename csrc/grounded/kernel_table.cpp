@@ -165,8 +165,8 @@ double safe_log(double x) { return std::log(std::max(x, 1e-30)); }
 // reach the slot bits: call shapes differ in their high (exponent and leading mantissa) bits, which
 // a multiply alone carries only upward and out of a small table's index. So each double's high half
 // is folded onto its low half before its multiply, and splitmix64's finaliser spreads the sum's
-// bits down to the index. The products are independent of each other (a chained mix made the hash a
-// tenth of the explorer's sweep).
+// bits down to the index. The products are independent of each other (a mix chained through every
+// key serialised the hash; the memo's probe is among the largest shares of the explorer's sweep).
 size_t memo_slot(const void* owner, const double* key, int n, size_t slots) {
     uint64_t h = reinterpret_cast<uintptr_t>(owner) * 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < n; ++i) {

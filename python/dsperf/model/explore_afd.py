@@ -107,11 +107,7 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
                             kind=np.ones(n, np.int8), attn_gpus=np.full(n, float(A)))
                         for k in names:
                             parts[k].append(columns[k])
-    types = {"device_index": np.int32, "ep": np.int32, "redundant_experts": np.int32, "attn_tp": np.int32,
-             "mtp": np.int32, "overlap": np.int32, "infeasible": np.int32, "kind": np.int8, "kv_fp8": bool,
-             "fits_memory": bool}
-    return {k: np.concatenate(v).astype(types.get(k, float), copy=False) if v else np.zeros(0, types.get(k, float))
-            for k, v in parts.items()}
+    return {k: np.concatenate(v) for k, v in parts.items()}  # each column's dtype as built above
 
 
 def with_afd(cols, m, pairs, pricing, ax: _Axes, afd_attn_gpus, afd_micro_batches, *, kv_len) -> dict:

@@ -8,8 +8,8 @@
 #include "kernels/common/parallel.hpp"
 #include "kernels/cpu/amx_tiles.hpp"
 #include "kernels/cpu/cpu_features.hpp"
-#if DSPERF_HAVE_AMX_BUILD
 #include "kernels/cpu/fp8_convert_avx512.hpp"
+#if DSPERF_HAVE_AMX_BUILD
 #include "kernels/cpu/transpose_avx512.hpp"
 #else
 #define DSPERF_AMX
@@ -92,28 +92,37 @@ Rows rows_of(const WeightSource& s) {
     return r;
 }
 
-// Element i of a tile, at (i / 32, i % 32): a row tile's row and K value; a pair tile's pair q and
-// (row j, half h) as j * 2 + h.
-void tiles_scalar(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bool pairs, bf16_t* out) {
+// Position p of a K tile's 32 values holds K value k0 + p, or, in lane order, the K value the FP8
+// converter puts there (fp8_lane_order: within each group of two K tiles, 64 K values).
+int64_t k_of(int64_t k_tile, int64_t p, bool lane_order) {
+    if (!lane_order) return 32 * k_tile + p;
+    return 64 * (k_tile / 2) + avx512::fp8_lane_order(32 * (k_tile % 2) + p);
+}
+
+// Element i of a tile, at (i / 32, i % 32): a row tile's row and K position; a pair tile's pair q
+// and (row j, half h) as j * 2 + h.
+void tiles_scalar(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bool pairs, bool lane_order,
+                  bf16_t* out) {
     for (int64_t t = 0; t < nt; ++t)
         for (int64_t kt = 0; kt < nkt; ++kt) {
             bf16_t* tile = out + (t * nkt + kt) * kTileElems;
-            const int64_t r0 = 16 * (t0 + t), k0 = 32 * (kt0 + kt);
+            const int64_t r0 = 16 * (t0 + t);
             for (int64_t i = 0; i < kTileElems; ++i) {
                 const int64_t hi = i / 32, lo = i % 32;
-                tile[i] = pairs ? s.at(r0 + lo / 2, k0 + 2 * hi + lo % 2) : s.at(r0 + hi, k0 + lo);
+                tile[i] = pairs ? s.at(r0 + lo / 2, k_of(kt0 + kt, 2 * hi + lo % 2, lane_order))
+                                : s.at(r0 + hi, k_of(kt0 + kt, lo, lane_order));
             }
         }
 }
 
 #if DSPERF_HAVE_AMX_BUILD
 __mmask32 k_mask(int64_t k0, int64_t K) {
-    const int64_t kn = std::min<int64_t>(32, K - k0);
+    const int64_t kn = std::clamp<int64_t>(K - k0, 0, 32);
     return kn >= 32 ? ~__mmask32(0) : (__mmask32(1) << kn) - 1;
 }
 
 // Row tiles of FP8 codes (weights are the A operand, never pair tiles): each row's codes 64 at a time
-// (two K tiles) through their 128 x 128 block's byte table (fp8_convert64_ordered), built in
+// (two K tiles) through their 128 x 128 block's byte table (fp8_convert64, in its lane order), built in
 // registers once for the block's 4 K tiles beside each other, each row's codes prefetched
 // kFp8Prefetch bytes ahead. Measured on 8 x 4,096 x 7,168 in cache, with the chunking in gemm: a
 // word table built in memory for every tile 12 G codes/s, this 25. Streamed (decode, 8 experts x 8
@@ -139,8 +148,8 @@ DSPERF_AVX512_VBMI void fp8_row_tiles(const Rows& s, int64_t t0, int64_t nt, int
                 if (j < rows && k0 + kFp8Prefetch < s.K)
                     _mm_prefetch(reinterpret_cast<const char*>(base + j * s.ld + k0 + kFp8Prefetch), _MM_HINT_T0);
                 __m512i first = _mm512_setzero_si512(), second = _mm512_setzero_si512();
-                if (j < rows) avx512::fp8_convert64_ordered(_mm512_maskz_loadu_epi8(km, base + j * s.ld + k0), table,
-                                                            first, second);
+                if (j < rows) avx512::fp8_convert64(_mm512_maskz_loadu_epi8(km, base + j * s.ld + k0), table.lo0,
+                                                    table.lo1, table.hi0, table.hi1, first, second);
                 _mm512_store_si512(tiles + kt * kTileElems + j * 32, first);
                 if (pair) _mm512_store_si512(tiles + (kt + 1) * kTileElems + j * 32, second);
             }
@@ -148,12 +157,41 @@ DSPERF_AVX512_VBMI void fp8_row_tiles(const Rows& s, int64_t t0, int64_t nt, int
     }
 }
 
+// Pair tiles of BF16 rows in lane order (k_of), two K tiles at a time: each row's 64 K values put in
+// that order (to_fp8_lane_order), then transposed as below. kt0 is even (a group's first K tile).
+DSPERF_AVX512_VBMI void pair_tiles_lane_order(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt,
+                                              bf16_t* out) {
+    for (int64_t t = 0; t < nt; ++t) {
+        const int64_t r0 = 16 * (t0 + t);
+        for (int64_t kt = 0; kt < nkt; kt += 2) {
+            const int64_t k0 = 32 * (kt0 + kt);
+            const __mmask32 km0 = k_mask(k0, s.K), km1 = k_mask(k0 + 32, s.K);
+            __m512i first[16], second[16];
+            for (int64_t j = 0; j < kRows; ++j) {
+                const auto* row = static_cast<const bf16_t*>(s.p) + (r0 + j) * s.ld + k0;
+                const bool in = r0 + j < s.R;
+                avx512::to_fp8_lane_order(in ? _mm512_maskz_loadu_epi16(km0, row) : _mm512_setzero_si512(),
+                                          in ? _mm512_maskz_loadu_epi16(km1, row + 32) : _mm512_setzero_si512(),
+                                          first[j], second[j]);
+            }
+            bf16_t* tile = out + (t * nkt + kt) * kTileElems;
+            avx512::transpose16x16(first);
+            for (int64_t q = 0; q < 16; ++q) _mm512_store_si512(tile + q * 32, first[q]);
+            if (kt + 1 == nkt) continue;  // the group's second K tile lies outside this call's range
+            avx512::transpose16x16(second);
+            for (int64_t q = 0; q < 16; ++q) _mm512_store_si512(tile + kTileElems + q * 32, second[q]);
+        }
+    }
+}
+
 // Tiles [t0, t0 + nt) x [kt0, kt0 + nkt) of s. Row tiles are copies of 64-byte row segments (FP8
-// codes: fp8_row_tiles). Pair tiles take BF16 rows: each row's 32 K values are 16 pairs, one 32-bit
-// word each, and a 16 x 16 word transpose turns 16 rows into the tile's 16 pair rows.
+// codes: fp8_row_tiles, in lane order). Pair tiles take BF16 rows: each row's 32 K values are 16
+// pairs, one 32-bit word each, and a 16 x 16 word transpose turns 16 rows into the tile's 16 pair
+// rows (`lane_order`: pair_tiles_lane_order).
 DSPERF_AVX512_VBMI void tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bool pairs,
-                                   bf16_t* out) {
+                                   bool lane_order, bf16_t* out) {
     if (s.scale) return fp8_row_tiles(s, t0, nt, kt0, nkt, out);  // FP8 rows are weights: never pairs
+    if (pairs && lane_order) return pair_tiles_lane_order(s, t0, nt, kt0, nkt, out);
     for (int64_t t = 0; t < nt; ++t) {
         const int64_t r0 = 16 * (t0 + t);
         for (int64_t kt = 0; kt < nkt; ++kt) {
@@ -173,13 +211,25 @@ DSPERF_AVX512_VBMI void tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_
 #endif
 
 // Tiles of row-major s: row tiles (the A operand) or, `pairs`, pair tiles (the B operand). `simd`:
-// the AVX-512 kernels are in use (use_avx512(), read once per GEMM by the caller).
-void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out, bool simd) {
+// the AVX-512 kernels are in use (use_avx512(), read once per GEMM by the caller). FP8 rows come
+// out in lane order with simd (the converter's order), else in natural order: fp8_lane_order(simd)
+// says which, and `lane_order` asks for pair tiles in that order (an operand of such weights).
+void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out, bool simd,
+               bool lane_order = false) {
 #if DSPERF_HAVE_AMX_BUILD
-    if (simd) return tiles_simd(s, t0, nt, kt0, nkt, pairs, out);
+    if (simd) return tiles_simd(s, t0, nt, kt0, nkt, pairs, lane_order, out);
 #endif
     (void)simd;
-    tiles_scalar(s, t0, nt, kt0, nkt, pairs, out);
+    tiles_scalar(s, t0, nt, kt0, nkt, pairs, lane_order, out);
+}
+
+// Whether FP8 row tiles packed with `simd` are in lane order.
+bool fp8_rows_lane_order(bool simd) { return DSPERF_HAVE_AMX_BUILD && simd; }
+
+// K tiles of an operand: in lane order whole groups of two (a group's values spread over both).
+int64_t k_tiles_of(int64_t K, bool lane_order) {
+    const int64_t tiles = ceil_div(std::max<int64_t>(K, 1), kDepth);
+    return lane_order ? ceil_div(tiles, 2) * 2 : tiles;
 }
 
 // Pair tiles from the VNNI layout, which already holds K pairs side by side: a tile row is 16
@@ -307,12 +357,13 @@ size_t PackedTiles::bytes() const { return size_t(row_tiles * k_tiles * kTileEle
 PackedTiles pack_tiles(const WeightSource& src) {
     PackedTiles out;
     out.N = src.N, out.K = src.K;
-    out.row_tiles = 2 * ceil_div(src.N, 32), out.k_tiles = ceil_div(std::max<int64_t>(src.K, 1), kDepth);
+    const bool simd = use_avx512();
+    out.lane_order = src.layout == WeightSource::Layout::kFp8Rows && fp8_rows_lane_order(simd);
+    out.row_tiles = 2 * ceil_div(src.N, 32), out.k_tiles = k_tiles_of(src.K, out.lane_order);
     auto buf = aligned_array<bf16_t>(out.row_tiles * out.k_tiles * kTileElems);
     out.tiles = std::unique_ptr<bf16_t[], void (*)(void*)>(buf.release(), std::free);
     const Rows rows = rows_of(src);
     const int64_t kt = out.k_tiles;
-    const bool simd = use_avx512();
 #pragma omp parallel for schedule(static) if (worth_threads(out.row_tiles * kt * kTileElems))
     for (int64_t t = 0; t < out.row_tiles; ++t)
         pack_rows(rows, /*pairs=*/false, t, 1, 0, kt, out.tiles.get() + t * kt * kTileElems, simd);
@@ -327,9 +378,12 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
     // Weights in the K-pair layout are the B operand (y = x B); row-major weights the A operand
     // (y^T = w x^T), x then in the K-pair layout.
     const bool w_is_b = src && src->layout == WeightSource::Layout::kVnni, simd = use_avx512();
+    // FP8 weights converted in the converter's lane order: x's tiles take the same K order.
+    const bool lane_order =
+        packed ? packed->lane_order : src->layout == WeightSource::Layout::kFp8Rows && fp8_rows_lane_order(simd);
+    const int64_t k_tiles = k_tiles_of(K, lane_order);
     // x's rows in whole tiles: pairs of them where x is the A operand, else single ones (a last odd
     // B tile runs half the products: 8 rows no longer pay for 32).
-    const int64_t k_tiles = ceil_div(std::max<int64_t>(K, 1), kDepth);
     const int64_t Mp = w_is_b ? ceil_div(M, 2 * kRows) * 2 * kRows : ceil_div(M, kRows) * kRows;
     // Few rows of x: the weights' bytes, not the tiles, bound the time. Each thread then takes 32
     // weight rows at a time whole (read as 32 sequential streams, not 256 interleaved ones) and keeps
@@ -368,7 +422,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < x_tiles; ++t) {
                 bf16_t* dst = xt + t * k_tiles * kTileElems;
-                pack_rows(xs, /*pairs=*/!w_is_b, t, 1, 0, k_tiles, dst, simd);
+                pack_rows(xs, /*pairs=*/!w_is_b, t, 1, 0, k_tiles, dst, simd, lane_order);
             }
 #pragma omp for schedule(static)
             for (int64_t nb = 0; nb < n_blocks; ++nb) {

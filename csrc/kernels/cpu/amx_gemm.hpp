@@ -37,9 +37,11 @@ struct WeightSource {
 
 // Row-major weights in tile order: tiles of 16 rows x 32 K values, [row tile][K tile] (an even
 // number of row tiles; zeros past N and K). FP8 blocks hold bf16(code x scale), as the other CPU
-// kernels dequantise them.
+// kernels dequantise them; `lane_order`: their K values in the FP8 converter's order within each
+// group of 64 (fp8_lane_order), which the driver then gives x's tiles too.
 struct PackedTiles {
     int64_t N = 0, K = 0, row_tiles = 0, k_tiles = 0;
+    bool lane_order = false;
     std::unique_ptr<bf16_t[], void (*)(void*)> tiles{nullptr, nullptr};
     const bf16_t* row_tile(int64_t t) const;
     size_t bytes() const;

@@ -15,11 +15,25 @@
 //    instead), or put back in the codes' order (fp8_convert64_ordered: the AMX tiles).
 // Header-only: the functions inline into the micro-kernels that call them.
 #pragma once
+#include <cstdint>
+
+namespace dsperf::kernels::avx512 {
+
+// Where the 64 codes of one fp8_convert64 land: word w of the first vector holds code
+// 16 * (w / 8) + w % 8, word w of the second code 16 * (w / 8) + 8 + w % 8 (VPUNPCK works within
+// 128-bit lanes). Consecutive word pairs hold consecutive codes, so VDPBF16PS still pairs
+// neighbours; only the order of the FP32 sums changes. (Outside the x86 guard: portable code packs
+// operands in this order too.)
+constexpr int64_t fp8_lane_order(int64_t pos) {  // pos in [0, 64): position in (first, second)
+    return pos < 32 ? 16 * (pos / 8) + pos % 8 : 16 * ((pos - 32) / 8) + 8 + (pos - 32) % 8;
+}
+
+}  // namespace dsperf::kernels::avx512
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
 #include <cmath>
-#include <cstdint>
 
 #include "kernels/common/dtype.hpp"
 
@@ -100,12 +114,13 @@ DSPERF_AVX512_VBMI inline void fp8_convert64_ordered(__m512i codes, const Fp8Byt
     second = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
 }
 
-// Where the 64 codes of one fp8_convert64 land: word w of the first vector holds code
-// 16 * (w / 8) + w % 8, word w of the second code 16 * (w / 8) + 8 + w % 8 (VPUNPCK works within
-// 128-bit lanes). Consecutive word pairs hold consecutive codes, so VDPBF16PS still pairs
-// neighbours; only the order of the FP32 sums changes.
-constexpr int64_t fp8_lane_order(int64_t pos) {  // pos in [0, 64): position in (first, second)
-    return pos < 32 ? 16 * (pos / 8) + pos % 8 : 16 * ((pos - 32) / 8) + 8 + (pos - 32) % 8;
+// 32 BF16 values in natural order per vector (a: values 0-31 of a group of 64, b: 32-63) put in
+// fp8_convert64's lane order: the operand a product pairs with FP8 weights converted that way (the
+// AMX driver's x tiles). One two-source 64-bit permute per vector, the inverse of
+// fp8_convert64_ordered's.
+DSPERF_AVX512_VBMI inline void to_fp8_lane_order(__m512i a, __m512i b, __m512i& first, __m512i& second) {
+    first = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), b);
+    second = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), b);
 }
 
 }  // namespace dsperf::kernels::avx512

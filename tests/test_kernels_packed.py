@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dsperf import kernels as K
-from kernel_helpers import FP8, rand_bf16, rand_fp8_weight
+from dsperf import reference as R
+from kernel_helpers import FP8, assert_dot_close, f32, fp8_linear_eps, rand_bf16, rand_fp8_weight
 
 AMX = K.amx_status() == "usable"
 V3_GATE = dict(n_group=8, topk_group=4, top_k=8, route_scale=2.5)
@@ -29,6 +30,17 @@ def test_linear_on_packed_weights_equals_linear_on_the_arrays(rng, m, fp8):
     assert packed.shape == (n, k)
     assert (packed.nbytes_packed > 0) == AMX
     np.testing.assert_array_equal(K.linear(x, packed), K.linear(x, w, scale))
+
+
+# FP8 K tiles go by groups of two (64 codes, the converter's lane order): K of one tile and of three.
+@pytest.mark.parametrize("k", [32, 96])
+@pytest.mark.parametrize("m", [8, 20, 130])
+def test_fp8_packed_weights_with_an_odd_number_of_k_tiles(rng, m, k):
+    x = rand_bf16(rng, m, k)
+    w, scale = rand_fp8_weight(rng, 64, k)
+    np.testing.assert_array_equal(K.linear(x, K.PackedWeights(w, scale)), K.linear(x, w, scale))
+    assert_dot_close(K.linear(x, w, scale), R.linear(x, w, scale), np.abs(f32(x)) @ np.abs(f32(
+        R.weight_dequant(w, scale))).T, fp8_linear_eps(k))
 
 
 def test_packed_weights_refuse_a_second_scale_and_bad_arrays(rng):

@@ -274,3 +274,23 @@ def test_report_worst_points_name_each_shape_without_empty_columns():
     assert list(w["kernel"]) == ["linear", "gate"]
     assert list(w["shape"]) == ["dtype=bf16, m=32, n=7168", "tokens=16"]
     assert not w.isna().any().any()
+
+
+def test_a_cold_call_follows_the_flush_and_one_call_of_its_familys_example(monkeypatch):
+    # The flush evicts data; the example (tiny arrays of its own) brings the code path back, so
+    # the timed call pays for its own data only (docs/PREDICTION.md, twentieth session).
+    events = []
+    real_build = harness.build
+
+    def spy(family, params, pool):
+        call, p = real_build(family, params, pool)
+        return (lambda: (events.append(("example", family, dict(params))), call())), p
+
+    monkeypatch.setattr(harness, "build", spy)
+    cold = harness.ColdStart(flusher=lambda: events.append("flush"))
+    before = cold.before("linear")
+    before()
+    before()
+    example = ("example", "linear", dict(ops.get("linear").example))
+    assert events == ["flush", example, "flush", example]
+    assert cold.before("linear") is not before and len(cold.examples) == 1  # built once per family

@@ -68,9 +68,12 @@ _COMMON = dict(params=PARAMS, token_params=("tokens", "prefix"), kernels=("mla_f
 PREFILL = OpFamily(
     name="mla_layer_prefill", summary="MLA layer, causal prefill of a chunk after a cached prefix", **_COMMON,
     example=dict(variant="CD", tokens=4, prefix=0, heads=1, dim=256),
-    # Four points per variant: each variant's attention core is fitted on its own, and its three
-    # values (compute, memory, overhead) need more than two points to be determined.
-    fit_points=lambda: [p for t, prefix in ((128, 0), (64, 0), (32, 256), (16, 1024))
+    # Six points per variant: each variant's attention core is fitted on its own, and its three
+    # values (compute, memory, overhead) need more than two points to be determined. The last two
+    # reach past the report's points (256 tokens; 64 after 1,024) in chunk and context: fitted on
+    # 128 tokens or fewer, the quadratic core of the larger chunks was extrapolated (the A_CC and
+    # A_CC_ME points -34..-47% and +84..+136% in four full reports on an AMX Xeon).
+    fit_points=lambda: [p for t, prefix in ((128, 0), (64, 0), (32, 256), (16, 1024), (320, 0), (96, 2048))
                         for p in _points(MLA_VARIANTS, t, prefix)],
     default_points=lambda: _points(MLA_VARIANTS, 256, 0) + _points(("CC", "A_CC_ME"), 64, 1024),
     large=_large_prefill,

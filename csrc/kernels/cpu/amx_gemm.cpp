@@ -212,7 +212,7 @@ DSPERF_AVX512_VBMI void tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_
 
 // Tiles of row-major s: row tiles (the A operand) or, `pairs`, pair tiles (the B operand). `simd`:
 // the AVX-512 kernels are in use (use_avx512(), read once per GEMM by the caller). FP8 rows come
-// out in lane order with simd (the converter's order), else in natural order: fp8_lane_order(simd)
+// out in lane order with simd (the converter's order), else in natural order: fp8_rows_lane_order(simd)
 // says which, and `lane_order` asks for pair tiles in that order (an operand of such weights).
 void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out, bool simd,
                bool lane_order = false) {

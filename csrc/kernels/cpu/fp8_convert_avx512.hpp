@@ -11,8 +11,8 @@
 //    bytes of the 128 words in 2 + 2 zmm, looked up 64 codes at a time with one VPERMT2B each (a
 //    128-byte table per instruction: AVX512-VBMI), then interleaved into words by VPUNPCK[LH]BW,
 //    which keeps each 128-bit lane: the 64 results come out in the order fp8_lane_order describes
-//    (fp8_convert64: streaming weights in decode, where x is permuted the same way once per call
-//    instead), or put back in the codes' order (fp8_convert64_ordered: the AMX tiles).
+//    (fp8_convert64), and the other operand is put in the same order once per call instead
+//    (streaming weights in decode; the AMX tiles, to_fp8_lane_order).
 // Header-only: the functions inline into the micro-kernels that call them.
 #pragma once
 #include <cstdint>
@@ -102,22 +102,10 @@ DSPERF_AVX512_VBMI inline void fp8_convert64(__m512i codes, __m512i tlo0, __m512
     second = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// 64 codes -> their 64 BF16 in the codes' order: codes 0-31 in `first`, 32-63 in `second`. The lane
-// order of fp8_convert64 put back with one two-source 64-bit permute per vector; per 64 codes 6
-// shuffle-port operations against 12 for two Fp8WordTable::convert.
-DSPERF_AVX512_VBMI inline void fp8_convert64_ordered(__m512i codes, const Fp8ByteRegs& t, __m512i& first,
-                                                     __m512i& second) {
-    __m512i a, b;
-    fp8_convert64(codes, t.lo0, t.lo1, t.hi0, t.hi1, a, b);
-    // Lane l of a holds codes 16l..16l+7, of b codes 16l+8..16l+15.
-    first = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
-    second = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b);
-}
-
 // 32 BF16 values in natural order per vector (a: values 0-31 of a group of 64, b: 32-63) put in
 // fp8_convert64's lane order: the operand a product pairs with FP8 weights converted that way (the
-// AMX driver's x tiles). One two-source 64-bit permute per vector, the inverse of
-// fp8_convert64_ordered's.
+// AMX driver's x tiles). One two-source 64-bit permute per vector: the order moves values in runs
+// of 8, so every 64-bit group of 4 stays whole.
 DSPERF_AVX512_VBMI inline void to_fp8_lane_order(__m512i a, __m512i b, __m512i& first, __m512i& second) {
     first = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), b);
     second = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), b);

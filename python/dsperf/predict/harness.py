@@ -8,8 +8,8 @@ plus the parameters only a run can tell (how many experts the gate's routing act
 cold=True (the weights stream from memory, as in a real decode step) or back to back when
 cold=False (cache-resident). A cold call then finds its data in memory but the code that runs it
 (the interpreter, the bindings, the kernels) warm, as a step's kernels do: after the flush the
-family's tiny example point runs once, untimed (`ColdStart`). `run_sweep` does a list of points, with a progress line, and returns a
-DataFrame (CSV-ready).
+family's tiny example point runs once, untimed (`ColdStart`). `run_sweep` does a list of points,
+with a progress line, and returns a DataFrame (CSV-ready).
 """
 from __future__ import annotations
 

@@ -212,8 +212,8 @@ DSPERF_AVX512_VBMI void tiles_simd(const Rows& s, int64_t t0, int64_t nt, int64_
 
 // Tiles of row-major s: row tiles (the A operand) or, `pairs`, pair tiles (the B operand). `simd`:
 // the AVX-512 kernels are in use (use_avx512(), read once per GEMM by the caller). FP8 rows come
-// out in lane order with simd (the converter's order), else in natural order: fp8_rows_lane_order(simd)
-// says which, and `lane_order` asks for pair tiles in that order (an operand of such weights).
+// out in lane order with simd (the converter's order), else in natural order: in_lane_order says
+// which, and `lane_order` asks for pair tiles in that order (an operand of such weights).
 void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, int64_t nkt, bf16_t* out, bool simd,
                bool lane_order = false) {
 #if DSPERF_HAVE_AMX_BUILD
@@ -223,8 +223,11 @@ void pack_rows(const Rows& s, bool pairs, int64_t t0, int64_t nt, int64_t kt0, i
     tiles_scalar(s, t0, nt, kt0, nkt, pairs, lane_order, out);
 }
 
-// Whether FP8 row tiles packed with `simd` are in lane order.
-bool fp8_rows_lane_order(bool simd) { return DSPERF_HAVE_AMX_BUILD && simd; }
+// Whether the row tiles of these weights, packed with `simd`, are in lane order: FP8 rows through
+// the SIMD converter (fp8_row_tiles). The one place that decides it, for packing ahead and per call.
+bool in_lane_order(const WeightSource& s, bool simd) {
+    return DSPERF_HAVE_AMX_BUILD && simd && s.layout == WeightSource::Layout::kFp8Rows;
+}
 
 // K tiles of an operand: in lane order whole groups of two (a group's values spread over both).
 int64_t k_tiles_of(int64_t K, bool lane_order) {
@@ -358,7 +361,7 @@ PackedTiles pack_tiles(const WeightSource& src) {
     PackedTiles out;
     out.N = src.N, out.K = src.K;
     const bool simd = use_avx512();
-    out.lane_order = src.layout == WeightSource::Layout::kFp8Rows && fp8_rows_lane_order(simd);
+    out.lane_order = in_lane_order(src, simd);
     out.row_tiles = 2 * ceil_div(src.N, 32), out.k_tiles = k_tiles_of(src.K, out.lane_order);
     auto buf = aligned_array<bf16_t>(out.row_tiles * out.k_tiles * kTileElems);
     out.tiles = std::unique_ptr<bf16_t[], void (*)(void*)>(buf.release(), std::free);
@@ -380,7 +383,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
     const bool w_is_b = src && src->layout == WeightSource::Layout::kVnni, simd = use_avx512();
     // FP8 weights converted in the converter's lane order: x's tiles take the same K order.
     const bool lane_order =
-        packed ? packed->lane_order : src->layout == WeightSource::Layout::kFp8Rows && fp8_rows_lane_order(simd);
+        packed ? packed->lane_order : in_lane_order(*src, simd);
     const int64_t k_tiles = k_tiles_of(K, lane_order);
     // x's rows in whole tiles: pairs of them where x is the A operand, else single ones (a last odd
     // B tile runs half the products: 8 rows no longer pay for 32).

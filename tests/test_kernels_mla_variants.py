@@ -69,6 +69,46 @@ def test_cc_decompresses_a_long_cache_in_chunks_into_reused_buffers():
     assert rel_err(y, R.mla_forward(x[:40], w, freqs=freqs, softmax_scale=scale, **DIMS)) < 3 * EPS_BF16
 
 
+ABSORBED = [v for v in K.MLA_VARIANTS if v not in ("CD", "CC")]
+
+
+@pytest.mark.parametrize("variant", ABSORBED)
+def test_absorbed_prefill_over_many_key_chunks_and_row_blocks(variant):
+    """The absorbed variants' multi-query core splits q_len x heads rows into blocks of 256 and the
+    keys into chunks of 256, and a block stops at the last key its last row sees: 300 tokens after
+    300 (1,200 rows: four whole blocks and a part; 600 keys: two whole chunks and a part), against
+    the reference."""
+    rng = np.random.default_rng(6)
+    w = K.mla_absorb_weights(make_weights(rng), **DIMS)
+    freqs = K.rope_frequencies(dim=DIMS["rope"], original_seq_len=64, max_seq_len=1024, factor=4)
+    scale = (DIMS["nope"] + DIMS["rope"]) ** -0.5
+    x = rand_bf16(rng, 600, D)
+    ref = R.mla_forward(x, w, freqs=freqs, softmax_scale=scale, **DIMS)
+    cache = K.MlaCache(600, KVL, DIMS["rope"], heads=DIMS["heads"], nope=DIMS["nope"], v=DIMS["v"])
+    y0 = K.mla_forward(variant, x[:300], w, cache, freqs=freqs, softmax_scale=scale, **DIMS)
+    y1 = K.mla_forward(variant, x[300:], w, cache, freqs=freqs, softmax_scale=scale, **DIMS)
+    assert rel_err(y0, ref[:300]) < 3 * EPS_BF16
+    assert rel_err(y1, ref[300:]) < 3 * EPS_BF16
+
+
+def test_absorbed_variants_past_one_span_of_packed_keys_agree_with_cc():
+    """Past 8,192 keys the multi-query core packs the keys a span at a time: 40 tokens after 8,300
+    cached ones (random latents written into the cache) agree with CC's multi-head core."""
+    rng = np.random.default_rng(7)
+    w = K.mla_absorb_weights(make_weights(rng), **DIMS)
+    freqs = K.rope_frequencies(dim=DIMS["rope"], original_seq_len=64, max_seq_len=16384, factor=4)
+    P, T = 8300, 40
+    x = rand_bf16(rng, T, D)
+    latent, k_pe = rand_bf16(rng, P, KVL), rand_bf16(rng, P, DIMS["rope"])
+    outs = {}
+    for variant in ["CC"] + ABSORBED:
+        cache = K.MlaCache(P + T, KVL, DIMS["rope"], heads=DIMS["heads"], nope=DIMS["nope"], v=DIMS["v"])
+        cache.latent[:P], cache.k_pe[:P], cache.prefix = latent, k_pe, P
+        outs[variant] = K.mla_forward(variant, x, w, cache, freqs=freqs, softmax_scale=0.15, **DIMS)
+    for variant in ABSORBED:
+        assert rel_err(outs[variant], outs["CC"]) < 3 * EPS_BF16
+
+
 def test_variants_agree_with_each_other():
     rng = np.random.default_rng(4)
     w = K.mla_absorb_weights(make_weights(rng), **DIMS)

@@ -160,6 +160,17 @@ void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, flo
     });
 }
 
+void pair_rows(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
+    if (use_avx512()) return avx512::interleave_rows(a, b, n, dst);
+    for (int64_t d = 0; d < n; ++d) dst[2 * d] = a[d], dst[2 * d + 1] = b ? b[d] : bf16_t(0);
+}
+
+void pair_columns(const bf16_t* src, int64_t ld, int64_t n, int64_t K, bf16_t* dst) {
+    if (use_avx512() && K % 2 == 0 && ld % 2 == 0) return avx512::transpose_pairs(src, ld, n, K / 2, dst);
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t k = 0; k < K + K % 2; ++k) dst[((k / 2) * n + j) * 2 + k % 2] = k < K ? src[j * ld + k] : bf16_t(0);
+}
+
 void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
                     int64_t K, bool accumulate) {
     if (M < 0 || N < 0 || K < 0 || ldx < K || ldy < N) throw std::invalid_argument("gemm_bf16_vnni: bad sizes");

@@ -55,6 +55,14 @@ amx::PackedTiles pack_linear_tiles(const LinearWeights& w);
 void gemm_bf16_vnni(const bf16_t* x, int64_t ldx, const bf16_t* bp, float* y, int64_t ldy, int64_t M, int64_t N,
                     int64_t K, bool accumulate);
 
+// Operands in that pair layout. pair_rows: rows a and b (b null: zeros) of n values side by side,
+// dst[2d] = a[d], dst[2d + 1] = b[d] (a K pair of B, two keys' values at a time). pair_columns: n rows
+// of K values (row j at src + j * ld) as B's columns, dst[(k / 2) * n * 2 + j * 2 + k % 2] =
+// src[j * ld + k], a zero second half for an odd K (attention's keys: the score GEMM runs without
+// horizontal sums).
+void pair_rows(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst);
+void pair_columns(const bf16_t* src, int64_t ld, int64_t n, int64_t K, bf16_t* dst);
+
 // The micro-kernel families (linear.cpp picks one from cpu_features()).
 namespace portable {
 void linear_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy, int64_t M,

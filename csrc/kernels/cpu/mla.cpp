@@ -25,22 +25,6 @@ constexpr size_t kKeptBytes = size_t(64) << 20;
 
 namespace {
 
-// Checks run inside per-element loops: a literal message must not build a std::string each time,
-// and computed messages are built only on failure (callers write `if (!cond) require(false, ...)`).
-// dst[2d] = a[d], dst[2d + 1] = b[d] (0 without b), d < n.
-void interleave_pair(const bf16_t* a, const bf16_t* b, int64_t n, bf16_t* dst) {
-    if (use_avx512()) return avx512::interleave_rows(a, b, n, dst);
-    for (int64_t d = 0; d < n; ++d) dst[2 * d] = a[d], dst[2 * d + 1] = b ? b[d] : bf16_t(0);
-}
-
-// The keys [n, W] (row stride W) in the pair layout of gemm_bf16_vnni, as its columns: kt[(p * n +
-// j) * 2 + h] = keys[j * W + 2 p + h], a zero second half for an odd W.
-void keys_to_pairs(const bf16_t* keys, int64_t n, int64_t W, bf16_t* kt) {
-    if (use_avx512() && W % 2 == 0) return avx512::transpose_pairs(keys, W, n, W / 2, kt);
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t k = 0; k < W + W % 2; ++k) kt[((k / 2) * n + j) * 2 + k % 2] = k < W ? keys[j * W + k] : bf16_t(0);
-}
-
 // Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax.
 // Keys are gathered from their pages a chunk of up to kChunk tokens at a time into one
 // contiguous [latent | rope] block, then into the VNNI pair layout twice: the whole key as the
@@ -83,9 +67,9 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         // Values in the pair layout: latents of tokens 2i and 2i + 1 interleaved (the zero row
         // completes an odd chunk).
         for (int64_t j = 0; j < n; j += 2)
-            interleave_pair(keys.data() + j * W, j + 1 < n ? keys.data() + (j + 1) * W : nullptr, L,
-                            vp.data() + (j / 2) * L * 2);
-        keys_to_pairs(keys.data(), n, W, kt.data());
+            pair_rows(keys.data() + j * W, j + 1 < n ? keys.data() + (j + 1) * W : nullptr, L,
+                      vp.data() + (j / 2) * L * 2);
+        pair_columns(keys.data(), W, n, W, kt.data());
         gemm_bf16_vnni(qcat, W, kt.data(), s.data(), n, rows, n, W, /*accumulate=*/false);
         // Online softmax; query token i sits at position seqlen - q_len + i and sees keys up to it.
         for (int64_t r = 0; r < rows; ++r)

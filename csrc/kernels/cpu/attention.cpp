@@ -150,6 +150,7 @@ struct PackedSpan {
     const bf16_t* data;
     int64_t chunk_elems, k2_at, v_at;  // a chunk's size and the offsets of its parts
     int64_t first_key, end_key;
+    bool keys_packed;  // false: the keys' parts are left out, and the score GEMM reads the keys' rows
 };
 
 // Rows [r0, r0 + rows) over chunks [c0, c1) of the span, into the running softmax state m, l and o
@@ -167,8 +168,13 @@ void mqa_block(const AttentionArgs& a, const PackedSpan& sp, int64_t c0, int64_t
         const int64_t n0 = sp.first_key + c * kChunk, n = std::min(kChunk, sp.end_key - n0);
         if (n0 >= sees) break;
         const bf16_t* at = sp.data + c * sp.chunk_elems;
-        gemm_bf16_vnni(a.q1 + r0 * a.d1, a.d1, at, s.data(), n, rows, n, a.d1, false);
-        if (a.q2) gemm_bf16_vnni(a.q2 + r0 * a.d2, a.d2, at + sp.k2_at, s.data(), n, rows, n, a.d2, true);
+        if (sp.keys_packed) {
+            gemm_bf16_vnni(a.q1 + r0 * a.d1, a.d1, at, s.data(), n, rows, n, a.d1, false);
+            if (a.q2) gemm_bf16_vnni(a.q2 + r0 * a.d2, a.d2, at + sp.k2_at, s.data(), n, rows, n, a.d2, true);
+        } else {
+            linear_bf16(a.q1 + r0 * a.d1, a.d1, a.k1 + n0 * a.d1, a.d1, s.data(), n, rows, n, a.d1);
+            if (a.q2) linear_bf16(a.q2 + r0 * a.d2, a.d2, a.k2 + n0 * a.d2, a.d2, s.data(), n, rows, n, a.d2, true);
+        }
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t visible = a.causal_offset < 0 ? a.kv_len : a.causal_offset + (r0 + r) / H + 1;
             online_softmax_row(s.data() + r * n, n, n0, visible, a.scale, m[r], l[r], p.data() + r * n, o + r * dv, dv);
@@ -208,17 +214,23 @@ void attend_mqa(const AttentionArgs& a, float* out, float* lse) {
     std::fill(out, out + R * dv, 0.0f);
     const int64_t blocks = (R + kMqaRowBlock - 1) / kMqaRowBlock, threads = max_threads();
     const int64_t splits = blocks >= 2 * threads ? 1 : std::min(span_chunks, (2 * threads + blocks - 1) / blocks);
+    // A chunk's keys are read by every block: packed once where the blocks are many. With few (decode),
+    // the score GEMM takes the keys' rows as its weights instead, which the AMX kernel copies into
+    // tiles without the transposes of the pair layout (A_CC decode over 4,096 keys: 10-17% slower with
+    // the keys packed).
+    const bool pack_keys = splits == 1;
     std::vector<float> pm, pl, po;  // the parts' states, with splits
     if (splits > 1) po.resize(static_cast<size_t>(splits * R * dv));
     for (int64_t s0 = 0; s0 < keys_seen; s0 += kMqaSpanChunks * kChunk) {
         const int64_t s1 = std::min(keys_seen, s0 + kMqaSpanChunks * kChunk), chunks = (s1 - s0 + kChunk - 1) / kChunk;
-        const PackedSpan sp{span.data(), chunk_elems, pairs1 * kChunk * 2, (pairs1 + pairs2) * kChunk * 2, s0, s1};
+        const PackedSpan sp{span.data(), chunk_elems, pairs1 * kChunk * 2, (pairs1 + pairs2) * kChunk * 2, s0, s1,
+                            pack_keys};
 #pragma omp parallel for schedule(static)
         for (int64_t c = 0; c < chunks; ++c) {
             const int64_t n0 = s0 + c * kChunk, n = std::min(kChunk, s1 - n0);
             bf16_t* at = span.data() + c * chunk_elems;
-            pair_columns(a.k1 + n0 * a.d1, a.d1, n, a.d1, at);
-            if (a.q2) pair_columns(a.k2 + n0 * a.d2, a.d2, n, a.d2, at + sp.k2_at);
+            if (pack_keys) pair_columns(a.k1 + n0 * a.d1, a.d1, n, a.d1, at);
+            if (pack_keys && a.q2) pair_columns(a.k2 + n0 * a.d2, a.d2, n, a.d2, at + sp.k2_at);
             for (int64_t j = 0; j < n; j += 2)
                 pair_rows(a.v + (n0 + j) * dv, j + 1 < n ? a.v + (n0 + j + 1) * dv : nullptr, dv,
                           at + sp.v_at + (j / 2) * dv * 2);

@@ -210,7 +210,9 @@ namespace {
 
 std::vector<bf16_t> to_bf16(const std::vector<float>& v) {
     std::vector<bf16_t> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+    const int64_t n = int64_t(v.size());
+#pragma omp parallel for schedule(static) if (worth_threads(n))
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = f32_to_bf16(v[size_t(i)]);
     return out;
 }
 
@@ -222,43 +224,37 @@ std::vector<bf16_t> linear_to_bf16(const bf16_t* x, int64_t ldx, const bf16_t* w
     return to_bf16(y);
 }
 
-// q_abs[t, h, :] = q_nope[t, h, :] W_UK_h: the run-time absorption, FP32 sums rounded to BF16.
-// From kAbsorbGemmTokens tokens on it is the GEMM the cost models list (one per head, M = tokens,
-// N = kv_lora, K = nope), run on linear_bf16; linear's weights are [out, in], so W_UK_h ([nope,
-// kv_lora], row-major) is transposed first, 128 KB a head at DeepSeek-V3's sizes. Below that,
-// where the transposes and 16 small calls cost more than they save, each query row is a sum of
-// nope scaled rows of W_UK_h. Measured on an AMD EPYC (A_CC_ME layer, caches flushed): the loop
-// took 28% of a 64-token prefill; with the GEMM 11.1 -> 9.1 ms there, 7.3 -> 6.7 ms at 32 tokens,
-// but 5.4 -> 5.7 ms at 16 and 2.6 -> 3.6 ms at one.
-constexpr int64_t kAbsorbGemmTokens = 32;
+// Per head h, on the calling thread: y[t, :n] = x[t, :k] B_h (B_h in gemm_bf16_vnni's pair layout, or
+// w_h^T for row-major w_h), rounded to BF16 into dst[t * ld_dst + h * n ...]. The heads run across
+// the threads, one region for all of them: 16 heads' small GEMMs (M = tokens) each on both threads
+// cost 16 forks and joins, 16 fresh outputs and their copies (A_CC prefill on an AMX Xeon, 128 tokens:
+// the absorption 3.7 ms and the values' products 1.0 ms, each more than the attention core's 1.4).
+template <class HeadGemm>
+void per_head_to_bf16(int64_t H, int64_t T, int64_t n, bf16_t* dst, int64_t ld_dst, const HeadGemm& gemm) {
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < H; ++h) {
+        thread_local std::vector<float> y;
+        y.resize(static_cast<size_t>(T * n));
+        gemm(h, y.data());
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t c = 0; c < n; ++c) dst[t * ld_dst + h * n + c] = f32_to_bf16(y[size_t(t * n + c)]);
+    }
+}
+
+// q_abs[t, h, :] = q_nope[t, h, :] W_UK_h: the run-time absorption, FP32 sums rounded to BF16. W_UK_h
+// ([nope, kv_lora], row-major) is already B's K x N: its rows go into the pair layout two at a time
+// (128 KB a head), and the product is the GEMM the cost models list (M = tokens, N = kv_lora, K = nope).
 std::vector<bf16_t> absorb_queries(const MlaWeights& w, const bf16_t* q, int64_t T) {
     const int64_t H = w.heads, N = w.nope, R = w.rope, V = w.v, L = w.kv_lora;
     std::vector<bf16_t> q_abs(static_cast<size_t>(T * H * L));
-    if (T >= kAbsorbGemmTokens) {
-        std::vector<bf16_t> uk_t(static_cast<size_t>(L * N));
-        std::vector<float> y(static_cast<size_t>(T * L));
-        for (int64_t h = 0; h < H; ++h) {
-            const bf16_t* uk = w.wkv_b + h * (N + V) * L;
-            for (int64_t i = 0; i < N; ++i)
-                for (int64_t c = 0; c < L; ++c) uk_t[size_t(c * N + i)] = uk[i * L + c];
-            linear_bf16(q + h * (N + R), H * (N + R), uk_t.data(), N, y.data(), L, T, L, N);
-            for (int64_t t = 0; t < T; ++t)
-                for (int64_t c = 0; c < L; ++c) q_abs[size_t((t * H + h) * L + c)] = f32_to_bf16(y[size_t(t * L + c)]);
-        }
-        return q_abs;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t th = 0; th < T * H; ++th) {
-        const int64_t h = th % H;
-        std::vector<float> acc(static_cast<size_t>(L), 0.0f);
-        const bf16_t* qn = q + th * (N + R);
-        for (int64_t i = 0; i < N; ++i) {
-            const float a = bf16_to_f32(qn[i]);
-            const bf16_t* row = w.wkv_b + (h * (N + V) + i) * L;
-            for (int64_t c = 0; c < L; ++c) acc[size_t(c)] += a * bf16_to_f32(row[c]);
-        }
-        for (int64_t c = 0; c < L; ++c) q_abs[size_t(th * L + c)] = f32_to_bf16(acc[size_t(c)]);
-    }
+    per_head_to_bf16(H, T, L, q_abs.data(), H * L, [&](int64_t h, float* y) {
+        thread_local std::vector<bf16_t> uk;
+        uk.resize(static_cast<size_t>((N + 1) / 2 * L * 2));
+        const bf16_t* w_uk = w.wkv_b + h * (N + V) * L;
+        for (int64_t i = 0; i < N; i += 2)
+            pair_rows(w_uk + i * L, i + 1 < N ? w_uk + (i + 1) * L : nullptr, L, uk.data() + (i / 2) * L * 2);
+        gemm_bf16_vnni(q + h * (N + R), H * (N + R), uk.data(), y, L, T, L, N, false);
+    });
     return q_abs;
 }
 
@@ -437,12 +433,9 @@ void mla_forward(MlaVariant variant, const MlaWeights& w, const bf16_t* x, int64
         }
         // Per head: o_h = o_lat_h W_UV_h^T (W_UV_h is [v, kv_lora], already [out, in]).
         attn_out.resize(static_cast<size_t>(T * H * V));
-        for (int64_t h = 0; h < H; ++h) {
-            const std::vector<bf16_t> part =
-                linear_to_bf16(o_lat.data() + h * L, H * L, w.wkv_b + (h * (N + V) + N) * L, L, T, V, L);
-            for (int64_t t = 0; t < T; ++t)
-                std::copy(part.data() + t * V, part.data() + (t + 1) * V, attn_out.data() + (t * H + h) * V);
-        }
+        per_head_to_bf16(H, T, V, attn_out.data(), H * V, [&](int64_t h, float* yh) {
+            linear_bf16(o_lat.data() + h * L, H * L, w.wkv_b + (h * (N + V) + N) * L, L, yh, V, T, V, L);
+        });
     }
     linear_bf16(attn_out.data(), H * V, w.wo, H * V, y, D, T, D, H * V);
 }

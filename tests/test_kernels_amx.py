@@ -117,6 +117,20 @@ def test_dsperf_amx_0_disables_amx():
     assert out == "disabled by DSPERF_AMX=0"
 
 
+def test_tile_peak_probes_measure_only_where_amx_runs_and_check_their_time():
+    """The tile peak and the tile loop's ceiling (each step's operand tiles loaded first): 0 where AMX
+    is not usable; else positive, the ceiling not above the peak by more than the noise of two short
+    probes. A time outside (0, 60] seconds is refused, naming it."""
+    peak = max(K_.probe_tile_peak_gflops(0.05) for _ in range(3))
+    loop = max(K_.probe_tile_peak_gflops(0.05, operand_loads=True) for _ in range(3))
+    if not AMX:
+        assert peak == 0 and loop == 0
+    else:
+        assert peak > 0 and 0 < loop <= 1.25 * peak
+    with pytest.raises(ValueError, match="seconds"):
+        K_.probe_tile_peak_gflops(0, True)
+
+
 @pytest.mark.skipif(not AMX, reason=f"AMX not usable here: {K_.amx_status()}")
 @pytest.mark.parametrize("m,n,k", SHAPES[1:])
 def test_hardware_amx_linear_matches_emulation(m, n, k):

@@ -31,11 +31,13 @@ void bind_cpu_info(py::module_& m) {
         return probe_triad_bandwidth_gbps(bytes, repeats, threads);
     }, py::arg("bytes") = int64_t(768) << 20, py::arg("repeats") = 3, py::arg("threads") = 0,
        "STREAM triad bandwidth, GB/s (threads 0: all)");
-    m.def("probe_tile_peak_gflops", [](double seconds) {
+    m.def("probe_tile_peak_gflops", [](double seconds, bool operand_loads) {
         expect(seconds > 0 && seconds <= 60, "seconds must lie in (0, 60]");
         py::gil_scoped_release nogil;
-        return amx::probe_tile_peak_gflops(seconds);
-    }, py::arg("seconds") = 0.5, "AMX TDPBF16PS peak of all OpenMP threads, GFLOPS (0 where AMX is not usable)");
+        return amx::probe_tile_peak_gflops(seconds, operand_loads);
+    }, py::arg("seconds") = 0.5, py::arg("operand_loads") = false,
+       "AMX TDPBF16PS peak of all OpenMP threads, GFLOPS (0 where AMX is not usable); operand_loads: each "
+       "2 x 2 step's four operand tiles loaded from L1 first, the ceiling of a GEMM's tile loop");
     m.def("probe_fp32_fma_peak_gflops", [](double seconds) {
         py::gil_scoped_release nogil;
         return probe_fp32_fma_peak_gflops(seconds);

@@ -57,8 +57,9 @@ PackedTiles pack_fp8(const fp8_t* w, const float* w_scale, int64_t N, int64_t K)
 void linear_packed(const bf16_t* x, int64_t ldx, int64_t M, const PackedTiles& w, float* y, int64_t ldy,
                    bool accumulate);
 
-// TDPBF16PS peak of all OpenMP threads over `seconds`, GFLOPS (0 where AMX is not usable).
-double probe_tile_peak_gflops(double seconds);
+// TDPBF16PS peak of all OpenMP threads over `seconds`, GFLOPS (0 where AMX is not usable); with
+// `operand_loads`, each 2 x 2 step's four operand tiles loaded from L1 first (a GEMM's ceiling here).
+double probe_tile_peak_gflops(double seconds, bool operand_loads = false);
 
 // The same GEMMs on the scalar emulation of the tile instructions (any CPU).
 void linear_bf16_emulated(const bf16_t* x, int64_t ldx, const bf16_t* w, int64_t ldw, float* y, int64_t ldy,

@@ -77,11 +77,11 @@ def main():
     print(f"dsperf GEMMs change kernel at {split} rows (linear_prefill_min_rows); probed VDPBF16PS / FMA peaks "
           f"{peak / fma_peak:.2f}; products: {_C.kernels.gemm_products()}")
     tile_peak = probed_tile_peak(_C.kernels)
-    # What a GEMM can reach on the tiles: the same products with each step's operand tiles loaded
-    # (from L1), as every 2 x 2 tile step must load them.
+    # What a GEMM can reach on the tiles: the same products with each step's operand tiles loaded, as
+    # every 2 x 2 tile step must load them (A from L1, B from L2, as the driver's blocking has them).
     tile_loop = probed_tile_peak(_C.kernels, operand_loads=True)
     print("probed AMX tile peak (TDPBF16PS, all threads): " + (
-        f"{tile_peak:.1f} GFLOPS; with each step's 4 operand tiles loaded from L1 (a GEMM's tile loop): "
+        f"{tile_peak:.1f} GFLOPS; with each step's 4 operand tiles loaded (2 from L1, 2 from L2: a GEMM's tile loop): "
         f"{tile_loop:.1f} GFLOPS = {tile_loop / tile_peak:.0%} of it" if tile_peak else f"none here ({K.amx_status()})"))
     try:
         torch, torch_moe = load_torch()

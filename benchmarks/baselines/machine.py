@@ -84,7 +84,8 @@ def probed_peaks(kernels, tries: int = 6, seconds: float = 0.25) -> tuple:
 
 def probed_tile_peak(kernels, tries: int = 4, seconds: float = 0.25, operand_loads: bool = False) -> float:
     """The AMX TDPBF16PS peak on all threads (GFLOPS; 0 where AMX is not usable here). operand_loads:
-    each 2 x 2 step's four operand tiles loaded from L1 first, the most a GEMM's tile loop can reach."""
+    each 2 x 2 step's four operand tiles loaded first (two from L1, two from L2), the most a GEMM's
+    tile loop can reach."""
     return max(kernels.probe_tile_peak_gflops(seconds, operand_loads) for _ in range(tries))
 
 

@@ -37,7 +37,7 @@ void bind_cpu_info(py::module_& m) {
         return amx::probe_tile_peak_gflops(seconds, operand_loads);
     }, py::arg("seconds") = 0.5, py::arg("operand_loads") = false,
        "AMX TDPBF16PS peak of all OpenMP threads, GFLOPS (0 where AMX is not usable); operand_loads: each "
-       "2 x 2 step's four operand tiles loaded from L1 first, the ceiling of a GEMM's tile loop");
+       "2 x 2 step's four operand tiles loaded first (two from L1, two from L2), the ceiling of a GEMM's tile loop");
     m.def("probe_fp32_fma_peak_gflops", [](double seconds) {
         py::gil_scoped_release nogil;
         return probe_fp32_fma_peak_gflops(seconds);

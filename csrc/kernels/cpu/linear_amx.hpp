@@ -58,7 +58,8 @@ void linear_packed(const bf16_t* x, int64_t ldx, int64_t M, const PackedTiles& w
                    bool accumulate);
 
 // TDPBF16PS peak of all OpenMP threads over `seconds`, GFLOPS (0 where AMX is not usable); with
-// `operand_loads`, each 2 x 2 step's four operand tiles loaded from L1 first (a GEMM's ceiling here).
+// `operand_loads`, each 2 x 2 step's four operand tiles loaded first, two from L1 and two from L2 (a
+// GEMM's ceiling here).
 double probe_tile_peak_gflops(double seconds, bool operand_loads = false);
 
 // The same GEMMs on the scalar emulation of the tile instructions (any CPU).

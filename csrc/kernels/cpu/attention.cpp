@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -206,12 +207,7 @@ void attend_mqa(const AttentionArgs& a, float* out, float* lse) {
     constexpr int64_t kChunk = kAttentionKeyChunk;
     const int64_t R = a.q_len * a.heads, dv = a.dv;
     const int64_t keys_seen = a.causal_offset < 0 ? a.kv_len : std::min(a.kv_len, a.causal_offset + a.q_len);
-    const int64_t pairs1 = (a.d1 + 1) / 2, pairs2 = a.q2 ? (a.d2 + 1) / 2 : 0;
-    const int64_t chunk_elems = (pairs1 + pairs2) * kChunk * 2 + (kChunk / 2) * dv * 2;  // kChunk is even
     const int64_t span_chunks = std::min(kMqaSpanChunks, (keys_seen + kChunk - 1) / kChunk);
-    std::vector<bf16_t> span(static_cast<size_t>(span_chunks * chunk_elems));
-    std::vector<float> m(static_cast<size_t>(R), -INFINITY), l(static_cast<size_t>(R), 0.0f);
-    std::fill(out, out + R * dv, 0.0f);
     const int64_t blocks = (R + kMqaRowBlock - 1) / kMqaRowBlock, threads = max_threads();
     const int64_t splits = blocks >= 2 * threads ? 1 : std::min(span_chunks, (2 * threads + blocks - 1) / blocks);
     // A chunk's keys are read by every block: packed once where the blocks are many. With few (decode),
@@ -219,16 +215,22 @@ void attend_mqa(const AttentionArgs& a, float* out, float* lse) {
     // tiles without the transposes of the pair layout (A_CC decode over 4,096 keys: 10-17% slower with
     // the keys packed).
     const bool pack_keys = splits == 1;
+    const int64_t pairs1 = pack_keys ? (a.d1 + 1) / 2 : 0, pairs2 = pack_keys && a.q2 ? (a.d2 + 1) / 2 : 0;
+    const int64_t chunk_elems = (pairs1 + pairs2) * kChunk * 2 + (kChunk / 2) * dv * 2;  // kChunk is even
+    // Every element a GEMM reads is written by the packing first: no zeroing (up to 17 MB a call).
+    const std::unique_ptr<bf16_t[]> span(new bf16_t[size_t(span_chunks * chunk_elems)]);
+    std::vector<float> m(static_cast<size_t>(R), -INFINITY), l(static_cast<size_t>(R), 0.0f);
+    std::fill(out, out + R * dv, 0.0f);
     std::vector<float> pm, pl, po;  // the parts' states, with splits
     if (splits > 1) po.resize(static_cast<size_t>(splits * R * dv));
     for (int64_t s0 = 0; s0 < keys_seen; s0 += kMqaSpanChunks * kChunk) {
         const int64_t s1 = std::min(keys_seen, s0 + kMqaSpanChunks * kChunk), chunks = (s1 - s0 + kChunk - 1) / kChunk;
-        const PackedSpan sp{span.data(), chunk_elems, pairs1 * kChunk * 2, (pairs1 + pairs2) * kChunk * 2, s0, s1,
+        const PackedSpan sp{span.get(), chunk_elems, pairs1 * kChunk * 2, (pairs1 + pairs2) * kChunk * 2, s0, s1,
                             pack_keys};
 #pragma omp parallel for schedule(static)
         for (int64_t c = 0; c < chunks; ++c) {
             const int64_t n0 = s0 + c * kChunk, n = std::min(kChunk, s1 - n0);
-            bf16_t* at = span.data() + c * chunk_elems;
+            bf16_t* at = span.get() + c * chunk_elems;
             if (pack_keys) pair_columns(a.k1 + n0 * a.d1, a.d1, n, a.d1, at);
             if (pack_keys && a.q2) pair_columns(a.k2 + n0 * a.d2, a.d2, n, a.d2, at + sp.k2_at);
             for (int64_t j = 0; j < n; j += 2)

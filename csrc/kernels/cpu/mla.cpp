@@ -93,6 +93,8 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
 
 }  // namespace
 
+// Checks run inside per-element loops: a literal message must not build a std::string each time,
+// and computed messages are built only on failure (`if (!cond) require(false, ...)`).
 void paged_cache_write(bf16_t* latent, fp8_t* latent_fp8, float* latent_scale, bf16_t* rope, int64_t num_blocks,
                        int64_t BS, int64_t L, int64_t R, const int32_t* block_table, int64_t batch, int64_t max_blocks,
                        const int32_t* request, const int32_t* position, int64_t T, const bf16_t* new_latent,
@@ -238,6 +240,7 @@ void per_head_to_bf16(int64_t H, int64_t T, int64_t n, bf16_t* dst, int64_t ld_d
         gemm(h, y.data());
         for (int64_t t = 0; t < T; ++t)
             for (int64_t c = 0; c < n; ++c) dst[t * ld_dst + h * n + c] = f32_to_bf16(y[size_t(t * n + c)]);
+        if (y.size() * sizeof(float) > kKeptBytes) std::vector<float>().swap(y);  // as attend_range's buffers
     }
 }
 

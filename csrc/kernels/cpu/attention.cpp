@@ -184,25 +184,6 @@ void mqa_block(const AttentionArgs& a, const PackedSpan& sp, int64_t c0, int64_t
     }
 }
 
-// Folds split parts (their own m, l, o per row) into the running state of row r.
-void merge_parts(int64_t r, int64_t R, int64_t dv, int64_t splits, const float* pm, const float* pl, const float* po,
-                 float* m, float* l, float* o) {
-    float mx = m[r];
-    for (int64_t k = 0; k < splits; ++k) mx = std::max(mx, pm[k * R + r]);
-    if (mx == -INFINITY) return;  // no key seen yet in any part
-    const float keep = exp_nonpositive(m[r] - mx);
-    float sum = l[r] * keep;
-    float* row = o + r * dv;
-    for (int64_t d = 0; d < dv; ++d) row[d] *= keep;
-    for (int64_t k = 0; k < splits; ++k) {
-        const float w = exp_nonpositive(pm[k * R + r] - mx);
-        sum += pl[k * R + r] * w;
-        const float* part = po + (k * R + r) * dv;
-        for (int64_t d = 0; d < dv; ++d) row[d] += part[d] * w;
-    }
-    m[r] = mx, l[r] = sum;
-}
-
 void attend_mqa(const AttentionArgs& a, float* out, float* lse) {
     constexpr int64_t kChunk = kAttentionKeyChunk;
     const int64_t R = a.q_len * a.heads, dv = a.dv;
@@ -266,6 +247,31 @@ void attend_mqa(const AttentionArgs& a, float* out, float* lse) {
 }
 
 }  // namespace
+
+void merge_parts(int64_t r, int64_t R, int64_t dv, int64_t splits, const float* pm, const float* pl, const float* po,
+                 float* m, float* l, float* o) {
+    // The largest max, NaN if any is (std::max would drop a NaN that comes second).
+    float mx = m[r];
+    for (int64_t k = 0; k < splits; ++k) {
+        const float pk = pm[k * R + r];
+        mx = pk > mx || std::isnan(pk) ? pk : mx;
+    }
+    // A state's weight exp(its max - mx), 1 where the two are equal: also when both are -inf (no key
+    // seen yet), so that such a state's sum and output, zero or NaN (a NaN query gives NaN scores
+    // under a max of -inf), still reach the row.
+    const auto weight = [mx](float max) { return max == mx ? 1.0f : exp_nonpositive(max - mx); };
+    const float keep = weight(m[r]);
+    float sum = l[r] * keep;
+    float* row = o + r * dv;
+    for (int64_t d = 0; d < dv; ++d) row[d] *= keep;
+    for (int64_t k = 0; k < splits; ++k) {
+        const float w = weight(pm[k * R + r]);
+        sum += pl[k * R + r] * w;
+        const float* part = po + (k * R + r) * dv;
+        for (int64_t d = 0; d < dv; ++d) row[d] += part[d] * w;
+    }
+    m[r] = mx, l[r] = sum;
+}
 
 void attention(const AttentionArgs& a, float* out, float* lse) {
     a.validate();

@@ -45,6 +45,13 @@ void online_softmax_row(float* s, int64_t n, int64_t k_start, int64_t visible, f
 inline float softmax_inverse_sum(float l) { return l == 0.0f ? 0.0f : 1.0f / l; }
 inline float softmax_lse(float m, float l) { return l == 0.0f ? -INFINITY : m + std::log(l); }
 
+// Split-KV: folds `splits` parts' softmax states of row r (part k's max pm[k * R + r], sum
+// pl[k * R + r] and unnormalised output po[(k * R + r) * dv ...]) into the running state m[r], l[r],
+// o[r * dv ...]. A part that saw no key (max -inf) weighs nothing; a NaN in a part's sum or output
+// reaches the row's.
+void merge_parts(int64_t r, int64_t R, int64_t dv, int64_t splits, const float* pm, const float* pl, const float* po,
+                 float* m, float* l, float* o);
+
 // out[t, h, :dv] FP32 (normalised); lse[t, h] when lse is not null.
 void attention(const AttentionArgs& a, float* out, float* lse);
 

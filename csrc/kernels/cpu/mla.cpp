@@ -25,25 +25,27 @@ constexpr size_t kKeptBytes = size_t(64) << 20;
 
 namespace {
 
-// Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax.
-// Keys are gathered from their pages a chunk of up to kChunk tokens at a time into one
+// Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax: its
+// state per row (running max m, sum l and unnormalised output o, L wide), which merge_parts folds
+// with the other splits' and softmax_inverse_sum / softmax_lse end. Keys are gathered from their pages a chunk of up to kChunk tokens at a time into one
 // contiguous [latent | rope] block, then into the VNNI pair layout twice: the whole key as the
 // score GEMM's columns and the latent, two tokens at a time, as the value GEMM's rows. Both GEMMs
 // run without horizontal sums (a 576-deep score GEMM on the packed kernel summed 16 lanes per
 // output at the end of its short K).
 void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedLatentCache& c,
-                  const int32_t* blocks, int64_t seqlen, int64_t k0, int64_t k1, float scale, float* out, float* lse) {
+                  const int32_t* blocks, int64_t seqlen, int64_t k0, int64_t k1, float scale, float* m, float* l,
+                  float* o) {
     constexpr int64_t kChunk = 256;
     const int64_t rows = q_len * heads, L = c.kv_lora, R = c.rope_dim, BS = c.block_size, W = L + R;
     // Per-thread buffers kept between calls (one call per request and split): fresh ones (1.3 MB
     // at 128 heads) are page-faulted and zeroed by the kernel on every call, about a tenth of a
     // decode step's time. Those read before written are reset here; past kKeptBytes (a long
     // prefill's q_len x heads rows) they are freed at the end of the call.
-    thread_local std::vector<float> m, l, s, o;
+    thread_local std::vector<float> s;
     thread_local std::vector<bf16_t> p, vp, keys, kt;
-    m.assign(static_cast<size_t>(rows), -INFINITY);
-    l.assign(static_cast<size_t>(rows), 0.0f);
-    o.assign(static_cast<size_t>(rows * L), 0.0f);
+    std::fill(m, m + rows, -INFINITY);
+    std::fill(l, l + rows, 0.0f);
+    std::fill(o, o + rows * L, 0.0f);
     s.resize(std::max(s.size(), static_cast<size_t>(rows * kChunk)));
     p.resize(std::max(p.size(), static_cast<size_t>(rows * kChunk)));
     vp.resize(std::max(vp.size(), static_cast<size_t>(L * (kChunk + 1))));
@@ -73,20 +75,14 @@ void attend_range(const bf16_t* qcat, int64_t q_len, int64_t heads, const PagedL
         gemm_bf16_vnni(qcat, W, kt.data(), s.data(), n, rows, n, W, /*accumulate=*/false);
         // Online softmax; query token i sits at position seqlen - q_len + i and sees keys up to it.
         for (int64_t r = 0; r < rows; ++r)
-            online_softmax_row(s.data() + r * n, n, start, seqlen - q_len + r / heads + 1, scale, m[size_t(r)],
-                               l[size_t(r)], p.data() + r * n, o.data() + r * L, L);
+            online_softmax_row(s.data() + r * n, n, start, seqlen - q_len + r / heads + 1, scale, m[r], l[r],
+                               p.data() + r * n, o + r * L, L);
         // Values are the latent itself: o += p [rows, n] @ latent [n, L].
-        gemm_bf16_vnni(p.data(), n, vp.data(), o.data(), L, rows, L, n, /*accumulate=*/true);
+        gemm_bf16_vnni(p.data(), n, vp.data(), o, L, rows, L, n, /*accumulate=*/true);
         start += n;
     }
-    for (int64_t r = 0; r < rows; ++r) {
-        const float inv = softmax_inverse_sum(l[size_t(r)]);
-        for (int64_t d = 0; d < L; ++d) out[r * L + d] = o[size_t(r * L + d)] * inv;
-        lse[r] = softmax_lse(m[size_t(r)], l[size_t(r)]);
-    }
-    if ((m.size() + l.size() + s.size() + o.size()) * sizeof(float) +
-            (p.size() + vp.size() + keys.size() + kt.size()) * sizeof(bf16_t) > kKeptBytes) {
-        for (auto* v : {&m, &l, &s, &o}) std::vector<float>().swap(*v);
+    if (s.size() * sizeof(float) + (p.size() + vp.size() + keys.size() + kt.size()) * sizeof(bf16_t) > kKeptBytes) {
+        std::vector<float>().swap(s);
         for (auto* v : {&p, &vp, &keys, &kt}) std::vector<bf16_t>().swap(*v);
     }
 }
@@ -155,48 +151,37 @@ void mla_decode_absorbed(const bf16_t* q_nope, const bf16_t* q_rope, int64_t bat
         std::copy(q_nope + i * L, q_nope + (i + 1) * L, qcat.data() + i * W);
         std::copy(q_rope + i * c.rope_dim, q_rope + (i + 1) * c.rope_dim, qcat.data() + i * W + L);
     }
-    // Work items: (request, split). Splits cut the keys into equal ranges; each writes partial
-    // outputs merged below by their log-sum-exp.
-    std::vector<float> part_out(static_cast<size_t>(batch * num_splits * rows * L));
-    std::vector<float> part_lse(static_cast<size_t>(batch * num_splits * rows));
+    // Work items: (request, split). Splits cut the keys into equal ranges; each leaves its softmax
+    // state, folded below by merge_parts (the MQA core's own split merge). A split without keys
+    // leaves m = -inf and l = 0, and weighs nothing.
+    const int64_t parts = batch * num_splits;
+    std::vector<float> part_m(static_cast<size_t>(parts * rows)), part_l(static_cast<size_t>(parts * rows));
+    std::vector<float> part_o(static_cast<size_t>(parts * rows * L));
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t item = 0; item < batch * num_splits; ++item) {
+    for (int64_t item = 0; item < parts; ++item) {
         const int64_t b = item / num_splits, sp = item % num_splits;
         const int64_t len = seqlens[b];
         const int64_t k0 = len * sp / num_splits, k1 = len * (sp + 1) / num_splits;
-        float* po = part_out.data() + item * rows * L;
-        float* pl = part_lse.data() + item * rows;
+        float *pm = part_m.data() + item * rows, *pl = part_l.data() + item * rows, *po = part_o.data() + item * rows * L;
         if (k0 == k1) {
+            std::fill(pm, pm + rows, -INFINITY);
+            std::fill(pl, pl + rows, 0.0f);
             std::fill(po, po + rows * L, 0.0f);
-            std::fill(pl, pl + rows, -INFINITY);
             continue;
         }
         attend_range(qcat.data() + b * rows * W, q_len, heads, c, block_table + b * max_blocks, len, k0, k1, scale,
-                     po, pl);
+                     pm, pl, po);
     }
+    std::vector<float> m(static_cast<size_t>(batch * rows), -INFINITY), l(static_cast<size_t>(batch * rows), 0.0f);
+    std::fill(out, out + batch * rows * L, 0.0f);
 #pragma omp parallel for schedule(static) if (worth_threads(batch * rows * num_splits * L))
     for (int64_t br = 0; br < batch * rows; ++br) {
-        const int64_t b = br / rows, r = br % rows;
-        // Splits without keys have lse -inf and are skipped; a NaN lse (a NaN key or query) is not
-        // -inf, so it makes the total, the merged lse and the output NaN.
-        float mx = -INFINITY;
-        for (int64_t sp = 0; sp < num_splits; ++sp) mx = std::max(mx, part_lse[size_t((b * num_splits + sp) * rows + r)]);
-        double total = 0;
-        for (int64_t sp = 0; sp < num_splits; ++sp) {
-            const float ls = part_lse[size_t((b * num_splits + sp) * rows + r)];
-            total += ls == -INFINITY ? 0.0 : std::exp(double(ls - mx));
-        }
-        const float merged = mx + float(std::log(total));
-        float* dst = out + br * L;
-        std::fill(dst, dst + L, 0.0f);
-        for (int64_t sp = 0; sp < num_splits; ++sp) {
-            const float ls = part_lse[size_t((b * num_splits + sp) * rows + r)];
-            if (ls == -INFINITY) continue;
-            const float w = std::exp(ls - merged);
-            const float* src = part_out.data() + ((b * num_splits + sp) * rows + r) * L;
-            for (int64_t d = 0; d < L; ++d) dst[d] += w * src[d];
-        }
-        lse[br] = merged;
+        const int64_t b = br / rows, r = br % rows, first = b * num_splits * rows;
+        merge_parts(r, rows, L, num_splits, part_m.data() + first, part_l.data() + first, part_o.data() + first * L,
+                    m.data() + b * rows, l.data() + b * rows, out + b * rows * L);
+        const float inv = softmax_inverse_sum(l[size_t(br)]);
+        for (int64_t d = 0; d < L; ++d) out[br * L + d] *= inv;
+        lse[br] = softmax_lse(m[size_t(br)], l[size_t(br)]);
     }
 }
 

@@ -52,8 +52,10 @@ def _fp8_case(rng, m, n, k):
 
 # FP8 shapes: one K tile (no second of a 64-code pair), K tails inside a pair and inside a block,
 # an odd number of x's row tiles (one B tile), few rows over several 8-tile chunks of K (the chunks'
-# tables rebuilt at each block), the blocked mode.
-@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (37, 200, 300), (3, 64, 1000), (8, 300, 700), (150, 130, 257)])
+# tables rebuilt at each block), few rows in four pairs of x tiles over blocks of 16 weight rows (one
+# A tile each: their sums take four tiles of room per pair all the same), the blocked mode.
+@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (37, 200, 300), (3, 64, 1000), (8, 300, 700), (100, 48, 256),
+                                   (150, 130, 257)])
 def test_emulated_amx_fp8_linear_matches_the_dequantised_reference(m, n, k):
     # Each 128 x 128 block is dequantised to bf16(code x scale) on its way to the tiles, as
     # reference.weight_dequant does: the products are then exact and only the FP32 sums round.

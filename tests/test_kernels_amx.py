@@ -52,10 +52,14 @@ def _fp8_case(rng, m, n, k):
 
 # FP8 shapes: one K tile (no second of a 64-code pair), K tails inside a pair and inside a block,
 # an odd number of x's row tiles (one B tile), few rows over several 8-tile chunks of K (the chunks'
-# tables rebuilt at each block), few rows in four pairs of x tiles over blocks of 16 weight rows (one
+# tables rebuilt at each block), decode's fused conversion and products with one and two x tiles (a
+# weight tile and K cut short), few rows in four pairs of x tiles over blocks of 16 weight rows (one
 # A tile each: their sums take four tiles of room per pair all the same), the blocked mode.
-@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (37, 200, 300), (3, 64, 1000), (8, 300, 700), (100, 48, 256),
-                                   (150, 130, 257)])
+FP8_SHAPES = [(16, 16, 32), (37, 200, 300), (3, 64, 1000), (8, 300, 700), (24, 40, 200), (100, 48, 256),
+              (150, 130, 257)]
+
+
+@pytest.mark.parametrize("m,n,k", FP8_SHAPES)
 def test_emulated_amx_fp8_linear_matches_the_dequantised_reference(m, n, k):
     # Each 128 x 128 block is dequantised to bf16(code x scale) on its way to the tiles, as
     # reference.weight_dequant does: the products are then exact and only the FP32 sums round.
@@ -144,7 +148,7 @@ def test_hardware_amx_linear_matches_emulation(m, n, k):
 
 
 @pytest.mark.skipif(not AMX, reason=f"AMX not usable here: {K_.amx_status()}")
-@pytest.mark.parametrize("m,n,k", [(16, 16, 32), (37, 200, 300), (300, 300, 257)])
+@pytest.mark.parametrize("m,n,k", FP8_SHAPES + [(300, 300, 257)])
 def test_hardware_amx_fp8_linear_matches_emulation(m, n, k):
     rng = np.random.default_rng(11 * m + n + k)
     x, w, scale = _fp8_case(rng, m, n, k)

@@ -457,6 +457,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
     // At most two tiles of x (decode) with SIMD conversion: each block's conversion and products fused
     // (fp8_fused_tile; 8 experts x 8 tokens, codes streamed: 21.2 -> 24.9 GB/s of codes).
     const bool fused_fp8 = fp8_rows && simd && DSPERF_HAVE_AMX_BUILD && Mp <= 2 * kRows;
+    (void)fused_fp8;  // read only where the AMX build is
     const int64_t block_cols = few_rows ? (fp8_rows ? 16 : 32)
                                         : std::min(kBlockCols, ceil_div(ceil_div(N, int64_t(max_threads())), 32) * 32);
     const int64_t n_blocks = ceil_div(N, block_cols), x_rows = std::min(Mp, kBlockRows);

@@ -27,7 +27,8 @@ namespace {
 
 // Attention of rows = Q * H query rows over keys [k0, k1) of one request, with online softmax: its
 // state per row (running max m, sum l and unnormalised output o, L wide), which merge_parts folds
-// with the other splits' and softmax_inverse_sum / softmax_lse end. Keys are gathered from their pages a chunk of up to kChunk tokens at a time into one
+// with the other splits' and softmax_inverse_sum / softmax_lse end. Keys are gathered from their
+// pages a chunk of up to kChunk tokens at a time into one
 // contiguous [latent | rope] block, then into the VNNI pair layout twice: the whole key as the
 // score GEMM's columns and the latent, two tokens at a time, as the value GEMM's rows. Both GEMMs
 // run without horizontal sums (a 576-deep score GEMM on the packed kernel summed 16 lanes per

@@ -172,7 +172,7 @@ DSPERF_AVX512_VBMI void fp8_row_tiles(const Rows& s, int64_t t0, int64_t nt, int
 }
 
 // FP8 decode: few rows of x (one or two tiles, x0 and x1) against one tile of 16 weight rows from r0,
-// over all of K with the sums in tiles 0 and 1. Each group of two K tiles is converted into buf
+// over all of K with the sums in tiles 0 and 1 (the thread's next tile next_rows further on). Each group of two K tiles is converted into buf
 // (two groups' room, used in turn) while the group before it, its stores long drained, is
 // multiplied: the products overlap the next conversion instead of waiting for it.
 template <class Ops>
@@ -190,7 +190,7 @@ DSPERF_AMX inline void fp8_multiply_group(Ops& ops, const bf16_t* a, const bf16_
 
 template <class Ops>
 DSPERF_AVX512_VBMI void fp8_fused_tile(Ops& ops, const Rows& w, int64_t r0, const bf16_t* x0, const bf16_t* x1,
-                                       int64_t k_tiles, bf16_t* buf, float* c) {
+                                       int64_t k_tiles, int64_t next_rows, bf16_t* buf, float* c) {
     const auto* base = static_cast<const fp8_t*>(w.p) + r0 * w.ld;
     ops.template zero<0>(), ops.template zero<1>();
     avx512::Fp8ByteRegs table{avx512::Fp8WordTable(1.0f)};
@@ -198,7 +198,7 @@ DSPERF_AVX512_VBMI void fp8_fused_tile(Ops& ops, const Rows& w, int64_t r0, cons
         const int64_t k0 = 32 * kt;
         if (k0 % kFp8Block == 0) table = fp8_block_table(w, r0, k0);
         bf16_t* d = buf + (kt / 2 % 2) * 2 * kTileElems;
-        fp8_group(w, base, r0, k0, kRows, table, d, d + kTileElems);
+        fp8_group(w, base, r0, k0, next_rows, table, d, d + kTileElems);
         if (kt >= 2) fp8_multiply_group(ops, buf + ((kt - 2) / 2 % 2) * 2 * kTileElems, x0, x1, kt - 2);
     }
     fp8_multiply_group(ops, buf + ((k_tiles - 2) / 2 % 2) * 2 * kTileElems, x0, x1, k_tiles - 2);
@@ -458,7 +458,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
     // (fp8_fused_tile; 8 experts x 8 tokens, codes streamed: 21.2 -> 24.9 GB/s of codes).
     const bool fused_fp8 = fp8_rows && simd && DSPERF_HAVE_AMX_BUILD && Mp <= 2 * kRows;
     (void)fused_fp8;  // read only where the AMX build is
-    const int64_t block_cols = few_rows ? (fp8_rows ? 16 : 32)
+    const int64_t block_cols = few_rows ? (fp8_rows ? kRows : 2 * kRows)
                                         : std::min(kBlockCols, ceil_div(ceil_div(N, int64_t(max_threads())), 32) * 32);
     const int64_t n_blocks = ceil_div(N, block_cols), x_rows = std::min(Mp, kBlockRows);
     bf16_t* xt = scratch<bf16_t>(Scratch::kX, x_rows / kRows * k_tiles * kTileElems);
@@ -498,12 +498,12 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
 #pragma omp for schedule(static)
             for (int64_t nb = 0; nb < n_blocks; ++nb) {
                 // The block's weight tiles (rows of 16: the last may be a single one), in pairs.
-                const int64_t n0 = nb * block_cols, w_tiles = ceil_div(std::min(block_cols, N - n0), 16);
+                const int64_t n0 = nb * block_cols, w_tiles = ceil_div(std::min(block_cols, N - n0), kRows);
                 const int64_t w_pairs = ceil_div(w_tiles, 2);
 #if DSPERF_HAVE_AMX_BUILD
-                if (fused_fp8) {  // one weight tile (block_cols 16), one pair of x tiles
+                if (fused_fp8) {  // one weight tile (block_cols kRows), one pair of x tiles
                     fp8_fused_tile(ops, w_rows, n0, xt, x_tiles > 1 ? xt + k_tiles * kTileElems : nullptr, k_tiles,
-                                   wt_buf, c);
+                                   block_cols, wt_buf, c);
                     for (int64_t t = 0; t < 2; ++t)
                         write_tile(c + t * kTileFloats, true, m0 + 16 * t, n0, M, N, y, ldy, accumulate, simd);
                     continue;

@@ -9,19 +9,16 @@
 //   P = exp(S * scale - m) in BF16 (the CPU rounds probabilities to BF16 too)
 //   O = O * alpha + P V            (WMMA into shared memory, O itself in registers, FP32)
 // and writes its normalised partial output and LSE; a second kernel merges a request's partials.
-#include <mma.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cuda_api.hpp"
+#include "kernels/cuda/attention_steps.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/hopper_api.hpp"
 
 namespace dsperf::cuda {
 namespace {
-
-namespace wmma = nvcuda::wmma;
 
 constexpr int kRows = int(kMlaRowsPerBlock), kChunk = 32, kThreads = 256, kMaxLatent = 512;
 
@@ -56,16 +53,10 @@ __global__ void __launch_bounds__(kThreads)
     float* alpha_s = l_s + kRows;
     int* visible_s = reinterpret_cast<int*>(alpha_s + kRows);
 
-    const int32_t* item = items + 4 * int64_t(blockIdx.x);
-    const int64_t b = item[0], split = item[3];
-    const int64_t len = seqlens[b];
+    const WorkItemTokens work =
+        work_item_tokens(items + 4 * int64_t(blockIdx.x), seqlens, split_offsets, max_blocks, block_size);
+    const int64_t b = work.b, split = work.split, len = work.len, t_begin = work.begin, t_end = work.end;
     const int64_t r0 = int64_t(blockIdx.y) * kRows;
-    const int64_t t_begin = int64_t(item[1]) * block_size < len ? int64_t(item[1]) * block_size : len;
-    // The request's last split runs to its length even where the plan was made for fewer tokens
-    // (seqlens grown on the device since, as in a replayed graph), within the block table's reach.
-    const bool last_split = split == split_offsets[b + 1] - split_offsets[b] - 1;
-    const int64_t reach = len < max_blocks * block_size ? len : max_blocks * block_size;
-    const int64_t t_end = last_split ? reach : (int64_t(item[2]) * block_size < len ? int64_t(item[2]) * block_size : len);
     const bool fp8 = latent_scale != nullptr;
 
     // Queries: rows r0 .. r0 + 15 of request b as [latent part | rope part], zero past QH.
@@ -106,17 +97,9 @@ __global__ void __launch_bounds__(kThreads)
                 } else if (!fp8) {
                     v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(latent) + slot * L + d);
                 } else {
-                    const uint2 raw =
-                        *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + d);
-                    const float sc = latent_scale[slot * ((L + 127) / 128) + d / 128];
-                    const uint32_t w[2] = {raw.x, raw.y};
-                    uint32_t packed[4];
-                    for (int i = 0; i < 4; ++i) {
-                        const uint32_t word = w[i / 2] >> (16 * (i % 2));
-                        packed[i] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word & 0xff)) * sc)) |
-                                    (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word >> 8)) * sc)) << 16);
-                    }
-                    v = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                    v = fp8x8_to_bf16x8(
+                        *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + d),
+                        latent_scale[slot * ((L + 127) / 128) + d / 128]);
                 }
             }
             *reinterpret_cast<uint4*>(Ks + j * W + d) = v;
@@ -124,60 +107,27 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         {  // Scores: warp (nt, kq) sums key columns nt*16.. over every fourth 16-deep slice.
             const int nt = warp % 2, kq = warp / 2;
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
-            wmma::fill_fragment(s, 0.0f);
-            for (int64_t kk = int64_t(kq) * 16; kk < W; kk += 64) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fq;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fk;
-                wmma::load_matrix_sync(fq, Qs + kk, unsigned(W));
-                wmma::load_matrix_sync(fk, Ks + nt * 16 * W + kk, unsigned(W));
-                wmma::mma_sync(s, fq, fk, s);
-            }
-            wmma::store_matrix_sync(Spart + kq * kRows * kChunk + nt * 16, s, kChunk, wmma::mem_row_major);
+            wmma_steps::scores_16x16(Qs, Ks + nt * 16 * W, W, int64_t(kq) * 16, 64, W,
+                                     Spart + kq * kRows * kChunk + nt * 16, kChunk);
         }
         __syncthreads();
         {  // Online softmax: 16 threads per row, two keys each; shuffles stay within the half warp.
             float x[2];
-            float mx = -INFINITY;
             for (int h = 0; h < 2; ++h) {
                 const int j = lane16 + 16 * h;
                 float s = 0.0f;
                 for (int kq = 0; kq < 4; ++kq) s += Spart[kq * kRows * kChunk + my_row * kChunk + j];
                 const int64_t n = c0 + j;
                 x[h] = (n < t_end && n < visible_s[my_row]) ? s * scale : -INFINITY;
-                mx = fmaxf(mx, x[h]);
             }
-            for (int off = 8; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            const float m_old = m_s[my_row], m_new = fmaxf(m_old, mx);
-            float sum = 0.0f;
-            for (int h = 0; h < 2; ++h) {
-                const float p = m_new == -INFINITY ? 0.0f : __expf(x[h] - m_new);
-                sum += p;
+            online_softmax_step<16>(x, lane16, m_s[my_row], l_s[my_row], alpha_s[my_row], [&](int h, float p) {
                 Ps[my_row * kChunk + lane16 + 16 * h] = __float2bfloat16_rn(p);
-            }
-            for (int off = 8; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-            __syncwarp();
-            if (lane16 == 0) {
-                const float alpha = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new);
-                alpha_s[my_row] = alpha;
-                l_s[my_row] = l_s[my_row] * alpha + sum;
-                m_s[my_row] = m_new;
-            }
+            });
         }
         __syncthreads();
         // P V: column tiles of the latent, warp w takes tiles w, w + 8, ...
-        for (int64_t tile = warp; tile < L / 16; tile += kThreads / 32) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kk = 0; kk < kChunk; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fp;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fv;
-                wmma::load_matrix_sync(fp, Ps + kk, kChunk);
-                wmma::load_matrix_sync(fv, Ks + kk * W + tile * 16, unsigned(W));
-                wmma::mma_sync(acc, fp, fv, acc);
-            }
-            wmma::store_matrix_sync(Otmp + tile * 16, acc, unsigned(L), wmma::mem_row_major);
-        }
+        for (int64_t tile = warp; tile < L / 16; tile += kThreads / 32)
+            wmma_steps::pv_tile<kChunk>(Ps, Ks + tile * 16, W, Otmp + tile * 16, L);
         __syncthreads();
         const float alpha = alpha_s[my_row];
 #pragma unroll

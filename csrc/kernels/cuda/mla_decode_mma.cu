@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_api.hpp"
+#include "kernels/cuda/attention_steps.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mma_sm80.cuh"
 
@@ -63,15 +64,10 @@ __global__ void __launch_bounds__(kThreads)
     int* visible_s = reinterpret_cast<int*>(alpha_s + kRows);
     constexpr int ldp = kChunk + kPad;
 
-    const int32_t* item = items + 4 * int64_t(blockIdx.x);
-    const int64_t b = item[0], split = item[3], len = seqlens[b];
+    const WorkItemTokens work =
+        work_item_tokens(items + 4 * int64_t(blockIdx.x), seqlens, split_offsets, max_blocks, block_size);
+    const int64_t b = work.b, split = work.split, len = work.len, t_begin = work.begin, t_end = work.end;
     const int64_t r0 = int64_t(blockIdx.y) * kRows;
-    const int64_t t_begin = int64_t(item[1]) * block_size < len ? int64_t(item[1]) * block_size : len;
-    // The request's last split runs to its length even where the plan was made for fewer tokens
-    // (seqlens grown on the device since, as in a replayed graph), within the block table's reach.
-    const bool last_split = split == split_offsets[b + 1] - split_offsets[b] - 1;
-    const int64_t reach = len < max_blocks * block_size ? len : max_blocks * block_size;
-    const int64_t t_end = last_split ? reach : (int64_t(item[2]) * block_size < len ? int64_t(item[2]) * block_size : len);
     const bool fp8 = latent_scale != nullptr;
 
     // Queries [64 rows][latent | rope], 8 elements per step (L, R multiples of 16, bases aligned).
@@ -119,19 +115,10 @@ __global__ void __launch_bounds__(kThreads)
                     continue;
                 }
                 uint4 v = make_uint4(0, 0, 0, 0);
-                if (in) {
-                    const uint2 raw =
-                        *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + p * 8);
-                    const float sc = latent_scale[slot * ((L + 127) / 128) + p / 16];
-                    const uint32_t w[2] = {raw.x, raw.y};
-                    uint32_t packed[4];
-                    for (int i = 0; i < 4; ++i) {
-                        const uint32_t word = w[i / 2] >> (16 * (i % 2));
-                        packed[i] = uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word & 0xff)) * sc)) |
-                                    (uint32_t(to_bf16_bits(fp8_bits_to_f32(uint8_t(word >> 8)) * sc)) << 16);
-                    }
-                    v = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                }
+                if (in)
+                    v = fp8x8_to_bf16x8(
+                        *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(latent) + slot * L + p * 8),
+                        latent_scale[slot * ((L + 127) / 128) + p / 16]);
                 *reinterpret_cast<uint4*>(dst + p * 8) = v;
             }
         }
@@ -189,32 +176,14 @@ __global__ void __launch_bounds__(kThreads)
         {  // Online softmax: 4 threads per row (aligned lane quads), 8 keys each.
             const int row = threadIdx.x / 4, q4 = threadIdx.x % 4;
             float x[8];
-            float mx = -INFINITY;
             for (int i = 0; i < 8; ++i) {
                 const int j = q4 * 8 + i;
                 const float sv = Sp[row * kChunk + j] + Sp[kRows * kChunk + row * kChunk + j];
                 const int64_t n = c0 + j;
                 x[i] = (n < t_end && n < visible_s[row]) ? sv * scale : -INFINITY;
-                mx = fmaxf(mx, x[i]);
             }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_old = m_s[row], m_new = fmaxf(m_old, mx);
-            float sum = 0.0f;
-            for (int i = 0; i < 8; ++i) {
-                const float p = m_new == -INFINITY ? 0.0f : __expf(x[i] - m_new);
-                sum += p;
-                Ps[row * ldp + q4 * 8 + i] = to_bf16_bits(p);
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            __syncwarp();
-            if (q4 == 0) {
-                const float alpha = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new);
-                alpha_s[row] = alpha;
-                l_s[row] = l_s[row] * alpha + sum;
-                m_s[row] = m_new;
-            }
+            online_softmax_step<4>(x, q4, m_s[row], l_s[row], alpha_s[row],
+                                   [&](int i, float p) { Ps[row * ldp + q4 * 8 + i] = to_bf16_bits(p); });
         }
         __syncthreads();
         {  // O = O * alpha + P V on this warp's rows and half of the columns.

@@ -42,6 +42,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/attention_steps.cuh"
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/hopper_api.hpp"
@@ -87,7 +88,7 @@ struct Args {
 #ifdef DSPERF_SM90A
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * 40 + 256 * 232 <= 65,536
 
-// The work item's token range [t_begin, t_end) and its first block, as mla_decode.cu's kernels.
+// The work item's token range [t_begin, t_end) (work_item_tokens) and its first block.
 // CTAs are numbered row tile fastest (blockIdx.x = item * tiles + tile): the row tiles of one work
 // item run side by side and read its pages once from HBM, then from L2.
 struct Range {
@@ -95,14 +96,9 @@ struct Range {
     __device__ Range(const Args& a) {
         const int64_t tiles = (a.q_len * a.heads + kRows - 1) / kRows;
         r0 = int64_t(blockIdx.x) % tiles * kRows;
-        const int32_t* item = a.items + 4 * (int64_t(blockIdx.x) / tiles);
-        b = item[0], split = item[3], len = a.seqlens[b];
-        t_begin = min(int64_t(item[1]) * kBlock, len);
-        // The request's last split runs to its length (seqlens grown on the device since the plan),
-        // within the block table's reach.
-        const bool last = split == a.split_offsets[b + 1] - a.split_offsets[b] - 1;
-        const int64_t reach = min(len, a.max_blocks * kBlock);
-        t_end = last ? reach : min(int64_t(item[2]) * kBlock, len);
+        const WorkItemTokens w = work_item_tokens(a.items + 4 * (int64_t(blockIdx.x) / tiles), a.seqlens,
+                                                  a.split_offsets, a.max_blocks, kBlock);
+        b = w.b, split = w.split, len = w.len, t_begin = w.begin, t_end = w.end;
         first_block = t_begin / kBlock;
         blocks = t_begin < t_end ? (t_end - first_block * kBlock + kBlock - 1) / kBlock : 0;
     }

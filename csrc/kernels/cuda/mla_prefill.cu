@@ -5,17 +5,14 @@
 // One thread block takes 16 query tokens of one head and walks the keys they may see (causal) 32
 // at a time: S = Q K^T (4 warps: 2 column tiles x 2 slices of the depth), an online softmax with
 // probabilities rounded to BF16, O = O * alpha + P V with O in registers (FP32).
-#include <mma.h>
-
 #include <cmath>
 
 #include "kernels/cuda/cuda_api.hpp"
+#include "kernels/cuda/attention_steps.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace dsperf::cuda {
 namespace {
-
-namespace wmma = nvcuda::wmma;
 
 constexpr int kRows = 16, kChunk = 32, kThreads = 128, kMaxQk = 256, kMaxV = 128;
 
@@ -63,61 +60,28 @@ __global__ void __launch_bounds__(kThreads)
             *reinterpret_cast<uint4*>(Vs + j * dv + d) = load8(v, c0 + j, kv_len, h, heads, dv, d);
         }
         __syncthreads();
-        {
+        {  // Scores: warp (nt, kq) sums key columns nt*16.. over every other 16-deep slice.
             const int nt = warp % 2, kq = warp / 2;
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
-            wmma::fill_fragment(s, 0.0f);
-            for (int64_t kk = int64_t(kq) * 16; kk < dqk; kk += 32) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fq;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fk;
-                wmma::load_matrix_sync(fq, Qs + kk, unsigned(dqk));
-                wmma::load_matrix_sync(fk, Ks + nt * 16 * dqk + kk, unsigned(dqk));
-                wmma::mma_sync(s, fq, fk, s);
-            }
-            wmma::store_matrix_sync(Spart + kq * kRows * kChunk + nt * 16, s, kChunk, wmma::mem_row_major);
+            wmma_steps::scores_16x16(Qs, Ks + nt * 16 * dqk, dqk, int64_t(kq) * 16, 32, dqk,
+                                     Spart + kq * kRows * kChunk + nt * 16, kChunk);
         }
         __syncthreads();
         {  // 8 threads per row, 4 keys each; the shuffles stay within aligned groups of 8 lanes.
             const int64_t visible = offset + t0 + my_row + 1;
             float x[4];
-            float mx = -INFINITY;
             for (int i = 0; i < 4; ++i) {
                 const int j = lane8 + 8 * i;
                 const float s = Spart[my_row * kChunk + j] + Spart[kRows * kChunk + my_row * kChunk + j];
                 const int64_t n = c0 + j;
                 x[i] = (n < kv_len && n < visible && t0 + my_row < q_len) ? s * scale : -INFINITY;
-                mx = fmaxf(mx, x[i]);
             }
-            for (int off = 4; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            const float m_old = m_s[my_row], m_new = fmaxf(m_old, mx);
-            float sum = 0.0f;
-            for (int i = 0; i < 4; ++i) {
-                const float p = m_new == -INFINITY ? 0.0f : __expf(x[i] - m_new);
-                sum += p;
+            online_softmax_step<8>(x, lane8, m_s[my_row], l_s[my_row], alpha_s[my_row], [&](int i, float p) {
                 Ps[my_row * kChunk + lane8 + 8 * i] = __float2bfloat16_rn(p);
-            }
-            for (int off = 4; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-            __syncwarp();
-            if (lane8 == 0) {
-                const float alpha = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new);
-                alpha_s[my_row] = alpha;
-                l_s[my_row] = l_s[my_row] * alpha + sum;
-                m_s[my_row] = m_new;
-            }
+            });
         }
         __syncthreads();
-        for (int64_t tile = warp; tile < dv / 16; tile += kThreads / 32) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kk = 0; kk < kChunk; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fp;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fv;
-                wmma::load_matrix_sync(fp, Ps + kk, kChunk);
-                wmma::load_matrix_sync(fv, Vs + kk * dv + tile * 16, unsigned(dv));
-                wmma::mma_sync(acc, fp, fv, acc);
-            }
-            wmma::store_matrix_sync(Otmp + tile * 16, acc, unsigned(dv), wmma::mem_row_major);
-        }
+        for (int64_t tile = warp; tile < dv / 16; tile += kThreads / 32)
+            wmma_steps::pv_tile<kChunk>(Ps, Vs + tile * 16, dv, Otmp + tile * 16, dv);
         __syncthreads();
         const float alpha = alpha_s[my_row];
 #pragma unroll

@@ -128,6 +128,17 @@ def test_kv_preemption_recomputes_and_finishes():
     assert r.records["preemptions"].sum() > 0
 
 
+def test_a_closed_loop_larger_than_the_waiting_guard_is_served_not_stopped():
+    # Every client of a closed loop arrives at the start; its queues never hold more than its clients,
+    # so a waiting guard below the concurrency must not stop it (it did, at once, as "overloaded").
+    r = serving.simulate(concurrency=64, duration_s=1, input_len=256, output_len=16, max_waiting=10, **SMALL)
+    assert not r.info["overloaded"] and r.info["stop_reason"] == "drained"
+    assert r.records["finished"].all() and len(r.records) >= 64
+    # An open loop past the guard still stops there.
+    burst = serving.simulate(rate=1e5, duration_s=1, input_len=256, output_len=16, max_waiting=10, **SMALL)
+    assert burst.info["overloaded"] and burst.info["stop_reason"] == "max_waiting"
+
+
 def test_percentiles_and_csv(tmp_path):
     r = serving.simulate(rate=3.0, duration_s=30, sla_ttft_ms=5000, sla_tpot_ms=200, **SMALL)
     p = r.percentiles()
@@ -265,6 +276,21 @@ def test_explorer_best_rows_rechecked_by_simulation():
            for e in best["prefill_ep"]]
     assert (sim["sim_ttft_p90_ms"].to_numpy() >= np.array(one)).all()
     assert sim["sim_meets"].dtype == bool
+
+
+def test_recheck_says_why_a_row_has_no_percentiles(monkeypatch):
+    # A simulation that stops at an overload bound: the row carries the reason, never meets the SLA.
+    import importlib
+
+    from dsperf import explore
+
+    recheck_module = importlib.import_module("dsperf.serving.recheck")  # the module, not the function
+    overloaded = serving.simulate(rate=1e5, duration_s=1, input_len=256, output_len=16, max_waiting=10, **SMALL)
+    monkeypatch.setattr(recheck_module, "simulate", lambda *a, **k: overloaded)
+    df = explore.search("DeepSeek-V3", ["H200"], isl=1024, osl=256, ep=(8,), batch=(32.0,))
+    sim = serving.recheck(explore.best(df, 1), isl=1024, osl=256, sla_tpot_ms=1e6, sla_ttft_ms=1e9)
+    assert not sim["sim_meets"].any()
+    assert sim["sim_note"].str.contains("overloaded: the simulation stopped at its max_waiting bound").all()
 
 
 def test_cli_explore_slo_percentile_is_checked(capsys):

@@ -102,6 +102,11 @@ public:
         }
         size_t next = 0;
         double last_empty = 0;
+        // A closed loop's queues never hold more than its clients, who all arrive at the start: the
+        // waiting guard is for open loops and traces, whose arrivals do not wait for answers.
+        const int64_t waiting_bound = w_.kind == ArrivalKind::kClosedLoop
+                                          ? std::max<int64_t>(cfg_.max_waiting, w_.concurrency)
+                                          : int64_t(cfg_.max_waiting);
         while (true) {
             const double t_arrival = next < arrivals.size() ? arrivals[next].arrival_ms : kInf;
             const double t_event = events_.empty() ? kInf : events_.top().t;
@@ -122,8 +127,8 @@ public:
                 else transfer_done(e.b);
             }
             if (waiting_ == 0) last_empty = now_;
-            if (waiting_ > cfg_.max_waiting || now_ > cfg_.max_time_ms) {
-                res_.stop_reason = waiting_ > cfg_.max_waiting ? "max_waiting" : "max_time";
+            if (waiting_ > waiting_bound || now_ > cfg_.max_time_ms) {
+                res_.stop_reason = waiting_ > waiting_bound ? "max_waiting" : "max_time";
                 res_.overloaded = true;
                 res_.overload_since_ms = last_empty;
                 break;

@@ -57,6 +57,13 @@ def recheck(rows: pd.DataFrame, model="DeepSeek-V3", *, isl, osl, sla_percentile
         got = sla.percentile_values(steady)
         rec[f"sim_ttft_p{sla.percentile:g}_ms"] = got["ttft_ms"]
         rec[f"sim_tpot_p{sla.percentile:g}_ms"] = got["tpot_ms"]
-        rec["sim_meets"] = bool(not r.info["overloaded"] and sla.met_at_percentile(steady))
+        finished = bool(steady["finished"].any())
+        rec["sim_meets"] = bool(finished and not r.info["overloaded"] and sla.met_at_percentile(steady))
+        # Why a row has no percentiles (NaN) or cannot meet the SLA whatever they are.
+        if r.info["overloaded"]:
+            rec["sim_note"] = (f"overloaded: the simulation stopped at its {r.info['stop_reason']} bound "
+                               f"({clients} clients)")
+        elif not finished:
+            rec["sim_note"] = f"no request finished within {waves} rounds ({waves * round_ms / 1e3:.4g} s simulated)"
         out.append(rec)
     return pd.DataFrame(out)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._markdown import markdown
+
 FORMATS = ("table", "csv", "markdown")
 SECTIONS = ("all", "peak", "latency")
 
@@ -60,7 +62,7 @@ def add_parsers(sub) -> None:
 def _render(df, fmt: str, floatfmt: str = ".4g") -> str:
     if fmt == "csv":
         return df.to_csv(index=False)
-    return df.to_markdown(index=False, floatfmt=floatfmt) + "\n"
+    return markdown(df, floatfmt) + "\n"
 
 
 def run_validate(args: argparse.Namespace) -> str:
@@ -314,7 +316,7 @@ def run_explore(args: argparse.Namespace) -> str:
         near.to_csv(out / "explore.csv", index=False)
         cols = [c for c in explore.SHOWN + ["tpot_margin", "ttft_margin"] if c in near.columns]
         return (f"{head}: the frontier is empty. Nearest configurations (margin = how far over each target):\n\n"
-                + near[cols].to_markdown(index=False, floatfmt=".4g") + f"\n\nwritten: {out / 'explore.csv'}\n")
+                + markdown(near[cols]) + f"\n\nwritten: {out / 'explore.csv'}\n")
     frontier = explore.pareto(ok)
     best = explore.best(ok, args.top)
     pd_frame = __import__("pandas").concat([frontier.assign(set="frontier"), best.assign(set="best")])
@@ -329,6 +331,10 @@ def run_explore(args: argparse.Namespace) -> str:
     if unpriced:
         note += (f"\nno price for {', '.join(unpriced)} (data/prices.csv has no row): its cost columns are empty "
                  f"and the cost figure leaves it out; give --gpu-hour-usd to price it\n")
+    unpowered = sorted(set(df.loc[df["energy_j_per_output_token"].isna() & df["feasible"], "device"].astype(str)))
+    if unpowered:
+        note += (f"\nno board power for {', '.join(unpowered)} (its device file has no board_power_w): its energy "
+                 f"column is empty\n")
     if args.slo_percentile is not None:
         from .serving import recheck
 
@@ -337,7 +343,7 @@ def run_explore(args: argparse.Namespace) -> str:
                       sla_tpot_ms=args.tpot_ms, sla_ttft_ms=args.ttft_ms, serving=args.serving)
         note += (f"\nThe first {len(sim)} re-checked by simulation (a closed loop of batch x GPUs clients; "
                  f"P{args.slo_percentile:g} of the requests after the first wave):\n\n"
-                 + sim.to_markdown(index=False, floatfmt=".4g") + "\n")
+                 + markdown(sim) + "\n")
     extra = ""
     if args.html:
         sla_given = {"tpot_ms": args.tpot_ms, "ttft_ms": args.ttft_ms}
@@ -349,7 +355,7 @@ def run_explore(args: argparse.Namespace) -> str:
                   + launched.text())
     return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- up to {band:.0%}: each row's "
             f"error_band, its regime's conformal {bands.BAND_QUANTILE:.0%} quantile of |error| in `dsperf validate`):\n\n"
-            + best[shown].to_markdown(index=False, floatfmt=".4g")
+            + markdown(best[shown])
             + f"\n\nPareto frontier (tokens/s per user against tokens/s per GPU): {len(frontier)} configurations\n\n"
-            + frontier[shown].to_markdown(index=False, floatfmt=".4g")
+            + markdown(frontier[shown])
             + f"\n\nwritten: {out / 'explore.csv'}, {out / 'frontier.png'}, {out / 'cost.png'}\n" + note + extra)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from .._markdown import markdown
+
 FORMATS = ("table", "csv", "markdown")
 
 
@@ -94,7 +96,7 @@ def run_simulate(args: argparse.Namespace) -> str:
     if args.format == "csv":
         return r.to_csv(float_format="%.6g")
     s = r.summary()
-    text = r.percentiles().to_markdown(floatfmt=",.1f") + "\n\n"
+    text = markdown(r.percentiles(), ",.1f", index=True) + "\n\n"
     good = ("no SLA given (--sla-ttft-ms, --sla-tpot-ms)" if args.sla_ttft_ms is None and args.sla_tpot_ms is None
             else f"goodput {s['goodput']:.4g} requests/s ({s['sla_met_share']:.1%} within the SLA)")
     text += (f"{s['finished']} of {s['requests']} requests finished; {s['request_throughput']:.4g} requests/s, "

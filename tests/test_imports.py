@@ -87,5 +87,5 @@ def test_former_flat_names_are_the_new_modules():
     assert harness.__name__ == "dsperf.predict.harness" and kernel_cost.__name__ == "dsperf.predict.kernel_cost"
     # The flat top level is gone: only the front doors, the command and private helpers remain.
     top = sorted(p.stem for p in PKG.glob("*.py"))
-    assert top == ["__init__", "_aliases", "_arrays", "_checks", "cli", "cli_grounded", "reference"], top
+    assert top == ["__init__", "_aliases", "_arrays", "_checks", "_markdown", "cli", "cli_grounded", "reference"], top
     assert (PKG / "kernels" / "__init__.py").is_file()  # the CPU front door, one module per family

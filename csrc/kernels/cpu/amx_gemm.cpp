@@ -24,6 +24,8 @@ namespace {
 constexpr int64_t kBlockRows = 256, kBlockCols = 256, kChunkTiles = 8;
 // At most this many rows of x: the few-rows mode (see gemm).
 constexpr int64_t kFewRows = 128;
+// The fused FP8 decode's conversion buffer (fp8_fused_tile): two groups of two K tiles.
+constexpr int64_t kFusedBufferTiles = 4;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -172,9 +174,10 @@ DSPERF_AVX512_VBMI void fp8_row_tiles(const Rows& s, int64_t t0, int64_t nt, int
 }
 
 // FP8 decode: few rows of x (one or two tiles, x0 and x1) against one tile of 16 weight rows from r0,
-// over all of K with the sums in tiles 0 and 1 (the thread's next tile next_rows further on). Each group of two K tiles is converted into buf
-// (two groups' room, used in turn) while the group before it, its stores long drained, is
-// multiplied: the products overlap the next conversion instead of waiting for it.
+// over all of K with the sums in tiles 0 and 1 (the thread's next tile next_rows further on). Each
+// group of two K tiles is converted into buf (kFusedBufferTiles: two groups' room, used in turn)
+// while the group before it, its stores long drained, is multiplied: the products overlap the next
+// conversion instead of waiting for it.
 template <class Ops>
 DSPERF_AMX inline void fp8_multiply_group(Ops& ops, const bf16_t* a, const bf16_t* x0, const bf16_t* x1, int64_t kt) {
     for (int64_t u = 0; u < 2; ++u) {
@@ -194,14 +197,16 @@ DSPERF_AVX512_VBMI void fp8_fused_tile(Ops& ops, const Rows& w, int64_t r0, cons
     const auto* base = static_cast<const fp8_t*>(w.p) + r0 * w.ld;
     ops.template zero<0>(), ops.template zero<1>();
     avx512::Fp8ByteRegs table{avx512::Fp8WordTable(1.0f)};
+    // The half of buf that holds the group starting at K tile kt (groups alternate halves).
+    const auto group_tiles = [buf](int64_t kt) { return buf + (kt / 2 % 2) * (kFusedBufferTiles / 2) * kTileElems; };
     for (int64_t kt = 0; kt < k_tiles; kt += 2) {  // k_tiles is even in lane order
         const int64_t k0 = 32 * kt;
         if (k0 % kFp8Block == 0) table = fp8_block_table(w, r0, k0);
-        bf16_t* d = buf + (kt / 2 % 2) * 2 * kTileElems;
+        bf16_t* d = group_tiles(kt);
         fp8_group(w, base, r0, k0, next_rows, table, d, d + kTileElems);
-        if (kt >= 2) fp8_multiply_group(ops, buf + ((kt - 2) / 2 % 2) * 2 * kTileElems, x0, x1, kt - 2);
+        if (kt >= 2) fp8_multiply_group(ops, group_tiles(kt - 2), x0, x1, kt - 2);
     }
-    fp8_multiply_group(ops, buf + ((k_tiles - 2) / 2 % 2) * 2 * kTileElems, x0, x1, k_tiles - 2);
+    fp8_multiply_group(ops, group_tiles(k_tiles - 2), x0, x1, k_tiles - 2);
     ops.template store<0>(c, 64);
     if (x1) ops.template store<1>(c + kTileFloats, 64);
 }
@@ -482,8 +487,8 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
     {
         // Four sum tiles per pair of x tiles and pair of weight tiles (a block of 16 weight rows too).
         float* c = scratch<float>(Scratch::kSums, ceil_div(x_rows, 2 * kRows) * ceil_div(block_cols, 32) * 4 * kTileFloats);
-        bf16_t* wt_buf =
-            packed ? nullptr : scratch<bf16_t>(Scratch::kWeights, std::max<int64_t>(block_cols / 16 * chunk, 4) * kTileElems);
+        const int64_t wt_tiles = std::max(block_cols / 16 * chunk, kFusedBufferTiles);
+        bf16_t* wt_buf = packed ? nullptr : scratch<bf16_t>(Scratch::kWeights, wt_tiles * kTileElems);
         Ops ops;
         ops.config();
         for (int64_t m0 = 0; m0 < Mp; m0 += kBlockRows) {
@@ -504,7 +509,7 @@ void gemm(const bf16_t* x, int64_t ldx, int64_t M, const WeightSource* src, cons
                 if (fused_fp8) {  // one weight tile (block_cols kRows), one pair of x tiles
                     fp8_fused_tile(ops, w_rows, n0, xt, x_tiles > 1 ? xt + k_tiles * kTileElems : nullptr, k_tiles,
                                    block_cols, wt_buf, c);
-                    for (int64_t t = 0; t < 2; ++t)
+                    for (int64_t t = 0; t < x_tiles; ++t)  // the sum tiles fp8_fused_tile stored
                         write_tile(c + t * kTileFloats, true, m0 + 16 * t, n0, M, N, y, ldy, accumulate, simd);
                     continue;
                 }

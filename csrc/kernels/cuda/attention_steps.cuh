@@ -1,6 +1,6 @@
 // Steps the flash-attention kernels share (MLA decode on WMMA, mma.sync and wgmma, MLA prefill): the
-// FP8 latent's dequantisation, a paged work item's token range, the online-softmax update of one query row, and the WMMA products
-// S = Q K^T and P V. Each kernel keeps its own tiling, masks and shared-memory layout; these are
+// FP8 latent's dequantisation, a paged work item's token range, the online-softmax update of one
+// query row, and the WMMA products S = Q K^T and P V. Each kernel keeps its own tiling, masks and shared-memory layout; these are
 // the pieces whose arithmetic must agree between them (and with the CPU kernels they are tested
 // against).
 #pragma once

@@ -94,11 +94,12 @@ def test_a_regeneration_keeps_the_measured_rows():
 def test_regenerating_every_table_keeps_their_measured_rows(tmp_path, monkeypatch):
     # `python -m dsperf.model.derive_table` rewrites each anchor target in turn; it once opened a
     # table for writing before reading the measured rows it keeps, and emptied the Ascend table.
-    for name in ("H800.csv", "B200.csv", "Ascend910C.csv"):
+    targets = ("B200.csv", "Ascend910C.csv", "MI300X.csv", "MI355X.csv")
+    for name in ("H800.csv",) + targets:
         (tmp_path / name).write_text((grounded._tables_dir() / name).read_text())
     monkeypatch.setattr(derive_table, "_data", lambda name: tmp_path / name)
     assert derive_table.main([]) == 0
-    for name in ("B200.csv", "Ascend910C.csv"):
+    for name in targets:
         assert (tmp_path / name).read_text() == (grounded._tables_dir() / name).read_text()
 
 

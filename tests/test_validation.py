@@ -114,6 +114,7 @@ def test_a_row_is_read_against_the_gpu_that_timed_it():
     memory-bound row timed on the faster-memory MI325X prices slower on the MI300X than it would as
     an MI300X measurement."""
     rows = grounded.read_table_rows(resources.files("dsperf") / "data" / "efficiency" / "MI300X.csv")
+    rows = [r for r in rows if r["basis"] == "measured"]   # the derived attention rows are read on the GPU priced
     on = {r.get("measured_on") for r in rows}
     assert on == {"MI300X", "MI325X"}
     assert all(f"({r['measured_on']}, 304 CUs)" in r["source"] for r in rows)
@@ -239,7 +240,7 @@ def test_cli_predict_prints_the_band():
         assert cli_main(["predict", "--device", "B200", "--weight-dtype", "fp4", "--kv-fp8", "--attn-fp8",
                          "--ep", "8", "--batch", "256", "--kv-len", "2048"]) == 0
     text = out.getvalue()
-    assert "grouped_fp4" in text and "B200's kernel table is derived" in text and "regime derived/decode" in text
+    assert "grouped_fp4" in text and "B200's kernel table holds derived rows" in text and "regime derived/decode" in text
 
 
 def test_eplb_imbalance_from_a_routing_distribution():

@@ -20,6 +20,11 @@ header note is the shipped file's first line after "left out)"):
 
     python benchmarks/tables/import_aiter_gemm.py --repo aiter --commit 84493f0 --gfx gfx950 --powers-of-two \
         --measured-on 1638f9e7a9=MI355X --header-note "; then ..." > python/dsperf/data/efficiency/MI355X.csv
+
+The last step of either table, after every importer has written its rows: `python -m
+dsperf.model.derive_table MI300X MI355X` adds the attention rows aiter publishes only as best cases
+(derived by the transfer rule from data/anchors.csv), keeping the importers' rows and notes; it
+rewrites the table in the rule's columns, so rerun the importers on a fresh file, not on its output.
 """
 from __future__ import annotations
 

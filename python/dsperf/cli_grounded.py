@@ -202,8 +202,8 @@ def _predict(args: argparse.Namespace) -> str:
         lines.append(f"{r['device']}'s kernel table has rows for some families only (the calls with from_table False run "
                      "at the default efficiency), so the band is the worst |error| of any check point")
     elif kind == "derived":
-        lines.append(f"{r['device']}'s kernel table is derived (the H800 rows' curve over shapes scaled to published "
-                     "figures of this GPU at its best shapes: docs/VALIDATION.md)")
+        lines.append(f"{r['device']}'s kernel table holds derived rows (the H800 rows' curve over shapes scaled to "
+                     "published figures of this GPU at its best shapes: data/anchors.csv, docs/VALIDATION.md)")
     return text + "\n".join(lines) + "\n"
 
 

@@ -171,7 +171,7 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
 
 
 # Columns a table's measured rows may use beyond the derived rows' (written only where one does).
-MEASURED_EXTRA_COLUMNS = ("tokens", "link_gbps", "measured_on")
+MEASURED_EXTRA_COLUMNS = ("tokens", "link_gbps", "q_len", "measured_on")
 
 
 def measured_rows(target: str) -> list[dict]:
@@ -183,6 +183,19 @@ def measured_rows(target: str) -> list[dict]:
     return [r for r in read_table_rows(path) if r["basis"] == "measured"] if path.is_file() else []
 
 
+_GENERATED_NOTES = ("# Kernel efficiency rows for ", "# Then ")
+
+
+def _own_notes(target: str) -> list[str]:
+    """The comment lines of target's shipped table that render did not write: the notes of the
+    importer that wrote its measured rows (MI300X.csv's aiter importers), kept through a regeneration."""
+    path = _data(f"{target}.csv")
+    if not path.is_file():
+        return []
+    with open(path) as f:
+        return [line for line in f if line.startswith("#") and not line.startswith(_GENERATED_NOTES)]
+
+
 def render(target: str, measured: list[dict] | None = None) -> str:
     """target's table: the derived rows, then its measured rows (`measured`, or the shipped file's
     measured rows when None, so that a regeneration keeps them). A derived row at the shape of a
@@ -190,6 +203,7 @@ def render(target: str, measured: list[dict] | None = None) -> str:
     from .grounded import row_label
 
     measured = measured_rows(target) if measured is None else measured
+    notes = _own_notes(target)
     taken = {row_label(r) for r in measured}
     rows = [r for r in derive(target) if row_label(r) not in taken]
     columns = OUT_COLUMNS + tuple(c for c in MEASURED_EXTRA_COLUMNS if any(c in r for r in measured))
@@ -197,6 +211,7 @@ def render(target: str, measured: list[dict] | None = None) -> str:
     buf.write(f"# Kernel efficiency rows for {target}, derived (dsperf.model.derive_table): each {HOPPER_TABLE} row's "
               "efficiency scaled by a published best-case figure of this GPU (anchors.csv) over the best "
               f"{HOPPER_TABLE} row of the family. Regenerate: python -m dsperf.model.derive_table {target}\n")
+    buf.writelines(notes)
     if measured:
         buf.write(f"# Then {len(measured)} measured rows (basis measured: timed on this device, each with its "
                   "source); a regeneration keeps them.\n")

@@ -304,6 +304,19 @@ EXEMPT = {
         "coincidence: a DeepGEMM time on H800 (M 512, N 4096, K 7168: 30.034 us, alibaba/InferSim bench_data) "
         "against a B200 TPOT (30.034 ms, InferenceX run 23266829671); other units, other sources, the table "
         "row was imported before the latency point was added",
+    ("efficiency/MI300X.csv mla_decode bf16 batch=16 kv_len=32768 heads=128 latency_us",
+     "latency_points.csv ix_mi325x_sglang_fp8_8k1k_c4_ttft"):
+        "coincidence: a derived MLA decode row (the H800 FlashMLA row at batch 16, 32,768 tokens scaled by aiter's "
+        "published MI300X best case, dsperf.model.derive_table: 428.01 us) against an MI325X TTFT (428.031 ms, "
+        "InferenceX); other units, and the row is what the rule computes, not a figure written down",
+    ("anchors.csv MI355X mla_prefill published / fp16_tflops",
+     "points.csv trtllm_b200_min_latency / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_ttft"):
+        "coincidence: aiter's published causal forward on MI355X over its BF16 peak (1398.14 / 2516.6 = 0.5556) "
+        "against the ratio of a B200 one-request throughput (tokens/s per user) to an MI300X TTFT (ms): unrelated "
+        "figures in other units",
+    ("anchors.csv MI355X mla_prefill published / fp16_tflops",
+     "latency_points.csv trtllm_b200_min_latency_tpot / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_ttft"):
+        "coincidence: as the match above, with the same B200 figure read as a latency point",
     ("efficiency/MI300X.csv gemm_fp8 fp8 m=192 n=256 k=7168 latency_us", "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_tpot"):
         "coincidence: a tuned aiter FP8 GEMM time on MI325X (M 192, N 256: 12.254 us, ROCm/aiter "
         "a8w8_blockscale_tuned_gemm_ds_v3.csv) against an MI355X TPOT (12.254 ms, InferenceX run 22047502000); "

@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ascend_table_loads_with_both_sources():
     rows = grounded.read_table_rows(grounded._tables_dir() / "Ascend910C.csv")
     assert rows and {r["family"] for r in rows} == {"mla_decode", "dispatch_normal", "combine_normal",
-                                                    "dispatch_ll", "combine_ll", "gemm_fp8", "gemm_bf16"}
-    comm = [r for r in rows if r["family"] not in ("mla_decode", "gemm_fp8", "gemm_bf16")]
+                                                    "dispatch_ll", "combine_ll", "gemm_fp8", "gemm_bf16",
+                                                    "grouped_contiguous", "grouped_masked"}
+    comm = [r for r in rows if r["family"].startswith(("dispatch", "combine"))]
     # DeepEP-Ascend's normal (EP 8-128) and low-latency (EP 8-32) kernels on an A3 SuperPOD, per EP as
     # published, each read against one die's link.
     assert len(comm) == 16 and all(r["basis"] == "measured" and r["link_gbps"] == 196 for r in comm)
@@ -36,9 +37,14 @@ def test_ascend_table_loads_with_both_sources():
     qkv_a = [r for r in gemms if (r["m"], r["n"], r["k"]) == (1, 2112, 7168)]
     assert len(qkv_a) == 1 and qkv_a[0]["latency_us"] == 28.202 and '"1,7168;66,448,16,32;2112;2112"' in qkv_a[0]["source"]
     assert grounded.device_pricing("Ascend910C")["kernel_table"] == "Ascend910C"
-    # No grouped-matmul (the profile's fused DispatchFFNCombine hides it) or INT8 attention rows: the
-    # experts and the attention core of an INT8 step still run at the default efficiency.
-    assert grounded.table_kind("Ascend910C") == "partial"
+    # No grouped-matmul time (the profile's fused DispatchFFNCombine hides it): the grouped rows are
+    # derived, the H800 curves scaled to the profile's fastest INT8 GEMM (2026-11-28), which makes the
+    # table "derived". No INT8 attention rows: the INT8 attention core stays at the default efficiency.
+    grouped = [r for r in rows if r["family"].startswith("grouped")]
+    assert grouped and all(r["basis"] == "derived" and "DeepGEMM" in r["source"]
+                           for r in grouped)
+    assert all("M = 2048, N = 4608, K = 7168" in r["source2"] and "537.2" in r["source2"] for r in grouped)
+    assert grounded.table_kind("Ascend910C") == "derived"
 
 
 def test_ascend_mla_decode_priced_from_the_table():
@@ -53,8 +59,11 @@ def test_ascend_mla_decode_priced_from_the_table():
     # their largest EP (32) at EP320; the GEMMs from the profile's rows (those past its shapes clamped).
     gemm_calls = [c for c in out["calls"] if c["family"] in ("gemm_fp8", "gemm_bf16")]
     assert gemm_calls and all(c["from_table"] for c in gemm_calls)
-    assert out["calls_from_table"] == 1 + sum(not c["clamped"] for c in gemm_calls)
-    assert out["calls_clamped"] == 2 + sum(c["clamped"] for c in gemm_calls)
+    grouped_calls = [c for c in out["calls"] if c["family"].startswith("grouped")]
+    assert grouped_calls and all(c["from_table"] for c in grouped_calls)
+    grouped_clamped = sum(c["clamped"] for c in grouped_calls)
+    assert out["calls_from_table"] == 1 + sum(not c["clamped"] for c in gemm_calls) + len(grouped_calls) - grouped_clamped
+    assert out["calls_clamped"] == 2 + sum(c["clamped"] for c in gemm_calls) + grouped_clamped
 
 
 def test_ascend_dispatch_combine_priced_from_its_own_rows():
@@ -116,9 +125,10 @@ def test_a_device_comm_row_needs_its_link_and_a_scale_up_family(tmp_path):
 
 def test_ascend_table_is_what_the_builder_writes():
     anchor = [a for a in derive_table.read_anchors() if a["table"] == "Ascend910C"]
-    # The AMLA paper's 614 TFLOPS per package of two dies, per die (a GPU here): 307.
-    assert [(a["families"], a["published"], a["peak_field"]) for a in anchor] == [(["mla_decode"], 307.0,
-                                                                                    "fp16_tflops")]
+    # The AMLA paper's 614 TFLOPS per package of two dies, per die (a GPU here): 307; the grouped matmul's,
+    # the W8A8 profile's fastest INT8 GEMM per FLOP (2 x 2048 x 4608 x 7168 / 251.846 us = 537.2 TOPS).
+    assert [(a["families"], a["published"], a["peak_field"]) for a in anchor] == [
+        (["mla_decode"], 307.0, "fp16_tflops"), (["grouped_contiguous", "grouped_masked"], 537.2, "fp8_tflops")]
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tables" / "build_ascend910c.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -188,8 +198,7 @@ def test_ascend_eager_decode_pays_every_launch_graph_mode_none():
 def test_ascend_910b_parts_read_the_910c_table():
     """The three Atlas 800 A2 parts of Ascend/msmodeling's device list, one die each, listed with their
     sources and priced from the Ascend 910C table (a 910B-class die) through their own roofline: the
-    projections and the attention core from its rows, the experts' grouped matmul (no Ascend row) at
-    the default efficiency."""
+    projections, the attention core and the experts' grouped matmul (derived rows) from its rows."""
     from dsperf.model.devices import list_devices, load_device
 
     peaks = {"Ascend910B-376T": (353.9, 752), "Ascend910B-313T": (294.9, 626), "Ascend910B-280T": (245.8, 560)}
@@ -198,11 +207,11 @@ def test_ascend_910b_parts_read_the_910c_table():
     for name, (bf16, int8) in peaks.items():
         d = load_device(name)
         assert (d.fp16_tflops, d.fp8_tflops, d.gpus_per_chip, d.gpus_per_node) == (bf16, int8, 1, 8)
-        assert grounded.kernel_table_name(name) == "Ascend910C" and grounded.table_kind(name) == "partial"
+        assert grounded.kernel_table_name(name) == "Ascend910C" and grounded.table_kind(name) == "derived"
         r = grounded.decode(device=name, batch=32, kv_len=2048, ep=16)
         calls = {c["kernel"]: c for c in r["calls"]}
         assert calls["wq_a"]["from_table"] and calls["attention_core"]["from_table"]
-        assert not calls["experts_up"]["from_table"]
+        assert calls["experts_up"]["from_table"]
         assert "msmodeling" in (ROOT / "python" / "dsperf" / "data" / "devices" / f"{name}.toml").read_text()
         steps[name] = r["step_ms"]
     # Fewer TFLOPS on the same rows: never faster.

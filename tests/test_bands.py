@@ -284,17 +284,24 @@ def test_shipped_amd_tables_are_what_the_rule_gives(name):
     assert "# Kernel latencies of ROCm/aiter's tuned FP8 block-scale GEMMs" in shipped
 
 
-def test_a_partial_table_prints_the_partial_band():
-    """A table without rows for a core family (the Ascend 910C's: no grouped-matmul rows) is `partial`;
-    the partial regime's band is measured on its check points (the Ascend 910C's three since 2026-11-27,
-    when cann-recipes-infer's decode became a design point). Three are too few for the conformal 80% rank
-    (ceil(4 x 0.8) = 4 > 3), so the band falls back to the worst check error of all, no narrower than 40%."""
-    assert grounded.table_kind("Ascend910C") == "partial"
-    r = grounded.decode("DeepSeek-V3", "Ascend910C", batch=64, kv_len=2048, ep=8)
+def test_a_partial_table_prints_the_partial_band(tmp_path):
+    """A table without rows for a core family is `partial` (no shipped table is, since the Ascend 910C's
+    grouped rows of 2026-11-28): here an MI300X whose table holds its GEMM rows only. The partial regime
+    has no check point of its own now, so its band falls back to the worst check error of all."""
+    gemms = [line for line in (DATA / "efficiency" / "MI300X.csv").read_text().splitlines(keepends=True)
+             if not line.startswith(("#", "mla_", "grouped_"))]
+    (tmp_path / "gemms.csv").write_text("".join(gemms))
+    toml = (DATA / "devices" / "MI300X.toml").read_text()
+    assert 'kernel_table = "MI300X"' in toml
+    (tmp_path / "mi300x_gemms.toml").write_text(toml.replace('kernel_table = "MI300X"', 'kernel_table = "gemms.csv"'))
+    dev = str(tmp_path / "mi300x_gemms.toml")
+    assert grounded.table_kind(dev) == "partial"
+    r = grounded.decode("DeepSeek-V3", dev, batch=64, kv_len=2048, ep=8)
     calls = grounded.calls_frame(r)
-    assert not calls.loc[calls["family"] == "grouped_masked", "from_table"].any()
+    assert calls.loc[calls["family"] == "gemm_fp8", "from_table"].all()
+    assert not calls.loc[calls["family"].isin(["grouped_masked", "mla_decode"]), "from_table"].any()
     assert r["regime"].startswith("partial/") and r["band_regime"] == "worst of all"
-    assert r["band_points"] >= 3 and r["error_band"] >= 0.40
+    assert r["error_band"] == pytest.approx(max(bands.lookup(k, "decode", "throughput")[0] for k in bands.TABLE_KINDS))
 
 
 def test_mi355x_fused_moe_rows_load_with_their_sources():

@@ -191,6 +191,20 @@ def check() -> list[str]:
         elif a["published"] != figure or a["peak_field"] != "fp16_tflops" or "2509.25224" not in a["source"]:
             problems.append(f"anchors.csv's {DEVICE} {family} row ({a['published']} of {a['peak_field']}) is not "
                             f"{figure} {unit} (per die) of fp16_tflops from {where}")
+    return problems + _grouped_anchor_problems(anchors)
+
+
+def _grouped_anchor_problems(anchors) -> list[str]:
+    """The grouped families' anchor is the profile's fastest INT8 GEMM per FLOP (PROFILE_GEMMS), in TOPS."""
+    best = max((2 * m * n * k / (us * 1e-6) / 1e12, m, n, k) for family, m, n, k, us, *_ in PROFILE_GEMMS
+               if family == "gemm_fp8")
+    problems = []
+    for family in ("grouped_contiguous", "grouped_masked"):
+        a = anchors.get((DEVICE, family))
+        if a is None or abs(a["published"] - best[0]) > 0.05 or a["peak_field"] != "fp8_tflops" \
+                or f"M = {best[1]}, N = {best[2]}, K = {best[3]}" not in a["source"]:
+            problems.append(f"anchors.csv's {DEVICE} {family} row is not the profile's fastest INT8 GEMM "
+                            f"({best[0]:.1f} TOPS at M = {best[1]}, N = {best[2]}, K = {best[3]}) of fp8_tflops")
     return problems
 
 

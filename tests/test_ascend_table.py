@@ -15,7 +15,7 @@ def test_ascend_table_loads_with_both_sources():
     rows = grounded.read_table_rows(grounded._tables_dir() / "Ascend910C.csv")
     assert rows and {r["family"] for r in rows} == {"mla_decode", "dispatch_normal", "combine_normal",
                                                     "dispatch_ll", "combine_ll", "gemm_fp8", "gemm_bf16",
-                                                    "grouped_contiguous", "grouped_masked"}
+                                                    "grouped_contiguous", "grouped_masked", "mla_prefill"}
     comm = [r for r in rows if r["family"].startswith(("dispatch", "combine"))]
     # DeepEP-Ascend's normal (EP 8-128) and low-latency (EP 8-32) kernels on an A3 SuperPOD, per EP as
     # published, each read against one die's link.
@@ -45,6 +45,12 @@ def test_ascend_table_loads_with_both_sources():
                            for r in grouped)
     assert all("M = 2048, N = 4608, K = 7168" in r["source2"] and "537.2" in r["source2"] for r in grouped)
     assert grounded.table_kind("Ascend910C") == "derived"
+    # The prefill attention core: torch_npu's flash attention timed on a 910B2 die (pto-isa's README), 2026-11-28.
+    prefill = [r for r in rows if r["family"] == "mla_prefill"]
+    assert prefill and all(r["basis"] == "derived" and "pto-isa" in r["source2"] and "150.78" in r["source2"]
+                           for r in prefill)
+    calls = grounded.calls_frame(grounded.prefill("DeepSeek-V3", "Ascend910C", ep=32))
+    assert calls.loc[calls["family"] == "mla_prefill", "from_table"].all()
 
 
 def test_ascend_mla_decode_priced_from_the_table():
@@ -128,7 +134,8 @@ def test_ascend_table_is_what_the_builder_writes():
     # The AMLA paper's 614 TFLOPS per package of two dies, per die (a GPU here): 307; the grouped matmul's,
     # the W8A8 profile's fastest INT8 GEMM per FLOP (2 x 2048 x 4608 x 7168 / 251.846 us = 537.2 TOPS).
     assert [(a["families"], a["published"], a["peak_field"]) for a in anchor] == [
-        (["mla_decode"], 307.0, "fp16_tflops"), (["grouped_contiguous", "grouped_masked"], 537.2, "fp8_tflops")]
+        (["mla_decode"], 307.0, "fp16_tflops"), (["grouped_contiguous", "grouped_masked"], 537.2, "fp8_tflops"),
+        (["mla_prefill"], 150.78, "fp16_tflops")]   # torch_npu's flash attention on a 910B2 die: 42.6% of 353.9
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tables" / "build_ascend910c.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

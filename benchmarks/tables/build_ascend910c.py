@@ -86,6 +86,12 @@ PUBLISHED = [
     ("mla_decode", 614.0, "TFLOPS", 0.868,
      "arXiv 2509.25224 (AMLA: MUL by ADD in FlashAttention Rescaling), abstract"),
 ]
+# Published per die (a 910B2 die, the 910C's kind): (family, figure, unit, fraction of the die's BF16 peak as
+# published, where it was published). The anchor is the figure itself.
+PUBLISHED_PER_DIE = [
+    ("mla_prefill", 150.78, "TFLOPS", 0.4260,
+     "hw-native-sys/pto-isa kernels/manual/common/flash_atten/README.md, 910B2 table, torch_npu at 32,768 tokens"),
+]
 # Measured on the device: (family, EP as published, GB/s as published). sgl-project/sgl-kernel-npu
 # README.md, "Normal Kernels with Pure HCCS".
 DEEPEP_ASCEND_NORMAL = [
@@ -191,6 +197,12 @@ def check() -> list[str]:
         elif a["published"] != figure or a["peak_field"] != "fp16_tflops" or "2509.25224" not in a["source"]:
             problems.append(f"anchors.csv's {DEVICE} {family} row ({a['published']} of {a['peak_field']}) is not "
                             f"{figure} {unit} (per die) of fp16_tflops from {where}")
+    for family, figure, unit, fraction, where in PUBLISHED_PER_DIE:
+        if abs(figure / fraction - DIE_BF16_TFLOPS) / DIE_BF16_TFLOPS > 0.005:
+            problems.append(f"{where}: {figure} {unit} = {fraction:.2%} of {figure / fraction:.1f}, not a die's BF16 peak")
+        a = anchors.get((DEVICE, family))
+        if a is None or a["published"] != figure or a["peak_field"] != "fp16_tflops" or "pto-isa" not in a["source"]:
+            problems.append(f"anchors.csv's {DEVICE} {family} row is not {figure} {unit} of fp16_tflops from {where}")
     return problems + _grouped_anchor_problems(anchors)
 
 

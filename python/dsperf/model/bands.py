@@ -5,8 +5,8 @@ where a regime is (how the device's kernel table was obtained, the phase, what b
 
 - table: ``measured`` (a table of kernel timings measured on that GPU family), ``derived`` (the
   Hopper curve over shapes scaled to published figures of the device at large shapes; see
-  model/derive_table.py), ``partial`` (rows for some core families only, e.g. the Ascend 910C's: no grouped-matmul rows) or
-  ``default`` (no table: every compute call at the default efficiency);
+  model/derive_table.py), ``partial`` (rows for some core families only, say no grouped-matmul rows;
+  no shipped table is, since 2026-11-28) or ``default`` (no table: every compute call at the default efficiency);
 - phase: ``decode``, ``prefill`` or ``e2e`` (prefill and decode on the same GPUs);
 - bound: ``latency`` where a decode step serves fewer than LATENCY_BATCH requests per GPU (fixed
   costs, launches and all-reduces dominate), else ``throughput``.

@@ -1,8 +1,10 @@
-"""Kernel tables for GPUs with no per-shape measurements: the transfer rule.
+"""Kernel tables for GPUs with no per-shape measurements of a family: the transfer rule.
 
 Blackwell GPUs have published kernel figures at their best shapes only (a GEMM library's peak at
 large M, an attention kernel's best TFLOPS or GB/s), not the per-shape tables the grounded model
-reads. The rule that fills the gap:
+reads; so do AMD's attention kernels and the Ascend's (whose grouped matmul has no figure of its own
+and borrows its dense INT8 GEMM's best, as Blackwell's grouped rows borrow CUTLASS's GEMM). The rule
+that fills the gap:
 
     efficiency_target(shape) = efficiency_hopper(shape) x anchor / best_hopper(family)
 
@@ -27,8 +29,9 @@ memory-bound rows too (no Blackwell GEMM library publishes its memory-bound best
 Efficiencies are capped at 1.
 
 `python -m dsperf.model.derive_table` rewrites data/efficiency/<target>.csv, keeping the table's
-measured rows (basis measured, e.g. the Ascend 910C's dispatch/combine rows) as they are;
-tests/test_derived_tables.py checks that the shipped file is what the rule gives today.
+measured rows (basis measured, e.g. the Ascend 910C's dispatch/combine rows, the aiter importers'
+rows of the AMD tables) and the importers' notes as they are; tests/test_bands.py and
+tests/test_ascend_table.py check that the shipped files are what the rule gives today.
 """
 from __future__ import annotations
 

@@ -69,25 +69,30 @@ def test_the_shipped_mla_rows_are_what_the_importer_writes():
 def test_amd_tables_keep_the_importers_columns(name):
     lines = [line for line in open(EFFICIENCY / f"{name}.csv") if not line.startswith("#")]
     header = next(csv.reader(lines[:1]))
-    # Every importer column is kept (the rule writes q_len only where a row uses it: MI355X's MLA rows),
-    # beside the rule's basis and second source.
-    assert set(_importer_columns()) - {"q_len"} <= set(header) and {"basis", "source2"} <= set(header)
+    # Every importer column is kept (the rule writes q_len and math only where a row uses them: MI355X's
+    # MLA rows), beside the rule's basis and second source.
+    assert set(_importer_columns()) - {"q_len", "math"} <= set(header) and {"basis", "source2"} <= set(header)
 
 
 def test_mi355x_decode_attention_is_priced_from_its_rows():
     # The MLA decode rows cover a core family; the prefill attention core's rows are derived from aiter's
     # causal forward on MI355X (anchors.csv), which makes the table "derived".
     assert grounded.table_kind("MI355X") == "derived"
-    # A call at a row's shape is priced at the row's time: FP8 cache, 128 heads (no attention TP),
-    # one micro-batch of 32 requests at 23,333 tokens (aiter PR #3072: 199.795 us), plus the kernel
-    # boundary inside a CUDA graph every compute call pays.
-    r = grounded.decode("DeepSeek-V3", "MI355X", batch=32, kv_len=23333, ep=8, attn_tp=1, kv_fp8=True,
-                        overlap="none")
-    calls = grounded.calls_frame(r)
-    core = calls[calls["family"] == "mla_decode"].iloc[0]
+    # A call at a row's shape and math is priced at the row's time: FP8 queries, cache and math (the
+    # rows' `math = fp8`), 128 heads (no attention TP), one micro-batch of 32 requests at 23,333 tokens
+    # (aiter PR #3072: 199.795 us), plus the kernel boundary inside a CUDA graph every compute call pays.
+    def core_of(**kw):
+        r = grounded.decode("DeepSeek-V3", "MI355X", batch=32, kv_len=23333, ep=8, attn_tp=1, overlap="none", **kw)
+        return grounded.calls_frame(r).query("family == 'mla_decode'").iloc[0]
+
+    core = core_of(kv_fp8=True, attn_fp8=True)
     assert core["from_table"] and not core["clamped"]
     assert core["us"] == pytest.approx(199.795 + grounded.SM.graph_kernel_gap_us, rel=1e-6)
-    # A BF16 cache reads more bytes at the same shape: slower, from the same rows.
-    bf16 = grounded.decode("DeepSeek-V3", "MI355X", batch=32, kv_len=23333, ep=8, attn_tp=1, overlap="none")
-    bf16_core = grounded.calls_frame(bf16).query("family == 'mla_decode'").iloc[0]
-    assert bf16_core["from_table"] and bf16_core["us"] > core["us"]
+    # BF16 math on the same FP8 cache reaches the same fraction of its own roofline, which is
+    # compute-bound here (128 heads over the 576-byte FP8 key): slower by the peaks' ratio, from the same rows.
+    bf16_math = core_of(kv_fp8=True)
+    assert bf16_math["from_table"] and bf16_math["efficiency"] == pytest.approx(core["efficiency"])
+    assert bf16_math["us"] > core["us"]
+    # A BF16 cache reads more bytes at the same shape: slower still, from the same rows.
+    bf16_core = core_of()
+    assert bf16_core["from_table"] and bf16_core["us"] > bf16_math["us"]

@@ -130,19 +130,19 @@ def test_blackwell_devices_read_the_derived_table():
 
 
 # Where a call over 5% of a step still runs at the flat default efficiency, and why (docs/VALIDATION.md,
-# "Where the model does not apply"): the RTX 4090 has no kernel table, and FP8 attention math (attn_fp8)
-# has no rows on any device.
+# "Where the model does not apply").
 DEFAULT_PRICED_BY_DESIGN = {"RTX4090": "no kernel table"}
 
 
 @pytest.mark.parametrize("dev", sorted(set(grounded.list_devices()) - set(DEFAULT_PRICED_BY_DESIGN)))
 def test_no_call_over_5_percent_of_a_step_runs_at_the_flat_default(dev):
-    # DP attention with EP8 and the one-node TP8 layout; decode (BF16 attention math) and prefill. Before
-    # 2026-11-28 MLA decode and prefill ran at the default on MI300X and MI325X (up to 14% of a prefill
-    # step), MI355X's prefill attention core (11%), the Ascend's grouped matmul (68% of a decode step) and
-    # its prefill attention core (17%).
+    # DP attention with EP8 and the one-node TP8 layout; decode with BF16 and with FP8 attention math, and
+    # prefill. Before 2026-11-28 MLA decode and prefill ran at the default on MI300X and MI325X (up to 14% of
+    # a prefill step), MI355X's prefill attention core (11%), the Ascend's grouped matmul (68% of a decode
+    # step) and its prefill attention core (17%), and FP8 attention math on every device (5-27%).
     for layout in (dict(ep=8), dict(ep=8, attn_tp=8, moe_tp=8)):
         for r in (grounded.decode("DeepSeek-V3", dev, batch=64, kv_len=4096, **layout),
+                  grounded.decode("DeepSeek-V3", dev, batch=64, kv_len=4096, kv_fp8=True, attn_fp8=True, **layout),
                   grounded.prefill("DeepSeek-V3", dev, **layout)):
             calls = grounded.calls_frame(r)
             big = calls[calls["ms_per_step"] > 0.05 * r["step_ms"]]

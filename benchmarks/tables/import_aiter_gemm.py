@@ -37,7 +37,7 @@ from collections import Counter
 FILE = "aiter/configs/model_configs/a8w8_blockscale_tuned_gemm_ds_v3.csv"
 # The AMD tables' columns, shared by the scripts that append to them (import_aiter_fmoe.py,
 # import_aiter_mla.py): groups is blank for a GEMM, batch/kv_len/heads/q_len for all but attention.
-COLUMNS = ["family", "m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "dtype", "latency_us",
+COLUMNS = ["family", "m", "n", "k", "groups", "batch", "kv_len", "heads", "q_len", "dtype", "math", "latency_us",
            "measured_on", "source"]
 
 

@@ -17,9 +17,9 @@ is read: it is the kernel aiter dispatches by default (at commit d35d35b40e, ait
 HipKittens path only with AITER_ENABLE_EXPERIMENTAL set).
 
 How it becomes a row: family mla_decode, batch, kv_len = ctx, heads, q_len, dtype fp8 (the cache),
-latency_us, measured_on MI355X. dsperf's mla_decode work prices the math at the BF16 peak; aiter's
-FP8 kernels run it on FP8 MFMA, so these rows' efficiencies are fractions of a BF16-math roofline
-(docs/VALIDATION.md says what that means for the calls they price).
+math fp8 (aiter's FP8 kernels run the products on FP8 MFMA, so each row is a fraction of the FP8-math
+roofline; a BF16-math call is assumed to reach the same fraction of its own), latency_us, measured_on
+MI355X.
 
 Only rows read in full at the source are here. The stored copies of both descriptions hold part
 of each table (the rest of the grid is not readable here); the sources below say which part.
@@ -65,7 +65,7 @@ def rows() -> list[dict]:
     for s in SOURCES:
         for batch, ctx, us in sorted(s["rows"], key=lambda r: (r[0], r[1])):
             out.append(dict(family="mla_decode", batch=batch, kv_len=ctx, heads=s["heads"], q_len=s["q_len"],
-                            dtype="fp8", latency_us=f"{us:g}", measured_on="MI355X",
+                            dtype="fp8", math="fp8", latency_us=f"{us:g}", measured_on="MI355X",
                             source=(f"{s['where']}: {KERNEL}; {s['heads']} heads, {s['q_len']} query token, "
                                     f"batch {batch}, context {ctx}; measured on MI355X (gfx950)")))
     return out

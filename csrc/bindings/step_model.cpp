@@ -93,12 +93,14 @@ void bind_step_model(py::module_& root) {
 
     py::class_<KernelShape>(m, "KernelShape")
         .def(py::init([](double mm, double n, double k, double groups, double batch, double kv_len, double heads,
-                         double q_len, double bytes, double ep, double tp, bool fp8) {
-                 return KernelShape{mm, n, k, groups, batch, kv_len, heads, q_len, bytes, ep, tp, fp8};
+                         double q_len, double bytes, double ep, double tp, bool fp8, bool fp8_math) {
+                 return KernelShape{mm, n, k, groups, batch, kv_len, heads, q_len, bytes, ep, tp, fp8, fp8_math};
              }),
              py::kw_only(), py::arg("m") = 0.0, py::arg("n") = 0.0, py::arg("k") = 0.0, py::arg("groups") = 1.0,
              py::arg("batch") = 0.0, py::arg("kv_len") = 0.0, py::arg("heads") = 128.0, py::arg("q_len") = 1.0,
-             py::arg("bytes") = 0.0, py::arg("ep") = 1.0, py::arg("tp") = 1.0, py::arg("fp8") = true);
+             py::arg("bytes") = 0.0, py::arg("ep") = 1.0, py::arg("tp") = 1.0, py::arg("fp8") = true,
+             py::arg("fp8_math") = false)
+        .def_readonly("fp8_math", &KernelShape::fp8_math);
 
     m.def("table_work", [](const std::string& f, const KernelShape& s) { return table_work(table_family_from_name(f), s); });
     m.def("datasheet_roofline_s", [](const KernelWork& w, const DeviceSpec& d, double clock_ratio) {

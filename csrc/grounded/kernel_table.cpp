@@ -462,8 +462,10 @@ TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, c
         w->work = table_work(family, shape);
         w->roofline_s = datasheet_roofline_s(w->work, priced, priced_clock_key);
     };
-    const bool attention = family == TableFamily::kMlaDecode || family == TableFamily::kMlaPrefill;
-    if ((attention && shape.fp8_math) || curve.empty()) {
+    // An attention call with FP8 math reads the same rows as one with BF16 math: each row is a fraction
+    // of its own roofline (a row timed with FP8 math, `math = fp8` in its table, of the FP8 one), and
+    // the call is assumed to reach that fraction of its own (docs/GROUNDED_MODEL.md, "FP8 attention math").
+    if (curve.empty()) {
         fill_work(work);
         return r;
     }

@@ -174,7 +174,7 @@ def derive(target: str, hopper_table: str = HOPPER_TABLE) -> list[dict]:
 
 
 # Columns a table's measured rows may use beyond the derived rows' (written only where one does).
-MEASURED_EXTRA_COLUMNS = ("tokens", "link_gbps", "q_len", "measured_on")
+MEASURED_EXTRA_COLUMNS = ("tokens", "link_gbps", "q_len", "math", "measured_on")
 
 
 def measured_rows(target: str) -> list[dict]:

@@ -146,6 +146,17 @@ def read_table_rows(path) -> list[dict]:
             if dtype not in ("fp8", "bf16"):
                 raise ValueError(f"{where}: field 'dtype' must be fp8 or bf16, got {dtype!r}")
             row["dtype"] = dtype
+        # math: an attention row's product precision where it is FP8 (FP8 queries and cache on the FP8
+        # tensor cores, e.g. aiter's a8w8 MLA decode); blank is BF16 math. The row is then a fraction of
+        # the FP8-math roofline.
+        math_dtype = (raw.get("math") or "").strip()
+        if math_dtype:
+            if math_dtype not in ("fp8", "bf16"):
+                raise ValueError(f"{where}: field 'math' must be fp8 or bf16, got {math_dtype!r}")
+            if fam not in ("mla_decode", "mla_prefill"):
+                raise ValueError(f"{where}: field 'math' is for attention rows (mla_decode, mla_prefill), not {fam}")
+            if math_dtype == "fp8":
+                row["math"] = "fp8"
         for col in SHAPE_COLUMNS + ("latency_us", "gbps", "tokens", "link_gbps"):
             if (raw.get(col) or "").strip():
                 row[col] = _number(raw[col], where, col)
@@ -178,12 +189,14 @@ def row_label(row: Mapping) -> str:
     read_table_rows checks), e.g. 'gemm_fp8 fp8 m=512 n=4096 k=7168'. Names a row where a row
     number would change with every edit of the file."""
     shape = " ".join(f"{c}={row[c]:.15g}" for c in SHAPE_COLUMNS if c in row)
-    return f"{row['family']} {row.get('dtype', 'fp8')} {shape}".strip()
+    math_note = " math=fp8" if row.get("math") == "fp8" else ""
+    return f"{row['family']} {row.get('dtype', 'fp8')} {shape}{math_note}".strip()
 
 
 def _shape(row: Mapping) -> "SM.KernelShape":
     kw = {k: float(row[k]) for k in SHAPE_COLUMNS if k in row}
     kw["fp8"] = row.get("dtype", "fp8") == "fp8"
+    kw["fp8_math"] = row.get("math") == "fp8"
     if row["family"] == "mla_prefill":
         kw.setdefault("kv_len", kw.get("m", 0.0))
     return SM.KernelShape(**kw)

@@ -471,7 +471,8 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
     are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
     kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
-    cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; no table rows: the default efficiency);
+    cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; priced from the attention rows, at their
+    fraction of the roofline, docs/GROUNDED_MODEL.md "FP8 attention math");
     weight_dtype: a WEIGHT_FORMATS name: "fp8", "bf16", "fp4" (NVFP4 experts, FP8 elsewhere; a device
     with fp4_tflops) or "fp4_bf16" (NVFP4 experts, BF16 elsewhere);
     dense_tp: the dense MLP split over this many GPUs (1: DP; at least attn_tp, which also splits the LM

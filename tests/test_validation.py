@@ -440,7 +440,7 @@ def test_a_table_row_math_field_is_checked(tmp_path):
     with pytest.raises(ValueError, match=r"t.csv, row 1 \(line 2\): field 'math' must be fp8 or bf16"):
         grounded.read_table_rows(path)
     path.write_text("family,m,n,k,dtype,math,latency_us,source\ngemm_fp8,16,256,7168,fp8,fp8,10,somewhere\n")
-    with pytest.raises(ValueError, match="field 'math' is for attention rows"):
+    with pytest.raises(ValueError, match="field 'math' must be fp8 or bf16 on an attention row .* on gemm_fp8"):
         grounded.read_table_rows(path)
     path.write_text(head + "mla_decode,1,1024,128,fp8,fp8,20,somewhere\n")
     (row,) = grounded.read_table_rows(path)

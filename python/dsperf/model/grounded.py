@@ -146,17 +146,14 @@ def read_table_rows(path) -> list[dict]:
             if dtype not in ("fp8", "bf16"):
                 raise ValueError(f"{where}: field 'dtype' must be fp8 or bf16, got {dtype!r}")
             row["dtype"] = dtype
-        # math: an attention row's product precision where it is FP8 (FP8 queries and cache on the FP8
-        # tensor cores, e.g. aiter's a8w8 MLA decode); blank is BF16 math. The row is then a fraction of
-        # the FP8-math roofline.
+        # math: an attention row's products, fp8 where they ran on the FP8 tensor cores (aiter's a8w8 MLA
+        # decode), blank for BF16; the row is a fraction of that math's roofline.
         math_dtype = (raw.get("math") or "").strip()
-        if math_dtype:
-            if math_dtype not in ("fp8", "bf16"):
-                raise ValueError(f"{where}: field 'math' must be fp8 or bf16, got {math_dtype!r}")
-            if fam not in ("mla_decode", "mla_prefill"):
-                raise ValueError(f"{where}: field 'math' is for attention rows (mla_decode, mla_prefill), not {fam}")
-            if math_dtype == "fp8":
-                row["math"] = "fp8"
+        if math_dtype not in ("", "fp8", "bf16") or (math_dtype and fam not in ("mla_decode", "mla_prefill")):
+            raise ValueError(f"{where}: field 'math' must be fp8 or bf16 on an attention row (mla_decode, "
+                             f"mla_prefill), got {math_dtype!r} on {fam}")
+        if math_dtype == "fp8":
+            row["math"] = "fp8"
         for col in SHAPE_COLUMNS + ("latency_us", "gbps", "tokens", "link_gbps"):
             if (raw.get(col) or "").strip():
                 row[col] = _number(raw[col], where, col)
@@ -471,8 +468,7 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
     are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
     kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
-    cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; priced from the attention rows, at their
-    fraction of the roofline, docs/GROUNDED_MODEL.md "FP8 attention math");
+    cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; priced from the attention rows);
     weight_dtype: a WEIGHT_FORMATS name: "fp8", "bf16", "fp4" (NVFP4 experts, FP8 elsewhere; a device
     with fp4_tflops) or "fp4_bf16" (NVFP4 experts, BF16 elsewhere);
     dense_tp: the dense MLP split over this many GPUs (1: DP; at least attn_tp, which also splits the LM

@@ -4,8 +4,9 @@ More work never takes less time: a decode step is non-decreasing in the batch, t
 (kv_len) and the routing imbalance; a prefill step in its tokens (and imbalance). A slower part is
 never faster: tokens/s per GPU is non-increasing when any bandwidth (memory, scale-up, scale-out) or
 tensor peak (FP16, FP8, FP4) falls. Each property is checked on pairs of deployments that differ in
-that one input, for every device family: devices priced with the H800 kernel table, with the H20
-table, and without a table (roofline at the default efficiency).
+that one input, for every device family: devices priced with the H800 kernel table, the H20 table,
+the derived Blackwell table, the AMD and Ascend tables (measured and derived rows), and without a
+table (roofline at the default efficiency); decode samples BF16 and FP8 caches and FP8 attention math.
 
     PYTHONPATH=python python -m benchmarks.monotone_census     # 10,500 pairs per family
     PYTHONPATH=python python -m benchmarks.monotone_census --per-family 2000 --seed 1
@@ -26,7 +27,10 @@ import numpy as np
 from dsperf import grounded, load_device
 
 FAMILIES = {"H800 table": ("H800", "H100", "H200"), "H20 table": ("H20", "H20-3e"),
-            "no table": ("B200", "B300", "GB200", "GB300", "RTX4090")}
+            "Blackwell table (derived)": ("B200", "B300", "GB200", "GB300"),
+            "AMD tables (measured and derived rows)": ("MI300X", "MI325X", "MI355X"),
+            "Ascend table (measured and derived rows)": ("Ascend910C", "Ascend910B-376T"),
+            "no table": ("RTX4090",)}
 EP = (8, 16, 32, 64, 72, 128, 144, 256)
 REDUNDANT = {8: 0, 16: 0, 32: 32, 64: 64, 72: 32, 128: 0, 144: 32, 256: 0}
 MTP = ((0, 0.0), (1, 0.85), (2, 1.55))
@@ -44,10 +48,12 @@ def decode_config(rng, device: str) -> dict:
     mtp, accepted = MTP[rng.integers(len(MTP))]
     spec = load_device(device)
     weights = ["fp8", "bf16"] + (["fp4"] if spec.fp4_tflops > 0 else [])
+    kv_fp8 = bool(rng.integers(2))
     return dict(device=device, ep=ep, redundant_experts=REDUNDANT[ep], attn_tp=attn_tp,
                 batch=float(np.exp(rng.uniform(np.log(1 / attn_tp), np.log(512)))),
                 kv_len=float(np.exp(rng.uniform(0, np.log(131072)))), mtp=mtp, mtp_accepted=accepted,
-                kv_fp8=bool(rng.integers(2)), overlap=str(rng.choice(("two_batch", "single_batch", "none"))),
+                kv_fp8=kv_fp8, attn_fp8=kv_fp8 and bool(rng.integers(2)),
+                overlap=str(rng.choice(("two_batch", "single_batch", "none"))),
                 imbalance=float(rng.uniform(1, 4)), weight_dtype=str(rng.choice(weights)))
 
 

@@ -90,6 +90,7 @@ void bind_step_model(py::module_& root) {
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },
           py::arg("family"), "The shape fields a table row of the family must give");
     m.def("is_comm_family", [](const std::string& f) { return is_comm_family(table_family_from_name(f)); });
+    m.def("is_attention_family", [](const std::string& f) { return is_attention_family(table_family_from_name(f)); });
 
     py::class_<KernelShape>(m, "KernelShape")
         .def(py::init([](double mm, double n, double k, double groups, double batch, double kv_len, double heads,

@@ -29,6 +29,8 @@ TableFamily table_family_from_name(const std::string& name) {
 
 bool is_comm_family(TableFamily f) { return f >= TableFamily::kDispatchLowLatency; }
 
+bool is_attention_family(TableFamily f) { return f == TableFamily::kMlaDecode || f == TableFamily::kMlaPrefill; }
+
 bool table_reads_fp8(TableFamily f, const KernelShape& s) {
     switch (f) {
         case TableFamily::kGemmFp8:

@@ -66,6 +66,8 @@ constexpr double kTableNvlinkGbps = 200, kTableNicGbps = 50;
 const std::vector<std::string>& table_family_names();
 TableFamily table_family_from_name(const std::string& name);  // throws std::invalid_argument
 bool is_comm_family(TableFamily f);
+// The attention core's families: their rows and calls carry a product precision (KernelShape::fp8_math).
+bool is_attention_family(TableFamily f);
 
 // The shape of one kernel call, in the fields its family uses (the rest are ignored).
 struct KernelShape {

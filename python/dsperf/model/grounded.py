@@ -146,12 +146,12 @@ def read_table_rows(path) -> list[dict]:
             if dtype not in ("fp8", "bf16"):
                 raise ValueError(f"{where}: field 'dtype' must be fp8 or bf16, got {dtype!r}")
             row["dtype"] = dtype
-        # math: an attention row's products, fp8 where they ran on the FP8 tensor cores (aiter's a8w8 MLA
-        # decode), blank for BF16; the row is a fraction of that math's roofline.
+        # math: an attention row's products, fp8 if timed on the FP8 tensor cores (its roofline's), else BF16.
         math_dtype = (raw.get("math") or "").strip()
-        if math_dtype not in ("", "fp8", "bf16") or (math_dtype and fam not in ("mla_decode", "mla_prefill")):
-            raise ValueError(f"{where}: field 'math' must be fp8 or bf16 on an attention row (mla_decode, "
-                             f"mla_prefill), got {math_dtype!r} on {fam}")
+        if math_dtype not in ("", "fp8", "bf16") or (math_dtype and not SM.is_attention_family(fam)):
+            attention = ", ".join(f for f in FAMILIES if SM.is_attention_family(f))
+            raise ValueError(f"{where}: field 'math' must be fp8 or bf16 on an attention row ({attention}), "
+                             f"got {math_dtype!r} on {fam}")
         if math_dtype == "fp8":
             row["math"] = "fp8"
         for col in SHAPE_COLUMNS + ("latency_us", "gbps", "tokens", "link_gbps"):

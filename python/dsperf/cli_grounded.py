@@ -22,8 +22,10 @@ def add_parsers(sub) -> None:
 
     v = sub.add_parser("validate", help="the grounded model against published DeepSeek-V3/R1 deployments "
                                         "(docs/VALIDATION.md)")
-    v.add_argument("--format", choices=FORMATS, default="table",
-                   help="csv: one row per point with point,source,published,predicted,error (predicted / published - 1)")
+    v.add_argument("--format", choices=FORMATS + ("doc",), default="table",
+                   help="csv: one row per point with point,source,published,predicted,error (predicted / published - 1); "
+                        "doc: each section's table as docs/VALIDATION.md and docs/VALIDATION_LATENCY.md quote it "
+                        "(python -m dsperf.model.validation_doc rewrites them there)")
     v.add_argument("--section", choices=SECTIONS, default="all",
                    help="peak: the grounded model's step figures; latency: the serving simulator's TTFT/TPOT at a "
                         "stated concurrency (docs/VALIDATION.md); all: both, the CSV rows of both under one header")
@@ -69,6 +71,15 @@ def run_validate(args: argparse.Namespace) -> str:
     from .model.validation import summary, validate
 
     section = getattr(args, "section", "all")
+    if args.format == "doc":
+        from .model import validation_doc
+
+        names = validation_doc.SECTIONS if section == "all" else (section,)
+        text = "\n".join(validation_doc.render(name) for name in names)
+        if getattr(args, "write_bands", False):
+            from .model.bands import write_bands
+            text += f"wrote {write_bands(validate())}\n"
+        return text
     frames, text, written = [], "", ""
     if section in ("all", "peak") or getattr(args, "write_bands", False):
         df = validate()

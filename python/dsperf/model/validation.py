@@ -11,6 +11,7 @@ import csv
 import datetime
 import math
 from importlib import resources
+from typing import Callable, NamedTuple
 
 import pandas as pd
 
@@ -18,15 +19,25 @@ from . import bands, grounded
 from .devices import load_device
 
 GPUS_PER_NODE = 8
+
+
+class PeakMetric(NamedTuple):
+    label: str      # as the docs' tables print it
+    read: Callable  # (tokens/s per GPU, tokens/s per user, device) -> the published quantity
+
+
 # The metrics a peak point may quote, each from the model's tokens/s per GPU and per user on the
 # point's device: a node is the sources' 8 GPUs; a chip is the part as its vendor counts it
 # (gpus_per_chip: two dies of an Ascend 910C, each one GPU here).
 PEAK_METRICS = {
-    "tokens_per_gpu_s": lambda per_gpu, per_user, device: per_gpu,
-    "tokens_per_node_s": lambda per_gpu, per_user, device: per_gpu * GPUS_PER_NODE,
-    "tokens_per_chip_s": lambda per_gpu, per_user, device: per_gpu * load_device(device).gpus_per_chip,
-    "tps_user": lambda per_gpu, per_user, device: per_user,
+    "tokens_per_gpu_s": PeakMetric("tokens/s/GPU", lambda per_gpu, per_user, device: per_gpu),
+    "tokens_per_node_s": PeakMetric("tokens/s/node", lambda per_gpu, per_user, device: per_gpu * GPUS_PER_NODE),
+    "tokens_per_chip_s": PeakMetric("tokens/s/chip",
+                                    lambda per_gpu, per_user, device: per_gpu * load_device(device).gpus_per_chip),
+    "tps_user": PeakMetric("tokens/s/user", lambda per_gpu, per_user, device: per_user),
 }
+# A phase as the docs' tables print it.
+PHASE_LABELS = {"prefill": "prefill", "decode": "decode", "e2e": "prefill + decode"}
 COLUMNS = ("point", "source", "device", "phase", "metric", "published", "predicted", "error", "kind",
            "assumed", "missing")
 # design: a model term was shaped while looking at the point (in-sample); check: no term was.
@@ -136,11 +147,11 @@ def predict_point(p: dict) -> float:
         r = _aggregated(p)
         per_gpu, per_user = r["tokens_per_gpu_s"], r["tps_user"]
     else:
-        raise ValueError(f"point {p['point']}: phase must be prefill, decode or e2e, got {p['phase']!r}")
+        raise ValueError(f"point {p['point']}: phase must be one of {', '.join(PHASE_LABELS)}, got {p['phase']!r}")
     read = PEAK_METRICS.get(p["metric"])
     if read is None:
         raise ValueError(f"point {p['point']}: unknown metric {p['metric']!r}; one of {', '.join(PEAK_METRICS)}")
-    return read(per_gpu, per_user, p["device"])
+    return read.read(per_gpu, per_user, p["device"])
 
 
 def point_regime(p: dict) -> tuple[str, str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from importlib import resources
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -21,13 +22,21 @@ from . import bands, grounded
 from .validation import load_table
 
 SEED = 0
+
+
+class MetricRead(NamedTuple):
+    label: str          # as the docs' tables print it
+    row: str            # the simulation's percentile row read (P50)
+    convert: Callable   # that value -> the published quantity
+
+
 # Each metric a point may publish: the simulation's percentile row it reads (P50), and how that
 # value becomes the published quantity.
 METRIC_READS = {
-    "ttft_p50_ms": ("ttft_ms", lambda v: v),
-    "tpot_p50_ms": ("tpot_ms", lambda v: v),
-    "itl_p50_ms": ("itl_ms", lambda v: v),
-    "tps_user": ("tpot_ms", lambda v: 1000.0 / v),   # tokens/s per user from the median TPOT
+    "ttft_p50_ms": MetricRead("median TTFT (ms)", "ttft_ms", lambda v: v),
+    "tpot_p50_ms": MetricRead("median TPOT (ms)", "tpot_ms", lambda v: v),
+    "itl_p50_ms": MetricRead("median ITL (ms)", "itl_ms", lambda v: v),
+    "tps_user": MetricRead("tokens/s per user", "tpot_ms", lambda v: 1000.0 / v),  # from the median TPOT
 }
 METRICS = tuple(METRIC_READS)
 TEXT_FIELDS = ("point", "source", "device", "metric", "kind", "mode", "overlap", "prefill_overlap", "weight_dtype",
@@ -85,7 +94,7 @@ def metric_of(result, metric: str) -> float:
     every emission gap for ITL)."""
     if metric not in METRIC_READS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    row, convert = METRIC_READS[metric]
+    _, row, convert = METRIC_READS[metric]
     return float(convert(float(result.percentiles().loc[row, "p50"])))
 
 

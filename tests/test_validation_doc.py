@@ -1,0 +1,79 @@
+"""The validation documents quote the model as it is: their point tables equal what
+`dsperf validate --format doc` renders (dsperf.model.validation_doc)."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dsperf.cli import main as cli_main
+from dsperf.model import validation_doc as vd
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return {name: vd.render(name) for name in vd.SECTIONS}
+
+
+@pytest.mark.parametrize("section", list(vd.SECTIONS))
+def test_document_table_is_the_models(section, rendered):
+    path = DOCS / vd.SECTIONS[section].document
+    text = path.read_text()
+    start, stop = vd.table_in(text, section, str(path))
+    assert text[start:stop] == rendered[section], (
+        f"{path.name}'s {section} table differs from `dsperf validate`: run python -m dsperf.model.validation_doc")
+
+
+def test_tables_have_one_row_per_point(rendered):
+    from dsperf.model.validation import load_points
+    from dsperf.model.validation_latency import load_latency_points
+
+    for section, points in (("peak", load_points()), ("latency", load_latency_points())):
+        body = rendered[section].splitlines()[2:]
+        assert [line.split(" | ")[0].lstrip("| ").removesuffix(" (design)") for line in body] == \
+            [p["point"] for p in points]
+
+
+def test_peak_row_formats():
+    row = {"point": "p", "role": "check", "device": "H800", "phase": "e2e", "metric": "tokens_per_node_s",
+           "published": 14800.0, "predicted": 16211.4, "error": 0.0954, "utilisation": float("nan"), "kind": "peak",
+           "loo_band": 0.2, "inside_band": True, "missing": "a | b"}
+    cells = vd._peak_row(row)
+    assert cells[3:8] == ["prefill + decode", "tokens/s/node", "14,800", "16,211", "**+9.5%**"]
+    assert cells[8] == "20%" and cells[9] == "a \\| b"
+    row.update(error=-0.2, inside_band=False)
+    assert vd._peak_row(row)[7:9] == ["-20.0%", "20% (outside)"]
+    row.update(kind="daily", error=float("nan"), utilisation=0.913)
+    assert vd._peak_row(row)[5:9] == ["14,800 (daily average)", "16,211", "utilisation 91%", ""]
+
+
+def test_latency_numbers_keep_four_digits():
+    assert [vd._four_digits(v) for v in (2708.2, 40.171, 439.24, 161.0, 6.78, 27299.4)] == \
+        ["2,708", "40.17", "439.2", "161", "6.78", "27,299"]
+
+
+def test_rewrite_touches_only_the_table(tmp_path):
+    for s in vd.SECTIONS.values():
+        shutil.copy(DOCS / s.document, tmp_path / s.document)
+    path = tmp_path / vd.SECTIONS["peak"].document
+    text = path.read_text()
+    start, stop = vd.table_in(text, "peak")
+    path.write_text(text[:start] + "| stale |\n" + text[stop:])
+    assert vd.main(["--docs", str(tmp_path), "--check"]) == 1
+    assert vd.main(["--docs", str(tmp_path)]) == 0
+    assert path.read_text() == text
+    assert vd.main(["--docs", str(tmp_path), "--check"]) == 0
+
+
+def test_bad_documents_are_named(tmp_path):
+    (tmp_path / "VALIDATION.md").write_text("no markers here\n")
+    with pytest.raises(ValueError, match="VALIDATION.md: expected one pair of markers"):
+        vd.main(["--docs", str(tmp_path), "--check"])
+    with pytest.raises(SystemExit, match="--docs"):
+        vd.main(["--docs", str(tmp_path / "nowhere")])
+
+
+def test_cli_prints_the_doc_tables(capsys, rendered):
+    cli_main(["validate", "--format", "doc", "--section", "latency"])
+    assert capsys.readouterr().out.strip() == rendered["latency"].strip()

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "grounded/explore.hpp"
+#include "grounded/routing_skew.hpp"
 #include "grounded/step_model.hpp"
 
 namespace py = pybind11;
@@ -230,6 +231,8 @@ void bind_step_model(py::module_& root) {
         return out;
     }, "(name, text) of each explorer infeasibility code, by code");
     m.def("expected_remote_nodes", &expected_remote_nodes, py::arg("model"), py::arg("ep"), py::arg("gpus_per_node"));
+    m.def("routing_skew", &routing_skew, py::arg("mean_rows"), py::arg("ranks"),
+          "the busiest rank's expected routed rows over the mean (csrc/grounded/routing_skew.hpp)");
 
     m.def(
         "step",

@@ -10,6 +10,7 @@
 
 #include "model/block_costs.hpp"
 #include "model/mla_calls.hpp"
+#include "grounded/routing_skew.hpp"
 
 namespace dsperf {
 
@@ -299,10 +300,14 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // experts, uniformly under balanced routing.
     // With MoE TP the moe_tp GPUs of an expert group hold the same experts, each a 1/moe_tp slice
     // of their intermediate, and each sees all the group's rows.
-    const double local = (E + dep.redundant_experts) / (dep.ep / tp);
+    const double ranks = dep.ep / tp, local = (E + dep.redundant_experts) / ranks;
     // The experts serve the whole EP group's tokens: t per GPU where every rank carries this one's
-    // load, routed_share times that where the group's ranks carry less (or more) on average.
-    const double rows = t * K * tp * dep.imbalance * dep.routed_share;
+    // load, routed_share times that where the group's ranks carry less (or more) on average. The step
+    // waits for the busiest rank: `imbalance` where the deployment states it, and at least the
+    // busiest load that routing balanced in expectation leaves (routing_skew: 2.5x at one row per
+    // rank over 8 ranks).
+    const double mean_rows = t * K * tp * dep.routed_share;
+    const double rows = mean_rows * std::max(dep.imbalance, routing_skew(mean_rows, ranks));
     const double I_gpu = I / tp;
     const double active = local * (1 - std::pow(1 - 1 / local, rows));
     const double rows_per_expert = rows / active;

@@ -53,7 +53,8 @@ constexpr double kMinRoutedShare = 1e-6, kMaxRoutedShare = 1e7;
     X(int, dense_tp, 1, 1, 64, 0)                /* the dense MLP over this many GPUs of a node */    \
     X(int, moe_tp, 1, 1, 64, 0)                  /* each routed expert over this many GPUs of a node: \
                                                     ep / moe_tp expert groups (1: pure EP) */         \
-    X(double, imbalance, 1.0, 1, kMaxImbalance, 0) /* max / mean routed rows per GPU (1: balanced) */ \
+    X(double, imbalance, 1.0, 1, kMaxImbalance, 0) /* max / mean routed rows per GPU (1: balanced; \
+                                                    the model takes at least routing_skew's) */       \
     X(double, routed_share, 1.0, kMinRoutedShare, kMaxRoutedShare, 0) /* tokens the experts see per GPU over this rank's   \
                                                     own: a lock-stepped DP group's mean load over the \
                                                     priced rank's (1: every rank as this one) */      \

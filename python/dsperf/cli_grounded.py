@@ -51,7 +51,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="fp8",
                    help="fp4: NVFP4 experts, FP8 elsewhere; fp4_bf16: NVFP4 experts, BF16 elsewhere "
                         "(a device with FP4 tensor cores)")
-    p.add_argument("--imbalance", type=float, default=1.0, help="max / mean routed load per GPU")
+    p.add_argument("--imbalance", type=float, default=1.0,
+                   help="max / mean routed load per GPU (the model takes at least the busiest expert set that "
+                        "balanced routing scatters a step's rows to: docs/GROUNDED_MODEL.md, \"The busiest rank\")")
     p.add_argument("--eager-launch-us", type=float, default=0.0,
                    help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay; "
                         "PyTorch's eager launches of a DeepSeek step took 14-26 us a kernel on lent H200s' hosts, "

@@ -466,7 +466,7 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
 
     batch: requests per GPU; kv_len: their average context; ep: GPUs sharing the routed experts;
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
-    are accepted on average; imbalance: max/mean routed load per GPU (1 = perfectly balanced);
+    are accepted on average; imbalance: max/mean routed load per GPU (at least routing_skew's);
     kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
     cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; priced from the attention rows);
     weight_dtype: a WEIGHT_FORMATS name: "fp8", "bf16", "fp4" (NVFP4 experts, FP8 elsewhere; a device

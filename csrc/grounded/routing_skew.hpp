@@ -10,8 +10,8 @@ namespace dsperf {
 // as EPLB aims at), a rank's load is Poisson(mean_rows) in the limit of many ranks, and the busiest of
 // `ranks` such loads has the expectation
 //     E[max] = sum over m >= 0 of (1 - F(m)^ranks),  F the Poisson distribution function.
-// Returns E[max] / mean_rows (1 for one rank): 2.5 at one row per rank over 8 ranks, 1.3 at 8 rows over
-// 4, 1.1 at 512 rows over 128. Independent rows make it a lower bound: a DeepSeek-V3 token's 8 experts
+// Returns E[max] / mean_rows (1 for one rank): 2.6 at one row per rank over 8 ranks, 1.5 at 8 rows over
+// 8, 1.4 at 8 rows over 4, 1.1 at 512 rows over 128. Independent rows make it a lower bound: a DeepSeek-V3 token's 8 experts
 // are distinct and lie in 4 of its 8 expert groups, which clusters its rows on fewer ranks.
 double routing_skew(double mean_rows, double ranks);
 

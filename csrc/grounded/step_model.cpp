@@ -304,7 +304,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // The experts serve the whole EP group's tokens: t per GPU where every rank carries this one's
     // load, routed_share times that where the group's ranks carry less (or more) on average. The step
     // waits for the busiest rank: `imbalance` where the deployment states it, and at least the
-    // busiest load that routing balanced in expectation leaves (routing_skew: 2.5x at one row per
+    // busiest load that routing balanced in expectation leaves (routing_skew: 2.6x at one row per
     // rank over 8 ranks).
     const double mean_rows = t * K * tp * dep.routed_share;
     const double rows = mean_rows * std::max(dep.imbalance, routing_skew(mean_rows, ranks));

@@ -5,6 +5,7 @@ import pytest
 
 from dsperf import _C
 from dsperf.model import grounded
+from dsperf.model.configs import load_model
 
 SM = _C.step_model
 
@@ -47,6 +48,7 @@ def test_a_permuted_row_carries_one_tokens_payload_whatever_the_moe_tp(moe_tp):
                          overlap="none")
     permute = _calls(r)["permute"]
     rows = 128 * 8 * moe_tp  # each token's 8 experts; with MoE TP every GPU of the group gets the token
-    busiest = rows * SM.routing_skew(rows, 8 / moe_tp)  # the busiest of the 8 / moe_tp expert sets
+    sets = 8 / moe_tp  # the busiest of the expert sets carries the step
+    busiest = rows * SM.routing_skew(rows, sets, SM.routing_dispersion(load_model("DeepSeek-V3"), sets, 0))
     payload = V3_DIM + V3_DIM / 128 * 4  # FP8 values and one FP32 scale per 128
     assert permute["bytes"] == pytest.approx(busiest * payload * 2, rel=1e-12)

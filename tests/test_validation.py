@@ -275,7 +275,13 @@ def test_moe_tensor_parallelism():
     ep, tp = grounded.decode(**kw), grounded.decode(**kw, moe_tp=2)
     assert tp["weights_gib"] == pytest.approx(ep["weights_gib"], rel=1e-12)
     calls = {r["kernel"]: r for r in ep["calls"]}, {r["kernel"]: r for r in tp["calls"]}
-    skew = _C.step_model.routing_skew
+    from dsperf.model.configs import load_model
+
+    m, SM = load_model("DeepSeek-V3"), _C.step_model
+
+    def skew(rows, sets):
+        return SM.routing_skew(rows, sets, SM.routing_dispersion(m, sets, 0))
+
     assert calls[1]["experts_up"]["flops"] / calls[0]["experts_up"]["flops"] == \
         pytest.approx(skew(512, 4) / skew(256, 8), rel=1e-9)
     assert skew(512, 4) < skew(256, 8)  # fewer, fuller sets: a less busy busiest one

@@ -231,8 +231,10 @@ void bind_step_model(py::module_& root) {
         return out;
     }, "(name, text) of each explorer infeasibility code, by code");
     m.def("expected_remote_nodes", &expected_remote_nodes, py::arg("model"), py::arg("ep"), py::arg("gpus_per_node"));
-    m.def("routing_skew", &routing_skew, py::arg("mean_rows"), py::arg("ranks"),
+    m.def("routing_skew", &routing_skew, py::arg("mean_rows"), py::arg("ranks"), py::arg("dispersion") = 1.0,
           "the busiest rank's expected routed rows over the mean (csrc/grounded/routing_skew.hpp)");
+    m.def("routing_dispersion", &routing_dispersion, py::arg("model"), py::arg("ranks"), py::arg("redundant_experts"),
+          "one token's routed rows on one expert set: variance over mean (csrc/grounded/routing_skew.hpp)");
 
     m.def(
         "step",

@@ -305,9 +305,10 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // load, routed_share times that where the group's ranks carry less (or more) on average. The step
     // waits for the busiest rank: `imbalance` where the deployment states it, and at least the
     // busiest load that routing balanced in expectation leaves (routing_skew: 2.6x at one row per
-    // rank over 8 ranks).
+    // rank over 8 ranks; more where a token's rows cluster on few ranks, routing_dispersion).
     const double mean_rows = t * K * tp * dep.routed_share;
-    const double rows = mean_rows * std::max(dep.imbalance, routing_skew(mean_rows, ranks));
+    const double skew = routing_skew(mean_rows, ranks, routing_dispersion(m, ranks, dep.redundant_experts));
+    const double rows = mean_rows * std::max(dep.imbalance, skew);
     const double I_gpu = I / tp;
     const double active = local * (1 - std::pow(1 - 1 / local, rows));
     const double rows_per_expert = rows / active;

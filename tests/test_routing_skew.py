@@ -120,3 +120,15 @@ def test_a_small_ep_step_reads_the_busiest_sets_experts():
 
     assert up["groups"] == pytest.approx(active(8 * skew(8, 8, dispersion(V3, 8, 0))), rel=1e-9)
     assert up["groups"] > 1.3 * active(8)
+
+
+@pytest.mark.parametrize("args, name", [((float("nan"), 8), "mean_rows"), ((-1.0, 8), "mean_rows"),
+                                        ((1.0, 0.5), "ranks"), ((1.0, float("inf")), "ranks"),
+                                        ((1.0, 8, float("nan")), "dispersion")])
+def test_bad_arguments_from_python_are_named(args, name):
+    with pytest.raises(ValueError, match=name):
+        skew(*args)
+    with pytest.raises(ValueError, match="ranks"):
+        dispersion(V3, 0, 0)
+    with pytest.raises(ValueError, match="redundant_experts"):
+        dispersion(V3, 8, -1)

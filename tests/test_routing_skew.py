@@ -125,9 +125,12 @@ def test_a_small_ep_step_reads_the_busiest_sets_experts():
 @pytest.mark.parametrize("args, name", [((float("nan"), 8), "mean_rows"), ((-1.0, 8), "mean_rows"),
                                         ((1.0, 0.5), "ranks"), ((1.0, float("inf")), "ranks"),
                                         ((1.0, 8, float("nan")), "dispersion")])
-def test_bad_arguments_from_python_are_named(args, name):
+def test_bad_skew_arguments_from_python_are_named(args, name):
     with pytest.raises(ValueError, match=name):
         skew(*args)
+
+
+def test_bad_dispersion_arguments_from_python_are_named():
     with pytest.raises(ValueError, match="ranks"):
         dispersion(V3, 0, 0)
     with pytest.raises(ValueError, match="redundant_experts"):

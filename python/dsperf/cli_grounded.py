@@ -7,7 +7,13 @@ import argparse
 from ._markdown import markdown
 
 FORMATS = ("table", "csv", "markdown")
-SECTIONS = ("all", "peak", "latency")
+
+
+def _sections() -> tuple:
+    """all, then the validation sections, named once in dsperf.model.validation_doc."""
+    from .model.validation_doc import SECTIONS
+
+    return ("all",) + tuple(SECTIONS)
 
 
 def _overlaps() -> tuple:
@@ -26,7 +32,7 @@ def add_parsers(sub) -> None:
                    help="csv: one row per point with point,source,published,predicted,error (predicted / published - 1); "
                         "doc: each section's table as docs/VALIDATION.md and docs/VALIDATION_LATENCY.md quote it "
                         "(python -m dsperf.model.validation_doc rewrites them there)")
-    v.add_argument("--section", choices=SECTIONS, default="all",
+    v.add_argument("--section", choices=_sections(), default="all",
                    help="peak: the grounded model's step figures; latency: the serving simulator's TTFT/TPOT at a "
                         "stated concurrency (docs/VALIDATION.md); all: both, the CSV rows of both under one header")
     v.add_argument("--write-bands", action="store_true",
@@ -77,10 +83,12 @@ def run_validate(args: argparse.Namespace) -> str:
         from .model import validation_doc
 
         names = validation_doc.SECTIONS if section == "all" else (section,)
-        text = "\n".join(validation_doc.render(name) for name in names)
+        # The peak frame once, for its table and the bands file alike.
+        peak = validate() if "peak" in names or getattr(args, "write_bands", False) else None
+        text = "\n".join(validation_doc.render(name, peak if name == "peak" else None) for name in names)
         if getattr(args, "write_bands", False):
             from .model.bands import write_bands
-            text += f"wrote {write_bands(validate())}\n"
+            text += f"wrote {write_bands(peak)}\n"
         return text
     frames, text, written = [], "", ""
     if section in ("all", "peak") or getattr(args, "write_bands", False):

@@ -148,10 +148,10 @@ def predict_point(p: dict) -> float:
         per_gpu, per_user = r["tokens_per_gpu_s"], r["tps_user"]
     else:
         raise ValueError(f"point {p['point']}: phase must be one of {', '.join(PHASE_LABELS)}, got {p['phase']!r}")
-    read = PEAK_METRICS.get(p["metric"])
-    if read is None:
+    metric = PEAK_METRICS.get(p["metric"])
+    if metric is None:
         raise ValueError(f"point {p['point']}: unknown metric {p['metric']!r}; one of {', '.join(PEAK_METRICS)}")
-    return read.read(per_gpu, per_user, p["device"])
+    return metric.read(per_gpu, per_user, p["device"])
 
 
 def point_regime(p: dict) -> tuple[str, str, str]:

@@ -18,8 +18,8 @@ from typing import Callable, NamedTuple
 
 import pandas as pd
 
-from .validation import PEAK_METRICS, PHASE_LABELS
-from .validation_latency import METRIC_READS
+from .validation import PEAK_METRICS, PHASE_LABELS, validate
+from .validation_latency import METRIC_READS, validate_latency
 
 # |error| at most this is set in bold in the peak table (the profile points' target).
 BOLD_WITHIN = 0.10
@@ -89,20 +89,8 @@ class Section(NamedTuple):
     render: Callable[[pd.DataFrame], str]
 
 
-def _validate_peak() -> pd.DataFrame:
-    from .validation import validate
-
-    return validate()
-
-
-def _validate_latency() -> pd.DataFrame:
-    from .validation_latency import validate_latency
-
-    return validate_latency()
-
-
-SECTIONS = {"peak": Section("VALIDATION.md", _validate_peak, render_peak),
-            "latency": Section("VALIDATION_LATENCY.md", _validate_latency, render_latency)}
+SECTIONS = {"peak": Section("VALIDATION.md", validate, render_peak),
+            "latency": Section("VALIDATION_LATENCY.md", validate_latency, render_latency)}
 
 
 def markers(section: str) -> tuple[str, str]:

@@ -94,8 +94,8 @@ def metric_of(result, metric: str) -> float:
     every emission gap for ITL)."""
     if metric not in METRIC_READS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    _, row, convert = METRIC_READS[metric]
-    return float(convert(float(result.percentiles().loc[row, "p50"])))
+    read = METRIC_READS[metric]
+    return float(read.convert(float(result.percentiles().loc[read.row, "p50"])))
 
 
 def _bound(metric: str) -> str:

@@ -29,7 +29,7 @@ def test_shipped_bands_are_what_validation_measures_today(frame):
 
 def test_every_regime_has_a_finite_band(frame):
     for table in bands.TABLE_KINDS:
-        for phase in ("decode", "prefill", "e2e"):
+        for phase in bands.PHASES:
             band, n, _ = bands.lookup(table, phase, bands.bound_of(phase, 1))
             assert math.isfinite(band) and band > 0 and n >= bands.MIN_POINTS
 

@@ -520,3 +520,14 @@ def test_eager_launches_bound_the_step_from_below():
     assert steps == sorted(steps) and steps[0] == graph["step_ms"] and steps[-1] > 2 * graph["step_ms"]
     with pytest.raises(ValueError, match="eager_launch_us"):
         grounded.decode(**kw, eager_launch_us=-1.0)
+
+
+def test_every_band_phase_is_priced_once_and_an_unknown_phase_is_named():
+    # The regimes' phases (bands.PHASES) and the pricing registry name the same phases, in one order.
+    from dsperf.model import bands
+    assert tuple(validation.POINT_PHASES) == bands.PHASES
+    p = dict(validation.load_points()[0], phase="serving")
+    with pytest.raises(ValueError, match=rf"point {p['point']}: phase must be one of decode, prefill, e2e"):
+        validation.predict_point(p)
+    with pytest.raises(ValueError, match="unknown metric 'tokens_per_rack_s'"):
+        validation.predict_point(dict(validation.load_points()[0], metric="tokens_per_rack_s"))

@@ -40,6 +40,9 @@ LATENCY_BATCH = 8           # requests per GPU below which a decode step is call
 BAND_QUANTILE = 0.8         # the band holds for about this share of points in its regime (assumed)
 MIN_POINTS = 3              # fewer check points than this in a regime: use the coarser regime
 TABLE_KINDS = ("measured", "derived", "partial", "default")
+# The phases a regime may hold (dsperf.model.validation.POINT_PHASES prices each): decode, prefill, and
+# both on the same GPUs.
+PHASES = ("decode", "prefill", "e2e")
 BAND_COLUMNS = ("table", "phase", "bound", "points", "band", "from_regime")
 
 
@@ -121,7 +124,7 @@ def band_table(df: pd.DataFrame) -> pd.DataFrame:
     peaks = df[(df["kind"] == "peak") & (df["role"] == "check")]
     rows = []
     for table in TABLE_KINDS:
-        for phase in ("decode", "prefill", "e2e"):
+        for phase in PHASES:
             for bound in ("latency", "throughput"):
                 if phase != "decode" and bound == "latency":
                     continue

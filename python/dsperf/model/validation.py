@@ -36,8 +36,6 @@ PEAK_METRICS = {
                                     lambda per_gpu, per_user, device: per_gpu * load_device(device).gpus_per_chip),
     "tps_user": PeakMetric("tokens/s/user", lambda per_gpu, per_user, device: per_user),
 }
-# A phase as the docs' tables print it.
-PHASE_LABELS = {"prefill": "prefill", "decode": "decode", "e2e": "prefill + decode"}
 COLUMNS = ("point", "source", "device", "phase", "metric", "published", "predicted", "error", "kind",
            "assumed", "missing")
 # design: a model term was shaped while looking at the point (in-sample); check: no term was.
@@ -132,25 +130,47 @@ def _aggregated(p):
                                weight_dtype=p.get("weight_dtype", "fp8"))
 
 
+class PointPhase(NamedTuple):
+    label: str      # as the docs' tables print it
+    price: Callable  # (point) -> (tokens/s per GPU, tokens/s per user) from the grounded model
+
+
+def _decode_figures(p):
+    r = _decode(p)
+    return r["tokens_per_gpu_s"], r["tps_user"]
+
+
+def _prefill_figures(p):
+    # Prompt tokens per second, cached ones included (computed ones x prompt / new).
+    r = _prefill(p)
+    new = p["prompt_len"] - p.get("cached_prefix", 0.0)
+    return r["tokens_per_gpu_s"] * p["prompt_len"] / new, math.nan
+
+
+def _aggregated_figures(p):
+    # Prefill and decode share the GPUs (aggregated serving, DP attention lock-stepped by the MoE).
+    r = _aggregated(p)
+    return r["tokens_per_gpu_s"], r["tps_user"]
+
+
+# The phases a published point may measure (the band regimes' phases, bands.PHASES): each priced once, here.
+POINT_PHASES = {
+    "decode": PointPhase("decode", _decode_figures),
+    "prefill": PointPhase("prefill", _prefill_figures),
+    "e2e": PointPhase("prefill + decode", _aggregated_figures),
+}
+PHASE_LABELS = {name: phase.label for name, phase in POINT_PHASES.items()}
+
+
 def predict_point(p: dict) -> float:
     """The model's figure for a published point, in the point's metric."""
-    if p["phase"] == "decode":
-        r = _decode(p)
-        per_gpu, per_user = r["tokens_per_gpu_s"], r["tps_user"]
-    elif p["phase"] == "prefill":
-        r = _prefill(p)
-        # Prompt tokens per second, cached ones included (computed ones x prompt / new).
-        new = p["prompt_len"] - p.get("cached_prefix", 0.0)
-        per_gpu, per_user = r["tokens_per_gpu_s"] * p["prompt_len"] / new, math.nan
-    elif p["phase"] == "e2e":
-        # Prefill and decode share the GPUs (aggregated serving, DP attention lock-stepped by the MoE).
-        r = _aggregated(p)
-        per_gpu, per_user = r["tokens_per_gpu_s"], r["tps_user"]
-    else:
-        raise ValueError(f"point {p['point']}: phase must be one of {', '.join(PHASE_LABELS)}, got {p['phase']!r}")
+    phase = POINT_PHASES.get(p["phase"])
+    if phase is None:
+        raise ValueError(f"point {p['point']}: phase must be one of {', '.join(POINT_PHASES)}, got {p['phase']!r}")
     metric = PEAK_METRICS.get(p["metric"])
     if metric is None:
         raise ValueError(f"point {p['point']}: unknown metric {p['metric']!r}; one of {', '.join(PEAK_METRICS)}")
+    per_gpu, per_user = phase.price(p)
     return metric.read(per_gpu, per_user, p["device"])
 
 

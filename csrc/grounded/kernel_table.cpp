@@ -502,6 +502,29 @@ TableLookup KernelTables::lookup(TableFamily family, const KernelShape& shape, c
     return r;
 }
 
+namespace {
+// A grouped GEMM at an expert width n its rows were not timed at (experts split over moe_tp GPUs:
+// the up projection's n = 2 x 2,048 / moe_tp against rows timed whole, at 4,096) is priced at the
+// rows' width with its experts scaled by n / n_rows: the same weights, FLOPs and output tiles, since
+// a grouped kernel tiles each expert's n. So 9 experts at n = 512 run as 1.125 experts at 4,096 do,
+// not as 9 experts at 4,096, which give the SMs eight times the tiles: a grouped kernel's rate
+// rises with its tiles until they fill the GPU (DeepGEMM's masked rows on H800: 1.4 TB/s of
+// weights for one expert at 128 rows, 2.3 TB/s for 8 at 64, 2.9 TB/s for 64 at 32). The keys are
+// (groups, n, k); k is left as it is (a narrower k shortens each tile, not their count).
+KernelShape grouped_at_row_width(TableFamily f, const EfficiencyCurve& curve, const TableKeys& keys,
+                                 const KernelShape& shape) {
+    const bool grouped = f == TableFamily::kGroupedContiguous || f == TableFamily::kGroupedMasked ||
+                         f == TableFamily::kGroupedFp4;
+    if (!grouped || curve.empty() || !(shape.n > 0)) return shape;
+    const double row_n = curve.nearest_keys(keys).v[1];
+    if (!(row_n > 0) || row_n == shape.n) return shape;
+    KernelShape at_row = shape;
+    at_row.groups = shape.groups * shape.n / row_n;
+    at_row.n = row_n;
+    return at_row;
+}
+}  // namespace
+
 TableLookup KernelTables::price_from_rows(TableFamily family, const KernelShape& shape, const DeviceSpec* priced_on,
                                           double clock_ratio) const {
     TableLookup r;
@@ -529,7 +552,7 @@ TableLookup KernelTables::price_from_rows(TableFamily family, const KernelShape&
                           clamped);
     };
     bool clamped = false;
-    double time = time_of(shape, &clamped);
+    double time = time_of(grouped_at_row_width(family, curve, keys, shape), &clamped);
     // Fewer query rows per cached key than a 128-head request (a TP-split core: 16 heads a GPU) can
     // always run padded to 128 (FlashMLA-style kernels tile 64 query rows anyway), so such a call
     // costs no more than the same requests at 128 rows per key. Without this cap a few requests

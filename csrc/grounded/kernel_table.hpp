@@ -148,6 +148,8 @@ public:
     double time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
                 const MeasuredRoof& measured_roof, bool* clamped) const;
     bool empty() const { return groups_.empty(); }
+    // The keys of the group nearest to `keys` in log space (the curve is not empty).
+    const TableKeys& nearest_keys(const TableKeys& keys) const { return nearest_group(keys)->keys; }
     // Changes whenever a row is added: a memo keyed by curve and generation never serves stale rows.
     uint64_t generation() const { return generation_; }
     size_t rows() const;

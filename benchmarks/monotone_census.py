@@ -30,7 +30,7 @@ FAMILIES = {"H800 table": ("H800", "H100", "H200"), "H20 table": ("H20", "H20-3e
             "Blackwell table (derived)": ("B200", "B300", "GB200", "GB300"),
             "AMD tables (measured and derived rows)": ("MI300X", "MI325X", "MI355X"),
             "Ascend table (measured and derived rows)": ("Ascend910C", "Ascend910B-376T"),
-            "no table": ("RTX4090",)}
+            "RTX 4090 table (derived)": ("RTX4090",)}
 EP = (8, 16, 32, 64, 72, 128, 144, 256)
 REDUNDANT = {8: 0, 16: 0, 32: 32, 64: 64, 72: 32, 128: 0, 144: 32, 256: 0}
 MTP = ((0, 0.0), (1, 0.85), (2, 1.55))

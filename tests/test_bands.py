@@ -136,12 +136,8 @@ def _big_compute_calls(r):
     return big[~big["family"].map(lambda f: SM.is_comm_family(f) or f == "elementwise")]
 
 
-# Where a call over 5% of a step still runs at the flat default efficiency, and why (docs/VALIDATION.md,
-# "Where the model does not apply").
-DEFAULT_PRICED_BY_DESIGN = {"RTX4090": "no kernel table"}
-
-
-@pytest.mark.parametrize("dev", sorted(set(grounded.list_devices()) - set(DEFAULT_PRICED_BY_DESIGN)))
+# Every shipped device: the RTX 4090, the last without a table, got its derived rows on 2026-11-28.
+@pytest.mark.parametrize("dev", sorted(grounded.list_devices()))
 def test_no_call_over_5_percent_of_a_step_runs_at_the_flat_default(dev):
     # DP attention with EP8 and the one-node TP8 layout; decode with BF16 and with FP8 attention math, and
     # prefill. Before 2026-11-28 MLA decode and prefill ran at the default on MI300X and MI325X (up to 14% of
@@ -284,6 +280,13 @@ def test_amd_tables_read_measured_gemm_and_moe_rows_and_derived_attention_rows()
         assert r["regime"].startswith("derived/")
         p = grounded.calls_frame(grounded.prefill("DeepSeek-V3", dev, ep=8))
         assert p.loc[p["family"] == "mla_prefill", "from_table"].all()
+
+
+def test_the_shipped_rtx4090_table_is_what_the_rule_gives():
+    # Derived rows only (no kernel timed on the part): the H800 curve scaled to its published best cases.
+    shipped = (DATA / "efficiency" / "RTX4090.csv").read_text()
+    assert shipped == derive_table.render("RTX4090")  # stale: python -m dsperf.model.derive_table RTX4090
+    assert grounded.table_kind("RTX4090") == "derived"
 
 
 @pytest.mark.parametrize("name", ["MI300X", "MI355X"])

@@ -6,8 +6,8 @@ and a slower part is never faster.
 - tokens/s per GPU is non-increasing when any bandwidth (memory, scale-up, scale-out) or tensor
   peak (FP16, FP8, FP4) falls.
 
-Each example is a pair of deployments that differ in one input, on a device of each family (the
-tables and no table: monotone_census.FAMILIES), drawn by benchmarks/monotone_census.py's samplers from a seed
+Each example is a pair of deployments that differ in one input, on a device of each table family
+(monotone_census.FAMILIES; every shipped device has a table since the RTX 4090's of 2026-11-28), drawn by benchmarks/monotone_census.py's samplers from a seed
 hypothesis chooses. Derandomised (CI runs the same cases every time); DSPERF_FUZZ_RANDOM=1
 explores fresh ones; DSPERF_MONOTONE_LARGE=1 runs 10,500 pairs per device family (the census,
 benchmarks/monotone_census.py, does the same in a loop and prints the counts).

@@ -217,8 +217,15 @@ def test_step_lists_every_kernel_of_a_layer():
     assert 0 < r["error_band"] < 1
 
 
-def test_device_without_a_table_prices_at_the_default_and_says_so():
-    r = grounded.decode("DeepSeek-V3", "RTX4090", batch=4, kv_len=1024, ep=256)
+def test_device_without_a_table_prices_at_the_default_and_says_so(tmp_path):
+    # A user's device file that names no kernel table (the shipped RTX 4090's, without its table).
+    from dsperf.model.devices import _devices_dir, load_device
+    text = (_devices_dir() / "RTX4090.toml").read_text()
+    assert 'kernel_table = "RTX4090"' in text
+    f = tmp_path / "MyCard.toml"
+    f.write_text(text.replace('kernel_table = "RTX4090"', "").replace('name = "RTX4090"', 'name = "MyCard"')
+                 .replace('aliases = ["4090", "RTX-4090"]', "aliases = []"))
+    r = grounded.decode("DeepSeek-V3", load_device(str(f)), batch=4, kv_len=1024, ep=256)
     assert r["regime"].startswith("default/") and r["band_regime"] == "worst of all"
     compute = grounded.calls_frame(r)
     compute = compute[~compute["family"].str.startswith(("dispatch", "combine", "allreduce"))]

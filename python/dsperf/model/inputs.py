@@ -282,6 +282,23 @@ def model_inputs(device_files: Iterable = None) -> list[Input]:
 # stays. A coincidence is a number with its own source that happens to share 4 digits with a
 # figure; a finding is a real dependence on a figure, kept visible here until it is resolved.
 EXEMPT = {
+    ("efficiency/RTX4090.csv gemm_bf16 bf16 m=32 n=7168 k=2048 latency_us", "latency_points.csv ix_h200_trt_1k1k_c3584_tpot"):
+        "coincidence: a derived RTX 4090 row (the H200-timed cuBLAS BF16 row at M 32, N 7168, K 2048 scaled by a "
+        "published RTX 4090 best case, dsperf.model.derive_table: 49.212 us) against an H200 TPOT (49.205 ms, "
+        "InferenceX); other units, and the row is what the rule computes, not a figure written down",
+    ("efficiency/RTX4090.csv gemm_fp8 fp8 m=64 n=4096 k=7168 latency_us", "latency_points.csv sglang_h100_pd_decode_itl"):
+        "coincidence: a derived RTX 4090 row (DeepGEMM's H800 row at M 64, N 4096, K 7168 scaled by the part's "
+        "published FP8 figure: 100.05 us) against an ITL of 'approximately 100 ms'; other units, a computed row",
+    ("efficiency/RTX4090.csv mla_decode bf16 batch=32 kv_len=1024 heads=128 latency_us",
+     "latency_points.csv ix_mi325x_sglang_fp8_1k1k_c4_ttft"):
+        "coincidence: a derived RTX 4090 MLA decode row (FlashMLA's H800 row at batch 32, 1,024 tokens scaled by "
+        "FlashInfer's published RTX 4090 decode bandwidth: 114.817 us) against an MI325X TTFT (114.814 ms, "
+        "InferenceX); other units, a computed row",
+    ("anchors.csv RTX4090 gemm_fp8 grouped_contiguous grouped_masked published / fp8_tflops",
+     "latency_points.csv ix_h200_trt_1k1k_c3584_tpot / latency_points.csv dstack_h200_sglang_3k8_c128_tpot"):
+        "coincidence: TransformerEngine's FP8 figure on an RTX 4090 over its FP8 peak (150 / 330.3 = 0.4541, "
+        "NVIDIA/TransformerEngine issue #606) against the ratio of two H200 TPOTs of unrelated runs (InferenceX "
+        "and dstack): no H200 serving figure enters an RTX 4090 anchor",
     ("measured/H200.csv gemm_fp8 fp8 m=8192 n=1536 k=7168 latency_us", "latency_points.csv dstack_mi300x_sglang_3k8_c128_tpot"):
         "coincidence: cuBLASLt's FP8 GEMM timed on an H200 by measure-gpu (135.91 us, 2026-11-26) against an "
         "MI300X TPOT (135.929 ms, dstackai/benchmarks, 2025-03); other units, other sources",

@@ -132,7 +132,7 @@ def test_predict_names_the_timed_one_request_gap_on_a_latency_bound_step_only(ca
     large = capsys.readouterr().out
     ratio = S.shipped_step_ratio()
     assert ratio == pytest.approx(11.604 / 6.619, rel=1e-3)
-    assert f"a one-request step's calls took {ratio:.2f}x their prices" in small
+    assert f"a one-request step's calls took {ratio:.2f}x what the model priced them at then" in small
     assert "latency-bound step" not in large
 
 

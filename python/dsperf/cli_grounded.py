@@ -207,7 +207,7 @@ def _predict(args: argparse.Namespace) -> str:
         from .predict.measure_gpu_step import shipped_step_ratio
         lines.append("latency-bound step: its calls are smaller than most table rows (clamped ones are priced at the "
                      f"nearest row's efficiency); timed on an H200, a one-request step's calls took "
-                     f"{shipped_step_ratio():.2f}x their prices (docs/VALIDATION_GPU_MEASURED.md, \"A one-request step's calls "
+                     f"{shipped_step_ratio():.2f}x what the model priced them at then (docs/VALIDATION_GPU_MEASURED.md, \"A one-request step's calls "
                      "timed\"): dsperf measure-gpu --step-calls times this step's calls on a GPU (--calls-out)")
     lines.append(f"calls priced from a table row: {r['calls_from_table']}, clamped to a table's edge: "
                  f"{r['calls_clamped']}, at the default efficiency (no row): {r['calls_default']}")

@@ -40,10 +40,16 @@ LATENCY_BATCH = 8           # requests per GPU below which a decode step is call
 BAND_QUANTILE = 0.8         # the band holds for about this share of points in its regime (assumed)
 MIN_POINTS = 3              # fewer check points than this in a regime: use the coarser regime
 TABLE_KINDS = ("measured", "derived", "partial", "default")
-# The phases a regime may hold (dsperf.model.validation.POINT_PHASES prices each): decode, prefill, and
-# both on the same GPUs.
-PHASES = ("decode", "prefill", "e2e")
 BAND_COLUMNS = ("table", "phase", "bound", "points", "band", "from_regime")
+
+
+def phases() -> tuple:
+    """The phases a regime may hold: those a published point may measure, declared once with how each
+    is priced (dsperf.model.validation.POINT_PHASES; imported here, not at the top, since validation
+    reads this module)."""
+    from .validation import POINT_PHASES
+
+    return tuple(POINT_PHASES)
 
 
 def bands_path():
@@ -124,7 +130,7 @@ def band_table(df: pd.DataFrame) -> pd.DataFrame:
     peaks = df[(df["kind"] == "peak") & (df["role"] == "check")]
     rows = []
     for table in TABLE_KINDS:
-        for phase in PHASES:
+        for phase in phases():
             for bound in ("latency", "throughput"):
                 if phase != "decode" and bound == "latency":
                     continue

@@ -153,7 +153,7 @@ def _aggregated_figures(p):
     return r["tokens_per_gpu_s"], r["tps_user"]
 
 
-# The phases a published point may measure (the band regimes' phases, bands.PHASES): each priced once, here.
+# The phases a published point may measure, each priced once, here (the band regimes read them: bands.phases).
 POINT_PHASES = {
     "decode": PointPhase("decode", _decode_figures),
     "prefill": PointPhase("prefill", _prefill_figures),

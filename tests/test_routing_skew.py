@@ -59,6 +59,17 @@ def test_a_draw_of_loads_agrees():
     assert skew(8, 4, 1.46) == pytest.approx(drawn, rel=0.01)
 
 
+@pytest.mark.parametrize("disp", [1.0, 1.71])
+def test_a_few_rows_over_many_sets_keep_their_digits(disp):
+    # With a mean of a millionth of a row each set is almost surely empty, F(0) rounds to 1, and the busiest
+    # of `ranks` sets holds about `ranks` times the mean (at most one set gets a row): the sum is taken over
+    # the load's survival, not 1 - F (which returned 0 here before 2026-11-28).
+    for mean in (1e-300, 1e-12, 1e-6):
+        assert skew(mean, 2, disp) == pytest.approx(2.0, rel=1e-5)
+        assert skew(mean, 8, disp) == pytest.approx(8.0, rel=1e-4)
+    assert skew(1e-3, 8) == pytest.approx(_expected_max(1e-3, 8) / 1e-3, rel=1e-6)
+
+
 def test_one_expert_set_or_no_rows_is_balanced():
     assert skew(100, 1) == 1.0 and skew(0, 8) == 1.0 and skew(0, 8, 2.0) == 1.0
 
@@ -124,7 +135,11 @@ def test_a_small_ep_step_reads_the_busiest_sets_experts():
 
 @pytest.mark.parametrize("args, name", [((float("nan"), 8), "mean_rows"), ((-1.0, 8), "mean_rows"),
                                         ((1.0, 0.5), "ranks"), ((1.0, float("inf")), "ranks"),
-                                        ((1.0, 8, float("nan")), "dispersion")])
+                                        ((1.0, 8, float("nan")), "dispersion"),
+                                        # Beyond these the sum runs for ever (a dispersion of 1e300 hung before
+                                        # 2026-11-28): kMaxSkewRanks, kMaxSkewDispersion.
+                                        ((1.0, 2.0 ** 21), "ranks"), ((1.0, 8, 1e300), "dispersion"),
+                                        ((1.0, 8, 1001.0), "dispersion")])
 def test_bad_skew_arguments_from_python_are_named(args, name):
     with pytest.raises(ValueError, match=name):
         skew(*args)
@@ -135,3 +150,5 @@ def test_bad_dispersion_arguments_from_python_are_named():
         dispersion(V3, 0, 0)
     with pytest.raises(ValueError, match="redundant_experts"):
         dispersion(V3, 8, -1)
+    with pytest.raises(ValueError, match="ranks"):
+        dispersion(V3, 2.0 ** 21, 0)

@@ -2,6 +2,7 @@
 // dsperf._C.step_model. dsperf.grounded checks the arguments; this adapter converts and calls.
 #include <cmath>
 #include <iterator>
+#include <sstream>
 #include <pybind11/pybind11.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -233,23 +234,33 @@ void bind_step_model(py::module_& root) {
     }, "(name, text) of each explorer infeasibility code, by code");
     m.def("expected_remote_nodes", &expected_remote_nodes, py::arg("model"), py::arg("ep"), py::arg("gpus_per_node"));
     // The core trusts its callers (the step model); these checks are for calls from Python.
-    const auto at_least = [](const char* name, double v, double lo) {
+    const auto num = [](double v) {
+        std::ostringstream o;
+        o << v;
+        return o.str();
+    };
+    const auto within = [num](const char* name, double v, double lo, double hi) {
+        if (!(std::isfinite(v) && v >= lo && v <= hi))
+            throw std::invalid_argument(std::string(name) + " must be a finite number in [" + num(lo) + ", " + num(hi) +
+                                        "], got " + num(v));
+    };
+    const auto at_least = [num](const char* name, double v, double lo) {
         if (!(std::isfinite(v) && v >= lo))
-            throw std::invalid_argument(std::string(name) + " must be a finite number >= " + std::to_string(lo) +
-                                        ", got " + std::to_string(v));
+            throw std::invalid_argument(std::string(name) + " must be a finite number >= " + num(lo) + ", got " + num(v));
     };
     m.def(
         "routing_skew",
-        [at_least](double mean_rows, double ranks, double dispersion) {
-            at_least("mean_rows", mean_rows, 0), at_least("ranks", ranks, 1), at_least("dispersion", dispersion, 0);
+        [within, at_least](double mean_rows, double ranks, double dispersion) {
+            at_least("mean_rows", mean_rows, 0), within("ranks", ranks, 1, kMaxSkewRanks),
+                within("dispersion", dispersion, 0, kMaxSkewDispersion);
             return routing_skew(mean_rows, ranks, dispersion);
         },
         py::arg("mean_rows"), py::arg("ranks"), py::arg("dispersion") = 1.0,
         "the busiest rank's expected routed rows over the mean (csrc/grounded/routing_skew.hpp)");
     m.def(
         "routing_dispersion",
-        [at_least](const ModelConfig& model, double ranks, int redundant_experts) {
-            at_least("ranks", ranks, 1), at_least("redundant_experts", redundant_experts, 0);
+        [within, at_least](const ModelConfig& model, double ranks, int redundant_experts) {
+            within("ranks", ranks, 1, kMaxSkewRanks), at_least("redundant_experts", redundant_experts, 0);
             return routing_dispersion(model, ranks, redundant_experts);
         },
         py::arg("model"), py::arg("ranks"), py::arg("redundant_experts"),

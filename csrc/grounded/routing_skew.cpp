@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <unordered_map>
+#include <vector>
 
 namespace dsperf {
 
@@ -15,6 +16,10 @@ namespace {
 constexpr double kSummedUpTo = 400;
 // Values a thread remembers before it starts again (a few MB at most).
 constexpr size_t kRemembered = 1 << 16;
+// Below this mean a set almost surely holds no row and at most one holds any: the busiest holds the
+// sum of them, `ranks` times the mean (the limit of both forms as the mean goes to 0, off by about
+// ranks x mean). Taken as is there, where the negative binomial's r would leave the normal doubles.
+constexpr double kVanishingMean = 1e-100;
 
 // One set's load: Poisson(mean) at dispersion <= 1; else negative binomial with variance
 // dispersion x mean (r = mean / (dispersion - 1), failure probability q = 1 - 1 / dispersion).
@@ -39,16 +44,26 @@ double expected_max(const Load& load, double ranks) {
     // Loads more than 8 standard deviations below the mean: F(m) < 1e-15 there and ranks >= 2, so
     // F(m)^ranks is 0 to double precision and each such m adds 1; the sum starts after them.
     const double m0 = std::max(0.0, std::floor(load.mean - 8 * load.sd() - 5));
-    double pmf = std::exp(load.log_pmf(m0)), cdf = 0, sum = m0;
+    // The load's probabilities from m0 on, until what is left above can add under 1e-13 of the mean
+    // to the sum (relative: a mean of 1e-12 rows sums to about 1e-12): past the mean the mass above m
+    // is under pmf(m + 1) / (1 - the ratio bound), and what it can add under ranks times that. A
+    // probability that underflows to 0 ends it too.
+    thread_local std::vector<double> pmf;
+    pmf.clear();
+    double p = std::exp(load.log_pmf(m0));
     for (double m = m0;; m += 1) {
-        cdf = std::min(1.0, cdf + pmf);
-        sum += -std::expm1(ranks * std::log(cdf > 0 ? cdf : 1e-300));  // 1 - F(m)^ranks
-        pmf *= load.ratio(m);
-        // Past the mean the mass left above m is under pmf(m + 1) / (1 - the ratio bound), and what it
-        // can add to the sum under ranks times that (a stop on the summand alone never comes where
-        // the summed distribution function rounds to just under 1).
+        pmf.push_back(p);
+        p *= load.ratio(m);
         const double bound = load.ratio_bound(m + 1);
-        if (m > load.mean && bound < 1 && ranks * pmf / (1 - bound) < 1e-12) break;
+        if (!(p > 0) || (m > load.mean && bound < 1 && ranks * p / (1 - bound) < 1e-13 * load.mean)) break;
+    }
+    // 1 - F(m)^ranks from the survival S(m) = P(load > m), summed from the top (small terms first):
+    // 1 - (1 - S)^ranks keeps its digits where F(m) rounds to 1 (a mean of 1e-300 rows has S(0) =
+    // 1e-300, and F(0) = 1 exactly in doubles).
+    double sum = m0, above = p;  // the mass past the last term, about the next probability
+    for (size_t i = pmf.size(); i-- > 0;) {
+        sum += -std::expm1(ranks * std::log1p(-std::min(1.0, above)));
+        above += pmf[i];
     }
     return sum;
 }
@@ -62,6 +77,7 @@ double choose(double n, double k) {
 
 double routing_skew(double mean_rows, double ranks, double dispersion) {
     if (ranks <= 1 || mean_rows <= 0) return 1.0;
+    if (mean_rows < kVanishingMean) return ranks;
     // Each thread keeps what it summed (the explorer and the simulator price the same arguments over
     // many devices, overlaps and steps), and c per (ranks, dispersion).
     struct Key {

@@ -6,6 +6,14 @@
 
 namespace dsperf {
 
+// The range routing_skew is defined over for callers outside the step model (which passes at most
+// its EP bound of ranks and a routing_dispersion of a few). Beyond them the sum runs for a very
+// long time: at a dispersion above about 1e16 the negative binomial's tail ratio rounds to 1 and
+// the sum never stops. A token's rows on one set vary by at most the rows it sends, so a dispersion
+// of 1,000 is far above any model's; 2^20 ranks far above any EP group.
+constexpr double kMaxSkewRanks = 1 << 20;
+constexpr double kMaxSkewDispersion = 1000;
+
 // A MoE layer's step waits for its busiest rank: dispatch, the experts and combine run in lock step
 // over the EP group. With `ranks` distinct expert sets and a mean of `mean_rows` routed (token, expert)
 // rows per set, routing balanced in expectation (as EPLB aims at), a set's load is taken as Poisson
@@ -13,7 +21,7 @@ namespace dsperf {
 // (dispersion > 1: variance over mean), negative binomial with that variance; the busiest of `ranks`
 // such loads has the expectation
 //     E[max] = sum over m >= 0 of (1 - F(m)^ranks),  F the load's distribution function.
-// Returns E[max] / mean_rows (1 for one set): 2.6 at one row per set over 8 sets, 1.5 at 8 rows over
+// Returns E[max] / mean_rows (1 for one set; `ranks` as the mean goes to 0, where at most one set gets a row): 2.6 at one row per set over 8 sets, 1.5 at 8 rows over
 // 8, 1.4 at 8 rows over 4, 1.1 at 512 rows over 128 (dispersion 1). The sets are taken as independent
 // (their loads sum to the step's rows, which pulls the busiest one down a little).
 double routing_skew(double mean_rows, double ranks, double dispersion = 1.0);

@@ -115,6 +115,23 @@ def _cases():
             bad("load_device(override)", field, lambda field=field, v=v: grounded.decode(
                 device=dsperf.load_device("H800", **{field: v})))
 
+    # -- the busiest rank (csrc/grounded/routing_skew.hpp): extremes in, a number in [1, ranks] out --
+    SM = dsperf._C.step_model
+    for mean in (0.0, *TINY, 0.5, 8.0, 400.0, 401.0, *HUGE):
+        for ranks in (1.0, 2.0, 8.0, 2.0 ** 20):
+            for disp in (0.0, 1.0, 1.71, 1000.0):
+                good("routing_skew", lambda m=mean, r=ranks, d=disp: (SM.routing_skew(m, r, d), r),
+                     lambda out: math.isfinite(out[0]) and 1.0 - 1e-9 <= out[0] <= out[1] * (1 + 1e-9))
+    for args, name in (((math.nan, 8, 1), "mean_rows"), ((math.inf, 8, 1), "mean_rows"), ((-1e-300, 8, 1), "mean_rows"),
+                       ((1, 0.5, 1), "ranks"), ((1, math.nan, 1), "ranks"), ((1, 2.0 ** 21, 1), "ranks"),
+                       ((1, 8, -1e-300), "dispersion"), ((1, 8, 1e300), "dispersion"), ((1, 8, math.inf), "dispersion")):
+        bad("routing_skew", name, lambda a=args: SM.routing_skew(*a))
+    v3 = dsperf.load_model("DeepSeek-V3")
+    for ranks in (1.0, 2.0, 8.0, 3.0, 256.0, 2.0 ** 20):
+        good("routing_dispersion", lambda r=ranks: SM.routing_dispersion(v3, r, 0), lambda d: 1.0 <= d < 8)
+    for ranks, red, name in ((0.5, 0, "ranks"), (math.nan, 0, "ranks"), (2.0 ** 21, 0, "ranks"), (8, -1, "redundant_experts")):
+        bad("routing_dispersion", name, lambda r=ranks, e=red: SM.routing_dispersion(v3, r, e))
+
     # -- default_efficiency -----------------------------------------------------------------------
     for v in (1e-310, 5e-324, 1e-300, 0.0, -0.5, 1.5, float("nan"), float("inf"), True, "0.6", None):
         for api, fn in (("grounded.decode", lambda v=v: grounded.decode(default_efficiency=v)),

@@ -100,7 +100,8 @@ double routing_skew(double mean_rows, double ranks, double dispersion) {
         const double v = summed ? expected_max(at, ranks) / mean_rows : (expected_max(at, ranks) - kSummedUpTo) / at.sd();
         it = known.emplace(key, v).first;
     }
-    return summed ? it->second : 1.0 + it->second * Load(mean_rows, dispersion).sd() / mean_rows;
+    // sd / mean taken as one root (the sd alone overflows at the largest means).
+    return summed ? it->second : 1.0 + it->second * std::sqrt(std::max(1.0, dispersion) / mean_rows);
 }
 
 double routing_dispersion(const ModelConfig& m, double ranks, int redundant_experts) {

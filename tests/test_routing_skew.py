@@ -70,6 +70,15 @@ def test_a_few_rows_over_many_sets_keep_their_digits(disp):
     assert skew(1e-3, 8) == pytest.approx(_expected_max(1e-3, 8) / 1e-3, rel=1e-6)
 
 
+def test_the_largest_means_stay_finite_and_near_balanced():
+    # Past the summed means the busiest set is mean + c sd; the sd alone overflowed at 1e308 rows
+    # (dispersion 1000) and the ratio came out inf before 2026-11-28.
+    for disp in (1.0, 1000.0):
+        for mean in (1e6, 1e300, 1e308):
+            v = skew(mean, 2.0 ** 20, disp)
+            assert math.isfinite(v) and 1.0 <= v < 1.6
+
+
 def test_one_expert_set_or_no_rows_is_balanced():
     assert skew(100, 1) == 1.0 and skew(0, 8) == 1.0 and skew(0, 8, 2.0) == 1.0
 

@@ -159,7 +159,6 @@ POINT_PHASES = {
     "prefill": PointPhase("prefill", _prefill_figures),
     "e2e": PointPhase("prefill + decode", _aggregated_figures),
 }
-PHASE_LABELS = {name: phase.label for name, phase in POINT_PHASES.items()}
 
 
 def predict_point(p: dict) -> float:

@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 
 import pandas as pd
 
-from .validation import PEAK_METRICS, PHASE_LABELS, validate
+from .validation import PEAK_METRICS, POINT_PHASES, validate
 from .validation_latency import METRIC_READS, validate_latency
 
 # |error| at most this is set in bold in the peak table (the profile points' target).
@@ -51,7 +51,7 @@ def _peak_row(r) -> list[str]:
         err = f"**{err}**" if abs(r["error"]) <= BOLD_WITHIN else err
     else:
         err = f"utilisation {r['utilisation']:.0%}"
-    return [r["point"], r["role"], r["device"], PHASE_LABELS[r["phase"]], PEAK_METRICS[r["metric"]].label,
+    return [r["point"], r["role"], r["device"], POINT_PHASES[r["phase"]].label, PEAK_METRICS[r["metric"]].label,
             _whole(r["published"]) + ("" if peak else " (daily average)"), _whole(r["predicted"]), err,
             _band(r) if peak else "", _cell(r["missing"])]
 

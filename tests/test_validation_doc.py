@@ -1,5 +1,5 @@
-"""The validation documents quote the model as it is: their point tables equal what
-`dsperf validate --format doc` renders (dsperf.model.validation_doc)."""
+"""The validation documents quote the model as it is: their figures, bands and point tables equal
+what `dsperf validate --format doc` renders (dsperf.model.validation_doc)."""
 import shutil
 from pathlib import Path
 
@@ -13,16 +13,19 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 @pytest.fixture(scope="module")
 def rendered():
-    return {name: vd.render(name) for name in vd.SECTIONS}
+    return {name: vd.render_blocks(name) for name in vd.SECTIONS}
 
 
-@pytest.mark.parametrize("section", list(vd.SECTIONS))
-def test_document_table_is_the_models(section, rendered):
+BLOCKS = [(section, b.name) for section, s in vd.SECTIONS.items() for b in s.blocks]
+
+
+@pytest.mark.parametrize("section,block", BLOCKS)
+def test_document_block_is_the_models(section, block, rendered):
     path = DOCS / vd.SECTIONS[section].document
     text = path.read_text()
-    start, stop = vd.table_in(text, section, str(path))
-    assert text[start:stop] == rendered[section], (
-        f"{path.name}'s {section} table differs from `dsperf validate`: run python -m dsperf.model.validation_doc")
+    start, stop = vd.block_in(text, section, block, str(path))
+    assert text[start:stop] == rendered[section][block], (
+        f"{path.name}'s {section} {block} differs from `dsperf validate`: run python -m dsperf.model.validation_doc")
 
 
 def test_tables_have_one_row_per_point(rendered):
@@ -30,7 +33,7 @@ def test_tables_have_one_row_per_point(rendered):
     from dsperf.model.validation_latency import load_latency_points
 
     for section, points in (("peak", load_points()), ("latency", load_latency_points())):
-        body = rendered[section].splitlines()[2:]
+        body = rendered[section]["table"].splitlines()[2:]
         assert [line.split(" | ")[0].lstrip("| ").removesuffix(" (design)") for line in body] == \
             [p["point"] for p in points]
 
@@ -58,7 +61,7 @@ def test_rewrite_touches_only_the_table(tmp_path):
         shutil.copy(DOCS / s.document, tmp_path / s.document)
     path = tmp_path / vd.SECTIONS["peak"].document
     text = path.read_text()
-    start, stop = vd.table_in(text, "peak")
+    start, stop = vd.block_in(text, "peak", "figures")
     path.write_text(text[:start] + "| stale |\n" + text[stop:])
     assert vd.main(["--docs", str(tmp_path), "--check"]) == 1
     assert vd.main(["--docs", str(tmp_path)]) == 0
@@ -76,4 +79,36 @@ def test_bad_documents_are_named(tmp_path):
 
 def test_cli_prints_the_doc_tables(capsys, rendered):
     cli_main(["validate", "--format", "doc", "--section", "latency"])
-    assert capsys.readouterr().out.strip() == rendered["latency"].strip()
+    assert capsys.readouterr().out.strip() == "\n".join(rendered["latency"].values()).strip()
+
+
+def _frame(errors: dict, unexplained: str = "") -> "pd.DataFrame":
+    import pandas as pd
+
+    rows = [{"point": p, "kind": "peak", "phase": "decode", "role": "design" if i % 2 else "check", "error": e,
+             "inside_band": abs(e) < 0.2, "missing": "" if p == unexplained else "a named input"}
+            for i, (p, e) in enumerate(errors.items())]
+    return pd.DataFrame(rows)
+
+
+def test_figures_say_met_and_not_met_from_the_errors():
+    ids = [p for t in vd.POINT_TARGETS for p in t.points]
+    good = vd.render_peak_figures(_frame({p: 0.05 for p in ids}))
+    assert "**not met**" not in good and good.count(": met") == 3 + len(vd.POINT_TARGETS)
+    errors = {p: 0.05 for p in ids} | {"trtllm_b200_min_latency": -0.25, "cloudmatrix384_decode": 0.4}
+    bad = vd.render_peak_figures(_frame(errors, unexplained="cloudmatrix384_decode"))
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in bad.splitlines()}
+    assert "+5.0% / -25.0%" in lines["TensorRT-LLM one-request decode, H200 / B200"]
+    assert lines["TensorRT-LLM one-request decode, H200 / B200"].endswith("within 20%: **not met** |")
+    assert lines["points beyond 30%"].endswith("**not met** (cloudmatrix384_decode) |")
+    assert "1: cloudmatrix384_decode (+40.0%)" in lines["points beyond 30%"]
+
+
+def test_bands_block_has_every_regime_once():
+    from dsperf.model import bands
+    from dsperf.model.validation import validate
+
+    df = validate()
+    body = vd.render_bands(df).splitlines()[2:]
+    assert len(body) == len(bands.band_table(df))
+    assert all(line.count("±") == 1 for line in body)

@@ -131,13 +131,17 @@ def _peak_text(df, s, fmt) -> str:
 
 
 def _latency_text(df, s, fmt) -> str:
+    from .model.validation_latency import BOUND_LABELS
+
     text = ("Latency section: the serving simulator (dsperf simulate) at each published figure's concurrency "
             "and settings\n\n")
     text += _render(df[[c for c in _SHOWN if c != "utilisation"]], fmt)
-    text += (f"\n{s['points']} latency points: median |error| {s['median_abs_error']:.1%} (TTFT "
-             f"{s.get('median_abs_error_ttft', float('nan')):.1%}, TPOT / ITL / tokens per user "
-             f"{s.get('median_abs_error_tpot', float('nan')):.1%}), worst {s['max_abs_error']:.1%}; beyond 30% "
-             f"without a named missing input: {', '.join(s['beyond_30pct_unexplained']) or 'none'}; inside their "
+    groups = ", ".join(f"{label} {s.get('median_abs_error_' + bound, float('nan')):.1%}"
+                       for bound, label in BOUND_LABELS.items())
+    text += (f"\n{s['points']} latency points: median |error| {s['median_abs_error']:.1%} ({groups}), worst "
+             f"{s['max_abs_error']:.1%}; beyond 30% without a named missing input: "
+             f"{', '.join(s['beyond_30pct_unexplained']) or 'none'}\n"
+             f"{s['check_points']} check points: median |error| {s['median_abs_error_check']:.1%}; inside their "
              f"leave-one-out band: {s['inside_band_check']:.0%}\n")
     return text
 

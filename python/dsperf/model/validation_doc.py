@@ -1,13 +1,15 @@
-"""The point tables of docs/VALIDATION.md (peak section) and docs/VALIDATION_LATENCY.md (latency
-section), rendered from `dsperf validate`, so that the documents quote what the model prints today.
+"""The point tables and headline figures of docs/VALIDATION.md (peak section) and
+docs/VALIDATION_LATENCY.md (latency section), rendered from `dsperf validate`, so that the documents
+quote what the model prints today.
 
-Each table sits between two markers in its document (MARKERS); everything outside them is prose
-that quotes history. `dsperf validate --format doc` prints the tables, and
+Each block (a section's `figures` against its targets, and its point `table`) sits between two
+markers in its document (`markers`); everything outside them is prose, and the history of how the
+figures moved is in docs/VALIDATION_HISTORY.md. `dsperf validate --format doc` prints the blocks, and
 
-    python -m dsperf.model.validation_doc            # rewrite the tables in docs/
+    python -m dsperf.model.validation_doc            # rewrite the blocks in docs/
     python -m dsperf.model.validation_doc --check    # exit 1 where a document differs
 
-A test (tests/test_validation_doc.py) fails while a document's table differs from the model's.
+A test (tests/test_validation_doc.py) fails while a document's block differs from the model's.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from typing import Callable, NamedTuple
 
 import pandas as pd
 
-from .validation import PEAK_METRICS, POINT_PHASES, validate
-from .validation_latency import METRIC_READS, validate_latency
+from . import bands
+from .validation import PEAK_METRICS, POINT_PHASES, summary, validate
+from .validation_latency import BOUND_LABELS, METRIC_READS, latency_summary, validate_latency
 
 # |error| at most this is set in bold in the peak table (the profile points' target).
 BOLD_WITHIN = 0.10
@@ -83,36 +86,135 @@ def render_latency(df: pd.DataFrame) -> str:
     return _table(header, align, [_latency_row(r) for _, r in df.iterrows()])
 
 
-class Section(NamedTuple):
-    document: str                            # under docs/
-    validate: Callable[[], pd.DataFrame]
+class PointTarget(NamedTuple):
+    """A target the issues set on named peak points: each within `within` of its published figure."""
+    label: str
+    points: tuple[str, ...]
+    within: float
+
+
+# The peak section's targets on named points (issue 27 for the profile and one-request points,
+# issue 31 for the Ascend ones); the statistics' targets are in render_peak_figures.
+POINT_TARGETS = (
+    PointTarget("DeepSeek profile-data prefill / decode", ("deepseek_profile_prefill", "deepseek_profile_decode"), 0.10),
+    PointTarget("TensorRT-LLM one-request decode, H200 / B200", ("trtllm_h200_min_latency", "trtllm_b200_min_latency"),
+                0.20),
+    PointTarget("CloudMatrix384 decode (Ascend 910C)", ("cloudmatrix384_decode",), 0.15),
+    PointTarget("cann-recipes-infer's A3 decode (the seed documents' figure)", ("cannrecipes_a3_decode",), 0.15),
+)
+# The share of check points their printed band must hold, and the most a median |error| may be.
+INSIDE_BAND_TARGET = 0.80
+MEDIAN_TARGET = 0.15
+BEYOND = 0.30
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def _points_cell(df: pd.DataFrame, ids: tuple[str, ...]) -> tuple[str, pd.DataFrame]:
+    """The points' errors as one cell, "+1.0% / -2.0% (design, check)", and their rows."""
+    rows = df.set_index("point").loc[list(ids)]
+    errors = " / ".join(f"{e:+.1%}" for e in rows["error"])
+    return f"{errors} ({', '.join(rows['role'])})", rows
+
+
+def render_peak_figures(df: pd.DataFrame) -> str:
+    """The peak section's figures against its targets (docs/VALIDATION.md)."""
+    s = summary(df)
+    peaks = df[df["kind"] == "peak"]
+    check = peaks[peaks["role"] == "check"]
+    phases = ", ".join(f"{POINT_PHASES[ph].label} {s['median_abs_error_' + ph]:.1%}"
+                       for ph in POINT_PHASES if "median_abs_error_" + ph in s)
+    outside = check.loc[~check["inside_band"].astype(bool), "point"].tolist()
+    inside = len(check) - len(outside)
+    rows = [[f"median \\|error\\|, all {s['points']} peak points", f"{s['median_abs_error']:.1%} ({phases})", ""],
+            [f"median \\|error\\|, the {s['check_points']} `check` points", f"{s['median_abs_error_check']:.1%}",
+             f"<= {MEDIAN_TARGET:.0%}: {_verdict(s['median_abs_error_check'] <= MEDIAN_TARGET)}"],
+            ["`check` points inside their leave-one-out band",
+             f"{inside} of {len(check)} = {inside / len(check):.0%}" + (f" (outside: {', '.join(outside)})" if outside else ""),
+             f">= {INSIDE_BAND_TARGET:.0%}: {_verdict(inside / len(check) >= INSIDE_BAND_TARGET)}"]]
+    for t in POINT_TARGETS:
+        cell, points = _points_cell(df, t.points)
+        rows.append([t.label, cell, f"within {t.within:.0%}: {_verdict(bool((points['error'].abs() <= t.within).all()))}"])
+    beyond = peaks[peaks["error"].abs() > BEYOND]
+    named = ", ".join(f"{r.point} ({r.error:+.1%})" for r in beyond.itertuples()) or "none"
+    rows.append([f"points beyond {BEYOND:.0%}", f"{len(beyond)}: {named}",
+                 f"none without a named missing input: {_verdict(not s['beyond_30pct_unexplained'])}"
+                 + (f" ({', '.join(s['beyond_30pct_unexplained'])})" if s["beyond_30pct_unexplained"] else "")])
+    return _table(["figure", "now", "target"], ["---", "---", "---"], rows)
+
+
+def render_bands(df: pd.DataFrame) -> str:
+    """The error band each regime's predictions print (dsperf.model.bands.band_table, what
+    data/validation/bands.csv holds), one row per (table kind, phase, bound)."""
+    rows = [[r.table, POINT_PHASES[r.phase].label, r.bound, f"±{r.band:.0%}", str(r.points), r.from_regime]
+            for r in bands.band_table(df).itertuples()]
+    return _table(["kernel table", "phase", "bound", "band", "check points", "measured over"],
+                  ["---"] * 3 + ["---:"] * 2 + ["---"], rows)
+
+
+def render_latency_figures(df: pd.DataFrame) -> str:
+    """The latency section's headline figures (docs/VALIDATION_LATENCY.md); no target is set on them."""
+    s = latency_summary(df)
+    peaks = df[df["kind"] == "peak"]
+    groups = ", ".join(f"{label} {s['median_abs_error_' + b]:.1%}" for b, label in BOUND_LABELS.items()
+                       if "median_abs_error_" + b in s)
+    inside = round(s["inside_band_check"] * s["check_points"])
+    rows = [[f"median \\|error\\|, all {s['points']} latency points", f"{s['median_abs_error']:.1%} ({groups})"],
+            ["roles", f"{int((peaks['role'] == 'design').sum())} `design`, {s['check_points']} `check`"],
+            [f"median \\|error\\|, the {s['check_points']} `check` points", f"{s['median_abs_error_check']:.1%}"],
+            ["`check` points inside their leave-one-out band",
+             f"{inside} of {s['check_points']} = {s['inside_band_check']:.0%}"],
+            [f"beyond {BEYOND:.0%} without a named missing input", ", ".join(s["beyond_30pct_unexplained"]) or "none"]]
+    return _table(["figure", "now"], ["---", "---"], rows)
+
+
+class Block(NamedTuple):
+    name: str                                # the marker's name, with the section's
     render: Callable[[pd.DataFrame], str]
 
 
-SECTIONS = {"peak": Section("VALIDATION.md", validate, render_peak),
-            "latency": Section("VALIDATION_LATENCY.md", validate_latency, render_latency)}
+class Section(NamedTuple):
+    document: str                            # under docs/
+    validate: Callable[[], pd.DataFrame]
+    blocks: tuple[Block, ...]
 
 
-def markers(section: str) -> tuple[str, str]:
-    return (f"<!-- generated: dsperf validate --format doc --section {section} "
-            f"(python -m dsperf.model.validation_doc rewrites it) -->\n", f"<!-- end of generated {section} table -->\n")
+SECTIONS = {"peak": Section("VALIDATION.md", validate,
+                            (Block("figures", render_peak_figures), Block("bands", render_bands),
+                             Block("table", render_peak))),
+            "latency": Section("VALIDATION_LATENCY.md", validate_latency,
+                               (Block("figures", render_latency_figures), Block("table", render_latency)))}
 
 
-def table_in(text: str, section: str, where: str = "the document") -> tuple[int, int]:
-    """Start and end offsets of a section's generated table inside a document's text."""
-    begin, end = markers(section)
+def markers(section: str, block: str) -> tuple[str, str]:
+    return (f"<!-- generated: the {section} {block} (dsperf validate --format doc --section {section}; "
+            f"python -m dsperf.model.validation_doc rewrites it) -->\n", f"<!-- end of generated {section} {block} -->\n")
+
+
+def block_in(text: str, section: str, block: str, where: str = "the document") -> tuple[int, int]:
+    """Start and end offsets of a section's generated block inside a document's text."""
+    begin, end = markers(section, block)
     if text.count(begin) != 1 or text.count(end) != 1:
         raise ValueError(f"{where}: expected one pair of markers {begin.strip()!r} ... {end.strip()!r}")
     start = text.index(begin) + len(begin)
     stop = text.index(end)
     if stop < start:
-        raise ValueError(f"{where}: the end marker of the {section} table comes before its start")
+        raise ValueError(f"{where}: the end marker of the {section} {block} comes before its start")
     return start, stop
 
 
-def render(section: str, df: pd.DataFrame | None = None) -> str:
+def render_blocks(section: str, df: pd.DataFrame | None = None) -> dict[str, str]:
+    """Each block of a section, by name, from one validation of it."""
     s = SECTIONS[section]
-    return s.render(s.validate() if df is None else df)
+    df = s.validate() if df is None else df
+    return {b.name: b.render(df) for b in s.blocks}
+
+
+def render(section: str, df: pd.DataFrame | None = None) -> str:
+    """A section's blocks as `dsperf validate --format doc` prints them."""
+    return "\n".join(render_blocks(section, df).values())
 
 
 def _docs_dir(arg: str | None) -> Path:
@@ -132,13 +234,15 @@ def main(argv=None) -> int:
     for name, s in SECTIONS.items():
         path = docs / s.document
         text = path.read_text()
-        start, stop = table_in(text, name, str(path))
-        table = render(name)
-        if text[start:stop] == table:
+        new = text
+        for block, rendered in render_blocks(name).items():
+            start, stop = block_in(new, name, block, str(path))
+            new = new[:start] + rendered + new[stop:]
+        if new == text:
             continue
         stale.append(str(path))
         if not args.check:
-            path.write_text(text[:start] + table + text[stop:])
+            path.write_text(new)
     verb = "differs from the model" if args.check else "rewritten"
     for path in stale:
         print(f"{path}: {verb}")

@@ -28,15 +28,20 @@ class MetricRead(NamedTuple):
     label: str          # as the docs' tables print it
     row: str            # the simulation's percentile row read (P50)
     convert: Callable   # that value -> the published quantity
+    bound: str          # the summary's group: a key of BOUND_LABELS
+
+
+# The summary's two groups of metrics: the first token's wait, and the time between tokens.
+BOUND_LABELS = {"ttft": "TTFT", "tpot": "TPOT / ITL / tokens per user"}
 
 
 # Each metric a point may publish: the simulation's percentile row it reads (P50), and how that
 # value becomes the published quantity.
 METRIC_READS = {
-    "ttft_p50_ms": MetricRead("median TTFT (ms)", "ttft_ms", lambda v: v),
-    "tpot_p50_ms": MetricRead("median TPOT (ms)", "tpot_ms", lambda v: v),
-    "itl_p50_ms": MetricRead("median ITL (ms)", "itl_ms", lambda v: v),
-    "tps_user": MetricRead("tokens/s per user", "tpot_ms", lambda v: 1000.0 / v),  # from the median TPOT
+    "ttft_p50_ms": MetricRead("median TTFT (ms)", "ttft_ms", lambda v: v, "ttft"),
+    "tpot_p50_ms": MetricRead("median TPOT (ms)", "tpot_ms", lambda v: v, "tpot"),
+    "itl_p50_ms": MetricRead("median ITL (ms)", "itl_ms", lambda v: v, "tpot"),
+    "tps_user": MetricRead("tokens/s per user", "tpot_ms", lambda v: 1000.0 / v, "tpot"),  # from the median TPOT
 }
 METRICS = tuple(METRIC_READS)
 TEXT_FIELDS = ("point", "source", "device", "metric", "kind", "mode", "overlap", "prefill_overlap", "weight_dtype",
@@ -98,10 +103,6 @@ def metric_of(result, metric: str) -> float:
     return float(read.convert(float(result.percentiles().loc[read.row, "p50"])))
 
 
-def _bound(metric: str) -> str:
-    return "ttft" if metric.startswith("ttft") else "tpot"
-
-
 def validate_latency() -> pd.DataFrame:
     """Predicted against published for every latency point, with the peak section's columns
     (dsperf.model.validation.validate): error = predicted / published - 1, phase ``serving``,
@@ -118,19 +119,22 @@ def validate_latency() -> pd.DataFrame:
                      "metric": p["metric"], "published": p["published"], "predicted": pred,
                      "error": pred / p["published"] - 1 if peak else math.nan, "utilisation": math.nan,
                      "kind": p["kind"], "role": p["role"], "added": p["added"],
-                     "table": grounded.table_kind(p["device"]), "bound": _bound(p["metric"]),
+                     "table": grounded.table_kind(p["device"]), "bound": METRIC_READS[p["metric"]].bound,
                      "assumed": p.get("assumed", ""), "missing": p.get("missing", "")})
     return bands.leave_one_out(pd.DataFrame(rows))
 
 
 def latency_summary(df: pd.DataFrame | None = None) -> dict:
-    """Median and worst |error| over the peak latency points, by TTFT and TPOT-like metrics, and the
-    share of check points inside their leave-one-out band."""
+    """Median and worst |error| over the peak latency points, by TTFT and TPOT-like metrics
+    (BOUND_LABELS) and over the `check` points alone, and the share of check points inside their
+    leave-one-out band."""
     df = validate_latency() if df is None else df
     peaks = df[df["kind"] == "peak"]
     err = peaks["error"].abs()
     check = peaks[peaks["role"] == "check"]
     out = {"points": int(len(peaks)), "median_abs_error": float(err.median()), "max_abs_error": float(err.max()),
+           "check_points": int(len(check)),
+           "median_abs_error_check": float(check["error"].abs().median()) if len(check) else math.nan,
            "inside_band_check": float(check["inside_band"].astype(bool).mean()) if len(check) else math.nan,
            "beyond_30pct": peaks.loc[err > 0.30, "point"].tolist(),
            "beyond_30pct_unexplained": peaks.loc[(err > 0.30) & (peaks["missing"] == ""), "point"].tolist()}

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         ap.error(f"--device is needed: no device file matches '{torch.cuda.get_device_name(0)}'")
     spec, tables = load_device(device), G.kernel_tables(device)
     SM = G.SM
-    rows = [r for r in G.read_table_rows(G._tables_dir() / f"{args.table}.csv") if r["family"] == "gemm_fp8"]
+    rows = [r for r in G.read_table_rows(G.tables_dir() / f"{args.table}.csv") if r["family"] == "gemm_fp8"]
     print(f"GPU 0: {torch.cuda.get_device_name(0)}; priced as {device} (kernel table {G.kernel_table_name(device)}); "
           f"{len(rows)} GEMM shapes of {args.table}.csv; torch {torch.__version__}")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from dsperf.model import derive_table, grounded
+from dsperf.model import derive_table, grounded, table_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ascend_table_loads_with_both_sources():
-    rows = grounded.read_table_rows(grounded._tables_dir() / "Ascend910C.csv")
+    rows = grounded.read_table_rows(grounded.tables_dir() / "Ascend910C.csv")
     assert rows and {r["family"] for r in rows} == {"mla_decode", "dispatch_normal", "combine_normal",
                                                     "dispatch_ll", "combine_ll", "gemm_fp8", "gemm_bf16",
                                                     "grouped_contiguous", "grouped_masked", "mla_prefill"}
@@ -102,7 +102,7 @@ def test_ascend_dispatch_combine_priced_from_its_own_rows():
 
 def test_a_regeneration_keeps_the_measured_rows():
     """python -m dsperf.model.derive_table Ascend910C rewrites the derived rows and keeps the measured ones."""
-    shipped = (grounded._tables_dir() / "Ascend910C.csv").read_text()
+    shipped = (grounded.tables_dir() / "Ascend910C.csv").read_text()
     assert derive_table.render("Ascend910C") == shipped
 
 
@@ -111,11 +111,11 @@ def test_regenerating_every_table_keeps_their_measured_rows(tmp_path, monkeypatc
     # table for writing before reading the measured rows it keeps, and emptied the Ascend table.
     targets = ("B200.csv", "Ascend910C.csv", "MI300X.csv", "MI355X.csv")
     for name in ("H800.csv",) + targets:
-        (tmp_path / name).write_text((grounded._tables_dir() / name).read_text())
+        (tmp_path / name).write_text((grounded.tables_dir() / name).read_text())
     monkeypatch.setattr(derive_table, "_data", lambda name: tmp_path / name)
     assert derive_table.main([]) == 0
     for name in targets:
-        assert (tmp_path / name).read_text() == (grounded._tables_dir() / name).read_text()
+        assert (tmp_path / name).read_text() == (grounded.tables_dir() / name).read_text()
 
 
 def test_a_device_comm_row_needs_its_link_and_a_scale_up_family(tmp_path):
@@ -123,10 +123,10 @@ def test_a_device_comm_row_needs_its_link_and_a_scale_up_family(tmp_path):
     bad = tmp_path / "t.csv"
     bad.write_text(head + "dispatch_normal,8,146,measured,somewhere\n")
     with pytest.raises(ValueError, match="link_gbps"):
-        grounded._add_latencies(grounded.SM.KernelTables(0.5), bad, grounded.load_device("H800", "corrected"))
+        table_files._add_latencies(grounded.SM.KernelTables(0.5), bad, grounded.load_device("H800", "corrected"))
     bad.write_text("family,tp,gbps,link_gbps,basis,source\nallreduce,8,58,196,measured,somewhere\n")
     with pytest.raises(ValueError, match="network table"):
-        grounded._add_latencies(grounded.SM.KernelTables(0.5), bad, grounded.load_device("H800", "corrected"))
+        table_files._add_latencies(grounded.SM.KernelTables(0.5), bad, grounded.load_device("H800", "corrected"))
 
 
 def test_ascend_table_is_what_the_builder_writes():

@@ -10,13 +10,13 @@ from dsperf.model.devices import load_device
 
 
 def _rows(table):
-    return [r for r in grounded.read_table_rows(grounded._tables_dir() / f"{table}.csv") if r["family"] == "mla_decode"]
+    return [r for r in grounded.read_table_rows(grounded.tables_dir() / f"{table}.csv") if r["family"] == "mla_decode"]
 
 
 def _tables(rows, device):
     t = SM.KernelTables(0.6)
     for r in rows:
-        t.add_latency("mla_decode", grounded._shape(r), r["latency_us"], device)
+        t.add_latency("mla_decode", grounded.row_shape(r), r["latency_us"], device)
     return t
 
 
@@ -34,7 +34,7 @@ def test_a_batch_left_out_is_predicted_from_the_other_batches(table):
         rest = _tables([r for r in rows if r["batch"] != held], device)
         for r in rows:
             if r["batch"] == held:
-                s = grounded._shape(r)
+                s = grounded.row_shape(r)
                 # Same roofline on both sides: the time ratio is the efficiency ratio.
                 errors.append(full.lookup("mla_decode", s)["value"] / rest.lookup("mla_decode", s)["value"] - 1)
     errors = np.abs(errors)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dsperf.model import grounded
+from dsperf.model import grounded, table_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,4 +72,4 @@ def test_a_device_table_gives_both_halves_of_an_exchange(tmp_path):
     bad = tmp_path / "half.csv"
     bad.write_text("family,ep,gbps,link_gbps,basis,source\ndispatch_normal,8,349,900,measured,somewhere\n")
     with pytest.raises(ValueError, match=r"half\.csv.*dispatch_normal rows but no combine_normal"):
-        grounded._device_comm_rows(bad, grounded.read_table_rows(bad))
+        table_files._device_comm_rows(bad, grounded.read_table_rows(bad))

@@ -33,7 +33,7 @@ def test_a_table_row_priced_on_its_own_device_is_its_latency():
     """Its own latency, or a larger M's of the same (n, k) where that one was measured faster (a
     smaller GEMM can run padded to it: the lookup never prices more work cheaper)."""
     mc = _load("gpu_model_check")
-    rows = [r for r in G.read_table_rows(G._tables_dir() / "H800.csv") if r["family"] == "gemm_fp8"]
+    rows = [r for r in G.read_table_rows(G.tables_dir() / "H800.csv") if r["family"] == "gemm_fp8"]
     tables, spec = G.kernel_tables("H800"), load_device("H800")
     capped = 0
     for r in rows:

@@ -34,12 +34,12 @@ def test_the_rule_predicts_a_measured_width_left_out_of_the_table():
     # MI355X's table holds aiter's fused MoE at two tensor-parallel widths (up projection n = 512 and 1,024,
     # measured): priced from the 1,024 rows alone, the 512 rows are met to 2.6% (median; 6 rows, 112-257 experts).
     spec = load_device("MI355X", "corrected")
-    rows = [r for r in grounded.read_table_rows(grounded._tables_dir() / "MI355X.csv") if r["family"] == "grouped_masked"]
+    rows = [r for r in grounded.read_table_rows(grounded.tables_dir() / "MI355X.csv") if r["family"] == "grouped_masked"]
     narrow = [r for r in rows if (r["n"], r["k"]) == (512, 7168)]
     rest = SM.KernelTables(0.6)
     for r in rows:
         if (r["n"], r["k"]) != (512, 7168):
-            rest.add_latency("grouped_masked", grounded._shape(r), r["latency_us"], spec)
+            rest.add_latency("grouped_masked", grounded.row_shape(r), r["latency_us"], spec)
     misses = [_price_us(rest, spec, "grouped_masked", m=r["m"], n=r["n"], k=r["k"], groups=r["groups"])
               / r["latency_us"] - 1 for r in narrow]
     assert len(misses) >= 5
@@ -49,7 +49,7 @@ def test_the_rule_predicts_a_measured_width_left_out_of_the_table():
 def test_a_call_at_the_rows_width_reads_its_own_row():
     # No rescaling where the table has the call's width: a measured row prices at its own latency.
     tables, spec = grounded.kernel_tables("H800"), load_device("H800", "corrected")
-    rows = [r for r in grounded.read_table_rows(grounded._tables_dir() / "H800.csv")
+    rows = [r for r in grounded.read_table_rows(grounded.tables_dir() / "H800.csv")
             if r["family"] == "grouped_masked" and r["groups"] == 8 and r["m"] == 64]
     assert rows
     for r in rows:

@@ -95,7 +95,7 @@ def _run(tmp_path, timer_kw=None, **kw):
 
 def test_the_plan_covers_the_tables_families_and_dsperfs_kernels_beside_them():
     shapes = MP.plan_shapes("H800")
-    rows = G.read_table_rows(G._tables_dir() / "H800.csv")
+    rows = G.read_table_rows(G.tables_dir() / "H800.csv")
     count = {f: sum(r["family"] == f for r in rows) for f in MP.PRODUCTION_FAMILIES}
     prod = [s for s in shapes if s.kernel == "production"]
     for fam in ("gemm_fp8", "grouped_masked", "grouped_contiguous", "mla_decode", "mla_prefill"):

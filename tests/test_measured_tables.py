@@ -33,7 +33,7 @@ def test_the_measured_h200_table_loads_as_a_device_with_sourced_rows():
 def test_the_model_against_the_measured_h200_rows_is_as_documented(family):
     tables, spec = G.kernel_tables("H200"), load_device("H200")
     rows = [r for r in G.read_table_rows(MEASURED / "H200.csv") if r["family"] == family]
-    ratios = [model_price_us(G.SM, tables, spec, family, G._shape(r))[0] / r["latency_us"] for r in rows]
+    ratios = [model_price_us(G.SM, tables, spec, family, G.row_shape(r))[0] / r["latency_us"] for r in rows]
     count, median = H200_QUOTED[family]
     assert len(rows) == count
     assert round(float(np.median(ratios)), 2) == median

@@ -462,7 +462,7 @@ def test_a_table_row_math_field_is_checked(tmp_path):
         grounded.read_table_rows(path)
     path.write_text(head + "mla_decode,1,1024,128,fp8,fp8,20,somewhere\n")
     (row,) = grounded.read_table_rows(path)
-    assert row["math"] == "fp8" and grounded._shape(row).fp8_math and "math=fp8" in grounded.row_label(row)
+    assert row["math"] == "fp8" and grounded.row_shape(row).fp8_math and "math=fp8" in grounded.row_label(row)
 
 
 def test_fp8_attention_math():

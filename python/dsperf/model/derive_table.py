@@ -86,7 +86,7 @@ def read_anchors(path=None) -> list[dict]:
 
 
 def _shape(row):
-    from .grounded import _shape as shape_of
+    from .table_files import row_shape as shape_of
     return shape_of(row)
 
 

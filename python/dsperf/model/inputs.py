@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from .. import _C
-from . import bands, devices, grounded, validation, validation_latency
+from . import bands, devices, grounded, table_files, validation, validation_latency
 from .derive_table import read_anchors
 
 SM = _C.step_model
@@ -113,13 +113,13 @@ def _constants() -> dict[str, Constant]:
             grounded.DEFAULT_EFFICIENCY,
             "assumed: a flat share of the datasheet roofline for a compute call without a table row; "
             "not fitted to any deployment figure",
-            "python/dsperf/model/grounded.py: DEFAULT_EFFICIENCY", True),
-        "grounded._DEEPEP_HIDDEN": Constant(
-            grounded._DEEPEP_HIDDEN, "DeepEP's benchmark: hidden 7168 (DeepSeek-V3), the shape its network rows were timed at",
-            "python/dsperf/model/grounded.py: _DEEPEP_HIDDEN", False),
-        "grounded._DEEPEP_TOP_K": Constant(
-            grounded._DEEPEP_TOP_K, "DeepEP's benchmark: top-8 routing, the shape its network rows were timed at",
-            "python/dsperf/model/grounded.py: _DEEPEP_TOP_K", False),
+            "python/dsperf/model/table_files.py: DEFAULT_EFFICIENCY", True),
+        "table_files._DEEPEP_HIDDEN": Constant(
+            table_files._DEEPEP_HIDDEN, "DeepEP's benchmark: hidden 7168 (DeepSeek-V3), the shape its network rows were timed at",
+            "python/dsperf/model/table_files.py: _DEEPEP_HIDDEN", False),
+        "table_files._DEEPEP_TOP_K": Constant(
+            table_files._DEEPEP_TOP_K, "DeepEP's benchmark: top-8 routing, the shape its network rows were timed at",
+            "python/dsperf/model/table_files.py: _DEEPEP_TOP_K", False),
         "bands.LATENCY_BATCH": Constant(
             bands.LATENCY_BATCH, "assumed: requests per GPU below which a decode step is called latency-bound",
             "python/dsperf/model/bands.py: LATENCY_BATCH", False),
@@ -204,7 +204,7 @@ def device_inputs(device) -> list[Input]:
 def _table_files():
     """The shipped kernel tables: data/efficiency/*.csv, and the GPUs' own tables that measure-gpu
     timed (data/devices/measured/*.csv), each as (label folder, file)."""
-    for folder, label in ((grounded._tables_dir(), "efficiency"), (grounded.measured_tables_dir(), "measured")):
+    for folder, label in ((grounded.tables_dir(), "efficiency"), (grounded.measured_tables_dir(), "measured")):
         for f in sorted(folder.iterdir(), key=lambda p: p.name):
             if f.name.endswith(".csv"):
                 yield label, f
@@ -224,7 +224,7 @@ def table_inputs() -> list[Input]:
                 continue
             on = row.get("measured_on", table)
             spec = specs.setdefault(on, devices.load_device(on, "corrected"))
-            work = SM.table_work(row["family"], grounded._shape(row))
+            work = SM.table_work(row["family"], grounded.row_shape(row))
             eff = SM.datasheet_roofline_s(work, spec) / (row["latency_us"] * 1e-6)
             out.append(Input(f"{where} efficiency on {on}", eff, True, True))
     return out

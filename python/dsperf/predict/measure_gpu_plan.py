@@ -114,7 +114,7 @@ def plan_shapes(table: str = "H800", *, quick: bool = False, dsperf_kernels: boo
     other shape of a family first; --quick keeps only that first half."""
     from ..model import grounded as G
 
-    rows = G.read_table_rows(G._tables_dir() / f"{table}.csv")
+    rows = G.read_table_rows(G.tables_dir() / f"{table}.csv")
     groups: dict[tuple, list[Shape]] = {}
     seen = set()
 
@@ -160,7 +160,7 @@ class Pricer:
     def __call__(self, shape: Shape) -> tuple[float, bool]:
         from .gpu_timing import model_price_us
 
-        return model_price_us(self.G.SM, self.tables, self.spec, shape.family, self.G._shape(shape.row()))
+        return model_price_us(self.G.SM, self.tables, self.spec, shape.family, self.G.row_shape(shape.row()))
 
 
 def estimate_s(shape: Shape, price_us: float, iters: int, first_of_family: bool = False) -> float:

@@ -55,3 +55,40 @@ def test_a_call_at_the_rows_width_reads_its_own_row():
     for r in rows:
         assert _price_us(tables, spec, "grouped_masked", m=r["m"], n=r["n"], k=r["k"], groups=r["groups"]) == \
             pytest.approx(r["latency_us"], rel=1e-6)
+
+
+def _row_widths(table, family):
+    rows = grounded.read_table_rows(grounded.tables_dir() / f"{table}.csv")
+    return sorted({(r["n"], r["k"]) for r in rows if r["family"] == family})
+
+
+def _shipped_grouped_tables():
+    from dsperf.model.devices import device_metadata, list_devices
+
+    out = {}
+    for dev in list_devices():
+        table = device_metadata(dev).get("kernel_table")
+        for family in ("grouped_masked", "grouped_contiguous", "grouped_fp4"):
+            if table and _row_widths(table, family):
+                out.setdefault((table, family), dev)
+    return sorted((dev, table, family) for (table, family), dev in out.items())
+
+
+@pytest.mark.parametrize("device,table,family", _shipped_grouped_tables())
+def test_the_rows_width_is_the_nearest_in_n_and_k_whatever_the_expert_count(device, table, family):
+    # DeepSeek's expert projections at every MoE TP (up: n = 4,096 / moe_tp, k = 7,168; down: n = 7,168,
+    # k = 2,048 / moe_tp) and any expert count price as the same weights at the width nearest in (n, k),
+    # log distance. MI355X holds width 512 at 112-257 experts only and 1,024 from 9: nearest in (experts,
+    # n, k), 64 experts at n = 256 went to 512 and were then read at 1,024's rows (39% faster).
+    import math
+
+    tables, spec = grounded.kernel_tables(device), load_device(device, "corrected")
+    widths = _row_widths(table, family)
+    for moe_tp in (1, 2, 4, 8, 16):
+        for n, k in ((4096 / moe_tp, 7168), (7168, 2048 / moe_tp)):
+            row_n = min(widths, key=lambda w: math.log(w[0] / n) ** 2 + math.log(w[1] / k) ** 2)[0]
+            for groups in [1.5 ** i for i in range(15)]:
+                for m in (1, 64):
+                    call = _price_us(tables, spec, family, m=m, n=n, k=k, groups=groups)
+                    at_row = _price_us(tables, spec, family, m=m, n=row_n, k=k, groups=groups * n / row_n)
+                    assert call == pytest.approx(at_row, rel=1e-9), (moe_tp, n, k, groups, m, row_n)

@@ -1,3 +1,7 @@
+// The efficiency curves (a family's rows grouped by their keys, read along the primary axis: times
+// interpolated across rows and groups, capped by every larger row) and KernelTables' lookups for
+// compute and communication calls. What each family is (its work, axis and keys) is in
+// table_families.cpp.
 #include "grounded/kernel_table.hpp"
 
 #include <algorithm>
@@ -9,156 +13,6 @@
 #include <stdexcept>
 
 namespace dsperf {
-
-const std::vector<std::string>& table_family_names() {
-    static const std::vector<std::string> names = {
-        "gemm_fp8",    "gemm_bf16",   "grouped_contiguous", "grouped_masked",  "gemm_fp4",       "grouped_fp4",
-        "mla_decode",  "mla_prefill", "elementwise",        "dispatch_ll",     "combine_ll",     "dispatch_normal",
-        "combine_normal", "allreduce"};
-    return names;
-}
-
-TableFamily table_family_from_name(const std::string& name) {
-    const auto& names = table_family_names();
-    for (size_t i = 0; i < names.size(); ++i)
-        if (names[i] == name) return static_cast<TableFamily>(i);
-    std::string known;
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown kernel family '" + name + "'; known: " + known);
-}
-
-bool is_comm_family(TableFamily f) { return f >= TableFamily::kDispatchLowLatency; }
-
-bool is_attention_family(TableFamily f) { return f == TableFamily::kMlaDecode || f == TableFamily::kMlaPrefill; }
-
-bool table_reads_fp8(TableFamily f, const KernelShape& s) {
-    switch (f) {
-        case TableFamily::kGemmFp8:
-            return true;
-        case TableFamily::kGroupedContiguous:
-        case TableFamily::kGroupedMasked:
-        case TableFamily::kMlaDecode:
-            return s.fp8;
-        default:
-            return false;
-    }
-}
-
-KernelWork table_work(TableFamily f, const KernelShape& s) {
-    switch (f) {
-        case TableFamily::kGemmFp8:
-        case TableFamily::kGemmBf16: {
-            KernelWork w = linear_work(int64_t(std::ceil(s.m)), int64_t(s.n), int64_t(s.k), f == TableFamily::kGemmFp8);
-            w.flops *= s.groups, w.bytes *= s.groups;  // per-head GEMMs run as one batched call
-            return w;
-        }
-        case TableFamily::kGroupedContiguous:
-        case TableFamily::kGroupedMasked:
-            return grouped_gemm_work(s.m, s.groups, s.n, s.k, s.fp8);
-        case TableFamily::kGemmFp4:  // per-head GEMMs run as one batched call, as above
-            return nvfp4_gemm_work(std::ceil(s.m) * s.groups, s.groups, s.n, s.k);
-        case TableFamily::kGroupedFp4:
-            return nvfp4_gemm_work(s.m * s.groups, s.groups, s.n, s.k);
-        case TableFamily::kMlaDecode: {
-            // kv_lora 512 + rope 64 per key: DeepSeek-V3's latent cache.
-            const double keys = s.batch * s.kv_len;
-            KernelWork w = mla_decode_work(int64_t(keys), std::max<int64_t>(1, int64_t(s.batch)),
-                                           std::max<int64_t>(1, int64_t(s.q_len)), std::max<int64_t>(1, int64_t(s.heads)),
-                                           512, 64, s.fp8);
-            w.fp8 = s.fp8_math;
-            return w;
-        }
-        case TableFamily::kMlaPrefill: {
-            // DeepSeek-V3's decompressed heads: q/k 128 + 64, v 128.
-            KernelWork w = causal_attention_work(s.m, std::max(0.0, s.kv_len - s.m), s.heads, 192, 128);
-            w.fp8 = s.fp8_math;
-            return w;
-        }
-        case TableFamily::kElementwise: {
-            KernelWork w;
-            w.bytes = s.bytes;
-            return w;
-        }
-        default:
-            throw std::invalid_argument("table_work: '" + table_family_names()[int(f)] +
-                                        "' is a communication family (priced by bandwidth)");
-    }
-}
-
-double table_primary(TableFamily f, const KernelShape& s) {
-    switch (f) {
-        case TableFamily::kGemmFp8:
-        case TableFamily::kGemmBf16:
-        case TableFamily::kGroupedContiguous:
-        case TableFamily::kGroupedMasked:
-        case TableFamily::kGemmFp4:
-        case TableFamily::kGroupedFp4:
-        case TableFamily::kMlaPrefill:
-            return s.m;
-        case TableFamily::kMlaDecode:
-            return s.kv_len;
-        case TableFamily::kElementwise:
-            return s.bytes;
-        case TableFamily::kAllReduce:
-            return s.tp;
-        default:
-            return s.ep;
-    }
-}
-
-TableKeys table_keys(TableFamily f, const KernelShape& s) {
-    TableKeys k;
-    switch (f) {
-        case TableFamily::kGemmFp8:
-        case TableFamily::kGemmBf16:
-        case TableFamily::kGemmFp4:
-            k.v[0] = s.n, k.v[1] = s.k, k.n = 2;
-            break;
-        case TableFamily::kGroupedContiguous:
-        case TableFamily::kGroupedMasked:
-        case TableFamily::kGroupedFp4:
-            k.v[0] = s.groups, k.v[1] = s.n, k.v[2] = s.k, k.n = 3;
-            break;
-        case TableFamily::kMlaDecode:
-            k.v[0] = s.batch * s.q_len * s.heads / 128, k.n = 1;  // query rows per key, in 128-head requests
-            break;
-        default:
-            break;
-    }
-    return k;
-}
-
-const std::vector<std::string>& table_row_fields(TableFamily f) {
-    static const std::vector<std::string> gemm = {"m", "n", "k"}, grouped = {"m", "n", "k", "groups"},
-                                          decode = {"batch", "kv_len"}, prefill = {"m"}, bytes = {"bytes"},
-                                          tp = {"tp"}, ep = {"ep"};
-    switch (f) {
-        case TableFamily::kGemmFp8:
-        case TableFamily::kGemmBf16:
-        case TableFamily::kGemmFp4:
-            return gemm;
-        case TableFamily::kGroupedContiguous:
-        case TableFamily::kGroupedMasked:
-        case TableFamily::kGroupedFp4:
-            return grouped;
-        case TableFamily::kMlaDecode:
-            return decode;
-        case TableFamily::kMlaPrefill:
-            return prefill;
-        case TableFamily::kElementwise:
-            return bytes;
-        case TableFamily::kAllReduce:
-            return tp;
-        default:
-            return ep;
-    }
-}
-
-double datasheet_roofline_s(const KernelWork& w, const DeviceSpec& d, double clock_ratio) {
-    const double peak = (w.fp4 && d.fp4_tflops > 0 ? d.fp4_tflops : w.fp8 && d.fp8_tflops > 0 ? d.fp8_tflops : d.fp16_tflops) *
-                        1e12 * clock_ratio;
-    return std::max(w.flops / peak, w.bytes / (d.mem_bw_gbps * 1e9));
-}
 
 namespace {
 double safe_log(double x) { return std::log(std::max(x, 1e-30)); }
@@ -216,7 +70,7 @@ size_t EfficiencyCurve::rows() const {
     return n;
 }
 
-const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& keys) const {
+const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& keys, bool other_axes) const {
     // The explorer asks for the same keys of the same curve again and again (only the primary
     // axis changes with the batch): remember recent answers per thread, keyed by curve and keys.
     // The answer is the group's index, never its address: a copy of a curve keeps its generation,
@@ -227,12 +81,14 @@ const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& ke
         uint64_t generation = 0;
         double v[3];
         int n;
+        bool other_axes;
         size_t group;
     };
     constexpr size_t kSlots = 256;
     thread_local Entry cache[kSlots];
     Entry& e = cache[memo_slot(this, keys.v, keys.n, kSlots)];
-    if (e.curve == this && e.generation == generation_ && e.n == keys.n && std::equal(e.v, e.v + keys.n, keys.v))
+    if (e.curve == this && e.generation == generation_ && e.n == keys.n && e.other_axes == other_axes &&
+        std::equal(e.v, e.v + keys.n, keys.v))
         return &groups_[e.group];
     double lk[3];
     for (int i = 0; i < keys.n; ++i) lk[i] = safe_log(keys.v[i]);
@@ -243,13 +99,14 @@ const EfficiencyCurve::Group* EfficiencyCurve::nearest_group(const TableKeys& ke
     double best_d = std::numeric_limits<double>::infinity();
     for (const auto& g : groups_) {
         double d = 0;
-        for (int i = 0; i < g.log_keys.n && i < keys.n; ++i) {
+        for (int i = other_axes ? 1 : 0; i < g.log_keys.n && i < keys.n; ++i) {
             const double diff = g.log_keys.v[i] - lk[i];
             d += diff * diff;
         }
         if (d < best_d) best_d = d, best = &g;
     }
-    e.curve = this, e.generation = generation_, e.n = keys.n, e.group = size_t(best - groups_.data());
+    e.curve = this, e.generation = generation_, e.n = keys.n, e.other_axes = other_axes;
+    e.group = size_t(best - groups_.data());
     std::copy(keys.v, keys.v + keys.n, e.v);
     return best;
 }
@@ -368,7 +225,10 @@ double EfficiencyCurve::group_time(const Group& g, double primary, double key, c
 template <class RowTime, class MeasuredRoof>
 double EfficiencyCurve::time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
                              const MeasuredRoof& measured_roof, bool* clamped) const {
-    const Group* near = nearest_group(keys);
+    // Across the first key, the other axes choose the groups (a grouped GEMM's n and k, nearest
+    // whatever its expert count: a narrow width's few timed expert counts must not send a call to
+    // another width's rows), and the first key is then interpolated among them.
+    const Group* near = nearest_group(keys, across_first_key);
     if (!across_first_key || keys.n == 0) return group_time(*near, primary, 0, row_time, measured_roof, clamped);
     // The groups that share the nearest group's other axes (a grouped GEMM's n and k); among them
     // the two around the first axis (experts; the attention core's query rows), blended by
@@ -510,13 +370,15 @@ namespace {
 // not as 9 experts at 4,096, which give the SMs eight times the tiles: a grouped kernel's rate
 // rises with its tiles until they fill the GPU (DeepGEMM's masked rows on H800: 1.4 TB/s of
 // weights for one expert at 128 rows, 2.3 TB/s for 8 at 64, 2.9 TB/s for 64 at 32). The keys are
-// (groups, n, k); k is left as it is (a narrower k shortens each tile, not their count).
+// (groups, n, k); k is left as it is (a narrower k shortens each tile, not their count). The rows'
+// width is the one nearest in (n, k) whatever the call's expert count, the width the lookup then
+// reads (EfficiencyCurve::time chooses its groups by the same axes).
 KernelShape grouped_at_row_width(TableFamily f, const EfficiencyCurve& curve, const TableKeys& keys,
                                  const KernelShape& shape) {
     const bool grouped = f == TableFamily::kGroupedContiguous || f == TableFamily::kGroupedMasked ||
                          f == TableFamily::kGroupedFp4;
     if (!grouped || curve.empty() || !(shape.n > 0)) return shape;
-    const double row_n = curve.nearest_keys(keys).v[1];
+    const double row_n = curve.nearest_keys(keys, true).v[1];
     if (!(row_n > 0) || row_n == shape.n) return shape;
     KernelShape at_row = shape;
     at_row.groups = shape.groups * shape.n / row_n;

@@ -148,8 +148,12 @@ public:
     double time(const TableKeys& keys, double primary, bool across_first_key, const RowTime& row_time,
                 const MeasuredRoof& measured_roof, bool* clamped) const;
     bool empty() const { return groups_.empty(); }
-    // The keys of the group nearest to `keys` in log space (the curve is not empty).
-    const TableKeys& nearest_keys(const TableKeys& keys) const { return nearest_group(keys)->keys; }
+    // The keys of the group nearest to `keys` in log space (the curve is not empty); with
+    // other_axes, nearest in every key but the first (a grouped GEMM's n and k, whatever its expert
+    // count: the width its rows were timed at).
+    const TableKeys& nearest_keys(const TableKeys& keys, bool other_axes = false) const {
+        return nearest_group(keys, other_axes)->keys;
+    }
     // Changes whenever a row is added: a memo keyed by curve and generation never serves stale rows.
     uint64_t generation() const { return generation_; }
     size_t rows() const;
@@ -174,7 +178,7 @@ private:
     // The primary group_time blends from at the lowest: the primary itself outside the rows, else
     // the row at or below it (a lower bound of the group's time reads it).
     static double floor_primary(const Group& g, double primary);
-    const Group* nearest_group(const TableKeys& keys) const;
+    const Group* nearest_group(const TableKeys& keys, bool other_axes = false) const;
     std::vector<Group> groups_;
     // Changes with every row added, never repeats across curves: a cached answer names it.
     uint64_t generation_ = next_generation();

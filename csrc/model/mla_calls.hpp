@@ -1,7 +1,7 @@
 // The calls of one MLA layer, listed once. Every cost model reads this list:
 //  - the seed's block FLOPs (model/block_costs.cpp) sum its GEMMs and its attention core;
 //  - the kernel cost model (grounded/kernel_cost.cpp) prices its GEMMs for dsperf's own kernels;
-//  - the grounded step model (grounded/step_model.cpp) prices each call on the device's tables.
+//  - the grounded step model (grounded/layer_calls.cpp) prices each call on the device's tables.
 // Which GEMMs a variant runs, their shapes and their order live here; how each consumer counts
 // the attention core's key pairs (the seed's full rectangle, a causal prompt, a decode batch) and
 // which elementwise and communication calls it adds around them (norms, quantisation, all-reduce)

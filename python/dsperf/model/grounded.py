@@ -1,13 +1,14 @@
 """The grounded model: a prefill or decode step priced as the kernel calls a DeepSeek-style serving
 system runs, each at the efficiency a published kernel benchmark measured at that shape.
 
-The C++ core (csrc/grounded/step_model.cpp) lists the calls of one layer (every MLA GEMM, the
-attention core, norms, gate, dispatch, shared and routed experts, combine, dense MLP, LM head, MTP
-drafts), prices each from its FLOPs and bytes (the kernel cost model's work functions) on the
-device's datasheet roofline (its FLOPs at the device's sustained_clock_ratio of the clock the
-tables ran at) divided by the efficiency read from data/efficiency/<table>.csv, and schedules them on a compute and a communication stream (two-batch overlap, single-batch overlap
-or none). Where a family has no table row, the roofline at a default efficiency prices it and the
-result counts the call as such (``calls_default``).
+The C++ core (csrc/grounded/step_model.cpp; one layer's calls in layer_calls.cpp) lists the
+calls of one layer (every MLA GEMM, the attention core, norms, gate, dispatch, shared and routed
+experts, combine, dense MLP, LM head, MTP drafts), prices each from its FLOPs and bytes (the kernel
+cost model's work functions) on the device's datasheet roofline (its FLOPs at the device's
+sustained_clock_ratio of the clock the tables ran at) divided by the efficiency read from
+data/efficiency/<table>.csv, and schedules them on a compute and a communication stream (two-batch
+overlap, single-batch overlap or none). Where a family has no table row, the roofline at a default
+efficiency prices it and the result counts the call as such (``calls_default``).
 
     >>> from dsperf import grounded
     >>> grounded.decode("DeepSeek-V3", "H800", batch=128, kv_len=4989, ep=128)["tokens_per_gpu_s"]

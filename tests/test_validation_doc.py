@@ -16,12 +16,17 @@ def rendered():
     return {name: vd.render_blocks(name) for name in vd.SECTIONS}
 
 
-BLOCKS = [(section, b.name) for section, s in vd.SECTIONS.items() for b in s.blocks]
+BLOCKS = [(section, doc, block) for section, s in vd.SECTIONS.items() for doc, blocks in s.documents().items()
+          for block in blocks]
 
 
-@pytest.mark.parametrize("section,block", BLOCKS)
-def test_document_block_is_the_models(section, block, rendered):
-    path = DOCS / vd.SECTIONS[section].document
+def test_the_readme_quotes_both_sections_figures():
+    assert ("peak", vd.README, "figures") in BLOCKS and ("latency", vd.README, "figures") in BLOCKS
+
+
+@pytest.mark.parametrize("section,doc,block", BLOCKS)
+def test_document_block_is_the_models(section, doc, block, rendered):
+    path = DOCS / doc
     text = path.read_text()
     start, stop = vd.block_in(text, section, block, str(path))
     assert text[start:stop] == rendered[section][block], (
@@ -56,25 +61,39 @@ def test_latency_numbers_keep_four_digits():
         ["2,708", "40.17", "439.2", "161", "6.78", "27,299"]
 
 
-def test_rewrite_touches_only_the_table(tmp_path):
-    for s in vd.SECTIONS.values():
-        shutil.copy(DOCS / s.document, tmp_path / s.document)
-    path = tmp_path / vd.SECTIONS["peak"].document
-    text = path.read_text()
-    start, stop = vd.block_in(text, "peak", "figures")
-    path.write_text(text[:start] + "| stale |\n" + text[stop:])
-    assert vd.main(["--docs", str(tmp_path), "--check"]) == 1
-    assert vd.main(["--docs", str(tmp_path)]) == 0
-    assert path.read_text() == text
-    assert vd.main(["--docs", str(tmp_path), "--check"]) == 0
+def test_rewrite_touches_only_the_blocks(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    copies = {doc for s in vd.SECTIONS.values() for doc in s.documents()}
+    for doc in copies:
+        (docs / doc).resolve().write_text((DOCS / doc).read_text())
+    path = docs / vd.SECTIONS["peak"].document
+    readme = (docs / vd.README).resolve()
+    originals = {p: p.read_text() for p in (path, readme)}
+    for p in originals:
+        text = p.read_text()
+        start, stop = vd.block_in(text, "peak", "figures")
+        p.write_text(text[:start] + "| stale |\n" + text[stop:])
+    assert vd.main(["--docs", str(docs), "--check"]) == 1
+    assert vd.main(["--docs", str(docs)]) == 0
+    for p, text in originals.items():
+        assert p.read_text() == text
+    assert vd.main(["--docs", str(docs), "--check"]) == 0
 
 
 def test_bad_documents_are_named(tmp_path):
-    (tmp_path / "VALIDATION.md").write_text("no markers here\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for doc in ("VALIDATION.md", vd.README):
+        (docs / doc).resolve().write_text((DOCS / doc).read_text())
+    with pytest.raises(SystemExit, match="VALIDATION_LATENCY.md is missing"):
+        vd.main(["--docs", str(docs), "--check"])
+    (docs / "VALIDATION_LATENCY.md").write_text((DOCS / "VALIDATION_LATENCY.md").read_text())
+    (docs / "VALIDATION.md").write_text("no markers here\n")
     with pytest.raises(ValueError, match="VALIDATION.md: expected one pair of markers"):
-        vd.main(["--docs", str(tmp_path), "--check"])
+        vd.main(["--docs", str(docs), "--check"])
     with pytest.raises(SystemExit, match="--docs"):
-        vd.main(["--docs", str(tmp_path / "nowhere")])
+        vd.main(["--docs", str(docs / "nowhere")])
 
 
 def test_cli_prints_the_doc_tables(capsys, rendered):

@@ -14,6 +14,7 @@ A test (tests/test_validation_doc.py) fails while a document's block differs fro
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -170,9 +171,14 @@ def render_latency_figures(df: pd.DataFrame) -> str:
     return _table(["figure", "now"], ["---", "---"], rows)
 
 
+# The README, beside docs/, quotes each section's figures too (its "How accurate is it?").
+README = "../README.md"
+
+
 class Block(NamedTuple):
     name: str                                # the marker's name, with the section's
     render: Callable[[pd.DataFrame], str]
+    also_in: tuple[str, ...] = ()            # documents besides the section's (relative to docs/)
 
 
 class Section(NamedTuple):
@@ -180,12 +186,20 @@ class Section(NamedTuple):
     validate: Callable[[], pd.DataFrame]
     blocks: tuple[Block, ...]
 
+    def documents(self) -> dict[str, list[str]]:
+        """Each document this section writes into (relative to docs/), with the blocks it holds."""
+        out = {self.document: [b.name for b in self.blocks]}
+        for b in self.blocks:
+            for doc in b.also_in:
+                out.setdefault(doc, []).append(b.name)
+        return out
+
 
 SECTIONS = {"peak": Section("VALIDATION.md", validate,
-                            (Block("figures", render_peak_figures), Block("bands", render_bands),
+                            (Block("figures", render_peak_figures, (README,)), Block("bands", render_bands),
                              Block("table", render_peak))),
             "latency": Section("VALIDATION_LATENCY.md", validate_latency,
-                               (Block("figures", render_latency_figures), Block("table", render_latency)))}
+                               (Block("figures", render_latency_figures, (README,)), Block("table", render_latency)))}
 
 
 def markers(section: str, block: str) -> tuple[str, str]:
@@ -226,19 +240,27 @@ def _docs_dir(arg: str | None) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dsperf.model.validation_doc", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", help="the docs folder (default: the checkout's docs/ beside python/)")
+    ap.add_argument("--docs", help="the docs folder (default: the checkout's docs/ beside python/; the README "
+                                   "beside it is written too)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 where a table differs")
     args = ap.parse_args(argv)
     docs = _docs_dir(args.docs)
-    stale = []
+    texts, stale = {}, []
     for name, s in SECTIONS.items():
-        path = docs / s.document
-        text = path.read_text()
-        new = text
-        for block, rendered in render_blocks(name).items():
-            start, stop = block_in(new, name, block, str(path))
-            new = new[:start] + rendered + new[stop:]
-        if new == text:
+        rendered = render_blocks(name)
+        for doc, blocks in s.documents().items():
+            path = Path(os.path.normpath(docs / doc))
+            if path not in texts:
+                if not path.is_file():
+                    raise SystemExit(f"--docs: {path} is missing (the {name} section writes into it)")
+                texts[path] = (path.read_text(),) * 2
+            old, new = texts[path]
+            for block in blocks:
+                start, stop = block_in(new, name, block, str(path))
+                new = new[:start] + rendered[block] + new[stop:]
+            texts[path] = (old, new)
+    for path, (old, new) in texts.items():
+        if new == old:
             continue
         stale.append(str(path))
         if not args.check:

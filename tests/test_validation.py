@@ -226,7 +226,7 @@ def test_device_without_a_table_prices_at_the_default_and_says_so(tmp_path):
     f.write_text(text.replace('kernel_table = "RTX4090"', "").replace('name = "RTX4090"', 'name = "MyCard"')
                  .replace('aliases = ["4090", "RTX-4090"]', "aliases = []"))
     r = grounded.decode("DeepSeek-V3", load_device(str(f)), batch=4, kv_len=1024, ep=256)
-    assert r["regime"].startswith("default/") and r["band_regime"] == "worst of all"
+    assert r["regime"].startswith("default/") and r["band_regime"].startswith("worst of all")
     compute = grounded.calls_frame(r)
     compute = compute[~compute["family"].str.startswith(("dispatch", "combine", "allreduce"))]
     assert not compute["from_table"].any()

@@ -222,10 +222,10 @@ def _predict(args: argparse.Namespace) -> str:
     kind = grounded.table_kind(args.device)
     if kind == "default":
         lines.append(f"{r['device']} has no kernel table: its compute runs at the default efficiency, and no published "
-                     "point tests such a device: the band is the worst |error| of any check point")
+                     "point tests such a device: the band is the worst |error| of any point (docs/VALIDATION.md)")
     elif kind == "partial":
         lines.append(f"{r['device']}'s kernel table has rows for some families only (the calls with from_table False run "
-                     "at the default efficiency), so the band is the worst |error| of any check point")
+                     "at the default efficiency), so the band is the worst |error| of any point (docs/VALIDATION.md)")
     elif kind == "derived":
         lines.append(f"{r['device']}'s kernel table holds derived rows (the H800 rows' curve over shapes scaled to "
                      "published figures of this GPU at its best shapes: data/anchors.csv, docs/VALIDATION.md)")

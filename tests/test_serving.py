@@ -226,7 +226,22 @@ def test_cli_simulate(capsys, tmp_path):
     out = capsys.readouterr().out
     assert out.startswith("arrival_ms,") and len(out.splitlines()) > 10
     assert cli_main(["simulate", "--device", "H200", "--ep", "8", "--concurrency", "8", "--duration", "10"]) == 0
-    assert "ttft_ms" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ttft_ms" in out and "error bands of the measured/serving regime" in out
+
+
+@pytest.mark.parametrize("device, table", [("H200", "measured"), ("B200", "derived")])
+def test_a_simulation_carries_its_regimes_latency_bands(device, table):
+    # Every prediction prints its regime's band: a serving simulation the latency section's, by the
+    # device's kind of table (its TTFT and its TPOT-like figures).
+    from dsperf.model import bands
+
+    s = serving.simulate("DeepSeek-V3", device, concurrency=4, duration_s=5, ep=8, input_len=256,
+                         output_len=16).summary()
+    assert s["band_regime"] == f"{table}/serving"
+    for bound in ("ttft", "tpot"):
+        band, points, _ = bands.lookup(table, "serving", bound)
+        assert s[f"{bound}_band"] == band and math.isfinite(band) and points >= bands.MIN_POINTS
 
 
 @pytest.mark.parametrize("argv, flag", [

@@ -77,33 +77,32 @@ def _render(df, fmt: str, floatfmt: str = ".4g") -> str:
 
 def run_validate(args: argparse.Namespace) -> str:
     from .model.validation import summary, validate
+    from .model.validation_latency import latency_summary, validate_latency
 
     section = getattr(args, "section", "all")
+    write = getattr(args, "write_bands", False)
+
+    # Each section validated once, for its output and the bands file (which holds both) alike.
+    peak = validate() if section in ("all", "peak") or write else None
+    lat = validate_latency() if section in ("all", "latency") or write else None
+    written = ""
+    if write:
+        from .model.bands import write_bands
+        written = f"wrote {write_bands(peak, lat)}\n"
     if args.format == "doc":
         from .model import validation_doc
 
         names = validation_doc.SECTIONS if section == "all" else (section,)
-        # The peak frame once, for its table and the bands file alike.
-        peak = validate() if "peak" in names or getattr(args, "write_bands", False) else None
-        text = "\n".join(validation_doc.render(name, peak if name == "peak" else None) for name in names)
-        if getattr(args, "write_bands", False):
-            from .model.bands import write_bands
-            text += f"wrote {write_bands(peak)}\n"
-        return text
-    frames, text, written = [], "", ""
-    if section in ("all", "peak") or getattr(args, "write_bands", False):
-        df = validate()
-        if getattr(args, "write_bands", False):
-            from .model.bands import write_bands
-            written = f"wrote {write_bands(df)}\n"
-        if section in ("all", "peak"):
-            frames.append(df)
-            if args.format != "csv":
-                text += _peak_text(df, summary(df), args.format) + written
+        frames = {"peak": peak, "latency": lat}
+        return "\n".join(validation_doc.render(name, frames[name]) for name in names) + written
+    frames, text = [], ""
+    if section in ("all", "peak"):
+        frames.append(peak)
+        if args.format != "csv":
+            text += _peak_text(peak, summary(peak), args.format) + written
+    elif args.format != "csv":
+        text += written
     if section in ("all", "latency"):
-        from .model.validation_latency import latency_summary, validate_latency
-
-        lat = validate_latency()
         frames.append(lat)
         if args.format != "csv":
             text += ("\n" if text else "") + _latency_text(lat, latency_summary(lat), args.format)

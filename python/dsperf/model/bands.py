@@ -148,28 +148,50 @@ def leave_one_out(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def band_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The band of every regime a prediction can fall in, from all check points, floored by the
-    design points of the regime: what bands.csv holds."""
-    peaks = df[(df["kind"] == "peak") & (df["role"] == "check")]
-    design = df[(df["kind"] == "peak") & (df["role"] == "design")]
+# The latency section's phase: a serving simulation's TTFT and TPOT-like figures (its bounds are
+# dsperf.model.validation_latency.BOUND_LABELS' keys).
+SERVING_PHASE = "serving"
+
+
+def serving_bounds() -> tuple:
+    """The latency section's bounds (read lazily: validation_latency reads this module)."""
+    from .validation_latency import BOUND_LABELS
+
+    return tuple(BOUND_LABELS)
+
+
+def _regime_rows(df: pd.DataFrame, regimes) -> list[dict]:
+    peaks = df[df["kind"] == "peak"]
+    check, design = peaks[peaks["role"] == "check"], peaks[peaks["role"] == "design"]
     rows = []
-    for table in TABLE_KINDS:
-        for phase in phases():
-            for bound in ("latency", "throughput"):
-                if phase != "decode" and bound == "latency":
-                    continue
-                band, n, src = band_from(peaks, table, phase, bound, design)
-                rows.append({"table": table, "phase": phase, "bound": bound, "points": n,
-                             "band": round(band, 6), "from_regime": src})
+    for table, phase, bound in regimes:
+        band, n, src = band_from(check, table, phase, bound, design)
+        rows.append({"table": table, "phase": phase, "bound": bound, "points": n,
+                     "band": round(band, 6), "from_regime": src})
+    return rows
+
+
+def band_table(df: pd.DataFrame, serving: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The band of every regime a prediction can fall in, from all check points, floored by the
+    design points of the regime: what bands.csv holds. df: the peak section's validation; serving:
+    the latency section's (dsperf.model.validation_latency), whose regimes are (table, serving,
+    ttft or tpot), the bands a serving simulation prints."""
+    regimes = [(table, phase, bound) for table in TABLE_KINDS for phase in phases()
+               for bound in ("latency", "throughput") if phase == "decode" or bound == "throughput"]
+    rows = _regime_rows(df, regimes)
+    if serving is not None:
+        rows += _regime_rows(serving, [(table, SERVING_PHASE, bound) for table in TABLE_KINDS
+                                       for bound in serving_bounds()])
     return pd.DataFrame(rows, columns=list(BAND_COLUMNS))
 
 
-def write_bands(df: pd.DataFrame, path=None) -> str:
+def write_bands(df: pd.DataFrame, serving: pd.DataFrame, path=None) -> str:
+    """Write bands.csv from the peak section's validation (df) and the latency section's (serving)."""
     path = path or bands_path()
-    table = band_table(df)
+    table = band_table(df, serving)
     with open(path, "w", newline="") as f:
-        f.write("# Error bands by regime: the conformal 80% quantile of |error| (dsperf.model.bands.conformal_rank) over dsperf validate's check points "
+        f.write("# Error bands by regime: the conformal 80% quantile of |error| (dsperf.model.bands.conformal_rank) over dsperf validate's check points, "
+                "floored by the regime's design points; phase serving: the latency section's "
                 "(dsperf.model.bands; written by `dsperf validate --write-bands`).\n")
         table.to_csv(f, index=False, lineterminator="\n")
     return str(path)
@@ -188,3 +210,12 @@ def lookup(table: str, phase: str, bound: str) -> tuple[float, int, str]:
     file holds every regime (tests/test_bands.py); a file written before a regime existed gives
     NaN with the reason, which is what validation itself sees while it measures the bands."""
     return _shipped().get((table, phase, bound), (math.nan, 0, "no band: bands.csv has no row for this regime"))
+
+
+def serving_bands(table: str) -> dict:
+    """The shipped bands a serving simulation on a device with this kind of table prints, one per
+    latency-section bound: {"band_regime": "<table>/serving", "<bound>_band": band, ...}."""
+    out = {"band_regime": f"{table}/{SERVING_PHASE}"}
+    for bound in serving_bounds():
+        out[f"{bound}_band"] = lookup(table, SERVING_PHASE, bound)[0]
+    return out

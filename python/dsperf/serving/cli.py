@@ -103,6 +103,12 @@ def run_simulate(args: argparse.Namespace) -> str:
              f"{s['output_tokens_per_s']:.4g} output tokens/s ({s['output_tokens_per_gpu_s']:.4g} per GPU); "
              f"{good}; prefix-cache hits {s['cached_token_share']:.1%} of prompt tokens; {s['preemptions']} "
              f"preemptions; {s['drain_s']:.1f} s from the last arrival to the last answer\n")
+    if "band_regime" in s:
+        from ..model.validation_latency import BOUND_LABELS
+
+        bands = ", ".join(f"{label} +/- {s[bound + '_band']:.0%}" for bound, label in BOUND_LABELS.items())
+        text += (f"error bands of the {s['band_regime']} regime (the latency section's leave-one-out bands over "
+                 f"published medians, docs/VALIDATION_LATENCY.md): {bands}\n")
     if s["overloaded"]:
         text += (f"OVERLOADED: stopped at the {s['stop_reason']} bound; queues grew from t = "
                  f"{s['overload_since_s']:.1f} s, at {s['overload_rate']:.4g} requests/s arriving\n")

@@ -86,6 +86,8 @@ class ServingResult:
         # after the arrivals stopped shows here (the overload flag is for runs stopped at a bound).
         out["drain_s"] = (done["finish_ms"].max() - r["arrival_ms"].max()) / 1e3 if len(done) else math.nan
         out.update({k: self.info[k] for k in ("overloaded", "overload_since_s", "overload_rate", "stop_reason")})
+        # The latency section's leave-one-out bands for this device's kind of table (simulate sets them).
+        out.update({k: v for k, v in self.info.items() if k == "band_regime" or k.endswith("_band")})
         return out
 
     def meets(self, sla: Sla | None = None) -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _C
 from .._checks import MAX_COUNT, flag, number, text
-from ..model import grounded
+from ..model import bands, grounded
 from ..model.configs import load_model
 from ..model.devices import DeviceSpec, load_device
 from .result import ServingResult, Sla, build_result
@@ -183,7 +183,10 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
                       concurrency or 1, duration_ms, input_len, output_len, tr.arrival_ms, tr.input_len,
                       tr.output_len, tr.hash_offsets, tr.hashes)
     gpus = replicas * ep + (prefill_replicas * prefill_ep if mode == "disaggregated" else 0)
-    return build_result(raw, sla, gpus)
+    result = build_result(raw, sla, gpus)
+    # The latency section's leave-one-out bands for a device with this kind of table.
+    result.info.update(bands.serving_bands(grounded.table_kind(device)))
+    return result
 
 
 def _shape_trace(tr: Trace, rate, duration_s) -> Trace:

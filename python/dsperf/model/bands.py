@@ -128,8 +128,9 @@ def _check_band(check: pd.DataFrame, table: str, phase: str, bound: str) -> tupl
 
 
 def leave_one_out(df: pd.DataFrame) -> pd.DataFrame:
-    """Per peak point: its regime's band computed from the other check points, and whether its
-    error fell inside. df: validation rows with table, phase, bound, role, kind, error."""
+    """Per peak point: its regime's band computed from the other check points (floored by the other
+    design points, band_from), and whether its error fell inside. df: validation rows with point,
+    table, phase, bound, role, kind, error."""
     peaks = df[df["kind"] == "peak"]
     check, design = peaks[peaks["role"] == "check"], peaks[peaks["role"] == "design"]
     bands, inside = [], []

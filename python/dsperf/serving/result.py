@@ -64,7 +64,8 @@ class ServingResult:
         return pd.DataFrame(rows, index=[f"p{p}" for p in PERCENTILES]).T
 
     def summary(self) -> dict:
-        """One flat dict: counts, percentiles, throughput, goodput, overload."""
+        """One flat dict: counts, percentiles, throughput, goodput, overload, and the error bands of its
+        regime (band_regime, ttft_band, tpot_band: the latency section's, set by simulate)."""
         r = self.records
         done = r[r["finished"]]
         out = {"requests": len(r), "finished": len(done)}

@@ -172,18 +172,26 @@ def _regime_rows(df: pd.DataFrame, regimes) -> list[dict]:
     return rows
 
 
-def band_table(df: pd.DataFrame, serving: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The band of every regime a prediction can fall in, from all check points, floored by the
-    design points of the regime: what bands.csv holds. df: the peak section's validation; serving:
-    the latency section's (dsperf.model.validation_latency), whose regimes are (table, serving,
-    ttft or tpot), the bands a serving simulation prints."""
+def peak_band_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The band of every regime a grounded step's prediction can fall in (table kind x phase x
+    bound), from the peak section's validation: its check points, floored by its design points."""
     regimes = [(table, phase, bound) for table in TABLE_KINDS for phase in phases()
                for bound in ("latency", "throughput") if phase == "decode" or bound == "throughput"]
-    rows = _regime_rows(df, regimes)
-    if serving is not None:
-        rows += _regime_rows(serving, [(table, SERVING_PHASE, bound) for table in TABLE_KINDS
-                                       for bound in serving_bounds()])
-    return pd.DataFrame(rows, columns=list(BAND_COLUMNS))
+    return pd.DataFrame(_regime_rows(df, regimes), columns=list(BAND_COLUMNS))
+
+
+def serving_band_table(serving: pd.DataFrame) -> pd.DataFrame:
+    """The band of every regime a serving simulation's TTFT and TPOT-like figures can fall in
+    (table kind x serving x bound), from the latency section's validation."""
+    regimes = [(table, SERVING_PHASE, bound) for table in TABLE_KINDS for bound in serving_bounds()]
+    return pd.DataFrame(_regime_rows(serving, regimes), columns=list(BAND_COLUMNS))
+
+
+def band_table(df: pd.DataFrame, serving: pd.DataFrame | None = None) -> pd.DataFrame:
+    """What bands.csv holds: the peak section's regimes (peak_band_table) and, given the latency
+    section's validation, the serving ones (serving_band_table)."""
+    tables = [peak_band_table(df)] + ([serving_band_table(serving)] if serving is not None else [])
+    return pd.concat(tables, ignore_index=True)
 
 
 def write_bands(df: pd.DataFrame, serving: pd.DataFrame, path=None) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import bands, grounded
-from .validation import load_table
+from .validation import BEYOND, load_table
 
 SEED = 0
 
@@ -136,8 +136,8 @@ def latency_summary(df: pd.DataFrame | None = None) -> dict:
            "check_points": int(len(check)),
            "median_abs_error_check": float(check["error"].abs().median()) if len(check) else math.nan,
            "inside_band_check": float(check["inside_band"].astype(bool).mean()) if len(check) else math.nan,
-           "beyond_30pct": peaks.loc[err > 0.30, "point"].tolist(),
-           "beyond_30pct_unexplained": peaks.loc[(err > 0.30) & (peaks["missing"] == ""), "point"].tolist()}
+           "beyond_30pct": peaks.loc[err > BEYOND, "point"].tolist(),
+           "beyond_30pct_unexplained": peaks.loc[(err > BEYOND) & (peaks["missing"] == ""), "point"].tolist()}
     for bound, g in peaks.groupby("bound"):
         out[f"median_abs_error_{bound}"] = float(np.median(g["error"].abs()))
     return out

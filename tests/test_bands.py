@@ -369,3 +369,11 @@ def test_mi355x_fused_moe_rows_load_with_their_sources():
     # aiter's 304-CU DeepSeek fmoe rows were measured on MI325X: MI300X's table (which MI325X reads too)
     # holds them as it holds the MI325X GEMM rows, each read against the roofline of the GPU that timed it.
     assert grounded.kernel_tables("MI300X").rows("grouped_masked") == 30
+
+
+def test_a_band_is_described_as_the_range_of_the_published_figure():
+    # error = predicted / published - 1 within +/- b: published between 1 / (1 + b) and 1 / (1 - b) x predicted.
+    assert bands.describe(0.5) == "+/- 50%: the published figure 0.67x to 2x the prediction"
+    assert "to 33x" in bands.describe(0.97)
+    assert bands.describe(1.2).endswith("to any multiple of the prediction")
+    assert bands.describe(float("nan")) == "no band"

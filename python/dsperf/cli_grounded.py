@@ -192,7 +192,7 @@ def _predict(args: argparse.Namespace) -> str:
         return text
     band = r["error_band"]
     lines = [f"\n{args.phase} step on {r['device']}: {r['step_ms']:.2f} ms, {r['tokens_per_gpu_s']:.0f} tokens/s per GPU "
-             f"(+/- {band:.0%}: regime {r['regime']}, the conformal {bands.BAND_QUANTILE:.0%} quantile of |error| of `dsperf validate`'s check "
+             f"({bands.describe(band)}; regime {r['regime']}, the conformal {bands.BAND_QUANTILE:.0%} quantile of |error| of `dsperf validate`'s check "
              f"points in {r['band_regime']}, {r['band_points']} points)"]
     per_chip = load_device(args.device).gpus_per_chip
     if per_chip > 1:  # a part its vendor counts as one chip of several devices (an Ascend 910C's two dies)

@@ -228,3 +228,13 @@ def serving_bands(table: str) -> dict:
     for bound in serving_bounds():
         out[f"{bound}_band"] = lookup(table, SERVING_PHASE, bound)[0]
     return out
+
+
+def describe(band: float) -> str:
+    """A band as a user reads it: error = predicted / published - 1 within +/- band puts the published
+    figure between 1 / (1 + band) and 1 / (1 - band) times the prediction, which for a wide band is
+    far from symmetric (+/- 97% allows a figure 33x the prediction)."""
+    if not math.isfinite(band):
+        return "no band"
+    hi = f"{1 / (1 - band):.2g}x" if band < 1 else "any multiple of"
+    return f"+/- {band:.0%}: the published figure {1 / (1 + band):.2g}x to {hi} the prediction"

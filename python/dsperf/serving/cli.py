@@ -106,7 +106,9 @@ def run_simulate(args: argparse.Namespace) -> str:
     if "band_regime" in s:
         from ..model.validation_latency import BOUND_LABELS
 
-        bands = ", ".join(f"{label} +/- {s[bound + '_band']:.0%}" for bound, label in BOUND_LABELS.items())
+        from ..model.bands import describe
+
+        bands = "; ".join(f"{label} {describe(s[bound + '_band'])}" for bound, label in BOUND_LABELS.items())
         text += (f"error bands of the {s['band_regime']} regime (the latency section's leave-one-out bands over "
                  f"published medians, docs/VALIDATION_LATENCY.md): {bands}\n")
     if s["overloaded"]:

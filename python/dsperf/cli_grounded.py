@@ -377,8 +377,9 @@ def run_explore(args: argparse.Namespace) -> str:
         (out / f"launch_{args.emit}.txt").write_text(launched.text())
         extra += (f"\nLaunch ({args.emit}) of the best configuration, also in {out / f'launch_{args.emit}.txt'}:\n\n"
                   + launched.text())
-    return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; +/- up to {band:.0%}: each row's "
-            f"error_band, its regime's conformal {bands.BAND_QUANTILE:.0%} quantile of |error| in `dsperf validate`):\n\n"
+    return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; the widest band among them "
+            f"{bands.describe(band)}, from each row's error_band, its regime's conformal {bands.BAND_QUANTILE:.0%} quantile "
+            f"of |error| in `dsperf validate`):\n\n"
             + markdown(best[shown])
             + f"\n\nPareto frontier (tokens/s per user against tokens/s per GPU): {len(frontier)} configurations\n\n"
             + markdown(frontier[shown])

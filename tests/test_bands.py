@@ -377,3 +377,8 @@ def test_a_band_is_described_as_the_range_of_the_published_figure():
     assert "to 33x" in bands.describe(0.97)
     assert bands.describe(1.2).endswith("to any multiple of the prediction")
     assert bands.describe(float("nan")) == "no band"
+    for bad in (-0.1, "0.5", None, True):
+        with pytest.raises(ValueError, match="band must be"):
+            bands.describe(bad)
+    with pytest.raises(ValueError, match="table must be one of measured"):
+        bands.serving_bands("guessed")

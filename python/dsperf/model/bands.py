@@ -224,6 +224,8 @@ def lookup(table: str, phase: str, bound: str) -> tuple[float, int, str]:
 def serving_bands(table: str) -> dict:
     """The shipped bands a serving simulation on a device with this kind of table prints, one per
     latency-section bound: {"band_regime": "<table>/serving", "<bound>_band": band, ...}."""
+    if table not in TABLE_KINDS:
+        raise ValueError(f"table must be one of {', '.join(TABLE_KINDS)}, got {table!r}")
     out = {"band_regime": f"{table}/{SERVING_PHASE}"}
     for bound in serving_bounds():
         out[f"{bound}_band"] = lookup(table, SERVING_PHASE, bound)[0]
@@ -234,6 +236,8 @@ def describe(band: float) -> str:
     """A band as a user reads it: error = predicted / published - 1 within +/- band puts the published
     figure between 1 / (1 + band) and 1 / (1 - band) times the prediction, which for a wide band is
     far from symmetric (+/- 97% allows a figure 33x the prediction)."""
+    if isinstance(band, bool) or not isinstance(band, (int, float)) or band < 0:
+        raise ValueError(f"band must be a number >= 0 (NaN: no band), got {band!r}")
     if not math.isfinite(band):
         return "no band"
     hi = f"{1 / (1 - band):.2g}x" if band < 1 else "any multiple of"

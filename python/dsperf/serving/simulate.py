@@ -112,7 +112,8 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
 
     m = load_model(model)
     spec = device if isinstance(device, DeviceSpec) else load_device(device, "corrected")
-    tables = grounded.kernel_tables(device, default_efficiency)
+    pricing = grounded.device_pricing(device, default_efficiency)  # its tables and how they were obtained
+    tables = pricing["tables"]
     layout = dict(attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap, dispatch_fp8=dispatch_fp8,
                   imbalance=imbalance, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp,
                   step_overhead_ms=step_overhead_ms)
@@ -185,7 +186,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     gpus = replicas * ep + (prefill_replicas * prefill_ep if mode == "disaggregated" else 0)
     result = build_result(raw, sla, gpus)
     # The latency section's leave-one-out bands for a device with this kind of table.
-    result.info.update(bands.serving_bands(grounded.table_kind(device)))
+    result.info.update(bands.serving_bands(pricing["table_kind"]))
     return result
 
 

@@ -358,6 +358,19 @@ EXEMPT = {
      "points.csv sglang_h20_ep16_bs32 / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c64_ttft"):
         "coincidence: the simulator's numerical grid of decode contexts 2% apart (1.02) against an H20 throughput (675 tokens/s "
         "per GPU) over an MI300X TTFT (661.516 ms, added 2026-11-26): a ratio of unrelated figures in other units",
+    ("efficiency/B200.csv grouped_masked fp8 m=256 n=7168 k=2048 groups=2 latency_us",
+     "latency_points.csv ix_b300_sglang_8k1k_c8_tpot"):
+        "coincidence: a derived B200 masked grouped GEMM time (14.838 us, the H800 DeepGEMM curve scaled to vllm PR "
+        "#19566's B200 figure) against a B300 TPOT (14.842 ms, InferenceX run 26306422380, a point added 2026-11-28 "
+        "after the table was derived); other units, other sources",
+    ("efficiency/MI355X.csv gemm_fp8 fp8 m=1 n=7168 k=4608 latency_us", "latency_points.csv ix_b300_sglang_1k1k_c16_tpot"):
+        "coincidence: a tuned aiter FP8 GEMM time on MI355X (M 1, N 7168, K 4608: 12.4013 us, ROCm/aiter "
+        "a8w8_blockscale_tuned_gemm_ds_v3.csv) against a B300 TPOT (12.398 ms, InferenceX run 26306422380); other "
+        "units, other sources, the table row was imported before the latency point was added (2026-11-28)",
+    ("constant serving.ctx_ratio",
+     "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_ttft / latency_points.csv ix_b300_sglang_8k1k_c8_ttft"):
+        "coincidence: the simulator's numerical grid of decode contexts 2% apart (1.02) against an MI355X TTFT over a B300 "
+        "TTFT (491.095 / 481.285 ms, the latter added 2026-11-28): two unrelated runs on different GPUs",
     ("constant serving.prefill_ratio",
      "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_tpot"):
         "coincidence: the simulator's numerical grid of prefill buckets +-2.2% wide (1.0442) against a B200 TPOT over an MI300X "

@@ -264,7 +264,7 @@ void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, St
                            pc.gate * m.n_moe_layers() + 2.0 * (pc.embedding + pc.lm_head) / dep.attn_tp;
     r.weights_gib = weights / double(1 << 30);
     r.kv_bytes_per_token = kv_entry_bytes(m, dep.kv_fp8) * m.n_layers;
-    const double free_bytes = d.mem_gb * double(1 << 30) * kMemoryReserve - weights;
+    const double free_bytes = d.mem_gb * double(1 << 30) * dep.mem_fraction - weights;
     if (dep.phase == Phase::kDecode) {
         // A TP group holds its whole batch's latent cache on every GPU (the latent is shared by heads).
         const double per_request = r.kv_bytes_per_token * dep.kv_len * dep.attn_tp;

@@ -31,6 +31,11 @@ constexpr double kMaxImbalance = 4096;
 // of at most the tokens field's bound (1e7): [1e-6, 1e7] holds every share a simulation can form.
 constexpr double kMinRoutedShare = 1e-6, kMaxRoutedShare = 1e7;
 
+// The share of device memory a serving stack gives weights and the KV cache where the deployment
+// does not say (assumed; SGLang's --mem-fraction-static, TensorRT-LLM's free memory fraction): the
+// default of Deployment::mem_fraction.
+constexpr double kMemoryReserve = 0.9;
+
 // The numeric fields of a deployment, declared once: (C++ type, name, default, lowest, highest,
 // sentinel meaning "the default of the device or phase", or 0 for none) with what each means. The
 // struct, the binding's fields, Deployment.BOUNDS (which dsperf.grounded checks its arguments by)
@@ -64,7 +69,9 @@ constexpr double kMinRoutedShare = 1e-6, kMaxRoutedShare = 1e7;
                                                     the phase's default) */                           \
     X(double, eager_launch_us, 0, 0, 1e4, 0)     /* host time to launch one kernel when the step runs \
                                                     eagerly, without CUDA graphs (0: one graph replay, \
-                                                    no host-launch bound) */
+                                                    no host-launch bound) */                          \
+    X(double, mem_fraction, kMemoryReserve, 0.05, 1, 0) /* of each GPU's memory the stack gives weights and \
+                                                    the KV cache (SGLang's --mem-fraction-static) */
 
 struct Deployment {
 #define DSPERF_DECLARE_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel) type field = init;
@@ -94,7 +101,6 @@ constexpr double kMinKernelUs = 2.0;          // floor of a call priced without 
 // The compute tables time kernels alone, so each compute call adds it; transfer and all-reduce
 // rows were timed with their launches and add nothing.
 constexpr double kGraphKernelGapUs = 0.36;
-constexpr double kMemoryReserve = 0.9;        // of device memory usable for weights + KV cache
 // The share of a link's line rate a large all-reduce's ring traffic reaches: 370 of NVLink 4's
 // 450 GB/s per direction, NCCL's effective bus bandwidth after its ~20% protocol overhead (an NCCL
 // maintainer, NVIDIA/nccl-tests issue #212, 2024-05-06). Prices the bytes of an all-reduce past the

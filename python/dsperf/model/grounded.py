@@ -90,7 +90,7 @@ def _field(name, value, lo=None):
 def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens=16384, prompt_len=4096,
                 cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
                 attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
-                dense_tp=1, moe_tp=1, eager_launch_us=0.0) -> "SM.Deployment":
+                dense_tp=1, moe_tp=1, eager_launch_us=0.0, mem_fraction=None) -> "SM.Deployment":
     """The C++ Deployment of a call's arguments, each checked against its declared bounds and named."""
     d = SM.Deployment()
     d.phase = phase
@@ -102,6 +102,8 @@ def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens
                   cached_prefix=cached_prefix, kv_len=kv_len, mtp=mtp, mtp_accepted=mtp_accepted, dense_tp=dense_tp,
                   moe_tp=moe_tp, imbalance=imbalance, comm_sms=comm_sms, step_overhead_ms=step_overhead_ms,
                   eager_launch_us=eager_launch_us)
+    if mem_fraction is not None:  # else the field's default (SM.memory_reserve, assumed)
+        values["mem_fraction"] = mem_fraction
     for name, value in values.items():
         setattr(d, name, _field(name, value))
     d.batch = _field("batch", batch, lo=1 / d.attn_tp)  # a TP group serves batch x attn_tp requests: at least one
@@ -146,7 +148,7 @@ def error_bands(phase: str, kinds, code, batch) -> np.ndarray:
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,
            redundant_experts=0, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
            dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1,
-           moe_tp=1, eager_launch_us=0.0, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+           moe_tp=1, eager_launch_us=0.0, mem_fraction=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One decode step per GPU: step_ms, tpot_ms, tps_user, tokens_per_gpu_s, the memory-limited
     batch (batch_limit, fits_memory), the per-layer times and the priced calls (``calls``).
 
@@ -162,28 +164,30 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP); eager_launch_us: the host's
     time to launch one kernel when the step runs eagerly, without CUDA graphs (0, the default: one
     graph replay). Eager, the step takes at least `launches` x eager_launch_us (``launch_ms``): the
-    GPU waits wherever its kernels are shorter than their launches."""
+    GPU waits wherever its kernels are shorter than their launches. mem_fraction: the share of each
+    GPU's memory the stack gives weights and the KV cache (SGLang's --mem-fraction-static; None: 0.9,
+    assumed), which sets batch_limit."""
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,
                       kv_fp8=kv_fp8, attn_fp8=attn_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance,
                       comm_sms=comm_sms, step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype,
-                      dense_tp=dense_tp, moe_tp=moe_tp, eager_launch_us=eager_launch_us)
+                      dense_tp=dense_tp, moe_tp=moe_tp, eager_launch_us=eager_launch_us, mem_fraction=mem_fraction)
     return _run(model, device, dep, default_efficiency)
 
 
 def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, prompt_len=4096, cached_prefix=0,
             ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, imbalance=1.0,
             comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1, eager_launch_us=0.0,
-            default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+            mem_fraction=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One prefill step per GPU: `tokens` new prompt tokens per GPU (prompts of `prompt_len`, of
     which `cached_prefix` come from the prefix cache). Returns step_ms, tokens_per_gpu_s, the
     per-layer times and the priced calls (``calls``). eager_launch_us: as decode's (prefill's
-    kernels are long, so the launch bound seldom binds)."""
+    kernels are long, so the launch bound seldom binds); mem_fraction: as decode's (fits_memory)."""
     dep = _deployment("prefill", tokens=tokens, prompt_len=prompt_len, cached_prefix=cached_prefix, ep=ep,
                       attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
                       dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
                       step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp,
-                      eager_launch_us=eager_launch_us)
+                      eager_launch_us=eager_launch_us, mem_fraction=mem_fraction)
     return _run(model, device, dep, default_efficiency)
 
 

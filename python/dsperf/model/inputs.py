@@ -371,6 +371,33 @@ EXEMPT = {
      "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_ttft / latency_points.csv ix_b300_sglang_8k1k_c8_ttft"):
         "coincidence: the simulator's numerical grid of decode contexts 2% apart (1.02) against an MI355X TTFT over a B300 "
         "TTFT (491.095 / 481.285 ms, the latter added 2026-11-28): two unrelated runs on different GPUs",
+    # Run 26306422380's B200 rows (added 2026-11-28, after every table row and constant below was set):
+    # table times in microseconds and small assumed constants sharing four digits with latencies in ms.
+    **{(row, f"latency_points.csv {point}"): f"coincidence: {what}; a B200 SGLang latency of InferenceX run 26306422380 "
+       "(added 2026-11-28, after the input was set): other units, other sources"
+       for row, point, what in (
+           ("efficiency/B200.csv grouped_masked fp8 m=1024 n=4096 k=7168 groups=1 latency_us",
+            "ix_b200_sglang_8k1k_c32_agg_tpot", "a derived B200 masked grouped GEMM time (33.655 us)"),
+           ("efficiency/MI300X.csv gemm_fp8 fp8 m=4096 n=4608 k=7168 latency_us", "ix_b200_sglang_8k1k_c1_agg_ttft",
+            "a tuned aiter FP8 GEMM time (314.124 us)"),
+           ("efficiency/MI300X.csv gemm_fp8 fp8 m=2048 n=7168 k=256 latency_us", "ix_b200_sglang_1k1k_c64_agg_tpot",
+            "a tuned aiter FP8 GEMM time (21.8014 us)"),
+           ("efficiency/MI300X.csv grouped_masked fp8 m=34.9091 n=7168 k=2048 groups=33 latency_us",
+            "ix_b200_sglang_1k1k_c1_agg_ttft", "aiter's fused-MoE time on MI325X (157.433 us)"),
+           ("efficiency/MI300X.csv grouped_contiguous fp8 m=34.9091 n=7168 k=2048 groups=33 latency_us",
+            "ix_b200_sglang_1k1k_c1_agg_ttft", "aiter's fused-MoE time on MI325X (157.433 us)"),
+           ("efficiency/RTX4090.csv gemm_bf16 bf16 m=64 n=7168 k=18432 latency_us", "ix_b200_sglang_8k1k_c1_agg_ttft",
+            "a derived RTX 4090 BF16 GEMM time (314.081 us)"))},
+    **{(f"{where} mtp_accepted",
+        "latency_points.csv ix_b300_sglang_8k1k_c1_ttft / latency_points.csv ix_b200_sglang_1k1k_c1_agg_ttft"):
+       "coincidence: TensorRT-LLM's published MTP acceptance (1.82 drafts a step) against a B300 8K TTFT over a B200 1K "
+       "TTFT (286.387 / 157.384 ms, InferenceX run 26306422380, added 2026-11-28)"
+       for where in ("points.csv trtllm_h200_min_latency", "points.csv trtllm_b200_min_latency",
+                     "latency_points.csv trtllm_h200_min_latency_tpot", "latency_points.csv trtllm_b200_min_latency_tpot")},
+    ("constant serving.ctx_ratio",
+     "latency_points.csv ix_b200_sglang_1k1k_c1_agg_tpot / latency_points.csv ix_b300_sglang_1k1k_c1_tpot"):
+        "coincidence: the simulator's decode-context grid ratio (1.02) against a B200 TPOT over a B300 TPOT of the same "
+        "run (7.183 / 7.041 ms, added 2026-11-28)",
     ("constant serving.prefill_ratio",
      "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_tpot"):
         "coincidence: the simulator's numerical grid of prefill buckets +-2.2% wide (1.0442) against a B200 TPOT over an MI300X "

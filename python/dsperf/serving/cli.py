@@ -36,6 +36,8 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--replicas", type=int, default=1, help="EP groups")
     p.add_argument("--max-batch", type=int, help="requests per GPU (default: as many as the KV cache holds)")
     p.add_argument("--max-num-tokens", type=int, help=f"tokens per rank per step (default {DEFAULT_MAX_NUM_TOKENS})")
+    p.add_argument("--mem-fraction", type=float, help="share of each GPU's memory for weights and KV cache "
+                                                     "(SGLang's --mem-fraction-static; default 0.9, assumed)")
     p.add_argument("--mtp", type=int, default=0, help="MTP draft tokens per step")
     p.add_argument("--mtp-accepted", type=float, default=0.0, help="draft tokens accepted per step on average")
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache")
@@ -66,7 +68,7 @@ _FLAGS = {"rate": "--rate", "concurrency": "--concurrency", "trace": "--trace", 
           "prefill_attn_tp": "--prefill-attn-tp", "prefill_redundant_experts": "--prefill-redundant-experts",
           "prefill_replicas": "--prefill-replicas", "prefill_max_num_tokens": "--prefill-max-num-tokens",
           "kv_transfer_gbps": "--kv-transfer-gbps", "sla_ttft_ms": "--sla-ttft-ms", "sla_tpot_ms": "--sla-tpot-ms",
-          "sla_percentile": "--sla-percentile"}
+          "sla_percentile": "--sla-percentile", "mem_fraction": "--mem-fraction"}
 _NAME = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")\b(?= must| \(|:| is)")
 
 
@@ -83,7 +85,7 @@ def run_simulate(args: argparse.Namespace) -> str:
               seed=args.seed, arrival=args.arrival, cv=args.cv, input_len=args.input_len, output_len=args.output_len,
               mode=args.mode, ep=args.ep, attn_tp=args.attn_tp, redundant_experts=args.redundant_experts,
               overlap=args.overlap, replicas=args.replicas, max_batch=args.max_batch,
-              max_num_tokens=args.max_num_tokens, mtp=args.mtp, mtp_accepted=args.mtp_accepted, kv_fp8=args.kv_fp8,
+              max_num_tokens=args.max_num_tokens, mem_fraction=args.mem_fraction, mtp=args.mtp, mtp_accepted=args.mtp_accepted, kv_fp8=args.kv_fp8,
               weight_dtype=args.weight_dtype, imbalance=args.imbalance, prefill_ep=args.prefill_ep,
               prefill_attn_tp=args.prefill_attn_tp, prefill_redundant_experts=args.prefill_redundant_experts,
               prefill_replicas=args.prefill_replicas, prefill_max_num_tokens=args.prefill_max_num_tokens,

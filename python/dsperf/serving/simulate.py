@@ -65,7 +65,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
              mode="aggregated", ep=16, attn_tp=1, redundant_experts=0, overlap="two_batch", replicas=1,
              max_batch=None, max_num_tokens=None, mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
              dispatch_fp8=True, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
-             prefill_ep=32, prefill_attn_tp=1, prefill_redundant_experts=0, prefill_overlap="two_batch",
+             mem_fraction=None, prefill_ep=32, prefill_attn_tp=1, prefill_redundant_experts=0, prefill_overlap="two_batch",
              prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS, prefill_moe_tp=None,
              routing="least_loaded", prefix_cache=True, block_tokens=512, kv_transfer_gbps=None,
              sla_ttft_ms=None, sla_tpot_ms=None, sla_percentile=90.0, max_waiting=DEFAULT_MAX_WAITING,
@@ -82,7 +82,8 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
 
     Layout (the names of dsperf.grounded.decode): ``ep`` GPUs per EP group, ``attn_tp`` GPUs per DP
     rank, ``replicas`` EP groups; ``max_batch`` requests per GPU (default: as many as the KV cache
-    holds); ``max_num_tokens`` tokens per rank per step (default 8192). ``mode="disaggregated"``
+    holds, in the ``mem_fraction`` of each GPU's memory the stack gives weights and cache: SGLang's
+    --mem-fraction-static, default 0.9, assumed); ``max_num_tokens`` tokens per rank per step (default 8192). ``mode="disaggregated"``
     adds a prefill pool of ``prefill_replicas`` groups of ``prefill_ep`` GPUs whose prompts' KV
     caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU);
     ``prefill_moe_tp`` splits its experts (default: ``moe_tp``, the decode pool's).
@@ -116,7 +117,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     tables = pricing["tables"]
     layout = dict(attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap, dispatch_fp8=dispatch_fp8,
                   imbalance=imbalance, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp,
-                  step_overhead_ms=step_overhead_ms)
+                  step_overhead_ms=step_overhead_ms, mem_fraction=mem_fraction)
     dec = grounded._deployment("decode", ep=ep, mtp=mtp, mtp_accepted=mtp_accepted, kv_fp8=kv_fp8,
                                attn_fp8=attn_fp8, batch=1, **layout)
     dec_chunk = grounded._deployment("prefill", ep=ep, **layout)

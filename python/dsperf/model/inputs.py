@@ -398,6 +398,10 @@ EXEMPT = {
      "latency_points.csv ix_b200_sglang_1k1k_c1_agg_tpot / latency_points.csv ix_b300_sglang_1k1k_c1_tpot"):
         "coincidence: the simulator's decode-context grid ratio (1.02) against a B200 TPOT over a B300 TPOT of the same "
         "run (7.183 / 7.041 ms, added 2026-11-28)",
+    ("anchors.csv Ascend910C mla_prefill published / fp16_tflops",
+     "latency_points.csv ix_b200_trt_1k1k_c16_agg_tpot / latency_points.csv ix_h200_trt_1k1k_c1536_tpot"):
+        "coincidence: torch_npu's flash attention on a 910B2 over the die's BF16 peak (150.78 / 353.9 = 0.4261) against a "
+        "B200 TPOT over an H200 TPOT (17.118 / 40.172 ms, the former added 2026-11-28): unrelated runs on other hardware",
     ("constant serving.prefill_ratio",
      "latency_points.csv ix_b200_sglang_1k1k_c1024_tpot / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_tpot"):
         "coincidence: the simulator's numerical grid of prefill buckets +-2.2% wide (1.0442) against a B200 TPOT over an MI300X "

@@ -48,10 +48,27 @@ def test_the_simulator_queues_clients_the_cache_cannot_hold():
     assert tight["ttft_p50_ms"] > 1.5 * roomy["ttft_p50_ms"]
 
 
-def test_the_command_line_names_its_flag():
+@pytest.mark.parametrize("command", [["simulate", "--device", "B200", "--concurrency", "2"],
+                                     ["predict", "--device", "B200", "--ep", "8"]])
+def test_the_command_line_names_its_flag(command):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "dsperf.cli", "simulate", "--device", "B200", "--concurrency", "2",
-                          "--mem-fraction", "2"], capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0 and "--mem-fraction must be <= 1" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "dsperf.cli", *command, "--mem-fraction", "2"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and "--mem-fraction must be <= 1" in out.stderr, out.stderr
+
+
+def test_predict_reads_the_share():
+    import re
+    import subprocess
+    import sys
+
+    def limit(*extra):
+        out = subprocess.run([sys.executable, "-m", "dsperf.cli", "predict", "--device", "B200", "--ep", "4",
+                              "--attn-tp", "4", "--batch", "8", "--kv-len", "9216", "--kv-fp8", *extra],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return re.search(r"memory holds ([0-9.]+) requests per GPU at this context \((fits|does NOT fit)", out.stdout)
+
+    assert limit().groups() == ("4", "does NOT fit") and limit("--mem-fraction", "0.95").groups() == ("10", "fits")

@@ -32,8 +32,8 @@ constexpr double kMaxImbalance = 4096;
 constexpr double kMinRoutedShare = 1e-6, kMaxRoutedShare = 1e7;
 
 // The share of device memory a serving stack gives weights and the KV cache where the deployment
-// does not say (assumed; SGLang's --mem-fraction-static, TensorRT-LLM's free memory fraction): the
-// default of Deployment::mem_fraction.
+// does not say (assumed): the default of Deployment::mem_fraction. SGLang's --mem-fraction-static is
+// this share; TensorRT-LLM's free_gpu_memory_fraction is a share of the memory left after the weights.
 constexpr double kMemoryReserve = 0.9;
 
 // The numeric fields of a deployment, declared once: (C++ type, name, default, lowest, highest,

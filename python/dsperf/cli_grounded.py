@@ -64,6 +64,9 @@ def add_parsers(sub) -> None:
                    help="host time to launch one kernel when the step runs without CUDA graphs (0: graph replay; "
                         "PyTorch's eager launches of a DeepSeek step took 14-26 us a kernel on lent H200s' hosts, "
                         "docs/VALIDATION_GPU_MEASURED.md)")
+    p.add_argument("--mem-fraction", type=float, help="share of each GPU's memory for weights and KV cache, which "
+                                                     "sets the batch limit (SGLang's --mem-fraction-static; default "
+                                                     "0.9, assumed)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--calls-out", metavar="FILE", help="also write the priced calls with their shapes as CSV, for "
                                                        "dsperf measure-gpu --step-calls on a GPU (docs/CUDA.md)")
@@ -147,7 +150,7 @@ def _latency_text(df, s, fmt) -> str:
 
 # The grounded model's arguments under the flags `dsperf predict` takes them as.
 _PREDICT_FLAGS = ("batch", "kv_len", "tokens", "prompt_len", "cached_prefix", "ep", "attn_tp", "redundant_experts",
-                  "mtp_accepted", "mtp", "imbalance")
+                  "mtp_accepted", "mtp", "imbalance", "mem_fraction")
 
 
 def _flag_error(exc: Exception) -> Exception:
@@ -171,7 +174,8 @@ def _predict(args: argparse.Namespace) -> str:
     from .model.devices import load_device
 
     common = dict(attn_tp=args.attn_tp, redundant_experts=args.redundant_experts, overlap=args.overlap,
-                  imbalance=args.imbalance, weight_dtype=args.weight_dtype, eager_launch_us=args.eager_launch_us)
+                  imbalance=args.imbalance, weight_dtype=args.weight_dtype, eager_launch_us=args.eager_launch_us,
+                  mem_fraction=args.mem_fraction)
     if args.phase == "decode":
         r = grounded.decode(args.model, args.device, batch=args.batch, kv_len=args.kv_len,
                             ep=128 if args.ep is None else args.ep, mtp=args.mtp, mtp_accepted=args.mtp_accepted,

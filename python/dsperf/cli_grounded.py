@@ -24,7 +24,7 @@ def _overlaps() -> tuple:
 
 
 def add_parsers(sub) -> None:
-    from .model.grounded import WEIGHT_DTYPES
+    from .model.grounded import SM, WEIGHT_DTYPES
 
     v = sub.add_parser("validate", help="the grounded model against published DeepSeek-V3/R1 deployments "
                                         "(docs/VALIDATION.md)")
@@ -66,7 +66,7 @@ def add_parsers(sub) -> None:
                         "docs/VALIDATION_GPU_MEASURED.md)")
     p.add_argument("--mem-fraction", type=float, help="share of each GPU's memory for weights and KV cache, which "
                                                      "sets the batch limit (SGLang's --mem-fraction-static; default "
-                                                     "0.9, assumed)")
+                                                     f"{SM.memory_reserve:g}, assumed)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--calls-out", metavar="FILE", help="also write the priced calls with their shapes as CSV, for "
                                                        "dsperf measure-gpu --step-calls on a GPU (docs/CUDA.md)")

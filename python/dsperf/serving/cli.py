@@ -11,7 +11,7 @@ FORMATS = ("table", "csv", "markdown")
 
 def add_simulate_parser(sub) -> None:
     from ..cli_grounded import _overlaps
-    from ..model.grounded import WEIGHT_DTYPES
+    from ..model.grounded import SM, WEIGHT_DTYPES
     from .simulate import ARRIVALS, DEFAULT_MAX_NUM_TOKENS, DEFAULT_PREFILL_TOKENS, MODES, ROUTINGS
 
     p = sub.add_parser("simulate", help="serve requests over time on a deployment: TTFT/TPOT/ITL/E2E percentiles, "
@@ -37,7 +37,7 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--max-batch", type=int, help="requests per GPU (default: as many as the KV cache holds)")
     p.add_argument("--max-num-tokens", type=int, help=f"tokens per rank per step (default {DEFAULT_MAX_NUM_TOKENS})")
     p.add_argument("--mem-fraction", type=float, help="share of each GPU's memory for weights and KV cache "
-                                                     "(SGLang's --mem-fraction-static; default 0.9, assumed)")
+                                                     f"(SGLang's --mem-fraction-static; default {SM.memory_reserve:g}, assumed)")
     p.add_argument("--mtp", type=int, default=0, help="MTP draft tokens per step")
     p.add_argument("--mtp-accepted", type=float, default=0.0, help="draft tokens accepted per step on average")
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache")

@@ -421,6 +421,45 @@ EXEMPT = {
     ("points.csv cannrecipes_a3_prefill assumed text", "latency_points.csv trtllm5929_h200_fp8_1600_ep8_itl"):
         "coincidence: the month in the text's dates (2026-11-27) against an H200 ITL of 0.011 s (11 ms, "
         "TensorRT-LLM issue #5929)",
+    # Run 21831958748's GB300 rows (added 2026-11-29, after every table row, anchor and constant below was set):
+    # table times in microseconds sharing four digits with latencies in ms, and ratios of unrelated latencies.
+    **{(where, figure): f"coincidence: {what}, where a GB300 SGLang latency of InferenceX run 21831958748 was added "
+       "2026-11-29, after the input was set: other units or other runs, other sources"
+       for where, figure, what in (
+           ("efficiency/MI300X.csv gemm_fp8 fp8 m=208 n=7168 k=2048 latency_us",
+            "latency_points.csv ix_gb300_sglang_1k1k_c2048_tpot", "a tuned aiter FP8 GEMM time (20.2983 us)"),
+           ("efficiency/MI300X.csv gemm_fp8 fp8 m=144 n=8192 k=1536 latency_us",
+            "latency_points.csv ix_gb300_sglang_8k1k_c128_tpot", "a tuned aiter FP8 GEMM time (15.2497 us)"),
+           ("efficiency/MI355X.csv gemm_fp8 fp8 m=1 n=7168 k=4608 latency_us",
+            "latency_points.csv ix_gb300_sglang_1k1k_c32_tpot", "a tuned aiter FP8 GEMM time (12.4013 us)"),
+           ("measured/H200.csv mla_prefill bf16 m=8192 kv_len=8192 heads=128 latency_us",
+            "latency_points.csv ix_gb300_sglang_1k1k_c6144_ttft", "an MLA prefill time timed on an H200 (4376.17 us)"),
+           ("anchors.csv B200 mla_prefill published / fp16_tflops",
+            "latency_points.csv ix_gb300_sglang_8k1k_c4_ttft / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c64_ttft",
+            "FlashMLA's B200 prefill figure over the BF16 peak (0.6489) against a GB300 TTFT over an MI300X TTFT"),
+           ("anchors.csv MI300X mla_prefill published / fp16_tflops",
+            "points.csv trtllm_h200_min_latency / latency_points.csv ix_gb300_sglang_1k1k_c32_ttft",
+            "aiter's MI300X prefill figure over the BF16 peak (0.4288) against tokens per user over a TTFT"),
+           ("anchors.csv MI300X mla_prefill published / fp16_tflops",
+            "latency_points.csv trtllm_h200_min_latency_tpot / latency_points.csv ix_gb300_sglang_1k1k_c32_ttft",
+            "aiter's MI300X prefill figure over the BF16 peak (0.4288) against tokens per user over a TTFT"),
+           ("anchors.csv RTX4090 gemm_fp8 grouped_contiguous grouped_masked published / fp8_tflops",
+            "latency_points.csv ix_gb300_sglang_1k1k_c2048_tpot / latency_points.csv ix_mi325x_sglang_fp8_1k1k_c64_tpot",
+            "an RTX 4090 FP8 GEMM figure over its peak (0.4541) against a GB300 TPOT over an MI325X TPOT"),
+           ("constant serving.prefill_ratio",
+            "latency_points.csv trtllm5929_b200_fp4_8192_ep8_ttft / latency_points.csv ix_gb300_sglang_8k1k_c4_ttft",
+            "the simulator's prefill bucket grid (1.0442) against a B200 TTFT over a GB300 TTFT"),
+           ("constant serving.prefill_ratio",
+            "latency_points.csv ix_b300_sglang_1k1k_c64_tpot / latency_points.csv ix_gb300_sglang_1k1k_c2048_tpot",
+            "the simulator's prefill bucket grid (1.0442) against a B300 TPOT over a GB300 TPOT"),
+           *((f"{where} mtp_accepted", ratio, "TensorRT-LLM's published MTP acceptance (1.82 drafts a step) against a "
+              "ratio of two latencies or rates of other runs")
+             for where in ("points.csv trtllm_h200_min_latency", "points.csv trtllm_b200_min_latency",
+                           "latency_points.csv trtllm_h200_min_latency_tpot",
+                           "latency_points.csv trtllm_b200_min_latency_tpot")
+             for ratio in ("latency_points.csv ix_gb300_sglang_1k1k_c32_tpot / latency_points.csv "
+                           "trtllm5929_b200_fp4_1600_ep8_itl",
+                           "latency_points.csv ix_gb300_sglang_8k1k_c128_ttft / points.csv sglang_h20_ep16_bs48")))},
     ("points.csv cannrecipes_a3_decode assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
         "coincidence: cann-recipes-infer's benchmark config generates 100 new tokens (max_new_tokens, "
         "decode_r1_rank_128_128ep_a8w8c8_mtp_benchmark.yaml), against an ITL of 'approximately 100 ms'",

@@ -31,8 +31,11 @@ def test_every_latency_point_names_its_source_and_settings():
     for p in points:
         assert p["source"] and p["device"] and p["published"] > 0, p["point"]
         assert p["metric"] in vl.METRICS and p["kind"] == "peak" and p["concurrency"] >= 1, p["point"]
-        for k in ("mode", "input_len", "output_len", "ep", "replicas", "duration_s"):
+        for k in ("mode", "input_len", "output_len", "ep", "replicas"):
             assert k in p, (p["point"], k)
+        # A run ends after its duration or its prompt count (its benchmark's --num-prompts).
+        assert "duration_s" in p or "num_prompts" in p, p["point"]
+        assert 0 <= p.get("range_ratio", 1) <= 1, p["point"]
 
 
 def test_every_latency_point_is_predicted_finite_and_positive(table):

@@ -62,7 +62,8 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
                      int prefill_token_budget, const std::string& routing, bool prefix_cache, int block_tokens,
                      uint64_t seed, double kv_transfer_gbps, int max_waiting, double max_time_ms,
                      const std::string& arrival, double rate, double cv, int concurrency, double duration_ms,
-                     int input, int output, py::array_t<double, py::array::c_style | py::array::forcecast> arrival_ms,
+                     int input, int output, double range_ratio, int64_t max_requests,
+                     py::array_t<double, py::array::c_style | py::array::forcecast> arrival_ms,
                      py::array_t<int32_t, py::array::c_style | py::array::forcecast> inputs,
                      py::array_t<int32_t, py::array::c_style | py::array::forcecast> outputs,
                      py::array_t<int64_t, py::array::c_style | py::array::forcecast> hash_offsets,
@@ -77,7 +78,7 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
     Workload w;
     w.kind = from_name<ArrivalKind>(arrival_kinds(), arrival, "arrival");
     w.rate = rate, w.cv = cv, w.concurrency = concurrency, w.duration_ms = duration_ms;
-    w.input = input, w.output = output;
+    w.input = input, w.output = output, w.range_ratio = range_ratio, w.max_requests = max_requests;
     const py::ssize_t n = arrival_ms.size();
     if (inputs.size() != n || outputs.size() != n || hash_offsets.size() != (n ? n + 1 : hash_offsets.size()))
         throw std::invalid_argument("trace columns must have one value per request (hash_offsets one more)");
@@ -185,6 +186,7 @@ void bind_serving(py::module_& root) {
           py::arg("prefill_max_running"), py::arg("prefill_token_budget"), py::arg("routing"), py::arg("prefix_cache"),
           py::arg("block_tokens"), py::arg("seed"), py::arg("kv_transfer_gbps"), py::arg("max_waiting"),
           py::arg("max_time_ms"), py::arg("arrival"), py::arg("rate"), py::arg("cv"), py::arg("concurrency"),
-          py::arg("duration_ms"), py::arg("input"), py::arg("output"), py::arg("arrival_ms"), py::arg("inputs"),
+          py::arg("duration_ms"), py::arg("input"), py::arg("output"), py::arg("range_ratio"),
+          py::arg("max_requests"), py::arg("arrival_ms"), py::arg("inputs"),
           py::arg("outputs"), py::arg("hash_offsets"), py::arg("hashes"));
 }

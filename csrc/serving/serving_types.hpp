@@ -102,8 +102,11 @@ struct Workload {
     double cv = 1;             // gamma: coefficient of variation of the gaps
     int concurrency = 1;       // closed loop: clients
     double duration_ms = 60e3; // arrivals stop after this (closed loop: no new request after it)
-    int64_t max_requests = 10000000;  // the closed loop issues no more than this (a run's records stay bounded)
-    int input = 1024, output = 256;  // generated requests' lengths
+    int64_t max_requests = 10000000;  // no more requests than this are generated (a benchmark's prompt count)
+    int input = 1024, output = 256;  // generated requests' lengths (the longest, with range_ratio < 1)
+    // Generated lengths are uniform integers in [max(1, int(len x range_ratio)), len], as the serving
+    // benchmarks' random dataset draws them (vLLM's and SGLang's benchmark_serving); 1: fixed.
+    double range_ratio = 1;
     std::vector<Request> requests;   // trace (and closed loop over a trace: lengths in order)
 };
 

@@ -79,7 +79,7 @@ class Simulation {
 public:
     Simulation(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const ServeConfig& cfg,
                const Workload& w)
-        : cfg_(cfg), w_(w), rng_(cfg.seed) {
+        : cfg_(cfg), w_(w), rng_(cfg.seed), lengths_rng_(cfg.seed ^ kLengthsStream) {
         const bool pd = cfg.mode == ServeMode::kDisaggregated;
         decode_ = std::make_unique<Pool>("decode", m, d, t, cfg.decode, cfg, false);
         if (pd) prefill_ = std::make_unique<Pool>("prefill", m, d, t, cfg.prefill, cfg, true);
@@ -92,7 +92,8 @@ public:
 
     SimResult run() {
         std::vector<Request> arrivals;
-        if (w_.kind == ArrivalKind::kPoisson || w_.kind == ArrivalKind::kGamma) arrivals = open_loop_requests(w_, rng_);
+        if (w_.kind == ArrivalKind::kPoisson || w_.kind == ArrivalKind::kGamma)
+            arrivals = open_loop_requests(w_, rng_, lengths_rng_);
         else if (w_.kind == ArrivalKind::kTrace) arrivals = w_.requests;
         for (size_t i = 0; i < arrivals.size(); ++i) check_fits(arrivals[i], i);
         if (w_.kind == ArrivalKind::kClosedLoop) {
@@ -159,7 +160,7 @@ private:
         if (prefill_ && blocks(r.input) > prefill_->kv_blocks) refuse(*prefill_, r.input);
     }
 
-    // The closed loop's next request: fixed lengths, or the next of the given requests in order.
+    // The closed loop's next request: a generated one, or the next of the given requests in order.
     bool next_closed_loop(double now, std::vector<Request>& arrivals) {
         if (now >= w_.duration_ms || int64_t(records_.size() + arrivals.size()) >= w_.max_requests) return false;
         Request r;
@@ -167,7 +168,7 @@ private:
             if (closed_next_ >= w_.requests.size()) return false;
             r = w_.requests[closed_next_++];
         } else {
-            r.input = w_.input, r.output = w_.output;
+            r = generated_request(w_, lengths_rng_);
         }
         r.arrival_ms = now;
         check_fits(r, records_.size() + (arrivals.size()));
@@ -294,6 +295,10 @@ private:
     const ServeConfig& cfg_;
     const Workload& w_;
     std::mt19937_64 rng_;
+    // Generated lengths draw from their own stream, so that drawing them leaves the arrival gaps and
+    // MTP acceptances of a seed as they are.
+    static constexpr uint64_t kLengthsStream = 0x9E3779B97F4A7C15ull;
+    std::mt19937_64 lengths_rng_;
     std::unique_ptr<Pool> decode_, prefill_;
     Pool* entry_ = nullptr;
     std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;

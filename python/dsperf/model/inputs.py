@@ -55,6 +55,7 @@ SIMULATE_DEFAULT_SOURCES = {
     "cv": "assumed: gamma arrivals as bursty as Poisson (cv 1) unless asked",
     "input_len": "assumed: a 1K prompt for generated requests, a common benchmark length",
     "output_len": "assumed: 256 output tokens for generated requests",
+    "range_ratio": "assumed: the neutral value (fixed lengths; the benchmarks' random dataset is a setting)",
     "ep": "assumed: an API default layout (EP16, two 8-GPU nodes), not a deployment's",
     "attn_tp": "assumed: the neutral value (no attention TP)",
     "redundant_experts": "assumed: the neutral value (no redundant experts)",
@@ -163,7 +164,7 @@ def _constants() -> dict[str, Constant]:
     for k, v in _simulate_defaults().items():
         out[f"serving.simulate({k}=)"] = Constant(
             v, SIMULATE_DEFAULT_SOURCES.get(k, ""), "python/dsperf/serving/simulate.py: simulate()",
-            k in ("mtp_accepted", "imbalance", "default_efficiency", "cv"))
+            k in ("mtp_accepted", "imbalance", "default_efficiency", "cv", "range_ratio"))
     return out
 
 

@@ -48,13 +48,13 @@ TEXT_FIELDS = ("point", "source", "device", "metric", "kind", "mode", "overlap",
                "assumed", "missing")
 BOOL_FIELDS = ("kv_fp8",)
 # The fields of a row that set its simulation (rows equal in all of them share one run).
-RUN_FIELDS = ("device", "mode", "concurrency", "input_len", "output_len", "duration_s", "ep", "attn_tp", "moe_tp",
-              "redundant_experts", "replicas", "max_batch", "overlap", "mtp", "mtp_accepted", "kv_fp8",
+RUN_FIELDS = ("device", "mode", "concurrency", "input_len", "output_len", "duration_s", "range_ratio", "num_prompts",
+              "ep", "attn_tp", "moe_tp", "redundant_experts", "replicas", "max_batch", "overlap", "mtp", "mtp_accepted", "kv_fp8",
               "weight_dtype", "prefill_ep", "prefill_attn_tp", "prefill_redundant_experts", "prefill_replicas",
               "prefill_moe_tp", "prefill_overlap", "prefill_max_num_tokens", "mem_fraction")
 # Numeric settings passed to the simulator as ints; a blank one takes the simulator's default
 # (prefill_max_num_tokens: serving.simulate's DEFAULT_PREFILL_TOKENS per rank per step).
-_INT_FIELDS = ("concurrency", "input_len", "output_len", "ep", "attn_tp", "moe_tp", "redundant_experts", "replicas",
+_INT_FIELDS = ("concurrency", "input_len", "output_len", "num_prompts", "ep", "attn_tp", "moe_tp", "redundant_experts", "replicas",
                "max_batch", "mtp", "prefill_ep", "prefill_attn_tp", "prefill_redundant_experts", "prefill_replicas",
                "prefill_moe_tp", "prefill_max_num_tokens")
 
@@ -83,7 +83,7 @@ def simulate_point(p: dict):
     from ..serving.simulate import DEFAULT_MAX_WAITING
 
     kw = {k: int(p[k]) for k in _INT_FIELDS if k in p}
-    for k in ("mtp_accepted", "duration_s", "mem_fraction"):
+    for k in ("mtp_accepted", "duration_s", "range_ratio", "mem_fraction"):
         if k in p:
             kw[k] = float(p[k])
     for k in ("mode", "overlap", "prefill_overlap", "weight_dtype", "kv_fp8"):

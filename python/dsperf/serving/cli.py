@@ -28,6 +28,11 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--cv", type=float, default=1.0, help="gamma arrivals: coefficient of variation of the gaps")
     p.add_argument("--input-len", type=int, default=1024, help="prompt tokens of generated requests")
     p.add_argument("--output-len", type=int, default=256, help="output tokens of generated requests")
+    p.add_argument("--range-ratio", type=float, default=1.0,
+                   help="generated lengths uniform in [ratio x len, len], as a benchmark's --random-range-ratio "
+                        "(default 1: fixed)")
+    p.add_argument("--num-prompts", type=int, help="generate no more requests than this, as a benchmark's "
+                                                   "--num-prompts (without --duration: run until all are sent)")
     p.add_argument("--mode", choices=MODES, default="aggregated")
     p.add_argument("--ep", type=int, default=16, help="GPUs per EP group (the decode pool's when disaggregated)")
     p.add_argument("--attn-tp", type=int, default=1, help="GPUs per DP attention rank")
@@ -62,6 +67,7 @@ def add_simulate_parser(sub) -> None:
 # simulate()'s argument names, as the command's flags: errors are reported under the flag typed.
 _FLAGS = {"rate": "--rate", "concurrency": "--concurrency", "trace": "--trace", "duration_s": "--duration",
           "seed": "--seed", "cv": "--cv", "input_len": "--input-len", "output_len": "--output-len",
+          "range_ratio": "--range-ratio", "num_prompts": "--num-prompts",
           "ep": "--ep", "attn_tp": "--attn-tp", "redundant_experts": "--redundant-experts", "replicas": "--replicas",
           "max_batch": "--max-batch", "max_num_tokens": "--max-num-tokens", "mtp_accepted": "--mtp-accepted",
           "mtp": "--mtp", "imbalance": "--imbalance", "prefill_ep": "--prefill-ep",
@@ -83,9 +89,10 @@ def run_simulate(args: argparse.Namespace) -> str:
         raise ValueError("give --rate, --concurrency or --trace")
     kw = dict(rate=args.rate, concurrency=args.concurrency, trace=args.trace, duration_s=args.duration,
               seed=args.seed, arrival=args.arrival, cv=args.cv, input_len=args.input_len, output_len=args.output_len,
-              mode=args.mode, ep=args.ep, attn_tp=args.attn_tp, redundant_experts=args.redundant_experts,
+              range_ratio=args.range_ratio, num_prompts=args.num_prompts, mode=args.mode, ep=args.ep, attn_tp=args.attn_tp, redundant_experts=args.redundant_experts,
               overlap=args.overlap, replicas=args.replicas, max_batch=args.max_batch,
-              max_num_tokens=args.max_num_tokens, mem_fraction=args.mem_fraction, mtp=args.mtp, mtp_accepted=args.mtp_accepted, kv_fp8=args.kv_fp8,
+              max_num_tokens=args.max_num_tokens, mem_fraction=args.mem_fraction, mtp=args.mtp,
+              mtp_accepted=args.mtp_accepted, kv_fp8=args.kv_fp8,
               weight_dtype=args.weight_dtype, imbalance=args.imbalance, prefill_ep=args.prefill_ep,
               prefill_attn_tp=args.prefill_attn_tp, prefill_redundant_experts=args.prefill_redundant_experts,
               prefill_replicas=args.prefill_replicas, prefill_max_num_tokens=args.prefill_max_num_tokens,

@@ -61,7 +61,7 @@ def _rate(v, name="rate"):
 
 
 def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None, trace=None, duration_s=None,
-             seed=0, arrival="poisson", cv=1.0, input_len=1024, output_len=256,
+             seed=0, arrival="poisson", cv=1.0, input_len=1024, output_len=256, range_ratio=1.0, num_prompts=None,
              mode="aggregated", ep=16, attn_tp=1, redundant_experts=0, overlap="two_batch", replicas=1,
              max_batch=None, max_num_tokens=None, mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
              dispatch_fp8=True, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
@@ -77,8 +77,12 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     with ``cv``), ``concurrency`` (closed loop: that many clients), or ``trace`` (a JSONL path or
     "conversation" / "synthetic"; with ``rate`` its timestamps are rescaled to that mean rate, with
     ``concurrency`` its requests are sent in order by a closed loop). Generated requests have
-    ``input_len`` and ``output_len`` tokens. ``duration_s``: arrivals stop after it (default 60 s;
-    a trace: all of it).
+    ``input_len`` and ``output_len`` tokens, or, with ``range_ratio`` below 1, lengths drawn
+    uniformly from the integers in [int(len x range_ratio), len] as the serving benchmarks' random
+    dataset draws them (vLLM's and SGLang's benchmark_serving, ``--random-range-ratio``; their
+    ``--num-prompts`` is ``num_prompts``: no more requests than that are generated). ``duration_s``:
+    arrivals stop after it (default 60 s, or, given ``num_prompts``, when they are all sent; a
+    trace: all of it).
 
     Layout (the names of dsperf.grounded.decode): ``ep`` GPUs per EP group, ``attn_tp`` GPUs per DP
     rank, ``replicas`` EP groups; ``max_batch`` requests per GPU (default: as many as the KV cache
@@ -102,6 +106,13 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     cv = number("cv", cv, lo=0.05, hi=20)
     input_len = number("input_len", input_len, integer=True, lo=1, hi=MAX_REQUEST_TOKENS)
     output_len = number("output_len", output_len, integer=True, lo=1, hi=MAX_REQUEST_TOKENS)
+    range_ratio = number("range_ratio", range_ratio, lo=0, hi=1)
+    if num_prompts is not None:
+        num_prompts = number("num_prompts", num_prompts, integer=True, lo=1, hi=MAX_REQUESTS)
+    if trace is not None and range_ratio != 1:
+        raise ValueError(f"range_ratio must be 1 with a trace (a trace brings its own lengths), got {range_ratio!r}")
+    if trace is not None and num_prompts is not None:
+        raise ValueError("num_prompts must not be given with a trace (a trace brings its own requests)")
     mode = _choice("mode", mode, MODES)
     routing = _choice("routing", routing, ROUTINGS)
     prefix_cache = flag("prefix_cache", prefix_cache)
@@ -169,11 +180,13 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     else:
         kind = arrival
     duration_ms = (duration_s if duration_s is not None else DEFAULT_DURATION_S) * 1e3
+    if num_prompts is not None and duration_s is None:
+        duration_ms = 1e15  # a benchmark's prompt count and no duration: until every prompt is sent
     if kind == "trace":
         duration_ms = float(tr.arrival_ms[-1]) if len(tr) else 0.0
     elif kind == "concurrency" and trace is not None and duration_s is None:
         duration_ms = 1e15  # a closed loop over a trace: until its requests run out
-    elif kind in ARRIVALS and rate * duration_ms / 1e3 > MAX_REQUESTS:
+    elif kind in ARRIVALS and num_prompts is None and rate * duration_ms / 1e3 > MAX_REQUESTS:
         raise ValueError(f"rate x duration_s ({rate:g} x {duration_ms / 1e3:g}) asks for more than the {MAX_REQUESTS:,} "
                          "requests one run generates: shorten duration_s")
     drain = DEFAULT_DRAIN_S if max_time_s is None else number("max_time_s", max_time_s, lo=0, lo_open=True, hi=1e9)
@@ -182,7 +195,8 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     raw = SV.simulate(m, spec, tables, mode, dec, dec_chunk, replicas, batch_cap * dec.attn_tp, tokens,
                       pre, pre_chunk, prefill_replicas, batch_cap * pre.attn_tp, prefill_tokens, routing, prefix_cache,
                       block_tokens, seed, gbps, max_waiting, max_time_ms, kind, rate or 1.0, cv,
-                      concurrency or 1, duration_ms, input_len, output_len, tr.arrival_ms, tr.input_len,
+                      concurrency or 1, duration_ms, input_len, output_len, range_ratio,
+                      MAX_REQUESTS if num_prompts is None else num_prompts, tr.arrival_ms, tr.input_len,
                       tr.output_len, tr.hash_offsets, tr.hashes)
     gpus = replicas * ep + (prefill_replicas * prefill_ep if mode == "disaggregated" else 0)
     result = build_result(raw, sla, gpus)

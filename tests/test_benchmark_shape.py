@@ -93,3 +93,41 @@ def test_the_command_takes_both_flags_and_names_them_in_its_errors():
     assert bad.returncode != 0 and "--range-ratio" in bad.stderr
     bad = _cli("--concurrency", "4", "--num-prompts", "0")
     assert bad.returncode != 0 and "--num-prompts" in bad.stderr
+
+
+# SGLang's --scheduler-recv-interval (serving.simulate recv_interval).
+def test_a_lone_request_is_received_at_once_whatever_the_interval():
+    # An idle scheduler spins through its count: the interval costs a lone request nothing.
+    runs = [simulate("DeepSeek-V3", "H200", concurrency=1, num_prompts=3, recv_interval=n, **SMALL) for n in (1, 30)]
+    assert runs[0].records.equals(runs[1].records)
+
+
+def test_under_load_new_requests_wait_for_the_receive_count():
+    kw = dict(concurrency=16, num_prompts=160, range_ratio=0.8, **SMALL)
+    runs = {n: simulate("DeepSeek-V3", "H200", recv_interval=n, **kw) for n in (1, 10, 30)}
+    ttft = {n: r.records["ttft_ms"].median() for n, r in runs.items()}
+    assert ttft[1] < ttft[10] < ttft[30]
+    # A request arriving mid-count waits for the rest of it: between none and all of the interval's
+    # decode steps, about half on the median.
+    step = runs[1].records["tpot_ms"].median()
+    for n in (10, 30):
+        assert 0.2 * n * step < ttft[n] - ttft[1] < n * step
+
+
+def test_the_interval_delays_only_requests_from_the_frontend():
+    # Disaggregated: every prefill step counts the whole interval and the decode pool takes hand-offs
+    # at once, so the runs are the same.
+    kw = dict(concurrency=8, num_prompts=40, mode="disaggregated", prefill_ep=8, prefill_attn_tp=8,
+              prefill_moe_tp=8, **SMALL)
+    a = simulate("DeepSeek-V3", "H200", recv_interval=1, **kw)
+    b = simulate("DeepSeek-V3", "H200", recv_interval=10, **kw)
+    assert a.records.equals(b.records)
+
+
+@pytest.mark.parametrize("bad", [0, 1001, 2.5, "ten"])
+def test_a_receive_interval_outside_1_1000_is_named(bad):
+    with pytest.raises((ValueError, TypeError), match="recv_interval"):
+        simulate("DeepSeek-V3", "H200", concurrency=2, duration_s=1, recv_interval=bad, **SMALL)
+    if isinstance(bad, int):
+        out = _cli("--concurrency", "2", "--duration", "1", "--recv-interval", str(bad))
+        assert out.returncode != 0 and "--recv-interval" in out.stderr

@@ -60,7 +60,7 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
                      int decode_max_running, int decode_token_budget, const Deployment& prefill_layout,
                      const Deployment& prefill_dep, int prefill_groups, int prefill_max_running,
                      int prefill_token_budget, const std::string& routing, bool prefix_cache, int block_tokens,
-                     uint64_t seed, double kv_transfer_gbps, int max_waiting, double max_time_ms,
+                     uint64_t seed, double kv_transfer_gbps, int max_waiting, double max_time_ms, int recv_interval,
                      const std::string& arrival, double rate, double cv, int concurrency, double duration_ms,
                      int input, int output, double range_ratio, int64_t max_requests,
                      py::array_t<double, py::array::c_style | py::array::forcecast> arrival_ms,
@@ -75,6 +75,7 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
     cfg.routing = from_name<Routing>(routings(), routing, "routing");
     cfg.prefix_cache = prefix_cache, cfg.block_tokens = block_tokens, cfg.seed = seed;
     cfg.kv_transfer_gbps = kv_transfer_gbps, cfg.max_waiting = max_waiting, cfg.max_time_ms = max_time_ms;
+    cfg.recv_interval = recv_interval;
     Workload w;
     w.kind = from_name<ArrivalKind>(arrival_kinds(), arrival, "arrival");
     w.rate = rate, w.cv = cv, w.concurrency = concurrency, w.duration_ms = duration_ms;
@@ -185,7 +186,7 @@ void bind_serving(py::module_& root) {
           py::arg("decode_token_budget"), py::arg("prefill_layout"), py::arg("prefill_dep"), py::arg("prefill_groups"),
           py::arg("prefill_max_running"), py::arg("prefill_token_budget"), py::arg("routing"), py::arg("prefix_cache"),
           py::arg("block_tokens"), py::arg("seed"), py::arg("kv_transfer_gbps"), py::arg("max_waiting"),
-          py::arg("max_time_ms"), py::arg("arrival"), py::arg("rate"), py::arg("cv"), py::arg("concurrency"),
+          py::arg("max_time_ms"), py::arg("recv_interval"), py::arg("arrival"), py::arg("rate"), py::arg("cv"), py::arg("concurrency"),
           py::arg("duration_ms"), py::arg("input"), py::arg("output"), py::arg("range_ratio"),
           py::arg("max_requests"), py::arg("arrival_ms"), py::arg("inputs"),
           py::arg("outputs"), py::arg("hash_offsets"), py::arg("hashes"));

@@ -54,8 +54,19 @@ void RankScheduler::preempt(int r, std::vector<ReqState>& st, std::vector<Record
     waiting_.push_front(r);
 }
 
+void RankScheduler::receive() {
+    // SGLang's loop receives (whether or not a request waits) when its count reaches the interval,
+    // and at once when it has nothing to run (its idle loops spin through the count without GPU work).
+    const bool nothing_to_run = waiting_.empty() && running_.empty();
+    if (recv_count_ < recv_interval_ && !nothing_to_run) return;
+    recv_count_ = 0;
+    waiting_.insert(waiting_.end(), inbox_.begin(), inbox_.end());
+    inbox_.clear();
+}
+
 void RankScheduler::plan(RankStep& s, std::vector<ReqState>& st, std::vector<Record>& rec) {
     s.clear();
+    if (recv_interval_ > 1) receive();
     if (idle()) return;
     // Decoding requests first: each needs room for the tokens this step may add; when the blocks
     // run out, the request admitted last gives its cache up and is computed again later (recompute).
@@ -121,6 +132,8 @@ void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqSt
         out.finished.push_back(r);
     };
     if (s.work.empty()) return;
+    // The receive count: a decode step counts 1, a step with a prompt chunk the whole interval.
+    recv_count_ += s.chunks > 0 ? recv_interval_ : 1;
     bool left = false;
     for (const auto& [r, c] : s.work) {
         ReqState& q = st[r];

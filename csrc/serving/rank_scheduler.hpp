@@ -47,13 +47,16 @@ class RankScheduler {
 public:
     RankScheduler(int64_t kv_blocks, const ServeConfig& cfg, const PoolConfig& pool, bool hands_off)
         : kv_(kv_blocks, cfg.prefix_cache), block_(cfg.block_tokens), pool_(pool), mtp_(pool.dep.mtp),
-          hands_off_(hands_off) {}
+          hands_off_(hands_off), recv_interval_(cfg.recv_interval), recv_count_(cfg.recv_interval) {}
 
+    // A request handed over from another pool (its cache came with it): queued at once.
     void enqueue(int r) { waiting_.push_back(r); }
-    int load() const { return int(waiting_.size() + running_.size()); }
-    int waiting() const { return int(waiting_.size()); }
+    // A new request from the frontend: the rank sees it when its loop next receives (recv_interval).
+    void arrive(int r) { (recv_interval_ > 1 ? inbox_ : waiting_).push_back(r); }
+    int load() const { return int(inbox_.size() + waiting_.size() + running_.size()); }
+    int waiting() const { return int(inbox_.size() + waiting_.size()); }
     int running() const { return int(running_.size()); }
-    bool idle() const { return waiting_.empty() && running_.empty(); }
+    bool idle() const { return inbox_.empty() && waiting_.empty() && running_.empty(); }
     const KvPool& kv() const { return kv_; }
     int prefix_match(const Request& r) const { return kv_.match(r.hashes); }
     DecodeHint* ctx_hint() { return &ctx_hint_; }  // for StepPricer::decode_ms
@@ -67,6 +70,7 @@ public:
     void release(ReqState& s);
 
 private:
+    void receive();  // the inbox into the queue, when the loop's count allows
     bool admit(int r, std::vector<ReqState>& st, std::vector<Record>& rec);
     void preempt(int r, std::vector<ReqState>& st, std::vector<Record>& rec);
     int blocks_for(int tokens) const { return (tokens + block_ - 1) / block_; }
@@ -76,6 +80,9 @@ private:
     const PoolConfig& pool_;
     int mtp_;
     bool hands_off_;           // a prefill pool's rank: a computed prompt leaves for the decode pool
+    int recv_interval_;
+    int recv_count_;           // the loop's count since it last received (the first loop receives)
+    std::deque<int> inbox_;    // arrived, not yet received (recv_interval > 1)
     std::deque<int> waiting_;
     std::vector<int> running_;  // admission order
     DecodeHint ctx_hint_;

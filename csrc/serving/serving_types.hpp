@@ -91,6 +91,11 @@ struct ServeConfig {
     // Overload guard: stop when this many requests wait in queues, or simulated time passes this.
     int max_waiting = 20000;
     double max_time_ms = 1e9;
+    // SGLang's --scheduler-recv-interval: a rank of the pool that takes new requests (aggregated, or
+    // the prefill pool) receives them only once its loop has counted this many: each decode step
+    // counts 1, a step with a prompt chunk counts the whole interval, an idle loop receives at once
+    // (sglang scheduler_recv_skipper.py; weights 1 / 1000 / 1). 1: every step.
+    int recv_interval = 1;
     double ctx_ratio = 1.02;       // decode context grid (geometric, linear interpolation between points)
     double prefill_ratio = 1.0442; // prefill buckets (geometric, nearest: +-2.2%)
 };

@@ -192,7 +192,7 @@ private:
         const int rank = p.router.route(q, p.ranks);
         records_[id].prefill_rank = rank;
         if (!prefill_) records_[id].decode_rank = rank;  // aggregated: one rank does both
-        p.ranks[rank].enqueue(id);
+        p.ranks[rank].arrive(id);
         p.activate(rank);
         ++waiting_;
         kick(p, rank / p.per_group);

@@ -56,6 +56,7 @@ SIMULATE_DEFAULT_SOURCES = {
     "input_len": "assumed: a 1K prompt for generated requests, a common benchmark length",
     "output_len": "assumed: 256 output tokens for generated requests",
     "range_ratio": "assumed: the neutral value (fixed lengths; the benchmarks' random dataset is a setting)",
+    "recv_interval": "SGLang's default --scheduler-recv-interval (1: new requests received every step); a setting",
     "ep": "assumed: an API default layout (EP16, two 8-GPU nodes), not a deployment's",
     "attn_tp": "assumed: the neutral value (no attention TP)",
     "redundant_experts": "assumed: the neutral value (no redundant experts)",

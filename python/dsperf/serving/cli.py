@@ -56,6 +56,9 @@ def add_simulate_parser(sub) -> None:
                    help="tokens per prefill rank per step")
     p.add_argument("--kv-transfer-gbps", type=float, help="disaggregated: GB/s of a KV hand-off (default: the "
                                                           "device's scale-out per GPU)")
+    p.add_argument("--recv-interval", type=int, default=1,
+                   help="SGLang's --scheduler-recv-interval: new requests are received once the loop counts this "
+                        "many (a decode step 1, a prompt step all); default 1: every step")
     p.add_argument("--routing", choices=ROUTINGS, default="least_loaded")
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--sla-ttft-ms", type=float, help="goodput: TTFT limit per request")
@@ -74,7 +77,8 @@ _FLAGS = {"rate": "--rate", "concurrency": "--concurrency", "trace": "--trace", 
           "prefill_attn_tp": "--prefill-attn-tp", "prefill_redundant_experts": "--prefill-redundant-experts",
           "prefill_replicas": "--prefill-replicas", "prefill_max_num_tokens": "--prefill-max-num-tokens",
           "kv_transfer_gbps": "--kv-transfer-gbps", "sla_ttft_ms": "--sla-ttft-ms", "sla_tpot_ms": "--sla-tpot-ms",
-          "sla_percentile": "--sla-percentile", "mem_fraction": "--mem-fraction"}
+          "sla_percentile": "--sla-percentile", "mem_fraction": "--mem-fraction",
+          "recv_interval": "--recv-interval"}
 _NAME = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")\b(?= must| \(|:| is)")
 
 
@@ -96,7 +100,8 @@ def run_simulate(args: argparse.Namespace) -> str:
               weight_dtype=args.weight_dtype, imbalance=args.imbalance, prefill_ep=args.prefill_ep,
               prefill_attn_tp=args.prefill_attn_tp, prefill_redundant_experts=args.prefill_redundant_experts,
               prefill_replicas=args.prefill_replicas, prefill_max_num_tokens=args.prefill_max_num_tokens,
-              kv_transfer_gbps=args.kv_transfer_gbps, routing=args.routing, prefix_cache=not args.no_prefix_cache,
+              kv_transfer_gbps=args.kv_transfer_gbps, recv_interval=args.recv_interval, routing=args.routing,
+              prefix_cache=not args.no_prefix_cache,
               sla_ttft_ms=args.sla_ttft_ms, sla_tpot_ms=args.sla_tpot_ms, sla_percentile=args.sla_percentile)
     try:
         r = simulate(args.model, args.device, **kw)

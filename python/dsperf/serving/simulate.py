@@ -31,6 +31,7 @@ DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after th
 MAX_BATCH_CAP = 4096                   # requests per GPU when max_batch is not given (beyond any KV cache)
 MAX_SEED = 2 ** 63
 MAX_REQUESTS = 10_000_000              # requests one run may generate (records stay a few GB at most)
+MAX_RECV_INTERVAL = 1000               # SGLang weighs a prompt step 1000: a longer interval never receives after one
 MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deployment, and the ranks' state stays small
 
 
@@ -67,7 +68,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
              dispatch_fp8=True, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
              mem_fraction=None, prefill_ep=32, prefill_attn_tp=1, prefill_redundant_experts=0, prefill_overlap="two_batch",
              prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS, prefill_moe_tp=None,
-             routing="least_loaded", prefix_cache=True, block_tokens=512, kv_transfer_gbps=None,
+             routing="least_loaded", prefix_cache=True, block_tokens=512, kv_transfer_gbps=None, recv_interval=1,
              sla_ttft_ms=None, sla_tpot_ms=None, sla_percentile=90.0, max_waiting=DEFAULT_MAX_WAITING,
              max_time_s=None, default_efficiency=grounded.DEFAULT_EFFICIENCY) -> ServingResult:
     """Simulate serving on a deployment; returns a ServingResult (records, percentiles, throughput,
@@ -91,6 +92,9 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     adds a prefill pool of ``prefill_replicas`` groups of ``prefill_ep`` GPUs whose prompts' KV
     caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU);
     ``prefill_moe_tp`` splits its experts (default: ``moe_tp``, the decode pool's).
+    ``recv_interval``: SGLang's ``--scheduler-recv-interval``: a rank of the pool taking new requests
+    receives them once its loop has counted that many (a decode step counts 1, a step with a prompt
+    chunk the whole interval, an idle rank receives at once); 1: every step.
     SLA: per-request ``sla_ttft_ms`` / ``sla_tpot_ms`` at ``sla_percentile``."""
     given = [n for n, v in (("rate", rate), ("concurrency", concurrency), ("trace", trace)) if v is not None]
     if not given or (len(given) > 1 and set(given) not in ({"rate", "trace"}, {"concurrency", "trace"})):
@@ -120,6 +124,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     replicas = number("replicas", replicas, integer=True, lo=1, hi=MAX_COUNT)
     prefill_replicas = number("prefill_replicas", prefill_replicas, integer=True, lo=1, hi=MAX_COUNT)
     max_waiting = number("max_waiting", max_waiting, integer=True, lo=1, hi=2 ** 30)
+    recv_interval = number("recv_interval", recv_interval, integer=True, lo=1, hi=MAX_RECV_INTERVAL)
     sla = check_sla(sla_ttft_ms, sla_tpot_ms, sla_percentile)
 
     m = load_model(model)
@@ -194,7 +199,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
 
     raw = SV.simulate(m, spec, tables, mode, dec, dec_chunk, replicas, batch_cap * dec.attn_tp, tokens,
                       pre, pre_chunk, prefill_replicas, batch_cap * pre.attn_tp, prefill_tokens, routing, prefix_cache,
-                      block_tokens, seed, gbps, max_waiting, max_time_ms, kind, rate or 1.0, cv,
+                      block_tokens, seed, gbps, max_waiting, max_time_ms, recv_interval, kind, rate or 1.0, cv,
                       concurrency or 1, duration_ms, input_len, output_len, range_ratio,
                       MAX_REQUESTS if num_prompts is None else num_prompts, tr.arrival_ms, tr.input_len,
                       tr.output_len, tr.hash_offsets, tr.hashes)

@@ -49,7 +49,8 @@ def test_the_simulator_queues_clients_the_cache_cannot_hold():
 
 
 @pytest.mark.parametrize("command", [["simulate", "--device", "B200", "--concurrency", "2"],
-                                     ["predict", "--device", "B200", "--ep", "8"]])
+                                     ["predict", "--device", "B200", "--ep", "8"],
+                                     ["explore", "--devices", "B200"]])
 def test_the_command_line_names_its_flag(command):
     import subprocess
     import sys
@@ -72,3 +73,41 @@ def test_predict_reads_the_share():
         return re.search(r"memory holds ([0-9.]+) requests per GPU at this context \((fits|does NOT fit)", out.stdout)
 
     assert limit().groups() == ("4", "does NOT fit") and limit("--mem-fraction", "0.95").groups() == ("10", "fits")
+
+
+# The explorer: the same share sets each layout's batch limit (decode grid, prefill options, AFD rows).
+EXPLORE = dict(ep=(4,), attn_tp=(4,), batch=(8, 32), mtp=((0, 0.0),), kv_fp8=(True,), overlap=("none",),
+               isl=8192, osl=1024, prefill_ep=(8,))
+
+
+def test_explore_reads_the_share():
+    from dsperf.model import explore
+
+    default = explore.search("DeepSeek-V3", ["B200"], **EXPLORE)
+    assumed = explore.search("DeepSeek-V3", ["B200"], mem_fraction=_C.step_model.memory_reserve, **EXPLORE)
+    roomy = explore.search("DeepSeek-V3", ["B200"], mem_fraction=0.95, **EXPLORE)
+    assert default.equals(assumed)
+    assert (roomy["batch_limit"] > default["batch_limit"]).all()
+    # The grid's limit is the step model's at the same share and layout.
+    one = grounded.decode("DeepSeek-V3", "B200", batch=8, kv_len=8192 + 512, ep=4, attn_tp=4, kv_fp8=True,
+                          overlap="none", mem_fraction=0.95)
+    assert roomy["batch_limit"].iloc[0] == pytest.approx(one["batch_limit"])
+    assert default["tpot_ms"].equals(roomy["tpot_ms"])  # capacity, not speed
+
+
+def test_explore_afd_rows_read_the_share():
+    from dsperf.model import explore
+
+    kw = dict(EXPLORE, afd=True, afd_attn_gpus=(4,), afd_micro_batches=(2,))
+    afd = lambda df: df[df["kind"] == "afd"]["batch_limit"].to_numpy()  # noqa: E731
+    tight = afd(explore.search("DeepSeek-V3", ["B200"], mem_fraction=0.7, **kw))
+    roomy = afd(explore.search("DeepSeek-V3", ["B200"], mem_fraction=0.95, **kw))
+    assert len(tight) and (roomy > tight).all()
+
+
+@pytest.mark.parametrize("bad", [0.01, 1.5, math.nan, "half"])
+def test_explore_names_a_bad_share(bad):
+    from dsperf.model import explore
+
+    with pytest.raises((ValueError, TypeError), match="mem_fraction"):
+        explore.search("DeepSeek-V3", ["B200"], mem_fraction=bad, **EXPLORE)

@@ -57,6 +57,7 @@ void ExploreGrid::validate(const ModelConfig& m) const {
             "dense_tp must lie in [1, 64] and divide the dense MLP");
     require(moe_tp >= 1 && moe_tp <= 64 && m.moe_inter_dim % moe_tp == 0,
             "moe_tp must lie in [1, 64] and divide the experts' intermediate");
+    require(mem_fraction >= kMinMemFraction && mem_fraction <= 1, "mem_fraction must lie in [0.05, 1]");
     size();
 }
 
@@ -110,7 +111,7 @@ void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumn
     dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
     dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
     dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp;
-    dep.experts_fp4 = g.experts_fp4;
+    dep.experts_fp4 = g.experts_fp4, dep.mem_fraction = g.mem_fraction;
     Infeasible why = Infeasible::kNone;
     if (dep.experts_fp4 && d.fp4_tflops <= 0)
         why = Infeasible::kNoFp4;

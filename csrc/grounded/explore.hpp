@@ -68,6 +68,7 @@ struct ExploreGrid {
     bool experts_fp4 = false;                 // NVFP4 experts (weights_fp8: FP8 or BF16 elsewhere)
     int dense_tp = 1;
     int moe_tp = 1;                           // each routed expert split over this many GPUs
+    double mem_fraction = kMemoryReserve;     // of each GPU's memory for weights and KV cache (Deployment's)
 
     // Rows in the order device > ep > attn_tp > mtp > kv_fp8 > overlap > batch.
     size_t size() const;

@@ -35,6 +35,7 @@ constexpr double kMinRoutedShare = 1e-6, kMaxRoutedShare = 1e7;
 // does not say (assumed): the default of Deployment::mem_fraction. SGLang's --mem-fraction-static is
 // this share; TensorRT-LLM's free_gpu_memory_fraction is a share of the memory left after the weights.
 constexpr double kMemoryReserve = 0.9;
+constexpr double kMinMemFraction = 0.05;  // below it no deployment holds its weights: a typo, not a setting
 
 // The numeric fields of a deployment, declared once: (C++ type, name, default, lowest, highest,
 // sentinel meaning "the default of the device or phase", or 0 for none) with what each means. The
@@ -70,7 +71,7 @@ constexpr double kMemoryReserve = 0.9;
     X(double, eager_launch_us, 0, 0, 1e4, 0)     /* host time to launch one kernel when the step runs \
                                                     eagerly, without CUDA graphs (0: one graph replay, \
                                                     no host-launch bound) */                          \
-    X(double, mem_fraction, kMemoryReserve, 0.05, 1, 0) /* of each GPU's memory the stack gives weights and \
+    X(double, mem_fraction, kMemoryReserve, kMinMemFraction, 1, 0) /* of each GPU's memory the stack gives weights and \
                                                     the KV cache (SGLang's --mem-fraction-static) */
 
 struct Deployment {

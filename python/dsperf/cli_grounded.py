@@ -236,6 +236,8 @@ def _predict(args: argparse.Namespace) -> str:
 
 
 def add_explore_parser(sub) -> None:
+    from .model.grounded import SM
+
     e = sub.add_parser("explore", help="search deployments (devices, EP, attention TP, MTP, KV dtype, overlap, "
                                        "batch) against an SLA; the Pareto frontier, cost and energy")
     e.add_argument("--model", default="DeepSeek-V3")
@@ -255,6 +257,9 @@ def add_explore_parser(sub) -> None:
     e.add_argument("--weight-dtype", default="fp8", help="weight dtypes to search, comma-separated: fp8,bf16,fp4 (NVFP4 experts)")
     e.add_argument("--dense-tp", default="1", help="dense-MLP TP sizes to search, comma-separated (1: data-parallel)")
     e.add_argument("--moe-tp", default="1", help="MoE TP sizes to search, comma-separated (1: each expert whole)")
+    e.add_argument("--mem-fraction", type=float, default=None,
+                   help="share of each GPU's memory for weights and KV cache, which sets each layout's batch limit "
+                        f"(SGLang's --mem-fraction-static; default {SM.memory_reserve:g}, assumed)")
     e.add_argument("--routing-zipf", type=float, default=None,
                    help="a Zipf routing skew (alpha): each layout's imbalance from dsperf.ep's EPLB on that load")
     e.add_argument("--afd", action="store_true",
@@ -302,6 +307,9 @@ def run_explore(args: argparse.Namespace) -> str:
         number("--slo-percentile", args.slo_percentile, lo=0, lo_open=True, hi=100)
         if args.slo_percentile == 100:
             raise ValueError("--slo-percentile must lie in (0, 100), got 100")
+    if args.mem_fraction is not None:
+        lo, hi, _ = grounded.DEPLOYMENT_BOUNDS["mem_fraction"]
+        number("--mem-fraction", args.mem_fraction, lo=lo, hi=hi)
     dense_tp, moe_tp = _int_list("--dense-tp", args.dense_tp), _int_list("--moe-tp", args.moe_tp)
     for flag_name, values in (("--dense-tp", dense_tp), ("--moe-tp", moe_tp)):
         number_list(flag_name, values, integer=True, lo=1, hi=64)
@@ -326,7 +334,7 @@ def run_explore(args: argparse.Namespace) -> str:
     df = explore.search(args.model, devices, isl=args.isl, osl=args.osl, gpu_hour_usd=args.gpu_hour_usd,
                         request_rate=args.request_rate, afd=args.afd, ttft_ms=args.ttft_ms,
                         weight_dtype=weights,
-                        dense_tp=dense_tp, moe_tp=moe_tp, routing_load=load)
+                        dense_tp=dense_tp, moe_tp=moe_tp, routing_load=load, mem_fraction=args.mem_fraction)
     shown = ["kind", "attn_gpus"] * args.afd + explore.SHOWN + (["decode_instances", "prefill_instances", "total_gpus"] if args.request_rate else [])
     print(f"dsperf explore: {len(df)} configurations, {int(df['feasible'].sum())} feasible", file=sys.stderr)
     ok = explore.meets_sla(df, tpot_ms=args.tpot_ms, ttft_ms=args.ttft_ms, convention=args.tpot_convention,

@@ -82,18 +82,18 @@ def _prices(devices: Sequence[str], gpu_hour_usd) -> dict[str, float]:
     return out
 
 
-def _prefill(model, device: DeviceLike, isl: float, tokens: float, ep: int) -> dict:
+def _prefill(model, device: DeviceLike, isl: float, tokens: float, ep: int, mem_fraction=None) -> dict:
     """The device's prefill: one step of `tokens` per GPU with prompts of isl (a prompt longer
     than a step is one prompt per step)."""
     return grounded.prefill(model, device, tokens=max(tokens, isl), prompt_len=isl, ep=ep,
-                            redundant_experts=DEFAULT_REDUNDANT.get(ep, 0))
+                            redundant_experts=DEFAULT_REDUNDANT.get(ep, 0), mem_fraction=mem_fraction)
 
 
 def prefill_options(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800",), *, isl=4096,
-                    ep: Sequence[int] = DEFAULT_PREFILL_EP, tokens: Sequence[float] = DEFAULT_PREFILL_TOKENS
-                    ) -> pd.DataFrame:
+                    ep: Sequence[int] = DEFAULT_PREFILL_EP, tokens: Sequence[float] = DEFAULT_PREFILL_TOKENS,
+                    mem_fraction=None) -> pd.DataFrame:
     """Every prefill layout of the devices (EP x tokens per GPU per step): TTFT (one step holding
-    the prompt) and prompt tokens/s per GPU, from the grounded model."""
+    the prompt) and prompt tokens/s per GPU, from the grounded model (mem_fraction: as search's)."""
     isl = _positive("isl", isl, 1e7)
     eps = _ints("prefill_ep", ep, 1, 4096)
     steps = [_positive("prefill_tokens", t, 1e7) for t in tokens]
@@ -105,7 +105,7 @@ def prefill_options(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800"
     for device, (label, _) in zip(devices, resolve_devices(devices, "corrected")):
         for e in eps:
             for t in steps:
-                r = _prefill(model, device, isl, t, e)
+                r = _prefill(model, device, isl, t, e, mem_fraction)
                 rows.append({"device": label, "prefill_ep": e, "prefill_tokens": max(t, isl), "ttft_ms": r["step_ms"],
                              "prefill_tokens_per_gpu_s": r["tokens_per_gpu_s"], "prefill_fits": r["fits_memory"]})
     return pd.DataFrame(rows)
@@ -129,7 +129,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
            batch: Sequence[float] = DEFAULT_BATCH, prefill_tokens: Sequence[float] = DEFAULT_PREFILL_TOKENS,
            prefill_ep: Sequence[int] = DEFAULT_PREFILL_EP, ttft_ms=None, imbalance=1.0,
            gpu_hour_usd=None, step_overhead_ms=None, request_rate=None, weight_dtype=("fp8",), dense_tp=(1,),
-           moe_tp=(1,), routing_load=None, afd=False,
+           moe_tp=(1,), routing_load=None, mem_fraction=None, afd=False,
            afd_attn_gpus: Sequence[int] = DEFAULT_AFD_ATTN, afd_micro_batches: Sequence[int] = (2, 3)) -> pd.DataFrame:
     """Every decode configuration of the grid, with its serving figures (see the module doc).
 
@@ -143,7 +143,9 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     layer (a trace's counts, or dsperf.ep.eplb.zipf_load): each EP layout then carries the imbalance
     dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: names of grounded.WEIGHT_FORMATS ("fp8", "bf16", "fp4": NVFP4 experts, "fp4_bf16": NVFP4 experts and BF16 elsewhere);
     dense_tp: the dense MLP data-parallel (1) or split over that many GPUs (at least attn_tp); moe_tp: each routed
-    expert whole on one GPU (1) or split over that many of the EP GPUs (MoE TP x EP); request_rate: requests per
+    expert whole on one GPU (1) or split over that many of the EP GPUs (MoE TP x EP); mem_fraction: the share
+    of each GPU's memory the stack gives weights and KV cache (SGLang's --mem-fraction-static; None: the
+    grounded model's assumed SM.memory_reserve), which sets batch_limit and fits_memory; request_rate: requests per
     second to serve, which adds the xPyD plan (`decode_instances`, `prefill_instances` of
     `prefill_ep` GPUs, `total_gpus`) for disaggregated serving; afd: add attention-FFN disaggregated
     deployments (`kind` "afd": `afd_attn_gpus` attention GPUs x the `ep` sizes as expert GPUs,
@@ -155,7 +157,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     ax = _axes(pairs, ep=ep, redundant_experts=redundant_experts, attn_tp=attn_tp, mtp=mtp, kv_fp8=kv_fp8,
                overlap=overlap, batch=batch, imbalance=imbalance, weight_dtype=weight_dtype, dense_tp=dense_tp,
                moe_tp=moe_tp, gpu_hour_usd=gpu_hour_usd, step_overhead_ms=step_overhead_ms,
-               routing_load=routing_load)
+               routing_load=routing_load, mem_fraction=mem_fraction)
     # Tables and board power resolved once per device, as grounded.decode resolves them.
     pricing = [grounded.device_pricing(d) for d in devices]
     with small_pages():  # a million rows: faulted in faster without huge-page advice (_alloc.small_pages)
@@ -187,10 +189,11 @@ class _Axes:
     prices: dict
     overhead: float
     groups: list   # (ep sizes, redundant counts, imbalances) priced together
+    mem_fraction: float  # of each GPU's memory for weights and KV cache
 
 
 def _axes(pairs, *, ep, redundant_experts, attn_tp, mtp, kv_fp8, overlap, batch, imbalance, weight_dtype, dense_tp,
-          moe_tp, gpu_hour_usd, step_overhead_ms, routing_load) -> _Axes:
+          moe_tp, gpu_hour_usd, step_overhead_ms, routing_load, mem_fraction=None) -> _Axes:
     labels = [label for label, _ in pairs]
     # A device given twice (under one name or two: 'H800', 'h800') would be two frames' worth of one.
     keys = [(spec.name,) + tuple(getattr(spec, k) for k in SPEC_FIELDS) for _, spec in pairs]
@@ -251,8 +254,9 @@ def _axes(pairs, *, ep, redundant_experts, attn_tp, mtp, kv_fp8, overlap, batch,
                   for e, r in zip(eps, reds)]
     else:
         groups = [(eps, reds, imbalances)]
+    share = SM.memory_reserve if mem_fraction is None else grounded._field("mem_fraction", mem_fraction)
     return _Axes(labels, eps, reds, tps, mtp_n, mtp_a, kvs, ovs, batches, imbalances, weights, dense_tps, moe_tps,
-                 prices, overhead, groups)
+                 prices, overhead, groups, share)
 
 
 def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
@@ -270,7 +274,8 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
                                           g_eps, g_reds, ax.tps, ax.mtp_n, ax.mtp_a, [int(v) for v in ax.kvs],
                                           [OVERLAP_CODES[o] for o in ax.ovs], ax.batches, kv_len=kv_len,
                                           imbalance=imb, step_overhead_ms=ax.overhead, weights_fp8=fp8_elsewhere,
-                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=fp4_experts)
+                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=fp4_experts,
+                                          mem_fraction=ax.mem_fraction)
                     n = len(c["ep"])
                     c["weights_fp8"], c["dense_tp"] = np.full(n, fp8_elsewhere), np.full(n, dtp, np.int32)
                     c["experts_fp4"] = np.full(n, fp4_experts)
@@ -292,7 +297,8 @@ def _frame(model, m, devices, pairs, pricing, ax: _Axes, cols, *, isl, osl, pref
     code = cols.pop("device_index")
     ttft_target = None if ttft_ms is None else _positive("ttft_ms", ttft_ms)
     rate = None if request_rate is None else _positive("request_rate", request_rate, 1e9)
-    options = prefill_options(model, devices, isl=isl, ep=prefill_ep, tokens=prefill_tokens)
+    options = prefill_options(model, devices, isl=isl, ep=prefill_ep, tokens=prefill_tokens,
+                              mem_fraction=ax.mem_fraction)
     # Disaggregated serving hands each request's KV cache from the prefill to the decode instance
     # over the NIC: isl tokens x the cache's bytes per token (grounded.decode's).
     kv_bytes = {kv: grounded.decode(m, pairs[0][1], batch=1, kv_len=isl, ep=8, kv_fp8=kv)["kv_bytes_per_token"]

@@ -11,7 +11,8 @@ from .explore import WHY, _Axes, _ints
 
 SM = grounded.SM
 
-def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_len, overhead_ms) -> dict:
+def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_len, overhead_ms,
+                mem_fraction=None) -> dict:
     """Attention-FFN disaggregation: A attention GPUs (DP attention, `batch` requests each, the
     dense layers and the head) and F expert GPUs (the routed experts over F, the shared expert),
     the step cut into `micro` micro-batches that ping-pong between the two clusters over the
@@ -58,7 +59,7 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
                 expert_side[t_ffn, F, r] = stages(t_ffn, kv, F, r)
             return expert_side[t_ffn, F, r]
 
-        mem = spec.mem_gb * 2**30 * 0.9
+        mem = spec.mem_gb * 2**30 * (SM.memory_reserve if mem_fraction is None else mem_fraction)
         kv_per_token = {kv: grounded.decode(m, spec, batch=1, kv_len=kv_len, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
                         for kv in kvs}
         for F, r in zip(eps, reds):
@@ -115,7 +116,7 @@ def with_afd(cols, m, pairs, pricing, ax: _Axes, afd_attn_gpus, afd_micro_batche
     a_gpus = _ints("afd_attn_gpus", afd_attn_gpus, 1, 4096)
     micro = _ints("afd_micro_batches", afd_micro_batches, 1, 8)
     extra = afd_columns(m, pairs, [p["tables"] for p in pricing], ax.eps, ax.reds, a_gpus, micro, ax.kvs, ax.batches,
-                        kv_len, ax.overhead)
+                        kv_len, ax.overhead, ax.mem_fraction)
     n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
     extra["weights_fp8"], extra["dense_tp"] = np.ones(n, bool), np.ones(n, np.int32)
     extra["experts_fp4"] = np.zeros(n, bool)

@@ -184,3 +184,14 @@ def test_a_source_may_be_a_sources_table(tmp_path):
     f.write_text("\n".join(kept + table) + "\n")
     a, b = dsperf.load_device(str(f)), dsperf.load_device("RTX4090")
     assert all(getattr(a, k) == getattr(b, k) for k in devices.SPEC_FIELDS)
+
+
+def test_the_neutral_value_is_held_to_figures_not_to_ratios():
+    # Two published figures within 0.05% of each other give a ratio of 1, the neutral value of every
+    # dimensionless input: it says nothing of where an input of 1 came from. Any other ratio counts.
+    figures = [("a", 311.607), ("b", 311.526), ("c", 100.0)]
+    one = inputs.Input("planted one", 1.0, True)
+    ratio = inputs.Input("planted ratio", 311.526 / 100.0, True)
+    assert inputs.guard([one], figures) == []
+    assert [m.figure for m in inputs.guard([ratio], figures)] == ["b / c = 311.526 / 100"]
+    assert [m.where for m in inputs.guard([inputs.Input("planted", 100.0, False)], figures)] == ["planted"]

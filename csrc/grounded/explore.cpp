@@ -57,7 +57,8 @@ void ExploreGrid::validate(const ModelConfig& m) const {
             "dense_tp must lie in [1, 64] and divide the dense MLP");
     require(moe_tp >= 1 && moe_tp <= 64 && m.moe_inter_dim % moe_tp == 0,
             "moe_tp must lie in [1, 64] and divide the experts' intermediate");
-    require(mem_fraction >= kMinMemFraction && mem_fraction <= 1, "mem_fraction must lie in [0.05, 1]");
+    require(mem_fraction >= kMinMemFraction && mem_fraction <= 1,
+            "mem_fraction must lie in [" + std::to_string(kMinMemFraction).substr(0, 4) + ", 1]");
     size();
 }
 

@@ -133,7 +133,7 @@ void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqSt
     };
     if (s.work.empty()) return;
     // The receive count: a decode step counts 1, a step with a prompt chunk the whole interval.
-    recv_count_ += s.chunks > 0 ? recv_interval_ : 1;
+    if (recv_interval_ > 1) recv_count_ += s.chunks > 0 ? recv_interval_ : 1;
     bool left = false;
     for (const auto& [r, c] : s.work) {
         ReqState& q = st[r];

@@ -12,7 +12,7 @@ from .explore import WHY, _Axes, _ints
 SM = grounded.SM
 
 def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batches, kv_len, overhead_ms,
-                mem_fraction=None) -> dict:
+                mem_fraction) -> dict:
     """Attention-FFN disaggregation: A attention GPUs (DP attention, `batch` requests each, the
     dense layers and the head) and F expert GPUs (the routed experts over F, the shared expert),
     the step cut into `micro` micro-batches that ping-pong between the two clusters over the
@@ -59,7 +59,7 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
                 expert_side[t_ffn, F, r] = stages(t_ffn, kv, F, r)
             return expert_side[t_ffn, F, r]
 
-        mem = spec.mem_gb * 2**30 * (SM.memory_reserve if mem_fraction is None else mem_fraction)
+        mem = spec.mem_gb * 2**30 * mem_fraction  # the search's share (explore._Axes.mem_fraction)
         kv_per_token = {kv: grounded.decode(m, spec, batch=1, kv_len=kv_len, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
                         for kv in kvs}
         for F, r in zip(eps, reds):

@@ -185,12 +185,12 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     else:
         kind = arrival
     duration_ms = (duration_s if duration_s is not None else DEFAULT_DURATION_S) * 1e3
-    if num_prompts is not None and duration_s is None:
-        duration_ms = 1e15  # a benchmark's prompt count and no duration: until every prompt is sent
+    # No duration given and a bounded set of requests (a prompt count, or a closed loop over a
+    # trace): the run lasts until they are all sent.
+    if duration_s is None and (num_prompts is not None or (kind == "concurrency" and trace is not None)):
+        duration_ms = 1e15
     if kind == "trace":
         duration_ms = float(tr.arrival_ms[-1]) if len(tr) else 0.0
-    elif kind == "concurrency" and trace is not None and duration_s is None:
-        duration_ms = 1e15  # a closed loop over a trace: until its requests run out
     elif kind in ARRIVALS and num_prompts is None and rate * duration_ms / 1e3 > MAX_REQUESTS:
         raise ValueError(f"rate x duration_s ({rate:g} x {duration_ms / 1e3:g}) asks for more than the {MAX_REQUESTS:,} "
                          "requests one run generates: shorten duration_s")

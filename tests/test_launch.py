@@ -68,8 +68,9 @@ def test_trtllm_matches_its_published_h200_max_throughput_settings():
                  "max_batch_size: 128", "backend: DEEPGEMM"):
         assert re.search(rf"^\s*{re.escape(line)}$", yaml, re.M), line
     # Differs: the practice sets max_num_tokens 1151, a chunk size an aggregated explorer row does not
-    # choose; dsperf writes none.
-    assert "max_num_tokens" not in yaml and not L.notes
+    # choose; dsperf writes none. Its only notes are the memory option's (this row gives no share).
+    assert "max_num_tokens" not in yaml
+    assert L.notes == [launch.MEMORY_SEMANTICS["trtllm"]] + [n for n in L.notes if "no mem_fraction" in n]
 
 
 def test_mtp_fp8_kv_and_overlap_reach_every_stack():
@@ -224,7 +225,8 @@ def test_dynamo_disaggregated_rows_give_frontend_prefill_and_decode_workers():
 
 
 def test_dynamo_aggregated_row_is_one_worker_without_a_role():
-    L = launch.emit(_row(ep=8, prefill_ep=None, prefill_tokens=None), "dynamo", backend="vllm")
+    # (8 x H200: DeepSeek's FP8 weights do not fit 8 x H100, which the export refuses.)
+    L = launch.emit(_row(device="H200", ep=8, prefill_ep=None, prefill_tokens=None), "dynamo", backend="vllm")
     assert list(L.roles) == ["frontend", "serve"] and "--disaggregation-mode" not in L.roles["serve"]
     svc = _dgd(L)[-1]["spec"]["services"]["serve"]
     assert "subComponentType" not in svc and "multinode" not in svc and svc["resources"]["limits"]["gpu"] == "8"
@@ -300,3 +302,62 @@ def test_dynamo_bad_backend_and_unsupported_layouts_are_named():
         launch.emit(_row(), "sglang", backend="vllm")
     with pytest.raises(ValueError, match="MoE tensor parallelism.*NVIDIA Dynamo with its vLLM backend"):
         launch.emit(_row(moe_tp=2, attn_tp=8, ep=8), "dynamo", backend="vllm")
+
+
+# ---- The memory share ------------------------------------------------------------------------------
+
+def _h200_row(**kw):
+    return _row(device="H200", ep=8, attn_tp=1, batch=32, redundant_experts=0, overlap="none", prefill_ep=None,
+                prefill_tokens=None, **kw)
+
+
+def test_each_stack_writes_the_rows_memory_share_in_its_own_terms():
+    row = _h200_row(mem_fraction=0.8)
+    assert flags(launch.emit(row, "sglang").roles["serve"])["--mem-fraction-static"] == "0.8"
+    vllm = launch.emit(row, "vllm")
+    assert flags(vllm.roles["serve"])["--gpu-memory-utilization"] == "0.8"
+    assert any("--gpu-memory-utilization also holds its activations" in n for n in vllm.notes)
+    got = re.search(r"free_gpu_memory_fraction: ([0-9.]+)", launch.emit(row, "trtllm").files["serve.yaml"])
+    assert got is not None
+    # The fraction of the memory left after the weights gives the KV cache the bytes dsperf's own
+    # memory model leaves it at this share: batch_limit requests of kv_len tokens each.
+    from dsperf.model import grounded
+    d = grounded.decode(device="H200", batch=32, kv_len=1000, ep=8, attn_tp=1, mem_fraction=0.8)
+    mem = grounded.load_device("H200", "corrected").mem_gb
+    kv_gib = d["batch_limit"] * d["kv_bytes_per_token"] * 1000 / 2 ** 30
+    assert float(got.group(1)) * (mem - d["weights_gib"]) == pytest.approx(kv_gib, rel=2e-3)
+    # A larger share leaves the KV cache more of what the weights leave.
+    more = re.search(r"free_gpu_memory_fraction: ([0-9.]+)",
+                     launch.emit(_h200_row(mem_fraction=0.9), "trtllm").files["serve.yaml"])
+    assert float(more.group(1)) > float(got.group(1))
+
+
+def test_a_search_row_carries_its_share_into_the_export():
+    from dsperf.model import explore
+    df = explore.search(devices=["H200"], ep=[8], attn_tp=[1], batch=[16], mtp=[(0, 0.0)], kv_fp8=[True],
+                        overlap=["none"], mem_fraction=0.75)
+    row = df[df["feasible"]].iloc[0]
+    assert row["mem_fraction"] == 0.75
+    for role, cmd in launch.emit(row, "sglang").roles.items():
+        assert flags(cmd)["--mem-fraction-static"] == "0.75", role
+    assert not any("no mem_fraction" in n for n in launch.emit(row, "sglang").notes)
+
+
+def test_a_row_without_a_share_takes_the_default_and_says_so():
+    L = launch.emit(_h200_row(), "sglang")
+    assert flags(L.roles["serve"])["--mem-fraction-static"] == "0.9"
+    assert any("no mem_fraction" in n and "assumed" in n for n in L.notes)
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.5, "x", 0.01])
+def test_a_bad_share_is_refused_by_name(bad):
+    # (A NaN in a frame's row is a missing value: the default, with its note, as above.)
+    with pytest.raises((ValueError, TypeError), match="mem_fraction"):
+        launch.emit(_h200_row(mem_fraction=bad), "sglang")
+
+
+@pytest.mark.parametrize("stack", ["sglang", "vllm", "trtllm"])
+def test_a_share_the_weights_fill_is_refused_for_every_stack(stack):
+    # EP8 on H200 holds ~78 GiB of FP8 weights a GPU: a 0.4 share (~56 GiB) leaves no cache.
+    with pytest.raises(ValueError, match="mem_fraction 0.4: the weights"):
+        launch.emit(_h200_row(mem_fraction=0.4), stack)

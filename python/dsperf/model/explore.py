@@ -323,6 +323,8 @@ def _frame(model, m, devices, pairs, pricing, ax: _Axes, cols, *, isl, osl, pref
         feasible=reason == 0,
         gpus=gpus,
         memory_headroom=headroom,
+        # The share its batch limit was computed with: what the launch export writes (launch.py).
+        mem_fraction=np.full(len(gpus), ax.mem_fraction),
         error_band=grounded.error_bands("decode", [p["table_kind"] for p in pricing], code, cols["batch"]),
         # False where the device has no kernel table: its compute runs at the default efficiency,
         # and its band (regime default/...) is the worst error of any published check point.

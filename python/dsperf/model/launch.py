@@ -9,8 +9,10 @@ prediction assumed, the export either refuses (a layout the stack cannot run: an
 feature and the stack) or says so in `notes` (an optimisation the stack lacks, so it runs slower
 than predicted).
 
-What is emitted is the parallel layout and the options the prediction depends on. Paths, hosts,
-ports, memory fractions and the like are the operator's and are left as placeholders.
+What is emitted is the parallel layout and the options the prediction depends on, the memory share
+among them: the row's `mem_fraction` (the share of each GPU's memory the explorer gave weights and
+KV cache, which set its batch limit) in each stack's own terms (memory_options). Paths, hosts and
+ports are the operator's and are left as placeholders.
 """
 from __future__ import annotations
 
@@ -85,11 +87,66 @@ def _layout(row: Mapping) -> dict:
         "kv_fp8": bool(_get(row, "kv_fp8", False)), "overlap": str(_get(row, "overlap", "none")),
         "weight": weight, "prefill_ep": _get(row, "prefill_ep"), "prefill_tokens": _get(row, "prefill_tokens"),
         "vendor": device_metadata(str(row["device"])).get("vendor", "nvidia"),
+        "mem_gib": float(spec.mem_gb),
     }
+    # The memory share the row's batch limit was computed with (a row of explore.search carries it;
+    # a row written by hand takes the grounded model's default, as the explorer would).
+    given = _get(row, "mem_fraction")
+    lay["mem_fraction"] = grounded.SM.memory_reserve if given is None else grounded._field("mem_fraction", given)
+    lay["mem_fraction_given"] = given is not None
     lay["nodes"] = max(1, math.ceil(ep / lay["gpus_per_node"]))
     # Requests each attention group runs at once: the batch per GPU times the GPUs of a TP group.
     lay["running"] = max(1, int(round(lay["batch"] * attn_tp)))
     return lay
+
+
+def weights_gib(lay: dict, gpus: int, attn_tp: int) -> float:
+    """GiB of weights on each GPU of an instance of `gpus` GPUs at attention TP attn_tp (the grounded
+    model's memory fields, which do not depend on the batch)."""
+    return float(grounded.decode(device=lay["device"], batch=1, kv_len=1, ep=gpus, attn_tp=attn_tp,
+                                 redundant_experts=lay["redundant"], weight_dtype=lay["weight"],
+                                 dense_tp=max(lay["dense_tp"], attn_tp), moe_tp=lay["moe_tp"])["weights_gib"])
+
+
+def kv_room_gib(lay: dict, gpus: int, attn_tp: int) -> float:
+    """GiB a GPU of the instance keeps for KV cache under the row's share: share x memory - weights.
+    Raises ValueError naming mem_fraction where the weights take all of it."""
+    w = weights_gib(lay, gpus, attn_tp)
+    room = lay["mem_fraction"] * lay["mem_gib"] - w
+    if room <= 0:
+        raise ValueError(f"mem_fraction {lay['mem_fraction']:g}: the weights ({w:.1f} GiB a GPU on {gpus} GPUs) take "
+                         f"all of that share of {lay['device']}'s {lay['mem_gib']:g} GiB, leaving no KV cache")
+    return room
+
+
+def trtllm_free_fraction(lay: dict, gpus: int, attn_tp: int) -> float:
+    """TensorRT-LLM's kv_cache_config.free_gpu_memory_fraction that gives the KV cache what dsperf's
+    share does. dsperf's share (SGLang's --mem-fraction-static) is of the whole memory, weights
+    included: KV = share x memory - weights. TensorRT-LLM's fraction is of the memory left free once
+    the weights are loaded: KV = fraction x (memory - weights). Hence (share x memory - weights) /
+    (memory - weights)."""
+    room = kv_room_gib(lay, gpus, attn_tp)
+    return room / (lay["mem_gib"] - weights_gib(lay, gpus, attn_tp))
+
+
+# How each engine's memory option differs from dsperf's share (weights and KV cache only), where it does.
+MEMORY_SEMANTICS = {
+    "sglang": None,     # --mem-fraction-static is the share dsperf models
+    "vllm": "vLLM's --gpu-memory-utilization also holds its activations and CUDA graphs: its KV cache comes out "
+            "smaller than the prediction's by them, and its batch limit lower",
+    "trtllm": "free_gpu_memory_fraction is of the memory left once weights and activation buffers are loaded "
+              "(written from the weights dsperf prices): the activations make its KV cache somewhat smaller than "
+              "the prediction's",
+}
+
+
+def _memory_notes(lay: dict, engine: str) -> list[str]:
+    """What to tell the operator about the memory option of `engine` (an ENGINES key)."""
+    notes = [] if MEMORY_SEMANTICS[engine] is None else [MEMORY_SEMANTICS[engine]]
+    if not lay["mem_fraction_given"]:
+        notes.append(f"the row has no mem_fraction: the grounded model's default share {lay['mem_fraction']:g} "
+                     "(assumed) is written")
+    return notes
 
 
 def _refuse(feature: str, stack: str, why: str):
@@ -162,6 +219,8 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
         a.append("--enable-two-batch-overlap")
     elif lay["overlap"] == "single_batch":
         a.append("--enable-single-batch-overlap")
+    kv_room_gib(lay, gpus, attn_tp)   # refuses a share the weights alone fill
+    a.append(f"--mem-fraction-static {lay['mem_fraction']:.3g}")
     if lay["kv_fp8"]:
         a.append("--kv-cache-dtype fp8_e4m3")
     if grounded.WEIGHT_FORMATS[lay["weight"]].experts_fp4:
@@ -186,7 +245,7 @@ def _sglang_engine(lay: dict, stack: str) -> Engine:
         chunk = [f"--chunked-prefill-size {int(lay['prefill_tokens'])}"] if lay["prefill_tokens"] else []
         return Instance(pe, _sglang_args(lay, "prefill", pe, 1, "normal", None) + chunk)
 
-    return Engine(_split(lay, serve_or_decode, prefill))
+    return Engine(_split(lay, serve_or_decode, prefill), notes=_memory_notes(lay, "sglang"))
 
 
 # ---- vLLM -----------------------------------------------------------------------------------------
@@ -202,6 +261,8 @@ def _vllm_args(lay: dict, role: str, gpus: int, attn_tp: int, backend: str, runn
         a += ["--enable-eplb", "--eplb-config '" + json.dumps({"num_redundant_experts": lay["redundant"]}) + "'"]
     if lay["overlap"] == "two_batch":
         a.append("--enable-dbo")
+    kv_room_gib(lay, gpus, attn_tp)   # refuses a share the weights alone fill
+    a.append(f"--gpu-memory-utilization {lay['mem_fraction']:.3g}")
     if lay["kv_fp8"]:
         a.append("--kv-cache-dtype fp8")
     if role != "prefill" and lay["mtp"]:
@@ -232,7 +293,7 @@ def _vllm_engine(lay: dict, stack: str) -> Engine:
     if lay["overlap"] == "single_batch":
         notes.append("single-batch overlap (dispatch under the shared expert) has no vLLM option: it runs "
                      "without it, slower than predicted")
-    return Engine(_split(lay, serve_or_decode, prefill), notes=notes)
+    return Engine(_split(lay, serve_or_decode, prefill), notes=notes + _memory_notes(lay, "vllm"))
 
 
 # ---- TensorRT-LLM ---------------------------------------------------------------------------------
@@ -282,7 +343,8 @@ def _trtllm_options(lay: dict, gpus: int, attn_tp: int, running: int | None, tok
         o["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": running}
     if tokens:
         o["max_num_tokens"] = tokens
-    o["kv_cache_config"] = {"dtype": "fp8" if lay["kv_fp8"] else "auto"}
+    o["kv_cache_config"] = {"dtype": "fp8" if lay["kv_fp8"] else "auto",
+                            "free_gpu_memory_fraction": round(trtllm_free_fraction(lay, gpus, attn_tp), 3)}
     o["moe_config"] = {"backend": "TRTLLM" if grounded.WEIGHT_FORMATS[lay["weight"]].experts_fp4 else "DEEPGEMM"}
     if decode and lay["mtp"]:
         o["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": lay["mtp"]}
@@ -309,7 +371,7 @@ def _trtllm_engine(lay: dict, stack: str) -> Engine:
     if lay["overlap"] in ("two_batch", "single_batch"):
         notes.append(f"{lay['overlap'].replace('_', '-')} overlap has no option in dsperf's TensorRT-LLM export: "
                      "the emitted configuration runs without it, slower than the prediction assumed")
-    return Engine(_split(lay, serve_or_decode, prefill), files=files, notes=notes)
+    return Engine(_split(lay, serve_or_decode, prefill), files=files, notes=notes + _memory_notes(lay, "trtllm"))
 
 
 ENGINES = {"sglang": _sglang_engine, "vllm": _vllm_engine, "trtllm": _trtllm_engine}

@@ -124,10 +124,23 @@ def test_the_interval_delays_only_requests_from_the_frontend():
     assert a.records.equals(b.records)
 
 
-@pytest.mark.parametrize("bad", [0, 1001, 2.5, "ten"])
+@pytest.mark.parametrize("bad", [0, 10 ** 6 + 1, 2.5, "ten"])
 def test_a_receive_interval_outside_1_1000_is_named(bad):
     with pytest.raises((ValueError, TypeError), match="recv_interval"):
         simulate("DeepSeek-V3", "H200", concurrency=2, duration_s=1, recv_interval=bad, **SMALL)
     if isinstance(bad, int):
         out = _cli("--concurrency", "2", "--duration", "1", "--recv-interval", str(bad))
         assert out.returncode != 0 and "--recv-interval" in out.stderr
+
+
+def test_an_interval_beyond_a_prompt_steps_weight_is_simulated_with_sglangs_weights():
+    # SGLang's weights, declared once in C++ (serving_types.hpp): a decode step counts 1, a prompt
+    # step 1000. An interval beyond 1000 (refused until the count read them) needs decode steps after
+    # a prompt step too: with long outputs and staggered clients, requests are received at other
+    # times than at 1000.
+    from dsperf import _C
+    assert (_C.serving.recv_weight_decode, _C.serving.recv_weight_prompt) == (1, 1000)  # scheduler_recv_skipper.py
+    kw = dict(concurrency=2, num_prompts=8, range_ratio=0.5, output_len=3000,
+              **{k: v for k, v in SMALL.items() if k != "output_len"})
+    at, beyond = (simulate("DeepSeek-V3", "H200", recv_interval=n, **kw).records["ttft_ms"] for n in (1000, 2500))
+    assert len(at) == len(beyond) == 8 and not np.allclose(at, beyond)

@@ -158,6 +158,8 @@ void bind_serving(py::module_& root) {
     // The numerical grids and routing slack the simulator assumes (dsperf.model.inputs lists them).
     m.attr("decode_context_ratio") = ServeConfig{}.ctx_ratio;
     m.attr("prefill_bucket_ratio") = ServeConfig{}.prefill_ratio;
+    m.attr("recv_weight_decode") = serving::kRecvWeightDecode;
+    m.attr("recv_weight_prompt") = serving::kRecvWeightPrompt;
     m.attr("prefix_slack_min") = serving::kPrefixSlackMin;
     m.attr("prefix_slack_divisor") = serving::kPrefixSlackDivisor;
     // The simulator's step prices, for callers that schedule steps themselves (the benchmark's

@@ -132,8 +132,8 @@ void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqSt
         out.finished.push_back(r);
     };
     if (s.work.empty()) return;
-    // The receive count: a decode step counts 1, a step with a prompt chunk the whole interval.
-    if (recv_interval_ > 1) recv_count_ += s.chunks > 0 ? recv_interval_ : 1;
+    // The receive count, with SGLang's weights (serving_types.hpp).
+    if (recv_interval_ > 1) recv_count_ += s.chunks > 0 ? kRecvWeightPrompt : kRecvWeightDecode;
     bool left = false;
     for (const auto& [r, c] : s.work) {
         ReqState& q = st[r];

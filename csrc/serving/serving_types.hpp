@@ -79,6 +79,11 @@ struct PoolConfig {
     int ranks_per_group() const { return dep.ep / dep.attn_tp; }
 };
 
+// What one loop adds to SGLang's receive count (scheduler_recv_skipper.py): a decode step 1, a step
+// that runs a prompt chunk 1000 (so any interval up to 1000 is reached by one prompt step).
+constexpr int kRecvWeightDecode = 1;
+constexpr int kRecvWeightPrompt = 1000;
+
 struct ServeConfig {
     ServeMode mode = ServeMode::kAggregated;
     PoolConfig decode;         // aggregated: the only pool
@@ -94,7 +99,8 @@ struct ServeConfig {
     // SGLang's --scheduler-recv-interval: a rank of the pool that takes new requests (aggregated, or
     // the prefill pool) receives them only once its loop has counted this many: each decode step
     // counts 1, a step with a prompt chunk counts the whole interval, an idle loop receives at once
-    // (sglang scheduler_recv_skipper.py; weights 1 / 1000 / 1). 1: every step.
+    // (sglang scheduler_recv_skipper.py; weights kRecvWeightDecode / kRecvWeightPrompt / at once).
+    // 1: every step.
     int recv_interval = 1;
     double ctx_ratio = 1.02;       // decode context grid (geometric, linear interpolation between points)
     double prefill_ratio = 1.0442; // prefill buckets (geometric, nearest: +-2.2%)

@@ -58,7 +58,7 @@ def add_simulate_parser(sub) -> None:
                                                           "device's scale-out per GPU)")
     p.add_argument("--recv-interval", type=int, default=1,
                    help="SGLang's --scheduler-recv-interval: new requests are received once the loop counts this "
-                        "many (a decode step 1, a prompt step all); default 1: every step")
+                        "many (SGLang's weights: a decode step 1, a prompt step 1000); default 1: every step")
     p.add_argument("--routing", choices=ROUTINGS, default="least_loaded")
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--sla-ttft-ms", type=float, help="goodput: TTFT limit per request")

@@ -31,7 +31,7 @@ DEFAULT_DRAIN_S = 3600.0               # overload guard: simulated time after th
 MAX_BATCH_CAP = 4096                   # requests per GPU when max_batch is not given (beyond any KV cache)
 MAX_SEED = 2 ** 63
 MAX_REQUESTS = 10_000_000              # requests one run may generate (records stay a few GB at most)
-MAX_RECV_INTERVAL = 1000               # SGLang weighs a prompt step 1000: a longer interval never receives after one
+MAX_RECV_INTERVAL = 10 ** 6            # loops between receives (assumed bound: published settings are 10-30)
 MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deployment, and the ranks' state stays small
 
 
@@ -93,8 +93,9 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU);
     ``prefill_moe_tp`` splits its experts (default: ``moe_tp``, the decode pool's).
     ``recv_interval``: SGLang's ``--scheduler-recv-interval``: a rank of the pool taking new requests
-    receives them once its loop has counted that many (a decode step counts 1, a step with a prompt
-    chunk the whole interval, an idle rank receives at once); 1: every step.
+    receives them once its loop has counted that many (SGLang's weights: a decode step counts
+    _C.serving.recv_weight_decode (1), a step with a prompt chunk recv_weight_prompt (1000), an idle
+    rank receives at once); 1: every step.
     SLA: per-request ``sla_ttft_ms`` / ``sla_tpot_ms`` at ``sla_percentile``."""
     given = [n for n, v in (("rate", rate), ("concurrency", concurrency), ("trace", trace)) if v is not None]
     if not given or (len(given) > 1 and set(given) not in ({"rate", "trace"}, {"concurrency", "trace"})):

@@ -63,7 +63,7 @@ def test_table_efficiencies_match_ratios_no_more_often_than_chance(all_inputs):
     null = []
     for seed in range(8):
         r = random.Random(seed)
-        null.append(len(inputs.guard(computed, [(n, f * r.uniform(0.8, 1.25)) for n, f in figures])))
+        null.append(len(inputs.guard(computed, [f._replace(value=f.value * r.uniform(0.8, 1.25)) for f in figures])))
     mean = sum(null) / len(null)
     assert observed <= mean + 4 * math.sqrt(mean) + 5, (observed, null)
 
@@ -103,14 +103,15 @@ def _copy_with(tmp_path, name, field, value):
 
 
 def test_a_planted_figure_in_a_device_file_is_caught(tmp_path):
-    point, figure = inputs.published_figures()[1]           # deepseek_profile_decode, 2324 tokens/s
+    point, figure, _ = inputs.published_figures()[1]        # deepseek_profile_decode, 2324 tokens/s
     path = _copy_with(tmp_path, "H800", "mem_bw_gbps", figure)
     matches = inputs.guard(inputs.device_inputs(path))
     assert [(m.where, m.figure.split(" = ")[0]) for m in matches] == [("planted-H800.toml mem_bw_gbps", point)]
 
 
 def test_a_planted_ratio_in_a_device_file_is_caught(tmp_path):
-    (pa, a), (pb, b) = inputs.published_figures()[:2]
+    (pa, a, ua), (pb, b, ub) = inputs.published_figures()[:2]
+    assert ua == ub == "tokens/s"
     path = _copy_with(tmp_path, "H800", "discount", round(b / a, 6))
     matches = inputs.guard(inputs.device_inputs(path))
     assert any(m.where == "planted-H800.toml discount" and m.figure.startswith(f"{pb} / {pa}") for m in matches)
@@ -120,7 +121,7 @@ def test_a_planted_ratio_in_a_device_file_is_caught(tmp_path):
 
 
 def test_a_planted_constant_is_caught(monkeypatch):
-    _, figure = inputs.published_figures()[0]
+    _, figure, _ = inputs.published_figures()[0]
     planted = inputs.Constant(figure, "assumed: planted", "here", False)
     monkeypatch.setitem(inputs.INPUT_CONSTANTS, "planted", planted)
     found = [m.where for m in inputs.guard(inputs.constant_inputs()) if inputs.exemption(m) is None]
@@ -189,9 +190,21 @@ def test_a_source_may_be_a_sources_table(tmp_path):
 def test_the_neutral_value_is_held_to_figures_not_to_ratios():
     # Two published figures within 0.05% of each other give a ratio of 1, the neutral value of every
     # dimensionless input: it says nothing of where an input of 1 came from. Any other ratio counts.
-    figures = [("a", 311.607), ("b", 311.526), ("c", 100.0)]
+    figures = [inputs.Figure("a", 311.607, "ms"), inputs.Figure("b", 311.526, "ms"), inputs.Figure("c", 100.0, "ms")]
     one = inputs.Input("planted one", 1.0, True)
     ratio = inputs.Input("planted ratio", 311.526 / 100.0, True)
     assert inputs.guard([one], figures) == []
     assert [m.figure for m in inputs.guard([ratio], figures)] == ["b / c = 311.526 / 100"]
     assert [m.where for m in inputs.guard([inputs.Input("planted", 100.0, False)], figures)] == ["planted"]
+
+
+def test_ratios_are_of_figures_in_one_unit():
+    # A dimensionless input could have been taken from a speed-up or a share (one TTFT over another,
+    # one throughput over another), not from a TTFT in ms over a throughput in tokens/s.
+    figures = [inputs.Figure("ttft a", 300.0, "ms"), inputs.Figure("ttft b", 200.0, "ms"),
+               inputs.Figure("rate", 100.0, "tokens/s")]
+    hits = lambda v: [m.figure for m in inputs.guard([inputs.Input("planted", v, True)], figures)]  # noqa: E731
+    assert hits(1.5) == ["ttft a / ttft b = 300 / 200"]
+    assert hits(3.0) == [] and hits(2.0) == []    # ms over tokens/s
+    # Every published figure's unit comes from its metric's declaration.
+    assert {f.unit for f in inputs.published_figures()} == {"ms", "tokens/s"}

@@ -304,10 +304,6 @@ EXEMPT = {
     ("measured/H200.csv gemm_fp8 fp8 m=8192 n=1536 k=7168 latency_us", "latency_points.csv dstack_mi300x_sglang_3k8_c128_tpot"):
         "coincidence: cuBLASLt's FP8 GEMM timed on an H200 by measure-gpu (135.91 us, 2026-11-26) against an "
         "MI300X TPOT (135.929 ms, dstackai/benchmarks, 2025-03); other units, other sources",
-    ("anchors.csv B200 mla_prefill published / fp16_tflops",
-     "latency_points.csv dstack_h200_sglang_3k8_c128_ttft / points.csv sglang_h100_prefill_1k"):
-        "coincidence: FlashMLA's published B200 dense prefill over B200's BF16 peak (0.6489) against the ratio of an "
-        "H200 TTFT (ms) to an H100 prefill throughput (tokens/s per node): a ratio of unrelated figures in other units",
     ("devices/B300.toml scaleout_gbps", "latency_points.csv sglang_h100_pd_decode_itl"):
         "coincidence: ConnectX-8's 800 Gb/s = 100 GB/s (NVIDIA datasheet) against an ITL of 'approximately 100 ms'",
     ("devices/GB300.toml scaleout_gbps", "latency_points.csv sglang_h100_pd_decode_itl"):
@@ -328,14 +324,6 @@ EXEMPT = {
         "coincidence: a derived MLA decode row (the H800 FlashMLA row at batch 16, 32,768 tokens scaled by aiter's "
         "published MI300X best case, dsperf.model.derive_table: 428.01 us) against an MI325X TTFT (428.031 ms, "
         "InferenceX); other units, and the row is what the rule computes, not a figure written down",
-    ("anchors.csv MI355X mla_prefill published / fp16_tflops",
-     "points.csv trtllm_b200_min_latency / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_ttft"):
-        "coincidence: aiter's published causal forward on MI355X over its BF16 peak (1398.14 / 2516.6 = 0.5556) "
-        "against the ratio of a B200 one-request throughput (tokens/s per user) to an MI300X TTFT (ms): unrelated "
-        "figures in other units",
-    ("anchors.csv MI355X mla_prefill published / fp16_tflops",
-     "latency_points.csv trtllm_b200_min_latency_tpot / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c4_ttft"):
-        "coincidence: as the match above, with the same B200 figure read as a latency point",
     ("efficiency/MI300X.csv gemm_fp8 fp8 m=192 n=256 k=7168 latency_us", "latency_points.csv ix_mi355x_mori_fp8_8k1k_c8_tpot"):
         "coincidence: a tuned aiter FP8 GEMM time on MI325X (M 192, N 256: 12.254 us, ROCm/aiter "
         "a8w8_blockscale_tuned_gemm_ds_v3.csv) against an MI355X TPOT (12.254 ms, InferenceX run 22047502000); "
@@ -356,10 +344,6 @@ EXEMPT = {
     ("constant serving.simulate(default_efficiency=)",
      "latency_points.csv sglang_h100_pd_decode_itl / latency_points.csv ix_mi300x_sglang_fp8_1k1k_c4_ttft"):
         "coincidence: grounded.DEFAULT_EFFICIENCY as the simulator's default (above)",
-    ("constant serving.ctx_ratio",
-     "points.csv sglang_h20_ep16_bs32 / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c64_ttft"):
-        "coincidence: the simulator's numerical grid of decode contexts 2% apart (1.02) against an H20 throughput (675 tokens/s "
-        "per GPU) over an MI300X TTFT (661.516 ms, added 2026-11-26): a ratio of unrelated figures in other units",
     ("efficiency/B200.csv grouped_masked fp8 m=256 n=7168 k=2048 groups=2 latency_us",
      "latency_points.csv ix_b300_sglang_8k1k_c8_tpot"):
         "coincidence: a derived B200 masked grouped GEMM time (14.838 us, the H800 DeepGEMM curve scaled to vllm PR "
@@ -439,12 +423,6 @@ EXEMPT = {
            ("anchors.csv B200 mla_prefill published / fp16_tflops",
             "latency_points.csv ix_gb300_sglang_8k1k_c4_ttft / latency_points.csv ix_mi300x_sglang_fp8_8k1k_c64_ttft",
             "FlashMLA's B200 prefill figure over the BF16 peak (0.6489) against a GB300 TTFT over an MI300X TTFT"),
-           ("anchors.csv MI300X mla_prefill published / fp16_tflops",
-            "points.csv trtllm_h200_min_latency / latency_points.csv ix_gb300_sglang_1k1k_c32_ttft",
-            "aiter's MI300X prefill figure over the BF16 peak (0.4288) against tokens per user over a TTFT"),
-           ("anchors.csv MI300X mla_prefill published / fp16_tflops",
-            "latency_points.csv trtllm_h200_min_latency_tpot / latency_points.csv ix_gb300_sglang_1k1k_c32_ttft",
-            "aiter's MI300X prefill figure over the BF16 peak (0.4288) against tokens per user over a TTFT"),
            ("anchors.csv RTX4090 gemm_fp8 grouped_contiguous grouped_masked published / fp8_tflops",
             "latency_points.csv ix_gb300_sglang_1k1k_c2048_tpot / latency_points.csv ix_mi325x_sglang_fp8_1k1k_c64_tpot",
             "an RTX 4090 FP8 GEMM figure over its peak (0.4541) against a GB300 TPOT over an MI325X TPOT"),
@@ -460,8 +438,7 @@ EXEMPT = {
                            "latency_points.csv trtllm_h200_min_latency_tpot",
                            "latency_points.csv trtllm_b200_min_latency_tpot")
              for ratio in ("latency_points.csv ix_gb300_sglang_1k1k_c32_tpot / latency_points.csv "
-                           "trtllm5929_b200_fp4_1600_ep8_itl",
-                           "latency_points.csv ix_gb300_sglang_8k1k_c128_ttft / points.csv sglang_h20_ep16_bs48")))},
+                           "trtllm5929_b200_fp4_1600_ep8_itl",)))},
     # The H200 SGLang single-node rows of InferenceX runs 25980019087 and 23552373331 (added 2026-11-29,
     # after every input below was set): table times in microseconds sharing four digits with TPOTs in ms,
     # and ratios of unrelated latencies.
@@ -510,10 +487,18 @@ def exemption(m: "Match") -> str | None:
     return EXEMPT.get((m.where, m.figure.split(" = ")[0]))
 
 
-def published_figures() -> list[tuple[str, float]]:
-    """(point, figure) of every published validation figure, peak and latency sections."""
-    return ([(f"points.csv {p['point']}", p["published"]) for p in validation.load_points()]
-            + [(f"latency_points.csv {p['point']}", p["published"])
+class Figure(NamedTuple):
+    name: str      # "<file> <point>"
+    value: float
+    unit: str      # what it counts, from its metric's declaration (tokens/s or ms)
+
+
+def published_figures() -> list[Figure]:
+    """Every published validation figure, peak and latency sections, with its unit."""
+    return ([Figure(f"points.csv {p['point']}", p["published"], validation.PEAK_METRICS[p["metric"]].unit)
+             for p in validation.load_points()]
+            + [Figure(f"latency_points.csv {p['point']}", p["published"],
+                      validation_latency.METRIC_READS[p["metric"]].unit)
                for p in validation_latency.load_latency_points()])
 
 
@@ -528,17 +513,23 @@ class Match(NamedTuple):
     figure: str   # the published figure, or the ratio of two, it equals
 
 
-def guard(inputs: Iterable[Input], figures: list[tuple[str, float]] = None) -> list[Match]:
+def guard(inputs: Iterable[Input], figures: list[Figure] = None) -> list[Match]:
     """The inputs equal (at DIGITS significant digits) to a published figure, and the dimensionless
-    inputs equal to a ratio of two different published figures; empty when none is."""
+    inputs equal to a ratio of two different published figures in the same unit; empty when none is.
+
+    Only like figures make a ratio an input could have been taken from (a speed-up, a share of a
+    peak): a TTFT in ms over a throughput in tokens/s is no fraction of anything. Across units the
+    ~30,000 ratios of the figures fill about a quarter of the 4-digit values in each decade, so every
+    batch of new figures met some dimensionless input by chance alone."""
     figures = published_figures() if figures is None else figures
     by_value = {}
-    for name, f in figures:
-        by_value.setdefault(sig(f), []).append(f"{name} = {f:g}")
+    for f in figures:
+        by_value.setdefault(sig(f.value), []).append(f"{f.name} = {f.value:g}")
     ratios = {}
-    for (na, a), (nb, b) in itertools.permutations(figures, 2):
-        if sig(a) != sig(b):
-            ratios.setdefault(sig(a / b), []).append(f"{na} / {nb} = {a:g} / {b:g}")
+    for fa, fb in itertools.permutations(figures, 2):
+        if fa.unit == fb.unit and sig(fa.value) != sig(fb.value):
+            ratios.setdefault(sig(fa.value / fb.value), []).append(
+                f"{fa.name} / {fb.name} = {fa.value:g} / {fb.value:g}")
     out = []
     for x in inputs:
         if x.value == 0:

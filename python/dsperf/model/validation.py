@@ -24,6 +24,7 @@ GPUS_PER_NODE = 8
 class PeakMetric(NamedTuple):
     label: str      # as the docs' tables print it
     read: Callable  # (tokens/s per GPU, tokens/s per user, device) -> the published quantity
+    unit: str = "tokens/s"  # what the figure counts (the input guard compares ratios within one unit)
 
 
 # The metrics a peak point may quote, each from the model's tokens/s per GPU and per user on the

@@ -29,6 +29,7 @@ class MetricRead(NamedTuple):
     row: str            # the simulation's percentile row read (P50)
     convert: Callable   # that value -> the published quantity
     bound: str          # the summary's group: a key of BOUND_LABELS
+    unit: str           # what the figure counts (the input guard compares ratios within one unit)
 
 
 # The summary's two groups of metrics: the first token's wait, and the time between tokens.
@@ -38,10 +39,10 @@ BOUND_LABELS = {"ttft": "TTFT", "tpot": "TPOT / ITL / tokens per user"}
 # Each metric a point may publish: the simulation's percentile row it reads (P50), and how that
 # value becomes the published quantity.
 METRIC_READS = {
-    "ttft_p50_ms": MetricRead("median TTFT (ms)", "ttft_ms", lambda v: v, "ttft"),
-    "tpot_p50_ms": MetricRead("median TPOT (ms)", "tpot_ms", lambda v: v, "tpot"),
-    "itl_p50_ms": MetricRead("median ITL (ms)", "itl_ms", lambda v: v, "tpot"),
-    "tps_user": MetricRead("tokens/s per user", "tpot_ms", lambda v: 1000.0 / v, "tpot"),  # from the median TPOT
+    "ttft_p50_ms": MetricRead("median TTFT (ms)", "ttft_ms", lambda v: v, "ttft", "ms"),
+    "tpot_p50_ms": MetricRead("median TPOT (ms)", "tpot_ms", lambda v: v, "tpot", "ms"),
+    "itl_p50_ms": MetricRead("median ITL (ms)", "itl_ms", lambda v: v, "tpot", "ms"),
+    "tps_user": MetricRead("tokens/s per user", "tpot_ms", lambda v: 1000.0 / v, "tpot", "tokens/s"),  # from the median TPOT
 }
 METRICS = tuple(METRIC_READS)
 TEXT_FIELDS = ("point", "source", "device", "metric", "kind", "mode", "overlap", "prefill_overlap", "weight_dtype",

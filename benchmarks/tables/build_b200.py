@@ -27,7 +27,37 @@ row beyond it, and dsperf predict counts the call as clamped); calls between dom
 network table's RDMA rows. With no low-latency rows timed over NVLink, a decode inside the domain
 runs at these normal kernels' rows too.
 
+Measured rows: the routed experts in NVFP4 (grouped_fp4)
+--------------------------------------------------------
+The derived grouped_fp4 rows take the H800's DeepGEMM grouped curve (masked layout below 512 rows an
+expert) scaled to CUTLASS's NVFP4 GEMM at M = 16,384: at a few rows an expert they stream the experts'
+weights at about 2.7 TB/s (8 experts at 16 rows: 73 us for 198 MB). FlashInfer publishes the fused NVFP4
+MoE that SGLang's `--moe-runner-backend flashinfer_trtllm` and TensorRT-LLM run, timed on a B200 at
+DeepSeek-V3's geometry (flashinfer-ai/flashinfer, docs/design_docs/flashinfer_moe_api.md, read at
+01363a68, tables "Cross-backend autotune value" and "Wide-EP: local-only MVP proxy", regenerated
+2026-06-01 with benchmarks/flashinfer_benchmark.py --routine unified_nvfp4_moe; hidden 7,168,
+intermediate 2,048, 256 experts, top-8, NVFP4 with SwiGLU, CUDA-graph timing): `trtllm_fp4_routed`
+(pre-routed: the gate-up GEMM, the activation, the down GEMM and the finalize) at 1-16,384 tokens over
+256 local experts, and at 1, 16 and 4,096 tokens routed within 16 local experts. Those stream 4.4-6.9
+TB/s at a few rows an expert. The rows below are those times, read as grouped GEMMs:
+
+- groups: the experts a step touches under uniform routing, 256 x (1 - (1 - 8/256)^tokens) (16 x
+  (1 - 1/2^tokens) for the 16-expert runs), rounded to a whole expert (assumed: the benchmark draws
+  its routing logits at random and prints no count); m: the rows an expert gets, 8 x tokens / groups;
+- the fused block's time is split between the gate-up GEMM (n 4,096, k 7,168) and the down GEMM
+  (n 7,168, k 2,048) two to one: their weight bytes and their FLOPs are both in that ratio, so the
+  split holds whether a shape is memory- or compute-bound (assumed; the activation and the finalize
+  ride along, and the model's separate activation-quantization call, a few us, is counted twice);
+- one time per shape: at one token both runs touch 8 experts with one row each (42 and 45 us), and
+  the 256-expert run's is kept.
+
+These rows replace every derived row at their two widths (derive_table.render: a measured width is
+the measurement's alone), since the two curves would meet at a step. B300, GB200 and GB300 read them
+as they read the rest of this table (moved by their datasheet rooflines).
+
 Not used, and why:
+- FlashInfer's DeepSeek MoE benchmark tables (PRs #4985 and #5301, bench_moe_deepseek.py): printed on
+  a B300 (the `GPU: NVIDIA B300 SXM6 AC` header of PR #4985's runs), not on this part.
 - DeepEP V2 (main branch README, 2026-04): 643 / 675 GB/s at 24 SMs on an SM100 EP8 node, "logical
   bandwidth" (local traffic included), no larger EP. A different kernel released after the
   deployments this table is validated on were run (their stacks pinned DeepEP V1); a user on V2
@@ -59,11 +89,44 @@ DEEPEP_BLACKWELL = [
 ]
 
 
+FLASHINFER_MOE_DOC = ("flashinfer-ai/flashinfer docs/design_docs/flashinfer_moe_api.md (read at 01363a68; "
+                      "regenerated 2026-06-01 on a B200 with benchmarks/flashinfer_benchmark.py --routine "
+                      "unified_nvfp4_moe, CUDA-graph timing): trtllm_fp4_routed, DeepSeek-V3 geometry (hidden 7168, "
+                      "intermediate 2048, 256 experts, top-8), NVFP4 + SwiGLU, {tokens} tokens over {local} local "
+                      "experts: {ms} ms for the fused block [groups: experts touched under uniform routing; m: "
+                      "8 x tokens / groups; the block split {share} to this GEMM by weight bytes and FLOPs, 2:1 "
+                      "between gate-up and down]")
+MOE_TOP_K = 8
+# (tokens, local experts, ms): the table's TensorRT-LLM column. The 16-expert run's one-token time
+# (0.045 ms) is at the same shape as the 256-expert run's (8 experts, one row each): the latter is kept.
+FLASHINFER_FUSED_MOE = [
+    (1, 256, 0.042), (16, 256, 0.365), (64, 256, 0.822), (128, 256, 0.901), (256, 256, 0.936),
+    (512, 256, 0.942), (1024, 256, 1.306), (2048, 256, 1.311), (4096, 256, 1.711), (16384, 256, 4.613),
+    (16, 16, 0.073), (4096, 16, 0.975),
+]
+# The two GEMMs of a routed expert: (n, k, share of the fused block), gate-up then down.
+MOE_GEMMS = [(4096, 7168, 2 / 3), (7168, 2048, 1 / 3)]
+
+
+def experts_touched(tokens: int, local: int) -> int:
+    """Experts of `local` a step of `tokens` touches under uniform top-8 routing, to a whole expert."""
+    return round(local * (1 - (1 - MOE_TOP_K / local) ** tokens))
+
+
 def measured() -> list[dict]:
     """The measured rows, as read_table_rows gives them."""
-    return [{"family": f, "ep": float(ranks), "gbps": gbps, "link_gbps": NVLINK5_GBPS, "basis": "measured",
+    rows = [{"family": f, "ep": float(ranks), "gbps": gbps, "link_gbps": NVLINK5_GBPS, "basis": "measured",
              "source": HYBRID_EP_README.format(platform=platform, ranks=ranks, note=note)}
             for f, ranks, gbps, platform, note in DEEPEP_BLACKWELL]
+    for tokens, local, ms in FLASHINFER_FUSED_MOE:
+        groups = experts_touched(tokens, local)
+        for n, k, share in MOE_GEMMS:
+            rows.append({"family": "grouped_fp4", "m": round(MOE_TOP_K * tokens / groups, 4), "n": float(n),
+                         "k": float(k), "groups": float(groups), "dtype": "fp8",
+                         "latency_us": round(ms * 1e3 * share, 3), "basis": "measured",
+                         "source": FLASHINFER_MOE_DOC.format(tokens=tokens, local=local, ms=ms,
+                                                             share="two thirds" if share > 0.5 else "one third")})
+    return rows
 
 
 def check() -> list[str]:

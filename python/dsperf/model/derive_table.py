@@ -199,16 +199,24 @@ def _own_notes(target: str) -> list[str]:
         return [line for line in f if line.startswith("#") and not line.startswith(_GENERATED_NOTES)]
 
 
+def _width(row: dict):
+    """A GEMM row's width, (family, n, k), or None for a family without one (attention, all-to-all)."""
+    return (row["family"], row["n"], row["k"]) if row.get("n") and row.get("k") else None
+
+
 def render(target: str, measured: list[dict] | None = None) -> str:
     """target's table: the derived rows, then its measured rows (`measured`, or the shipped file's
     measured rows when None, so that a regeneration keeps them). A derived row at the shape of a
-    measured row is left out: the measurement replaces it."""
+    measured row is left out: the measurement replaces it; so is every derived row of a GEMM width
+    (family, n, k) that has measured rows: a measured curve over that width's shapes replaces the
+    transferred one there whole, rather than meeting it at a step between two sources."""
     from .grounded import row_label
 
     measured = measured_rows(target) if measured is None else measured
     notes = _own_notes(target)
     taken = {row_label(r) for r in measured}
-    rows = [r for r in derive(target) if row_label(r) not in taken]
+    widths = {_width(r) for r in measured if _width(r) is not None}
+    rows = [r for r in derive(target) if row_label(r) not in taken and _width(r) not in widths]
     columns = OUT_COLUMNS + tuple(c for c in MEASURED_EXTRA_COLUMNS if any(c in r for r in measured))
     buf = io.StringIO()
     buf.write(f"# Kernel efficiency rows for {target}, derived (dsperf.model.derive_table): each {HOPPER_TABLE} row's "

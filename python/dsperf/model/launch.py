@@ -11,7 +11,7 @@ than predicted).
 
 What is emitted is the parallel layout and the options the prediction depends on, the memory share
 among them: the row's `mem_fraction` (the share of each GPU's memory the explorer gave weights and
-KV cache, which set its batch limit) in each stack's own terms (memory_options). Paths, hosts and
+KV cache, which set its batch limit) in each stack's own terms (MEMORY_SEMANTICS). Paths, hosts and
 ports are the operator's and are left as placeholders.
 """
 from __future__ import annotations
@@ -126,7 +126,8 @@ def trtllm_free_fraction(lay: dict, gpus: int, attn_tp: int) -> float:
     the weights are loaded: KV = fraction x (memory - weights). Hence (share x memory - weights) /
     (memory - weights)."""
     room = kv_room_gib(lay, gpus, attn_tp)
-    return room / (lay["mem_gib"] - weights_gib(lay, gpus, attn_tp))
+    weights = lay["mem_fraction"] * lay["mem_gib"] - room
+    return room / (lay["mem_gib"] - weights)
 
 
 # How each engine's memory option differs from dsperf's share (weights and KV cache only), where it does.

@@ -155,7 +155,7 @@ def test_derived_rows_name_both_sources_and_stay_under_the_roofline():
     assert len(comm) == 6 and all(r["basis"] == "measured" and r["link_gbps"] == 900 and "DeepEP" in r["source"]
                                   for r in comm)
     moe = [r for r in rows if r["family"] == "grouped_fp4"]
-    assert len(moe) == 24 and all(r["basis"] == "measured" and "flashinfer_moe_api.md" in r["source"] for r in moe)
+    assert len(moe) == 50 and all(r["basis"] == "measured" and "flashinfer" in r["source"] for r in moe)
     rows = [r for r in rows if r not in comm]
     assert all(r["basis"] == "derived" and r["source"] and r["source2"] for r in rows if r not in moe)
     for r in rows:
@@ -163,23 +163,34 @@ def test_derived_rows_name_both_sources_and_stay_under_the_roofline():
 
 
 def test_the_nvfp4_expert_rows_are_flashinfers_fused_block_split_by_work():
-    """Each published fused-MoE time (FlashInfer's B200 table) is two rows at the shape uniform routing
-    gives, the gate-up GEMM two thirds of it and the down GEMM one third, and they replace the derived
-    rows at those widths whole (derive_table.render)."""
+    """Each published fused-MoE time (FlashInfer's B200 table, and PR #4985's B300 runs) is two rows at
+    the shape uniform routing gives (the B300's: the experts it printed), the gate-up GEMM two thirds of
+    it and the down GEMM one third, and they replace the derived rows at those widths whole
+    (derive_table.render)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("build_b200", ROOT / "benchmarks" / "tables" / "build_b200.py")
     b = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(b)
-    rows = [r for r in grounded.read_table_rows(DATA / "efficiency" / "B200.csv") if r["family"] == "grouped_fp4"]
+    rows = [r for r in grounded.read_table_rows(DATA / "efficiency" / "B200.csv") if r["family"] == "grouped_fp4"
+            and r.get("measured_on") != "B300"]
     assert b.experts_touched(1, 256) == 8 and b.experts_touched(16, 16) == 16 and b.experts_touched(4096, 256) == 256
     for tokens, local, ms in b.FLASHINFER_FUSED_MOE:
         g = b.experts_touched(tokens, local)
         pair = [r for r in rows if r["groups"] == g and r["m"] == pytest.approx(8 * tokens / g, abs=1e-4)]
         assert sorted((r["n"], r["latency_us"]) for r in pair) == [
             (4096.0, pytest.approx(ms * 1e3 * 2 / 3, abs=1e-3)), (7168.0, pytest.approx(ms * 1e3 / 3, abs=1e-3))]
+    # The B300 runs: at the experts they printed, read against the B300's roofline.
+    b300 = [r for r in grounded.read_table_rows(DATA / "efficiency" / "B200.csv")
+            if r["family"] == "grouped_fp4" and r.get("measured_on") == "B300"]
+    assert len(b300) == 2 * len(b.FLASHINFER_FUSED_MOE_B300) and all("PR #4985" in r["source"] for r in b300)
+    for tokens, active, ms in b.FLASHINFER_FUSED_MOE_B300:
+        pair = [r for r in b300 if r["groups"] == active and r["m"] == pytest.approx(max(tokens, active) / active,
+                                                                                      abs=1e-4)]
+        assert sorted((r["n"], r["latency_us"]) for r in pair) == [
+            (4096.0, pytest.approx(ms * 1e3 * 2 / 3, abs=1e-3)), (7168.0, pytest.approx(ms * 1e3 / 3, abs=1e-3))]
     # No derived row is left at the measured widths.
-    assert {(r["n"], r["k"]) for r in rows} == {(4096.0, 7168.0), (7168.0, 2048.0)}
+    assert {(r["n"], r["k"]) for r in rows + b300} == {(4096.0, 7168.0), (7168.0, 2048.0)}
     derived = derive_table.derive("B200")
     assert any(r["family"] == "grouped_fp4" for r in derived)   # the rule still gives them; render drops them
 

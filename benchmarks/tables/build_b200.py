@@ -51,13 +51,28 @@ TB/s at a few rows an expert. The rows below are those times, read as grouped GE
 - one time per shape: at one token both runs touch 8 experts with one row each (42 and 45 us), and
   the 256-expert run's is kept.
 
+Fewer experts a GPU: the B200 runs start at 8 experts with a row each, while the busiest GPU of an EP8
+step at one request holds about 3, and a wide-EP decode GPU a handful. FlashInfer's DeepSeek MoE
+benchmark (PR #4985, bench_moe_deepseek.py, its description's "Inference per-tensor run 1", printed
+for `GPU: NVIDIA B300 SXM6 AC`: EP8 simulated as 32 local experts of 256, top-8, CUDA graphs and
+CUPTI, its TensorRT-LLM NVFP4 column with routing and the input's FP4 quantization timed in) prints
+the experts each token count touched, from 2 at one token to all 32 from 256 tokens: at 2 experts
+the block takes 26 us, 13 us an expert against about 5 at 8 and more, the fixed part of a launch
+that the 8-expert rows cannot show. Those thirteen times are rows too, timed on a B300 (measured_on
+B300: the lookup reads each row against the roofline of the GPU that timed it, as the H800 table's
+BF16 rows timed on an H200), at groups = the printed active experts and m = the rows an active
+expert gets, max(tokens, active) / active (the benchmark counts tokens x 8 x 32/256 = tokens local
+rows; at least one an active expert); the same 2:1 split. Routing is inside these times (about 6
+us at one token on the B200, by the design document's cross-check), so they price small steps a
+little high.
+
 These rows replace every derived row at their two widths (derive_table.render: a measured width is
 the measurement's alone), since the two curves would meet at a step. B300, GB200 and GB300 read them
 as they read the rest of this table (moved by their datasheet rooflines).
 
 Not used, and why:
-- FlashInfer's DeepSeek MoE benchmark tables (PRs #4985 and #5301, bench_moe_deepseek.py): printed on
-  a B300 (the `GPU: NVIDIA B300 SXM6 AC` header of PR #4985's runs), not on this part.
+- FlashInfer's PR #5301 (the same benchmark against an MXFP8 baseline): the same B300 runs' NVFP4
+  column within a few percent of PR #4985's.
 - DeepEP V2 (main branch README, 2026-04): 643 / 675 GB/s at 24 SMs on an SM100 EP8 node, "logical
   bandwidth" (local traffic included), no larger EP. A different kernel released after the
   deployments this table is validated on were run (their stacks pinned DeepEP V1); a user on V2
@@ -106,6 +121,19 @@ FLASHINFER_FUSED_MOE = [
 ]
 # The two GEMMs of a routed expert: (n, k, share of the fused block), gate-up then down.
 MOE_GEMMS = [(4096, 7168, 2 / 3), (7168, 2048, 1 / 3)]
+FLASHINFER_MOE_B300 = ("flashinfer-ai/flashinfer PR #4985 (bench: compare DeepSeek MoE against pure TRTLLM BF16), "
+                       "description, Inference per-tensor run 1, GPU: NVIDIA B300 SXM6 AC, bench_moe_deepseek.py with "
+                       "CUDA graphs and CUPTI: TRTLLM NVFP4 (routing and the input's FP4 quantization timed), "
+                       "DeepSeek-V3 geometry, EP=8 simulated as 32 local experts, {tokens} tokens touching {active} "
+                       "local experts: {ms} ms for the fused block [m: max(tokens, active) / active, the benchmark's "
+                       "tokens x 8 x 32/256 local rows; the block split {share} to this GEMM, 2:1 between gate-up and "
+                       "down]")
+# (tokens, local experts the run printed as active, ms): PR #4985's run 1, TRTLLM NVFP4.
+FLASHINFER_FUSED_MOE_B300 = [
+    (1, 2, 0.026), (2, 4, 0.036), (4, 7, 0.051), (8, 10, 0.064), (16, 13, 0.076), (32, 21, 0.106),
+    (64, 29, 0.139), (128, 30, 0.144), (256, 32, 0.154), (512, 32, 0.164), (1024, 32, 0.295),
+    (2048, 32, 0.299), (4096, 32, 0.309),
+]
 
 
 def experts_touched(tokens: int, local: int) -> int:
@@ -118,14 +146,21 @@ def measured() -> list[dict]:
     rows = [{"family": f, "ep": float(ranks), "gbps": gbps, "link_gbps": NVLINK5_GBPS, "basis": "measured",
              "source": HYBRID_EP_README.format(platform=platform, ranks=ranks, note=note)}
             for f, ranks, gbps, platform, note in DEEPEP_BLACKWELL]
+    share_name = lambda share: "two thirds" if share > 0.5 else "one third"  # noqa: E731
     for tokens, local, ms in FLASHINFER_FUSED_MOE:
         groups = experts_touched(tokens, local)
         for n, k, share in MOE_GEMMS:
             rows.append({"family": "grouped_fp4", "m": round(MOE_TOP_K * tokens / groups, 4), "n": float(n),
                          "k": float(k), "groups": float(groups), "dtype": "fp8",
                          "latency_us": round(ms * 1e3 * share, 3), "basis": "measured",
-                         "source": FLASHINFER_MOE_DOC.format(tokens=tokens, local=local, ms=ms,
-                                                             share="two thirds" if share > 0.5 else "one third")})
+                         "source": FLASHINFER_MOE_DOC.format(tokens=tokens, local=local, ms=ms, share=share_name(share))})
+    for tokens, active, ms in FLASHINFER_FUSED_MOE_B300:
+        for n, k, share in MOE_GEMMS:
+            rows.append({"family": "grouped_fp4", "m": round(max(tokens, active) / active, 4), "n": float(n),
+                         "k": float(k), "groups": float(active), "dtype": "fp8",
+                         "latency_us": round(ms * 1e3 * share, 3), "basis": "measured", "measured_on": "B300",
+                         "source": FLASHINFER_MOE_B300.format(tokens=tokens, active=active, ms=ms,
+                                                              share=share_name(share))})
     return rows
 
 

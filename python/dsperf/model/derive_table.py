@@ -224,8 +224,10 @@ def render(target: str, measured: list[dict] | None = None) -> str:
               f"{HOPPER_TABLE} row of the family. Regenerate: python -m dsperf.model.derive_table {target}\n")
     buf.writelines(notes)
     if measured:
+        elsewhere = ("; a row naming measured_on was timed on that part and is read against its roofline"
+                     if any(r.get("measured_on") for r in measured) else "")
         buf.write(f"# Then {len(measured)} measured rows (basis measured: timed on this device, each with its "
-                  "source); a regeneration keeps them.\n")
+                  f"source{elsewhere}); a regeneration keeps them.\n")
     w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     for r in rows + [dict(r) for r in measured]:

@@ -71,8 +71,8 @@ the measurement's alone), since the two curves would meet at a step. B300, GB200
 as they read the rest of this table (moved by their datasheet rooflines).
 
 Not used, and why:
-- FlashInfer's PR #5301 (the same benchmark against an MXFP8 baseline): the same B300 runs' NVFP4
-  column within a few percent of PR #4985's.
+- FlashInfer's PR #5301 (the same benchmark against an MXFP8 baseline; its GPU was not read): its
+  TensorRT-LLM NVFP4 column agrees with PR #4985's within 9% at every token count, so it adds no shape.
 - DeepEP V2 (main branch README, 2026-04): 643 / 675 GB/s at 24 SMs on an SM100 EP8 node, "logical
   bandwidth" (local traffic included), no larger EP. A different kernel released after the
   deployments this table is validated on were run (their stacks pinned DeepEP V1); a user on V2

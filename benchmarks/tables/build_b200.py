@@ -62,9 +62,11 @@ that the 8-expert rows cannot show. Those thirteen times are rows too, timed on 
 B300: the lookup reads each row against the roofline of the GPU that timed it, as the H800 table's
 BF16 rows timed on an H200), at groups = the printed active experts and m = the rows an active
 expert gets, max(tokens, active) / active (the benchmark counts tokens x 8 x 32/256 = tokens local
-rows; at least one an active expert); the same 2:1 split. Routing is inside these times (about 6
-us at one token on the B200, by the design document's cross-check), so they price small steps a
-little high.
+rows; at least one an active expert); the same 2:1 split. Routing is inside these times, as it is
+where SGLang's flashinfer_trtllm runner and TensorRT-LLM call the kernel (the router's logits in, the
+top-k bypassed outside it); the B200 runs leave it out (about 6 us at one token and 0.11 ms at 1,024
+tokens, by the design document's own cross-check of the two entry points), so those rows price a step
+a little low.
 
 These rows replace every derived row at their two widths (derive_table.render: a measured width is
 the measurement's alone), since the two curves would meet at a step. B300, GB200 and GB300 read them

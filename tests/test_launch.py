@@ -349,9 +349,8 @@ def test_a_row_without_a_share_takes_the_default_and_says_so():
     assert any("no mem_fraction" in n and "assumed" in n for n in L.notes)
 
 
-@pytest.mark.parametrize("bad", [1.5, -0.5, "x", 0.01])
+@pytest.mark.parametrize("bad", [1.5, -0.5, "x", 0.01, float("nan"), float("inf")])
 def test_a_bad_share_is_refused_by_name(bad):
-    # (A NaN in a frame's row is a missing value: the default, with its note, as above.)
     with pytest.raises((ValueError, TypeError), match="mem_fraction"):
         launch.emit(_h200_row(mem_fraction=bad), "sglang")
 

@@ -254,9 +254,8 @@ def _axes(pairs, *, ep, redundant_experts, attn_tp, mtp, kv_fp8, overlap, batch,
                   for e, r in zip(eps, reds)]
     else:
         groups = [(eps, reds, imbalances)]
-    share = SM.memory_reserve if mem_fraction is None else grounded._field("mem_fraction", mem_fraction)
     return _Axes(labels, eps, reds, tps, mtp_n, mtp_a, kvs, ovs, batches, imbalances, weights, dense_tps, moe_tps,
-                 prices, overhead, groups, share)
+                 prices, overhead, groups, grounded.mem_share(mem_fraction))
 
 
 def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:

@@ -87,6 +87,12 @@ def _field(name, value, lo=None):
     return _check_real(name, value, flo if lo is None else max(flo, lo), hi)
 
 
+def mem_share(value=None) -> float:
+    """The share of each GPU's memory the stack gives weights and KV cache: `value` checked against
+    the Deployment field's bounds (naming mem_fraction), or the model's assumed default where None."""
+    return SM.memory_reserve if value is None else _field("mem_fraction", value)
+
+
 def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens=16384, prompt_len=4096,
                 cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
                 attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",

@@ -90,9 +90,10 @@ def _layout(row: Mapping) -> dict:
         "mem_gib": float(spec.mem_gb),
     }
     # The memory share the row's batch limit was computed with (a row of explore.search carries it;
-    # a row written by hand takes the grounded model's default, as the explorer would).
-    given = _get(row, "mem_fraction")
-    lay["mem_fraction"] = grounded.SM.memory_reserve if given is None else grounded._field("mem_fraction", given)
+    # a row without the field takes the grounded model's default, as the explorer would). A NaN
+    # there is a value, not an absence: mem_share refuses it by name.
+    given = row.get("mem_fraction") if hasattr(row, "get") else None
+    lay["mem_fraction"] = grounded.mem_share(given)
     lay["mem_fraction_given"] = given is not None
     lay["nodes"] = max(1, math.ceil(ep / lay["gpus_per_node"]))
     # Requests each attention group runs at once: the batch per GPU times the GPUs of a TP group.

@@ -70,7 +70,7 @@ def test_trtllm_matches_its_published_h200_max_throughput_settings():
     # Differs: the practice sets max_num_tokens 1151, a chunk size an aggregated explorer row does not
     # choose; dsperf writes none. Its only notes are the memory option's (this row gives no share).
     assert "max_num_tokens" not in yaml
-    assert L.notes == [launch.MEMORY_SEMANTICS["trtllm"]] + [n for n in L.notes if "no mem_fraction" in n]
+    assert L.notes == [launch.STACKS["trtllm"].memory_note] + [n for n in L.notes if "no mem_fraction" in n]
 
 
 def test_mtp_fp8_kv_and_overlap_reach_every_stack():
@@ -99,7 +99,7 @@ def test_nvfp4_expert_rows_name_the_fp4_checkpoint_whatever_the_weights_elsewher
 
 @pytest.mark.parametrize("stack", ["sglang", "vllm", "trtllm", "dynamo"])
 def test_attention_ffn_disaggregation_is_refused_naming_feature_and_stack(stack):
-    with pytest.raises(ValueError, match=r"attention-FFN disaggregation.*" + launch.STACK_NAMES[stack]):
+    with pytest.raises(ValueError, match=r"attention-FFN disaggregation.*" + launch.STACKS[stack].name):
         launch.emit(_row(kind="afd"), stack)
 
 
@@ -109,7 +109,7 @@ def test_other_vendors_parts_get_no_export_of_the_cuda_flags(stack, device, vend
     """The flags written were read from each stack's documentation for NVIDIA GPUs: an AMD or Ascend
     row is refused, naming the device, its vendor, the stack and the build whose flags differ."""
     with pytest.raises(ValueError, match=rf"device {device} \({vendor}\): dsperf has no "
-                                         rf"{launch.STACK_NAMES[stack]} export.*{build} build"):
+                                         rf"{launch.STACKS[stack].name} export.*{build} build"):
         launch.emit(_row(device=device, ep=8, redundant_experts=0, prefill_ep=None), stack)
 
 

@@ -197,6 +197,22 @@ def test_decode_memory_limit_uses_the_stored_weights():
     assert not too_many["fits_memory"]
 
 
+@pytest.mark.parametrize("kw", [dict(device="H800", ep=128, batch=128, kv_len=4989),
+                                dict(device="B200", ep=8, attn_tp=8, moe_tp=2, weight_dtype="fp4_bf16", batch=4,
+                                     kv_len=2048, kv_fp8=True, dense_tp=8, mem_fraction=0.85)])
+def test_memory_alone_gives_the_memory_fields_decode_prices(kw):
+    """grounded.memory computes a deployment's memory without pricing a kernel: the same figures as
+    decode's memory fields, and its arguments are checked the same way."""
+    alone, step = grounded.memory(**kw), grounded.decode(**kw)
+    assert set(alone) == {"weights_gib", "kv_gib", "kv_bytes_per_token", "batch_limit", "fits_memory"}
+    for key, value in alone.items():
+        assert value == step[key], key
+    with pytest.raises(ValueError, match="mem_fraction"):
+        grounded.memory(**{**kw, "mem_fraction": 1.5})
+    with pytest.raises(ValueError, match="ep"):
+        grounded.memory(**{**kw, "ep": 0})
+
+
 def test_prefill_physics():
     base = grounded.prefill("DeepSeek-V3", "H800", tokens=16384, prompt_len=4096, ep=32)
     longer = grounded.prefill("DeepSeek-V3", "H800", tokens=16384, prompt_len=16384, ep=32)

@@ -298,4 +298,18 @@ void bind_step_model(py::module_& root) {
             return out;
         },
         py::arg("model"), py::arg("device"), py::arg("tables"), py::arg("deployment"));
+    m.def(
+        "memory",
+        [](const ModelConfig& mc, const DeviceSpec& d, const Deployment& dep) {
+            mc.validate();
+            d.validate();
+            dep.validate(mc, d);
+            StepResult r;
+            memory(mc, d, dep, r);
+            return py::dict(py::arg("weights_gib") = r.weights_gib, py::arg("kv_gib") = r.kv_gib,
+                            py::arg("kv_bytes_per_token") = r.kv_bytes_per_token,
+                            py::arg("batch_limit") = r.batch_limit, py::arg("fits_memory") = r.fits_memory);
+        },
+        py::arg("model"), py::arg("device"), py::arg("deployment"),
+        "A deployment's memory per GPU alone (the memory fields of step, no kernel priced)");
 }

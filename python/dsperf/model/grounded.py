@@ -181,6 +181,20 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     return _run(model, device, dep, default_efficiency)
 
 
+def memory(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=1, kv_len=1, ep=8, attn_tp=1,
+           redundant_experts=0, kv_fp8=False, weight_dtype="fp8", dense_tp=1, moe_tp=1, mem_fraction=None) -> dict:
+    """A decode deployment's memory per GPU alone, no kernel priced (the memory fields decode returns):
+    weights_gib, kv_gib (the batch's latent cache at kv_len), kv_bytes_per_token, batch_limit and
+    fits_memory. The weights do not depend on batch or kv_len. Arguments as decode's."""
+    dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
+                      redundant_experts=redundant_experts, kv_fp8=kv_fp8, weight_dtype=weight_dtype,
+                      dense_tp=dense_tp, moe_tp=moe_tp, mem_fraction=mem_fraction)
+    spec = load_device(device, "corrected") if not isinstance(device, DeviceSpec) else device
+    out = SM.memory(load_model(model), spec, dep)  # validates the deployment (names the field)
+    finite_results("grounded.memory", out)
+    return out
+
+
 def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, prompt_len=4096, cached_prefix=0,
             ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, imbalance=1.0,
             comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1, eager_launch_us=0.0,

@@ -4,14 +4,14 @@
 MTP, KV dtype, overlap, redundant experts, and for disaggregated serving the prefill layout) into
 the commands or config files of SGLang, vLLM or TensorRT-LLM, or of NVIDIA Dynamo running one of
 them (launch_dynamo.py). Each stack's options were read from
-its own documentation, whose version is named in STACKS; where a stack has no option for what the
+its own documentation, whose version each Stack in STACKS names; where a stack has no option for what the
 prediction assumed, the export either refuses (a layout the stack cannot run: an error naming the
 feature and the stack) or says so in `notes` (an optimisation the stack lacks, so it runs slower
 than predicted).
 
 What is emitted is the parallel layout and the options the prediction depends on, the memory share
 among them: the row's `mem_fraction` (the share of each GPU's memory the explorer gave weights and
-KV cache, which set its batch limit) in each stack's own terms (MEMORY_SEMANTICS). Paths, hosts and
+KV cache, which set its batch limit) in each stack's own terms (Stack.memory_note). Paths, hosts and
 ports are the operator's and are left as placeholders.
 """
 from __future__ import annotations
@@ -25,19 +25,40 @@ from typing import Mapping
 from . import grounded
 from .devices import device_metadata, load_device
 
-# Where each stack's option names come from (read 2026-11-26).
+
+@dataclass(frozen=True)
+class Stack:
+    """One serving stack, declared once: what every part of the export says of it."""
+    name: str                        # as the stack spells itself
+    source: str                      # where its option names come from (read 2026-11-26)
+    memory_note: str | None = None   # how its memory option differs from dsperf's share (None: it is that share)
+    router: str | None = None        # what joins its own prefill and decode instances (None: nothing to add)
+
+
 STACKS = {
-    "sglang": "SGLang 0.5 server arguments (docs.sglang.io: server_arguments, expert_parallelism, "
-              "speculative decoding, PD disaggregation)",
-    "vllm": "vLLM 0.12 (docs.vllm.ai/en/v0.12.0: serving/expert_parallel_deployment, engine arguments, "
-            "config/parallel EPLBConfig, speculative decoding, disaggregated prefill with NixlConnector)",
-    "trtllm": "TensorRT-LLM 1.x PyTorch backend, trtllm-serve --extra_llm_api_options YAML (LLM API reference, "
-              "DeepSeek-R1 best-performance practice)",
-    "dynamo": "NVIDIA Dynamo 1.x (docs.nvidia.com/dynamo v1.5; ai-dynamo/dynamo: "
-              "docs/backends/sglang/dsr1-wideep-h100.md @119290c, recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml "
-              "@08ebb8b, recipes/deepseek-r1/vllm/disagg/deploy_hopper_16gpu.yaml @0044eb9, "
-              "recipes/deepseek-r1/trtllm/disagg/wide_ep/gb200/deploy.yaml @09783f6, "
-              "examples/backends/vllm/launch/disagg.sh @11bc2e8, DynamoGraphDeployment nvidia.com/v1alpha1)",
+    # --mem-fraction-static is the share dsperf models; its router needs no note (documented there).
+    "sglang": Stack("SGLang", "SGLang 0.5 server arguments (docs.sglang.io: server_arguments, expert_parallelism, "
+                              "speculative decoding, PD disaggregation)"),
+    "vllm": Stack("vLLM", "vLLM 0.12 (docs.vllm.ai/en/v0.12.0: serving/expert_parallel_deployment, engine arguments, "
+                          "config/parallel EPLBConfig, speculative decoding, disaggregated prefill with NixlConnector)",
+                  memory_note="vLLM's --gpu-memory-utilization also holds its activations and CUDA graphs: its KV "
+                              "cache comes out smaller than the prediction's by them, and its batch limit lower",
+                  router="a router in front of the prefill and decode instances is the operator's (vLLM's "
+                         "disaggregated-prefill proxy, llm-d or Dynamo)"),
+    "trtllm": Stack("TensorRT-LLM", "TensorRT-LLM 1.x PyTorch backend, trtllm-serve --extra_llm_api_options YAML (LLM "
+                                    "API reference, DeepSeek-R1 best-performance practice)",
+                    memory_note="free_gpu_memory_fraction is of the memory left once weights and activation buffers "
+                                "are loaded (written from the weights dsperf prices): the activations make its KV "
+                                "cache somewhat smaller than the prediction's",
+                    router="trtllm-serve disaggregated (context and generation servers) joins the two: its config "
+                           "names their URLs"),
+    "dynamo": Stack("NVIDIA Dynamo", "NVIDIA Dynamo 1.x (docs.nvidia.com/dynamo v1.5; ai-dynamo/dynamo: "
+                                     "docs/backends/sglang/dsr1-wideep-h100.md @119290c, "
+                                     "recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml @08ebb8b, "
+                                     "recipes/deepseek-r1/vllm/disagg/deploy_hopper_16gpu.yaml @0044eb9, "
+                                     "recipes/deepseek-r1/trtllm/disagg/wide_ep/gb200/deploy.yaml @09783f6, "
+                                     "examples/backends/vllm/launch/disagg.sh @11bc2e8, DynamoGraphDeployment "
+                                     "nvidia.com/v1alpha1)"),
 }
 # The checkpoint each weight format serves from: NVIDIA's NVFP4 one for NVFP4 experts, DeepSeek's
 # own otherwise (its FP8 weights; a BF16 deployment upcasts them).
@@ -104,9 +125,9 @@ def _layout(row: Mapping) -> dict:
 def weights_gib(lay: dict, gpus: int, attn_tp: int) -> float:
     """GiB of weights on each GPU of an instance of `gpus` GPUs at attention TP attn_tp (the grounded
     model's memory fields, which do not depend on the batch)."""
-    return float(grounded.decode(device=lay["device"], batch=1, kv_len=1, ep=gpus, attn_tp=attn_tp,
-                                 redundant_experts=lay["redundant"], weight_dtype=lay["weight"],
-                                 dense_tp=max(lay["dense_tp"], attn_tp), moe_tp=lay["moe_tp"])["weights_gib"])
+    return float(grounded.memory(device=lay["device"], ep=gpus, attn_tp=attn_tp, redundant_experts=lay["redundant"],
+                                 weight_dtype=lay["weight"], dense_tp=max(lay["dense_tp"], attn_tp),
+                                 moe_tp=lay["moe_tp"])["weights_gib"])
 
 
 def kv_room_gib(lay: dict, gpus: int, attn_tp: int) -> float:
@@ -131,31 +152,24 @@ def trtllm_free_fraction(lay: dict, gpus: int, attn_tp: int) -> float:
     return room / (lay["mem_gib"] - weights)
 
 
-# How each engine's memory option differs from dsperf's share (weights and KV cache only), where it does.
-MEMORY_SEMANTICS = {
-    "sglang": None,     # --mem-fraction-static is the share dsperf models
-    "vllm": "vLLM's --gpu-memory-utilization also holds its activations and CUDA graphs: its KV cache comes out "
-            "smaller than the prediction's by them, and its batch limit lower",
-    "trtllm": "free_gpu_memory_fraction is of the memory left once weights and activation buffers are loaded "
-              "(written from the weights dsperf prices): the activations make its KV cache somewhat smaller than "
-              "the prediction's",
-}
-
-
 def _memory_notes(lay: dict, engine: str) -> list[str]:
     """What to tell the operator about the memory option of `engine` (an ENGINES key)."""
-    notes = [] if MEMORY_SEMANTICS[engine] is None else [MEMORY_SEMANTICS[engine]]
+    note = STACKS[engine].memory_note
+    notes = [] if note is None else [note]
     if not lay["mem_fraction_given"]:
         notes.append(f"the row has no mem_fraction: the grounded model's default share {lay['mem_fraction']:g} "
                      "(assumed) is written")
     return notes
 
 
+def _spelled(stack: str) -> str:
+    """A stack as it spells itself: a STACKS key, or already a phrase (Dynamo's "NVIDIA Dynamo with its
+    vLLM backend")."""
+    return STACKS[stack].name if stack in STACKS else stack
+
+
 def _refuse(feature: str, stack: str, why: str):
-    raise ValueError(f"{feature}: {STACK_NAMES.get(stack, stack)} cannot run this layout ({why})")
-
-
-STACK_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM", "dynamo": "NVIDIA Dynamo"}
+    raise ValueError(f"{feature}: {_spelled(stack)} cannot run this layout ({why})")
 
 
 # The builds the stacks' flags above were not read for: each vendor's own build of the stack takes
@@ -166,7 +180,7 @@ OTHER_BUILDS = {"amd": "its ROCm build (other attention, fused-MoE and all-to-al
 
 def _common_checks(lay: dict, stack: str) -> None:
     if lay["vendor"] in OTHER_BUILDS:
-        raise ValueError(f"device {lay['device']} ({lay['vendor']}): dsperf has no {STACK_NAMES.get(stack, stack)} "
+        raise ValueError(f"device {lay['device']} ({lay['vendor']}): dsperf has no {STACKS[stack].name} "
                          "export for it: the flags it writes are those of the stack's NVIDIA-GPU build, read from "
                          f"its documentation for NVIDIA GPUs, not those of {OTHER_BUILDS[lay['vendor']]}")
     if lay["kind"] == "afd":
@@ -391,22 +405,16 @@ NATIVE_HEADS = {
     "vllm": lambda lay, inst: [f"vllm serve {MODEL_PATHS[lay['weight']]}"],
     "trtllm": _trtllm_serve,
 }
-# What joins a native prefill and decode instance (SGLang's needs no note: its router is documented there).
-NATIVE_ROUTERS = {
-    "vllm": "a router in front of the prefill and decode instances is the operator's (vLLM's "
-            "disaggregated-prefill proxy, llm-d or Dynamo)",
-    "trtllm": "trtllm-serve disaggregated (context and generation servers) joins the two: its config names their URLs",
-}
 
 
 def _native(stack: str):
     def emitter(lay: dict) -> Launch:
         eng = ENGINES[stack](lay, stack)
-        L = Launch(stack, {}, files=eng.files, notes=list(eng.notes), source=STACKS[stack])
+        L = Launch(stack, {}, files=eng.files, notes=list(eng.notes), source=STACKS[stack].source)
         for role, inst in eng.instances.items():
             L.roles[role] = _join(NATIVE_HEADS[stack](lay, inst) + inst.args)
-        if "prefill" in eng.instances and stack in NATIVE_ROUTERS:
-            L.notes.append(NATIVE_ROUTERS[stack])
+        if "prefill" in eng.instances and STACKS[stack].router is not None:
+            L.notes.append(STACKS[stack].router)
         return L
     return emitter
 

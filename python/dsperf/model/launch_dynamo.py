@@ -48,7 +48,6 @@ def _trtllm_roles(lay: dict, role: str, inst: Instance, config_dir: str) -> list
 
 @dataclass(frozen=True)
 class Backend:
-    name: str                 # as STACK_NAMES spells the engine
     module: str               # the Dynamo worker: python3 -m <module>
     model_flag: str
     image: str                # Dynamo's runtime container for this engine
@@ -57,11 +56,11 @@ class Backend:
 
 
 BACKENDS = {
-    "sglang": Backend("SGLang", "dynamo.sglang", "--model-path", "nvcr.io/nvidia/ai-dynamo/sglang-runtime:<version>",
+    "sglang": Backend("dynamo.sglang", "--model-path", "nvcr.io/nvidia/ai-dynamo/sglang-runtime:<version>",
                       _sglang_roles),
-    "vllm": Backend("vLLM", "dynamo.vllm", "--model", "nvcr.io/nvidia/ai-dynamo/vllm-runtime:<version>",
+    "vllm": Backend("dynamo.vllm", "--model", "nvcr.io/nvidia/ai-dynamo/vllm-runtime:<version>",
                     _vllm_roles, ("--data-parallel-hybrid-lb",)),
-    "trtllm": Backend("TensorRT-LLM", "dynamo.trtllm", "--model-path",
+    "trtllm": Backend("dynamo.trtllm", "--model-path",
                       "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:<version>", _trtllm_roles),
 }
 # On Kubernetes the operator wires a multinode worker's ranks and rendezvous (Dynamo's deployment
@@ -139,9 +138,9 @@ def dynamo(lay: dict, backend: str = "sglang") -> Launch:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     b = BACKENDS[backend]
-    eng = ENGINES[backend](lay, f"NVIDIA Dynamo with its {b.name} backend")
+    eng = ENGINES[backend](lay, f"NVIDIA Dynamo with its {STACKS[backend].name} backend")
     L = Launch("dynamo", {"frontend": FRONTEND}, files=dict(eng.files), notes=list(eng.notes),
-               source=f"{STACKS['dynamo']}; backend {b.name}: {STACKS[backend]}")
+               source=f"{STACKS['dynamo'].source}; backend {STACKS[backend].name}: {STACKS[backend].source}")
     for role, inst in eng.instances.items():
         L.roles[role] = _worker(lay, b, role, inst, inst.args)
     L.files["dynamo.yaml"] = _graph(lay, backend, eng)

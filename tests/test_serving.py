@@ -358,9 +358,32 @@ def test_traces_with_shared_prefixes_drain(mode, routing, n, families, gap_ms, b
     assert r.series["in_system"].iloc[-1] == 0
 
 
+def test_max_running_caps_a_dp_rank_and_prefill_max_running_the_prefill_pool():
+    """max_running is the stacks' own cap, requests per DP rank (an attention group): a TP8 group
+    capped at 4 never runs more than 4, where max_batch=4 (requests per GPU) lets it run 32. The
+    prefill pool's cap is its own: one prompt at a time on a single prefill rank finishes every prompt
+    in a step of its own, where uncapped prompts share steps."""
+    kw = dict(device="H200", ep=8, attn_tp=8, mode="aggregated", concurrency=16, num_prompts=48, input_len=256,
+              output_len=32)
+    capped, per_gpu = serving.simulate(max_running=4, **kw), serving.simulate(max_batch=4, **kw)
+    assert capped.series["running"].max() == 4
+    assert per_gpu.series["running"].max() == 16
+    assert capped.records["finished"].all() and capped.records["ttft_ms"].median() > per_gpu.records["ttft_ms"].median()
+    pd_kw = dict(device="H200", ep=8, mode="disaggregated", prefill_ep=8, prefill_attn_tp=8, concurrency=16,
+                 num_prompts=32, input_len=1024, output_len=8)
+    one_at_a_time = serving.simulate(prefill_max_running=1, **pd_kw).records["first_token_ms"]
+    uncapped = serving.simulate(**pd_kw).records["first_token_ms"]
+    assert one_at_a_time.nunique() == len(one_at_a_time)
+    assert uncapped.nunique() < len(uncapped)
+    with pytest.raises(ValueError, match="max_batch.*max_running"):
+        serving.simulate(max_batch=4, max_running=4, **kw)
+    with pytest.raises(ValueError, match="prefill_max_running.*disaggregated"):
+        serving.simulate(prefill_max_running=2, **kw)
+
+
 BAD_VALUES = [True, "2", None, -1, 0, 0.5, math.nan, math.inf, -math.inf, 2 ** 70, 1e300]
 NUMERIC_ARGS = ["rate", "concurrency", "duration_s", "seed", "cv", "input_len", "output_len", "ep", "attn_tp",
-                "redundant_experts", "replicas", "max_batch", "max_num_tokens", "mtp", "mtp_accepted", "imbalance",
+                "redundant_experts", "replicas", "max_batch", "max_running", "prefill_max_running", "max_num_tokens", "mtp", "mtp_accepted", "imbalance",
                 "prefill_ep", "prefill_attn_tp", "prefill_replicas", "prefill_max_num_tokens", "block_tokens",
                 "kv_transfer_gbps", "sla_ttft_ms", "sla_tpot_ms", "sla_percentile", "max_waiting", "max_time_s"]
 

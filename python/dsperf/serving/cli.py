@@ -40,6 +40,11 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--overlap", choices=_overlaps(), default="two_batch")
     p.add_argument("--replicas", type=int, default=1, help="EP groups")
     p.add_argument("--max-batch", type=int, help="requests per GPU (default: as many as the KV cache holds)")
+    p.add_argument("--max-running", type=int, help="or: requests per DP rank (an attention group), the stack's own cap "
+                                                  "(SGLang's --max-running-requests, TensorRT-LLM's max_batch_size); "
+                                                  "the decode pool's when disaggregated")
+    p.add_argument("--prefill-max-running", type=int, help="requests per DP rank of the prefill pool (disaggregated; "
+                                                          "default: no cap but its KV cache and token budget)")
     p.add_argument("--max-num-tokens", type=int, help=f"tokens per rank per step (default {DEFAULT_MAX_NUM_TOKENS})")
     p.add_argument("--mem-fraction", type=float, help="share of each GPU's memory for weights and KV cache "
                                                      f"(SGLang's --mem-fraction-static; default {SM.memory_reserve:g}, assumed)")
@@ -72,7 +77,8 @@ _FLAGS = {"rate": "--rate", "concurrency": "--concurrency", "trace": "--trace", 
           "seed": "--seed", "cv": "--cv", "input_len": "--input-len", "output_len": "--output-len",
           "range_ratio": "--range-ratio", "num_prompts": "--num-prompts",
           "ep": "--ep", "attn_tp": "--attn-tp", "redundant_experts": "--redundant-experts", "replicas": "--replicas",
-          "max_batch": "--max-batch", "max_num_tokens": "--max-num-tokens", "mtp_accepted": "--mtp-accepted",
+          "max_batch": "--max-batch", "max_running": "--max-running", "prefill_max_running": "--prefill-max-running",
+          "max_num_tokens": "--max-num-tokens", "mtp_accepted": "--mtp-accepted",
           "mtp": "--mtp", "imbalance": "--imbalance", "prefill_ep": "--prefill-ep",
           "prefill_attn_tp": "--prefill-attn-tp", "prefill_redundant_experts": "--prefill-redundant-experts",
           "prefill_replicas": "--prefill-replicas", "prefill_max_num_tokens": "--prefill-max-num-tokens",
@@ -94,7 +100,8 @@ def run_simulate(args: argparse.Namespace) -> str:
     kw = dict(rate=args.rate, concurrency=args.concurrency, trace=args.trace, duration_s=args.duration,
               seed=args.seed, arrival=args.arrival, cv=args.cv, input_len=args.input_len, output_len=args.output_len,
               range_ratio=args.range_ratio, num_prompts=args.num_prompts, mode=args.mode, ep=args.ep, attn_tp=args.attn_tp, redundant_experts=args.redundant_experts,
-              overlap=args.overlap, replicas=args.replicas, max_batch=args.max_batch,
+              overlap=args.overlap, replicas=args.replicas, max_batch=args.max_batch, max_running=args.max_running,
+              prefill_max_running=args.prefill_max_running,
               max_num_tokens=args.max_num_tokens, mem_fraction=args.mem_fraction, mtp=args.mtp,
               mtp_accepted=args.mtp_accepted, kv_fp8=args.kv_fp8,
               weight_dtype=args.weight_dtype, imbalance=args.imbalance, prefill_ep=args.prefill_ep,

@@ -64,10 +64,11 @@ def _rate(v, name="rate"):
 def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None, trace=None, duration_s=None,
              seed=0, arrival="poisson", cv=1.0, input_len=1024, output_len=256, range_ratio=1.0, num_prompts=None,
              mode="aggregated", ep=16, attn_tp=1, redundant_experts=0, overlap="two_batch", replicas=1,
-             max_batch=None, max_num_tokens=None, mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
+             max_batch=None, max_running=None, max_num_tokens=None, mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
              dispatch_fp8=True, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
              mem_fraction=None, prefill_ep=32, prefill_attn_tp=1, prefill_redundant_experts=0, prefill_overlap="two_batch",
              prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS, prefill_moe_tp=None,
+             prefill_max_running=None,
              routing="least_loaded", prefix_cache=True, block_tokens=512, kv_transfer_gbps=None, recv_interval=1,
              sla_ttft_ms=None, sla_tpot_ms=None, sla_percentile=90.0, max_waiting=DEFAULT_MAX_WAITING,
              max_time_s=None, default_efficiency=grounded.DEFAULT_EFFICIENCY) -> ServingResult:
@@ -88,7 +89,11 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     Layout (the names of dsperf.grounded.decode): ``ep`` GPUs per EP group, ``attn_tp`` GPUs per DP
     rank, ``replicas`` EP groups; ``max_batch`` requests per GPU (default: as many as the KV cache
     holds, in the ``mem_fraction`` of each GPU's memory the stack gives weights and cache: SGLang's
-    --mem-fraction-static, default 0.9, assumed); ``max_num_tokens`` tokens per rank per step (default 8192). ``mode="disaggregated"``
+    --mem-fraction-static, default 0.9, assumed; it caps both pools); or ``max_running``, requests per DP
+    rank (an attention group of ``attn_tp`` GPUs), the cap the stacks set (SGLang's
+    --max-running-requests for a TP group, TensorRT-LLM's max_batch_size per rank; the decode pool's, or
+    the one pool's when aggregated; ``prefill_max_running`` is the prefill pool's, default: no cap but its
+    KV cache and token budget); ``max_num_tokens`` tokens per rank per step (default 8192). ``mode="disaggregated"``
     adds a prefill pool of ``prefill_replicas`` groups of ``prefill_ep`` GPUs whose prompts' KV
     caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU);
     ``prefill_moe_tp`` splits its experts (default: ``moe_tp``, the decode pool's).
@@ -168,8 +173,20 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     for name, groups, e in (("replicas", replicas, ep), ("prefill_replicas", prefill_replicas, prefill_ep)):
         if groups * e > MAX_POOL_GPUS:
             raise ValueError(f"{name} x its ep ({groups} x {e}) must be <= {MAX_POOL_GPUS} GPUs per pool")
+    if max_batch is not None and max_running is not None:
+        raise ValueError("give max_batch (requests per GPU) or max_running (requests per DP rank), not both")
     batch_cap = (MAX_BATCH_CAP if max_batch is None
                  else number("max_batch", max_batch, integer=True, lo=1, hi=MAX_BATCH_CAP))
+    # Requests a DP rank (an attention group) may hold at once, in each pool.
+    decode_cap = batch_cap * dec.attn_tp
+    if max_running is not None:
+        decode_cap = number("max_running", max_running, integer=True, lo=1, hi=MAX_BATCH_CAP * dec.attn_tp)
+    prefill_cap = batch_cap * pre.attn_tp
+    if prefill_max_running is not None:
+        if mode != "disaggregated":
+            raise ValueError("prefill_max_running is the prefill pool's cap: give it with mode='disaggregated'")
+        prefill_cap = number("prefill_max_running", prefill_max_running, integer=True, lo=1,
+                             hi=MAX_BATCH_CAP * pre.attn_tp)
     tokens = DEFAULT_MAX_NUM_TOKENS if max_num_tokens is None else max_num_tokens
     tokens = number("max_num_tokens", tokens, integer=True, lo=1, hi=2 ** 24)
     prefill_tokens = number("prefill_max_num_tokens", prefill_max_num_tokens, integer=True, lo=1, hi=2 ** 24)
@@ -198,8 +215,8 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     drain = DEFAULT_DRAIN_S if max_time_s is None else number("max_time_s", max_time_s, lo=0, lo_open=True, hi=1e9)
     max_time_ms = duration_ms + drain * 1e3
 
-    raw = SV.simulate(m, spec, tables, mode, dec, dec_chunk, replicas, batch_cap * dec.attn_tp, tokens,
-                      pre, pre_chunk, prefill_replicas, batch_cap * pre.attn_tp, prefill_tokens, routing, prefix_cache,
+    raw = SV.simulate(m, spec, tables, mode, dec, dec_chunk, replicas, decode_cap, tokens,
+                      pre, pre_chunk, prefill_replicas, prefill_cap, prefill_tokens, routing, prefix_cache,
                       block_tokens, seed, gbps, max_waiting, max_time_ms, recv_interval, kind, rate or 1.0, cv,
                       concurrency or 1, duration_ms, input_len, output_len, range_ratio,
                       MAX_REQUESTS if num_prompts is None else num_prompts, tr.arrival_ms, tr.input_len,

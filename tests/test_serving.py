@@ -381,6 +381,30 @@ def test_max_running_caps_a_dp_rank_and_prefill_max_running_the_prefill_pool():
         serving.simulate(prefill_max_running=2, **kw)
 
 
+def test_a_first_token_streamed_from_the_decode_instance_carries_the_hand_off_and_the_wait_for_a_slot():
+    """Disaggregated, first_token="decode" (the default: Dynamo, SGLang's PD router and vLLM's proxy
+    stream from the decode worker): one client, an idle decode pool, so TTFT is the prefill TTFT plus
+    the KV hand-off exactly. With decode slots short (one per rank, two clients a rank), the wait for a
+    slot lands in TTFT, and TPOT is the bare decode step; streamed from prefill, the same wait lands
+    in TPOT."""
+    one = dict(device="H200", ep=8, mode="disaggregated", prefill_ep=8, concurrency=1, num_prompts=3,
+               input_len=1024, output_len=16, kv_transfer_gbps=50.0)
+    at_decode = serving.simulate(first_token="decode", **one).records
+    at_prefill = serving.simulate(first_token="prefill", **one).records
+    hand_off_ms = grounded.memory(device="H200", ep=8)["kv_bytes_per_token"] * 1024 / 50e9 * 1e3
+    assert (at_decode["ttft_ms"] - at_prefill["ttft_ms"]).to_numpy() == pytest.approx(hand_off_ms, rel=1e-6)
+    short = dict(one, concurrency=16, num_prompts=32, max_running=1, output_len=64)
+    slot_wait = serving.simulate(first_token="decode", **short).records
+    in_tpot = serving.simulate(first_token="prefill", **short).records
+    bare = grounded.decode(device="H200", ep=8, batch=1, kv_len=1024 + 31)["step_ms"]
+    assert slot_wait["tpot_ms"].median() == pytest.approx(bare, rel=0.05)
+    assert in_tpot["tpot_ms"].median() > 1.5 * bare
+    # Half the clients wait for most of another request's decode (63 steps) before theirs is taken in.
+    assert slot_wait["ttft_ms"].median() - in_tpot["ttft_ms"].median() > 0.8 * 63 * bare
+    with pytest.raises(ValueError, match="first_token"):
+        serving.simulate(first_token="frontend", **one)
+
+
 BAD_VALUES = [True, "2", None, -1, 0, 0.5, math.nan, math.inf, -math.inf, 2 ** 70, 1e300]
 NUMERIC_ARGS = ["rate", "concurrency", "duration_s", "seed", "cv", "input_len", "output_len", "ep", "attn_tp",
                 "redundant_experts", "replicas", "max_batch", "max_running", "prefill_max_running", "max_num_tokens", "mtp", "mtp_accepted", "imbalance",

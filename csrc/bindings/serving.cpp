@@ -61,6 +61,7 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
                      const Deployment& prefill_dep, int prefill_groups, int prefill_max_running,
                      int prefill_token_budget, const std::string& routing, bool prefix_cache, int block_tokens,
                      uint64_t seed, double kv_transfer_gbps, int max_waiting, double max_time_ms, int recv_interval,
+                     const std::string& first_token,
                      const std::string& arrival, double rate, double cv, int concurrency, double duration_ms,
                      int input, int output, double range_ratio, int64_t max_requests,
                      py::array_t<double, py::array::c_style | py::array::forcecast> arrival_ms,
@@ -76,6 +77,7 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
     cfg.prefix_cache = prefix_cache, cfg.block_tokens = block_tokens, cfg.seed = seed;
     cfg.kv_transfer_gbps = kv_transfer_gbps, cfg.max_waiting = max_waiting, cfg.max_time_ms = max_time_ms;
     cfg.recv_interval = recv_interval;
+    cfg.first_token = from_name<FirstToken>(first_tokens(), first_token, "first_token");
     Workload w;
     w.kind = from_name<ArrivalKind>(arrival_kinds(), arrival, "arrival");
     w.rate = rate, w.cv = cv, w.concurrency = concurrency, w.duration_ms = duration_ms;
@@ -155,6 +157,7 @@ void bind_serving(py::module_& root) {
     m.attr("ARRIVALS") = names(arrival_kinds());
     m.attr("ROUTINGS") = names(routings());
     m.attr("MODES") = names(serve_modes());
+    m.attr("FIRST_TOKENS") = names(first_tokens());
     // The numerical grids and routing slack the simulator assumes (dsperf.model.inputs lists them).
     m.attr("decode_context_ratio") = ServeConfig{}.ctx_ratio;
     m.attr("prefill_bucket_ratio") = ServeConfig{}.prefill_ratio;
@@ -188,7 +191,7 @@ void bind_serving(py::module_& root) {
           py::arg("decode_token_budget"), py::arg("prefill_layout"), py::arg("prefill_dep"), py::arg("prefill_groups"),
           py::arg("prefill_max_running"), py::arg("prefill_token_budget"), py::arg("routing"), py::arg("prefix_cache"),
           py::arg("block_tokens"), py::arg("seed"), py::arg("kv_transfer_gbps"), py::arg("max_waiting"),
-          py::arg("max_time_ms"), py::arg("recv_interval"), py::arg("arrival"), py::arg("rate"), py::arg("cv"), py::arg("concurrency"),
+          py::arg("max_time_ms"), py::arg("recv_interval"), py::arg("first_token"), py::arg("arrival"), py::arg("rate"), py::arg("cv"), py::arg("concurrency"),
           py::arg("duration_ms"), py::arg("input"), py::arg("output"), py::arg("range_ratio"),
           py::arg("max_requests"), py::arg("arrival_ms"), py::arg("inputs"),
           py::arg("outputs"), py::arg("hash_offsets"), py::arg("hashes"));

@@ -64,7 +64,7 @@ void RankScheduler::receive() {
     inbox_.clear();
 }
 
-void RankScheduler::plan(RankStep& s, std::vector<ReqState>& st, std::vector<Record>& rec) {
+void RankScheduler::plan(RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec) {
     s.clear();
     if (recv_interval_ > 1) receive();
     if (idle()) return;
@@ -114,6 +114,8 @@ void RankScheduler::plan(RankStep& s, std::vector<ReqState>& st, std::vector<Rec
         if (st[r].phase == ReqPhase::kPrefilling) {
             chunk(r);
         } else {
+            // A hand-off whose first token the decode instance streams: it goes out now.
+            if (rec[r].first_token_ms < 0) rec[r].first_token_ms = st[r].last_emit_ms = now;
             s.work.emplace_back(r, 0);
             ++s.batch;
             s.ctx_sum += st[r].context();
@@ -145,9 +147,13 @@ void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqSt
             // The prompt's blocks join the prefix cache (held by the request until it leaves).
             q.blocks -= int(kv_.publish(R.hashes, int(q.held.size()), blocks_for(R.input), q.held));
             if (rc.generated == 0) {
-                rc.first_token_ms = q.last_emit_ms = now;
                 rc.generated = 1;
-                out.first_token.push_back(r);
+                // The prompt's step makes the first token; streamed from the decode instance, it goes out
+                // when that takes the request in (plan), unless it is the only token.
+                if (!(hands_off_ && first_at_decode_ && rc.generated < R.output)) {
+                    rc.first_token_ms = q.last_emit_ms = now;
+                    out.first_token.push_back(r);
+                }
             }
             if (rc.generated >= R.output) {
                 done(r), left = true;

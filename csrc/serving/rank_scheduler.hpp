@@ -47,7 +47,8 @@ class RankScheduler {
 public:
     RankScheduler(int64_t kv_blocks, const ServeConfig& cfg, const PoolConfig& pool, bool hands_off)
         : kv_(kv_blocks, cfg.prefix_cache), block_(cfg.block_tokens), pool_(pool), mtp_(pool.dep.mtp),
-          hands_off_(hands_off), recv_interval_(cfg.recv_interval), recv_count_(cfg.recv_interval) {}
+          hands_off_(hands_off), recv_interval_(cfg.recv_interval), recv_count_(cfg.recv_interval),
+          first_at_decode_(cfg.mode == ServeMode::kDisaggregated && cfg.first_token == FirstToken::kDecode) {}
 
     // A request handed over from another pool (its cache came with it): queued at once.
     void enqueue(int r) { waiting_.push_back(r); }
@@ -62,7 +63,7 @@ public:
     DecodeHint* ctx_hint() { return &ctx_hint_; }  // for StepPricer::decode_ms
 
     // Decide the step into s (allocating blocks, preempting when they run out).
-    void plan(RankStep& s, std::vector<ReqState>& st, std::vector<Record>& rec);
+    void plan(RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec);
     // Apply it at its end: emitted tokens, computed chunks, finished requests.
     void finish_step(const RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec,
                      std::mt19937_64& rng, double draft_accept, StepOutcome& out, std::vector<float>& itl);
@@ -82,6 +83,7 @@ private:
     bool hands_off_;           // a prefill pool's rank: a computed prompt leaves for the decode pool
     int recv_interval_;
     int recv_count_;           // the loop's count since it last received (the first loop receives)
+    bool first_at_decode_;     // disaggregated, first token streamed from the decode instance (FirstToken)
     std::deque<int> inbox_;    // arrived, not yet received (recv_interval > 1)
     std::deque<int> waiting_;
     std::vector<int> running_;  // admission order

@@ -23,11 +23,20 @@ namespace dsperf::serving {
 #define DSPERF_SERVE_MODES(X)                                                            \
     X(kAggregated, "aggregated", "prefill and decode share the GPUs (chunked prefill in the decode steps)") \
     X(kDisaggregated, "disaggregated", "a prefill pool and a decode pool; the KV cache crosses the network")
+// Where a disaggregated stack streams the first token from. Dynamo, SGLang's PD router and vLLM's
+// disaggregated proxy all stream the response from the decode worker (Dynamo's "Disaggregated
+// Serving" guide, v1.2: "streams the response from the decode worker"), so the first token reaches
+// the client when the decode instance takes the request into its batch, after the KV hand-off and any
+// wait for a decode slot.
+#define DSPERF_FIRST_TOKENS(X)                                                           \
+    X(kDecode, "decode", "when the decode instance takes the request into its batch (after the hand-off)") \
+    X(kPrefill, "prefill", "at the end of the prefill step that computes the prompt (before the hand-off)")
 
 #define DSPERF_ENUM_ITEM(e, name, text) e,
 enum class ArrivalKind { DSPERF_ARRIVAL_KINDS(DSPERF_ENUM_ITEM) };
 enum class Routing { DSPERF_ROUTINGS(DSPERF_ENUM_ITEM) };
 enum class ServeMode { DSPERF_SERVE_MODES(DSPERF_ENUM_ITEM) };
+enum class FirstToken { DSPERF_FIRST_TOKENS(DSPERF_ENUM_ITEM) };
 #undef DSPERF_ENUM_ITEM
 
 struct EnumEntry {
@@ -45,6 +54,10 @@ inline const std::vector<EnumEntry>& routings() {
 }
 inline const std::vector<EnumEntry>& serve_modes() {
     static const std::vector<EnumEntry> v{DSPERF_SERVE_MODES(DSPERF_ENUM_ENTRY)};
+    return v;
+}
+inline const std::vector<EnumEntry>& first_tokens() {
+    static const std::vector<EnumEntry> v{DSPERF_FIRST_TOKENS(DSPERF_ENUM_ENTRY)};
     return v;
 }
 #undef DSPERF_ENUM_ENTRY
@@ -102,6 +115,7 @@ struct ServeConfig {
     // (sglang scheduler_recv_skipper.py; weights kRecvWeightDecode / kRecvWeightPrompt / at once).
     // 1: every step.
     int recv_interval = 1;
+    FirstToken first_token = FirstToken::kDecode;  // disaggregated: where the first token is streamed from
     double ctx_ratio = 1.02;       // decode context grid (geometric, linear interpolation between points)
     double prefill_ratio = 1.0442; // prefill buckets (geometric, nearest: +-2.2%)
 };

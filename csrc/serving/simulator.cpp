@@ -217,7 +217,7 @@ private:
             RankScheduler& rank = p.ranks[r];
             RankStep& s = p.plans[r];
             const int waiting_before = rank.waiting();
-            rank.plan(s, states_, records_);
+            rank.plan(s, now_, states_, records_);
             waiting_ += rank.waiting() - waiting_before;
             running_ += rank.running() - p.last_running[r];
             kv_used_ += rank.kv().used() - p.last_kv[r];

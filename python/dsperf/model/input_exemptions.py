@@ -218,6 +218,36 @@ EXEMPT = {
             "latency_points.csv ix_b200_sglang_fp4_1k8k_c8_ttft / latency_points.csv ix_mi300x_sglang_fp8_1k1k_c64_ttft",
             "the simulator's prefill bucket grid (1.0442) against a B200 TTFT over an MI300X TTFT"),
        )},
+    # The GB200 FP8 TensorRT-LLM rows of InferenceX run 21701654125 (added 2026-11-29, after the input was set).
+    **{("constant serving.prefill_ratio", figure): "coincidence: the simulator's prefill bucket grid (1.0442, set "
+       f"2026-11-26) against {what}, a GB200 FP8 TensorRT-LLM latency of InferenceX added 2026-11-29: other runs"
+       for figure, what in (
+           ("latency_points.csv ix_gb300_sglang_1k1k_c2048_tpot / latency_points.csv ix_gb200_trt_fp8_1k1k_c1127_tpot",
+            "a GB300 SGLang TPOT over a GB200 TensorRT-LLM TPOT"),
+           ("latency_points.csv ix_gb200_trt_fp8_1k1k_c27_ttft / latency_points.csv ix_mi355x_mori_fp8_1k1k_c1024_ttft",
+            "a GB200 TensorRT-LLM TTFT over an MI355X TTFT"),
+       )},
+    **{(where, figure): f"coincidence: {what}, against a GB200 FP8 TensorRT-LLM latency of InferenceX added "
+       "2026-11-29, after the input was set: other units or other runs, other sources"
+       for where, figure, what in (
+           ("efficiency/Ascend910C.csv gemm_bf16 bf16 m=1 n=256 k=7168 latency_us",
+            "latency_points.csv ix_gb200_trt_fp8_1k1k_c27_tpot", "an Ascend router GEMM time in us (10.89)"),
+           ("efficiency/MI300X.csv gemm_fp8 fp8 m=224 n=8192 k=1536 latency_us",
+            "latency_points.csv ix_gb200_trt_fp8_8k1k_c333_tpot", "an aiter MI300X GEMM time in us (15.97)"),
+           ("efficiency/RTX4090.csv grouped_masked fp8 m=4 n=7168 k=2048 groups=32 latency_us",
+            "latency_points.csv ix_gb200_trt_fp8_1k8k_c8192_ttft", "an RTX 4090 grouped GEMM time in us (1,193)"),
+           ("efficiency/RTX4090.csv grouped_masked fp8 m=32 n=7168 k=2048 groups=32 latency_us",
+            "latency_points.csv ix_gb200_trt_fp8_1k8k_c8192_ttft", "an RTX 4090 grouped GEMM time in us (1,193)"),
+           ("anchors.csv B200 gemm_fp8 grouped_contiguous grouped_masked published / fp8_tflops",
+            "latency_points.csv ix_gb200_trt_fp8_8k1k_c6_ttft / latency_points.csv dstack_h200_sglang_3k8_c32_ttft",
+            "a B200 FP8 GEMM figure over the datasheet's peak (0.5655) against a GB200 TTFT over an H200 TTFT"),
+           ("anchors.csv B200 gemm_bf16 published / fp16_tflops",
+            "latency_points.csv ix_b200_trt_8k1k_c1_tpot / latency_points.csv ix_gb200_trt_fp8_1k1k_c27_tpot",
+            "a B200 BF16 GEMM figure over the datasheet's peak (0.6724) against a B200 TPOT over a GB200 TPOT"),
+           ("points.csv sglang_h20_ep16_bs12_mtp2 mtp_accepted",
+            "latency_points.csv ix_gb200_trt_fp8_1k8k_c8192_tpot / latency_points.csv ix_b200_trt_8k1k_c64_agg_tpot",
+            "SGLang's published H20 MTP acceptance (1.55) against a GB200 TPOT over a B200 TPOT"),
+       )},
     ("points.csv cannrecipes_a3_decode assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
         "coincidence: cann-recipes-infer's benchmark config generates 100 new tokens (max_new_tokens, "
         "decode_r1_rank_128_128ep_a8w8c8_mtp_benchmark.yaml), against an ITL of 'approximately 100 ms'",

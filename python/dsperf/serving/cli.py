@@ -12,7 +12,7 @@ FORMATS = ("table", "csv", "markdown")
 def add_simulate_parser(sub) -> None:
     from ..cli_grounded import _overlaps
     from ..model.grounded import SM, WEIGHT_DTYPES
-    from .simulate import ARRIVALS, DEFAULT_MAX_NUM_TOKENS, DEFAULT_PREFILL_TOKENS, MODES, ROUTINGS
+    from .simulate import ARRIVALS, DEFAULT_MAX_NUM_TOKENS, DEFAULT_PREFILL_TOKENS, FIRST_TOKENS, MODES, ROUTINGS
 
     p = sub.add_parser("simulate", help="serve requests over time on a deployment: TTFT/TPOT/ITL/E2E percentiles, "
                                         "throughput, goodput (docs/SERVING.md)")
@@ -65,6 +65,9 @@ def add_simulate_parser(sub) -> None:
                    help="SGLang's --scheduler-recv-interval: new requests are received once the loop counts this "
                         "many (SGLang's weights: a decode step 1, a prompt step 1000); default 1: every step")
     p.add_argument("--routing", choices=ROUTINGS, default="least_loaded")
+    p.add_argument("--first-token", choices=FIRST_TOKENS, default="decode",
+                   help="disaggregated: where the first token is streamed from (decode: after the hand-off, as "
+                        "Dynamo, SGLang's PD router and vLLM's proxy do; prefill: at the end of the prompt's step)")
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--sla-ttft-ms", type=float, help="goodput: TTFT limit per request")
     p.add_argument("--sla-tpot-ms", type=float, help="goodput: TPOT limit per request")
@@ -108,7 +111,7 @@ def run_simulate(args: argparse.Namespace) -> str:
               prefill_attn_tp=args.prefill_attn_tp, prefill_redundant_experts=args.prefill_redundant_experts,
               prefill_replicas=args.prefill_replicas, prefill_max_num_tokens=args.prefill_max_num_tokens,
               kv_transfer_gbps=args.kv_transfer_gbps, recv_interval=args.recv_interval, routing=args.routing,
-              prefix_cache=not args.no_prefix_cache,
+              prefix_cache=not args.no_prefix_cache, first_token=args.first_token,
               sla_ttft_ms=args.sla_ttft_ms, sla_tpot_ms=args.sla_tpot_ms, sla_percentile=args.sla_percentile)
     try:
         r = simulate(args.model, args.device, **kw)

@@ -21,6 +21,7 @@ SV = _C.serving
 ARRIVALS = tuple(n for n, _ in SV.ARRIVALS if n not in ("concurrency", "trace"))  # the open-loop kinds
 ROUTINGS = tuple(n for n, _ in SV.ROUTINGS)
 MODES = tuple(n for n, _ in SV.MODES)
+FIRST_TOKENS = tuple(n for n, _ in SV.FIRST_TOKENS)
 
 # Defaults where a deployment does not say (docs/SERVING.md lists them as assumed).
 DEFAULT_DURATION_S = 60.0
@@ -70,6 +71,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
              prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS, prefill_moe_tp=None,
              prefill_max_running=None,
              routing="least_loaded", prefix_cache=True, block_tokens=512, kv_transfer_gbps=None, recv_interval=1,
+             first_token="decode",
              sla_ttft_ms=None, sla_tpot_ms=None, sla_percentile=90.0, max_waiting=DEFAULT_MAX_WAITING,
              max_time_s=None, default_efficiency=grounded.DEFAULT_EFFICIENCY) -> ServingResult:
     """Simulate serving on a deployment; returns a ServingResult (records, percentiles, throughput,
@@ -96,7 +98,10 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     KV cache and token budget); ``max_num_tokens`` tokens per rank per step (default 8192). ``mode="disaggregated"``
     adds a prefill pool of ``prefill_replicas`` groups of ``prefill_ep`` GPUs whose prompts' KV
     caches cross the network at ``kv_transfer_gbps`` (default: the device's scale-out GB/s per GPU);
-    ``prefill_moe_tp`` splits its experts (default: ``moe_tp``, the decode pool's).
+    ``prefill_moe_tp`` splits its experts (default: ``moe_tp``, the decode pool's). ``first_token``
+    (disaggregated): where the stack streams the first token from: "decode" (default; Dynamo, SGLang's
+    PD router and vLLM's proxy stream the response from the decode worker, so TTFT holds the hand-off
+    and any wait for a decode slot) or "prefill" (at the end of the prompt's step).
     ``recv_interval``: SGLang's ``--scheduler-recv-interval``: a rank of the pool taking new requests
     receives them once its loop has counted that many (SGLang's weights: a decode step counts
     _C.serving.recv_weight_decode (1), a step with a prompt chunk recv_weight_prompt (1000), an idle
@@ -124,6 +129,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     if trace is not None and num_prompts is not None:
         raise ValueError("num_prompts must not be given with a trace (a trace brings its own requests)")
     mode = _choice("mode", mode, MODES)
+    first_token = _choice("first_token", first_token, FIRST_TOKENS)
     routing = _choice("routing", routing, ROUTINGS)
     prefix_cache = flag("prefix_cache", prefix_cache)
     block_tokens = number("block_tokens", block_tokens, integer=True, lo=1, hi=2 ** 20)
@@ -217,7 +223,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
 
     raw = SV.simulate(m, spec, tables, mode, dec, dec_chunk, replicas, decode_cap, tokens,
                       pre, pre_chunk, prefill_replicas, prefill_cap, prefill_tokens, routing, prefix_cache,
-                      block_tokens, seed, gbps, max_waiting, max_time_ms, recv_interval, kind, rate or 1.0, cv,
+                      block_tokens, seed, gbps, max_waiting, max_time_ms, recv_interval, first_token, kind, rate or 1.0, cv,
                       concurrency or 1, duration_ms, input_len, output_len, range_ratio,
                       MAX_REQUESTS if num_prompts is None else num_prompts, tr.arrival_ms, tr.input_len,
                       tr.output_len, tr.hash_offsets, tr.hashes)

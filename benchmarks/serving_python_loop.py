@@ -92,7 +92,7 @@ class Rank:
         self.running.remove(req)
         self.waiting.appendleft(req)
 
-    def plan(self):
+    def plan(self, now):
         for req in list(self.running):
             if req["phase"] != DECODING or req not in self.running:
                 continue
@@ -133,6 +133,8 @@ class Rank:
             if req["phase"] == PREFILLING:
                 chunk(req)
             else:
+                if req["first"] is None:  # a hand-off: the decode instance streams the first token now
+                    req["first"] = req["last"] = now
                 work.append((req, 0))
                 batch += 1
                 ctx += req["target"]
@@ -143,7 +145,8 @@ class Rank:
 def run(trace, decode_pricer, prefill_pricer, *, decode_ranks, prefill_ranks, block_tokens=512,
         decode_budget=8192, prefill_budget=16384, max_running=128, kv_gbps=50.0):
     """Disaggregated serving of `trace` (dsperf.serving.Trace), one EP group per pool, least-loaded
-    routing. Returns one dict per request (arrival, first token, finish in ms)."""
+    routing, the first token streamed from the decode instance (serving.simulate's default). Returns one
+    dict per request (arrival, first token, finish in ms)."""
     reqs = []
     for i in range(len(trace)):
         lo, hi = int(trace.hash_offsets[i]), int(trace.hash_offsets[i + 1])
@@ -180,7 +183,7 @@ def run(trace, decode_pricer, prefill_pricer, *, decode_ranks, prefill_ranks, bl
     def start(name, now):
         pool = pools[name]
         plans, step = [], 0.0
-        planned = [rank.plan() for rank in pool["ranks"]]
+        planned = [rank.plan(now) for rank in pool["ranks"]]
         # The experts serve the group's mean load; each rank's attention its own (as the simulator).
         n = len(pool["ranks"])
         mean_batch, mean_tokens = sum(p[1] for p in planned) / n, sum(p[3] for p in planned) / n
@@ -213,8 +216,11 @@ def run(trace, decode_pricer, prefill_pricer, *, decode_ranks, prefill_ranks, bl
                             req["held"].append(h)
                             req["blocks"] -= 1
                     if req["generated"] == 0:
-                        req["first"] = req["last"] = now
                         req["generated"] = 1
+                        # Streamed from the decode instance, the first token goes out there (plan), unless
+                        # it is the only one.
+                        if not (pool["handoff"] and req["output"] > 1):
+                            req["first"] = req["last"] = now
                     if req["generated"] >= req["output"]:
                         rank.release(req)
                         req["phase"], req["finish"], left = DONE, now, True

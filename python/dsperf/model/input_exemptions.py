@@ -296,6 +296,28 @@ EXEMPT = {
            ('constant serving.prefill_ratio',
             'latency_points.csv ix_gb300_trt_fp4_8k1k_c15_ttft / latency_points.csv trtllm5929_b200_fp4_8192_ep4_ttft', '1.0442'),
        )},
+    # The B200 TensorRT-LLM disaggregated rows of InferenceX run 23438524239 (added 2026-11-29, after every input
+    # below was set): chance matches of 8 new figures.
+    **{(where, figure): f"coincidence: {where} ({value}), set before a B200 TensorRT-LLM latency of InferenceX was "
+       "added on 2026-11-29, against that figure or a ratio with it: other units, runs or sources"
+       for where, figure, value in (
+           ('efficiency/B200.csv gemm_fp8 fp8 m=256 n=7168 k=18432 latency_us',
+            'latency_points.csv ix_b200_trt_1k1k_c5152_tpot', '37.842'),
+           ('efficiency/MI300X.csv gemm_fp8 fp8 m=128 n=8192 k=1536 latency_us',
+            'latency_points.csv ix_b200_trt_8k1k_c32_tpot', '10.2882'),
+           ('efficiency/MI355X.csv gemm_fp8 fp8 m=1 n=32768 k=1536 latency_us',
+            'latency_points.csv ix_b200_trt_1k1k_c32_tpot', '11.0399'),
+           ('anchors.csv B200 gemm_bf16 published / fp16_tflops',
+            'latency_points.csv ix_b200_trt_1k1k_c4_ttft / latency_points.csv ix_h200_trt_1k1k_c1536_ttft', '0.672373'),
+           ('anchors.csv RTX4090 mla_prefill published / fp16_tflops',
+            'latency_points.csv ix_b200_trt_1k1k_c4_tpot / latency_points.csv ix_gb200_trt_fp8_8k1k_c6_tpot', '0.915194'),
+           ('points.csv sglang_h20_ep16_bs12_mtp2 mtp_accepted',
+            'latency_points.csv ix_b200_trt_1k1k_c16_agg_tpot / latency_points.csv ix_b200_trt_1k1k_c32_tpot', '1.55'),
+           ('points.csv sglang_h20_ep16_bs12_mtp2 mtp_accepted',
+            'latency_points.csv ix_b200_trt_1k1k_c32_ttft / latency_points.csv ix_h200_sglang_1k8k_c16_agg_ttft', '1.55'),
+           ('constant serving.prefill_ratio',
+            'latency_points.csv ix_b200_trt_8k1k_c1_tpot / latency_points.csv ix_b200_trt_1k1k_c4_tpot', '1.0442'),
+       )},
     ("points.csv cannrecipes_a3_decode assumed text", "latency_points.csv sglang_h100_pd_decode_itl"):
         "coincidence: cann-recipes-infer's benchmark config generates 100 new tokens (max_new_tokens, "
         "decode_r1_rank_128_128ep_a8w8c8_mtp_benchmark.yaml), against an ITL of 'approximately 100 ms'",

@@ -150,10 +150,8 @@ void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqSt
                 rc.generated = 1;
                 // The prompt's step makes the first token; streamed from the decode instance, it goes out
                 // when that takes the request in (plan), unless it is the only token.
-                if (!(hands_off_ && first_at_decode_ && rc.generated < R.output)) {
+                if (!(hands_off_ && first_at_decode_ && rc.generated < R.output))
                     rc.first_token_ms = q.last_emit_ms = now;
-                    out.first_token.push_back(r);
-                }
             }
             if (rc.generated >= R.output) {
                 done(r), left = true;

@@ -40,7 +40,7 @@ struct RankStep {
 
 // Events a step's end produces for the simulator.
 struct StepOutcome {
-    std::vector<int> first_token, finished, prompt_done;  // prompt_done: disaggregated hand-off
+    std::vector<int> finished, prompt_done;  // prompt_done: disaggregated hand-off
 };
 
 class RankScheduler {

@@ -122,9 +122,14 @@ def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens
     return d
 
 
+def _spec(device: DeviceLike) -> DeviceSpec:
+    """The device a call prices: a DeviceSpec as given, else the shipped or file device, datasheet values."""
+    return device if isinstance(device, DeviceSpec) else load_device(device, "corrected")
+
+
 def _run(model, device, dep, default_efficiency):
     m = load_model(model)
-    spec = load_device(device, "corrected") if not isinstance(device, DeviceSpec) else device
+    spec = _spec(device)
     out = SM.step(m, spec, kernel_tables(device, default_efficiency), dep)  # validates the deployment (names the field)
     out["device"] = spec.name
     out["sustained_clock_ratio"] = spec.sustained_clock_ratio
@@ -189,8 +194,7 @@ def memory(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=1, kv_len=
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, kv_fp8=kv_fp8, weight_dtype=weight_dtype,
                       dense_tp=dense_tp, moe_tp=moe_tp, mem_fraction=mem_fraction)
-    spec = load_device(device, "corrected") if not isinstance(device, DeviceSpec) else device
-    out = SM.memory(load_model(model), spec, dep)  # validates the deployment (names the field)
+    out = SM.memory(load_model(model), _spec(device), dep)  # validates the deployment (names the field)
     finite_results("grounded.memory", out)
     return out
 

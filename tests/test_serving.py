@@ -120,6 +120,29 @@ def test_mtp_acceptance_is_drawn_at_its_mean():
     assert tokens / emissions == pytest.approx(1.7, rel=0.03)
 
 
+def test_gaps_are_kept_as_distinct_values_with_counts_and_read_exactly():
+    r = serving.simulate(concurrency=16, duration_s=20, output_len=400, mtp=1, mtp_accepted=0.7, **SMALL)
+    v, n = r.itl_values_ms, r.itl_counts
+    assert len(v) == len(n) > 1 and (np.diff(v) > 0).all() and (n >= 1).all()
+    # Far fewer distinct gaps than gaps: one rank's decode step gives its requests one gap.
+    assert len(v) * 10 < n.sum() == len(r.itl_ms)
+    expanded = r.itl_ms
+    for p in (50, 90, 99):
+        assert r.percentiles().loc["itl_ms", f"p{p}"] == pytest.approx(float(np.percentile(expanded, p)), rel=1e-6)
+
+
+def test_counted_percentile_is_numpys_on_the_repeated_sample():
+    from dsperf.serving.result import counted_percentile
+
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 7, 500):
+        x = rng.choice(np.float32([0.5, 3, 7.25, 40]), size)
+        values, counts = np.unique(x, return_counts=True)
+        for q in (0, 37.5, 50, 90, 99, 100):
+            assert counted_percentile(values, counts, q) == pytest.approx(float(np.percentile(x, q)), rel=1e-6)
+    assert math.isnan(counted_percentile(np.zeros(0, np.float32), np.zeros(0, np.int64), 50))
+
+
 def test_kv_preemption_recomputes_and_finishes():
     # A small cache (max_batch unlimited, long outputs) forces preemptions; every request still ends.
     r = serving.simulate(concurrency=600, duration_s=1, input_len=4000, output_len=3000,

@@ -123,7 +123,8 @@ py::dict simulate_py(const ModelConfig& m, const DeviceSpec& d, const KernelTabl
     py::dict outd;
     outd["records"] = records;
     outd["series"] = series;
-    outd["itl_ms"] = column(res.itl_ms);
+    outd["itl_values_ms"] = column(res.itl_ms.values);
+    outd["itl_counts"] = column(res.itl_ms.counts);
     outd["overloaded"] = res.overloaded;
     outd["overload_since_ms"] = res.overload_since_ms;
     outd["stop_reason"] = res.stop_reason;

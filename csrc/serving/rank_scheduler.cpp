@@ -125,7 +125,7 @@ void RankScheduler::plan(RankStep& s, double now, std::vector<ReqState>& st, std
 }
 
 void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec,
-                                std::mt19937_64& rng, double draft_accept, StepOutcome& out, std::vector<float>& itl) {
+                                std::mt19937_64& rng, double draft_accept, StepOutcome& out, GapCounts& itl) {
     auto done = [&](int r) {
         ReqState& q = st[r];
         release(q);
@@ -172,7 +172,7 @@ void RankScheduler::finish_step(const RankStep& s, double now, std::vector<ReqSt
             q.target += emitted;
             q.computed += emitted;
             const double gap = now - q.last_emit_ms;
-            itl.push_back(float(gap));
+            itl.add(float(gap));
             rc.max_itl_ms = std::max(rc.max_itl_ms, gap);
             q.last_emit_ms = now;
             if (rc.generated >= R.output) done(r), left = true;

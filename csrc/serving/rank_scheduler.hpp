@@ -66,7 +66,7 @@ public:
     void plan(RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec);
     // Apply it at its end: emitted tokens, computed chunks, finished requests.
     void finish_step(const RankStep& s, double now, std::vector<ReqState>& st, std::vector<Record>& rec,
-                     std::mt19937_64& rng, double draft_accept, StepOutcome& out, std::vector<float>& itl);
+                     std::mt19937_64& rng, double draft_accept, StepOutcome& out, GapCounts& itl);
     // A request handed to another pool (or finished) leaves this rank's cache.
     void release(ReqState& s);
 

@@ -82,6 +82,23 @@ struct Record {
     double max_itl_ms = 0;   // its longest gap between two emissions
 };
 
+// Every gap between two emissions of a request, as (value, count) runs. The requests of one rank's
+// decode step mostly share their gap (the step's length), so 10^8-10^9 gaps of a long run fit in a few
+// MB as runs where a float each took gigabytes; sorted() merges them into distinct values ascending.
+struct GapCounts {
+    std::vector<float> values;
+    std::vector<int64_t> counts;
+    void add(float v) {
+        if (!values.empty() && values.back() == v) {
+            ++counts.back();
+        } else {
+            values.push_back(v);
+            counts.push_back(1);
+        }
+    }
+    GapCounts sorted() const;
+};
+
 // One pool of GPUs: `groups` EP groups, each of deployment.ep GPUs, a DP rank being attn_tp GPUs.
 struct PoolConfig {
     Deployment dep;            // phase decode: prices the decode steps (and, aggregated, sizes the chunks' layout)

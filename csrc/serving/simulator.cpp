@@ -29,6 +29,22 @@ double draft_acceptance(int drafts, double accepted) {
     return (lo + hi) / 2;
 }
 
+GapCounts GapCounts::sorted() const {
+    std::vector<size_t> order(values.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
+    GapCounts out;
+    for (size_t i : order) {
+        if (!out.values.empty() && out.values.back() == values[i]) {
+            out.counts.back() += counts[i];
+        } else {
+            out.values.push_back(values[i]);
+            out.counts.push_back(counts[i]);
+        }
+    }
+    return out;
+}
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -138,6 +154,7 @@ public:
         res_.end_ms = now_;
         res_.priced_points = int64_t(decode_->pricer.priced_points() + (prefill_ ? prefill_->pricer.priced_points() : 0));
         res_.records = std::move(records_);
+        res_.itl_ms = res_.itl_ms.sorted();
         return std::move(res_);
     }
 

@@ -15,7 +15,7 @@ namespace dsperf::serving {
 
 struct SimResult {
     std::vector<Record> records;  // one per request issued, in arrival order
-    std::vector<float> itl_ms;    // every gap between two emissions of a request (after its first token)
+    GapCounts itl_ms;             // every gap between two emissions of a request (after its first token), sorted
     // Time series, one sample per arrival and per group step: totals over every rank.
     std::vector<double> ts_ms;
     std::vector<int32_t> ts_waiting, ts_running, ts_in_system;

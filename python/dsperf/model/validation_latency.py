@@ -23,6 +23,12 @@ from .validation import BEYOND, load_table
 
 SEED = 0
 
+# Each run's percentile table by run key, kept for the process: the simulations are deterministic
+# (fixed seed) and their inputs are read once per process (devices.py caches them too), so a second
+# validate_latency() in one process -- the CLI's sections, the docs, the bands, the tests -- reuses the
+# runs instead of simulating up to 10^5 requests again. validate_latency(fresh=True) runs them anew.
+_PERCENTILES: dict[tuple, pd.DataFrame] = {}
+
 
 class MetricRead(NamedTuple):
     label: str          # as the docs' tables print it
@@ -96,25 +102,26 @@ def simulate_point(p: dict):
     return serving.simulate("DeepSeek-V3", p["device"], seed=SEED, **kw)
 
 
-def metric_of(result, metric: str) -> float:
-    """A point's metric read from a simulation's percentiles (P50 over finished requests, or over
-    every emission gap for ITL)."""
+def metric_of(percentiles: pd.DataFrame, metric: str) -> float:
+    """A point's metric read from a simulation's percentiles (SimResult.percentiles(): P50 over
+    finished requests, or over every emission gap for ITL)."""
     if metric not in METRIC_READS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     read = METRIC_READS[metric]
-    return float(read.convert(float(result.percentiles().loc[read.row, "p50"])))
+    return float(read.convert(float(percentiles.loc[read.row, "p50"])))
 
 
-def validate_latency() -> pd.DataFrame:
+def validate_latency(*, fresh: bool = False) -> pd.DataFrame:
     """Predicted against published for every latency point, with the peak section's columns
     (dsperf.model.validation.validate): error = predicted / published - 1, phase ``serving``,
-    bound ``ttft`` or ``tpot``, and each point's leave-one-out band over the other latency points."""
-    runs = {}
+    bound ``ttft`` or ``tpot``, and each point's leave-one-out band over the other latency points.
+    fresh: simulate every run again instead of reusing this process's earlier runs (_PERCENTILES)."""
+    runs = {} if fresh else _PERCENTILES
     rows = []
     for p in load_latency_points():
         key = run_key(p)
         if key not in runs:
-            runs[key] = simulate_point(p)
+            runs[key] = simulate_point(p).percentiles()
         pred = metric_of(runs[key], p["metric"])
         peak = p["kind"] == "peak"
         rows.append({"point": p["point"], "source": p["source"], "device": p["device"], "phase": "serving",

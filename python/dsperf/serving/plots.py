@@ -16,10 +16,13 @@ def latency_cdf(results: dict, metric: str = "ttft_ms", title: str | None = None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, r in results.items():
-        v = r.itl_ms if metric == "itl_ms" else r.records.loc[r.records["finished"], metric].dropna().to_numpy()
-        v = np.sort(np.asarray(v, dtype=float))
+        if metric == "itl_ms":  # distinct gaps, ascending, with their counts
+            v, n = np.asarray(r.itl_values_ms, dtype=float), r.itl_counts
+        else:
+            v = np.sort(r.records.loc[r.records["finished"], metric].dropna().to_numpy(dtype=float))
+            n = np.ones(len(v), np.int64)
         if len(v):
-            ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
+            ax.plot(v, np.cumsum(n) / n.sum(), label=label)
     ax.set_xscale("log")
     ax.set_xlabel(f"{_LABELS[metric]} (ms)")
     ax.set_ylabel("fraction of requests" if metric != "itl_ms" else "fraction of gaps")

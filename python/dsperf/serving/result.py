@@ -12,6 +12,19 @@ PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
+def counted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """np.percentile(np.repeat(values, counts), q) (its default, linear method) without the repeat:
+    values sorted ascending and distinct, counts how often each occurs."""
+    n = int(counts.sum())
+    if n == 0:
+        return math.nan
+    h = (n - 1) * q / 100
+    lo = math.floor(h)
+    ends = np.cumsum(counts)  # the sorted sample's element i is values[first end > i]
+    below, above = values[np.searchsorted(ends, [lo, min(lo + 1, n - 1)], side="right")].astype(float)
+    return float(below + (h - lo) * (above - below))
+
+
 @dataclass
 class Sla:
     """Per-request limits (ms; None: no limit) and the percentile a deployment must meet them at."""
@@ -49,17 +62,27 @@ class Sla:
 class ServingResult:
     records: pd.DataFrame     # one row per request issued
     series: pd.DataFrame      # one row per arrival and group step
-    itl_ms: np.ndarray        # every gap between two emissions of a request (float32)
+    itl_values_ms: np.ndarray  # every distinct gap between two emissions of a request, ascending (float32)
+    itl_counts: np.ndarray     # how often each of them occurs (int64)
     info: dict                # the run: ranks, KV blocks, steps, stop reason, overload
     sla: Sla = field(default_factory=Sla)
     gpus: int = 1
+
+    @property
+    def itl_ms(self) -> np.ndarray:
+        """Every gap between two emissions, ascending (one float each: long runs hold 10^8 and more;
+        itl_values_ms and itl_counts hold the same in a few MB)."""
+        return np.repeat(self.itl_values_ms, self.itl_counts)
 
     def percentiles(self) -> pd.DataFrame:
         """P50, P90 and P99 of TTFT, TPOT, ITL and E2E (ms) over the finished requests."""
         done = self.records[self.records["finished"]]
         rows = {}
         for name in LATENCIES:
-            v = self.itl_ms if name == "itl_ms" else done[name].dropna().to_numpy()
+            if name == "itl_ms":
+                rows[name] = [counted_percentile(self.itl_values_ms, self.itl_counts, p) for p in PERCENTILES]
+                continue
+            v = done[name].dropna().to_numpy()
             rows[name] = [float(np.percentile(v, p)) if len(v) else math.nan for p in PERCENTILES]
         return pd.DataFrame(rows, index=[f"p{p}" for p in PERCENTILES]).T
 
@@ -117,7 +140,7 @@ def build_result(raw: dict, sla: Sla, gpus: int) -> ServingResult:
     series = pd.DataFrame(raw["series"])
     blocks = raw["kv_blocks_per_rank"] * raw["ranks"] + raw["prefill_kv_blocks_per_rank"] * raw["prefill_ranks"]
     series["kv_use"] = series["kv_blocks"] / max(1, blocks)
-    info = {k: v for k, v in raw.items() if k not in ("records", "series", "itl_ms")}
+    info = {k: v for k, v in raw.items() if k not in ("records", "series", "itl_values_ms", "itl_counts")}
     info["overload_since_s"] = raw["overload_since_ms"] / 1e3 if raw["overloaded"] else math.nan
     # The arrival rate from the overload's start to the stop: the load the deployment could not hold.
     if raw["overloaded"]:
@@ -126,4 +149,4 @@ def build_result(raw: dict, sla: Sla, gpus: int) -> ServingResult:
         info["overload_rate"] = n / ((end - since) / 1e3) if end > since else math.nan
     else:
         info["overload_rate"] = math.nan
-    return ServingResult(rec, series, np.asarray(raw["itl_ms"]), info, sla, gpus)
+    return ServingResult(rec, series, np.asarray(raw["itl_values_ms"]), np.asarray(raw["itl_counts"]), info, sla, gpus)

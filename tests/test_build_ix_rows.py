@@ -33,7 +33,7 @@ def recipe(decode_tp=16, decode_ep=16, dp=True, slots=288):
 
 
 def rows(y):
-    return builder.rows_for(RECORD, KEY, "recipes/x.yaml", y, "2026-11-29")
+    return builder.rows_for(RECORD, KEY, "recipes/x.yaml", y, "deepseek-ai/DeepSeek-R1-0528", "2026-11-29")
 
 
 def test_a_record_and_its_recipe_give_the_simulators_settings():

@@ -30,6 +30,10 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))  # dsperf from the source tree, run as a script
+from dsperf.model.devices import load_device  # noqa: E402
+from dsperf.model.grounded import table_kind  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = ROOT / "python" / "dsperf" / "data" / "validation" / "latency_points.csv"
 FIXTURE = ("InferenceX (SemiAnalysisAI/InferenceX-app's benchmarks.json fixture as copied in the fork "
@@ -41,9 +45,20 @@ RUNS = {
     ("21640109636", "gb300", "fp4"): ("daa8239f", "961c9f82491b76fe4c6ce0a9889a87eddd22d551"),
     ("21957354903", "b200", "fp8"): ("d25c4e75", "9ad3a4857a15f46ed1d4257f7d8ce6e93aef17d0"),
     ("23438524239", "b200", "fp8"): ("26d415b3", "535b2dc7a129430aeee805492dce6550858549c8"),
+    # Added 2026-11-29 after the rows above, pinned at each repository's last commit of the run's day (UTC).
+    ("23438524239", "gb200", "fp4"): ("26d415b36c62a704bd3510cd68fb9066adf06136",
+                                      "535b2dc7a129430aeee805492dce6550858549c8"),
+    ("21934281915", "b300", "fp8"): ("d25c4e75b86d268728302085d0632fd7f73c5a91",
+                                     "9ad3a4857a15f46ed1d4257f7d8ce6e93aef17d0"),
+    # H100's recipes reached srt-slurm's main only with the merge of sa-submission-q1-2026 (5063eb43,
+    # 2026-03-03, after the run): read there.
+    ("21790074782", "h100", "fp8"): ("2767db504b61c1e4448e9ee337799241a1c4082c",
+                                     "5063eb43"),
 }
-CHECKPOINT = {"fp8": ("deepseek-ai/DeepSeek-R1-0528", "fp8"),
-              "fp4": ("nvidia/DeepSeek-R1-0528-NVFP4-v2", "fp4_bf16")}  # attention BF16 but wo: priced BF16
+# The checkpoints the configs name, as dsperf prices their weights (NVFP4-v2: experts and wo in NVFP4,
+# the rest of attention in BF16, priced BF16). A run whose config names another (an alias such as
+# "deepseek-r1-fp4", whose attention precision is not stated) is left out.
+CHECKPOINT = {"deepseek-ai/DeepSeek-R1-0528": "fp8", "nvidia/DeepSeek-R1-0528-NVFP4-v2": "fp4_bf16"}
 TAG = {(1024, 1024): "1k1k", (1024, 8192): "1k8k", (8192, 1024): "8k1k"}
 EXPERTS = 256  # DeepSeek-V3's routed experts: a load balancer's slots beyond them are redundant copies
 # The columns that set a row's simulation or its figure, compared in check mode (a blank reads as
@@ -62,13 +77,15 @@ def git_show(git_dir: str, commit: str, path: str) -> str:
     return out.stdout
 
 
-def recipe(args, record: dict, key: tuple) -> tuple[str, dict] | None:
-    """The recipe path and its parsed YAML for a record, or None where no search-space entry of the
-    run's config lists its concurrency with its decode layout and no MTP."""
+def recipe(args, record: dict, key: tuple) -> tuple[str, dict, str] | None:
+    """The recipe path, its parsed YAML and the checkpoint the config names for a record, or None
+    where no search-space entry of the run's config lists its concurrency with its decode layout and
+    no MTP."""
     _, hw, prec = key
     ix, srt = RUNS[key]
-    config = yaml.safe_load(git_show(args.inferencex, ix, ".github/configs/nvidia-master.yaml"))
-    for lengths in config[f"dsr1-{prec}-{hw}-dynamo-trt"]["seq-len-configs"]:
+    config = yaml.safe_load(git_show(args.inferencex, ix, ".github/configs/nvidia-master.yaml"))[
+        f"dsr1-{prec}-{hw}-dynamo-trt"]
+    for lengths in config["seq-len-configs"]:
         if (lengths["isl"], lengths["osl"]) != (record["isl"], record["osl"]):
             continue
         for space in lengths["search-space"]:
@@ -79,7 +96,7 @@ def recipe(args, record: dict, key: tuple) -> tuple[str, dict] | None:
                         record["decode_dp_attention"])):
                 continue
             path = space["prefill"]["additional-settings"][0].split("=", 1)[1]
-            return path, yaml.safe_load(git_show(args.srt_slurm, srt, path))
+            return path, yaml.safe_load(git_show(args.srt_slurm, srt, path)), config["model"]
     return None
 
 
@@ -105,13 +122,13 @@ def redundant(c: dict) -> int:
     return balancer["num_slots"] - EXPERTS if balancer else 0
 
 
-def rows_for(record: dict, key: tuple, path: str, y: dict, added: str) -> list[dict]:
+def rows_for(record: dict, key: tuple, path: str, y: dict, checkpoint: str, added: str) -> list[dict]:
     """The TTFT and TPOT rows of one record (the settings as the simulator reads them)."""
     run, hw, prec = key
     ix, srt = RUNS[key]
     res, tc = y["resources"], y["backend"]["trtllm_config"]
     P, D = tc["prefill"], tc["decode"]
-    checkpoint, weight_dtype = CHECKPOINT[prec]
+    weight_dtype = CHECKPOINT[checkpoint]
     kv_fp8 = D["kv_cache_config"].get("dtype") == "fp8"
     name = f"ix_{hw}_trt_{prec + '_' if hw.startswith('gb') else ''}{TAG[(record['isl'], record['osl'])]}_c{record['conc']}"
     m = record["metrics"]
@@ -131,8 +148,9 @@ def rows_for(record: dict, key: tuple, path: str, y: dict, added: str) -> list[d
                "(sa-bench's bench.sh since 88ff268, 2026-01-23); the memory share at dsperf's default (the recipes' "
                "free_gpu_memory_fraction is a share of the memory left after the weights; their max_batch_size caps "
                "bind first); no micro-batch overlap; KV hand-off at the scale-out rate")
-    missing = (f"a {hw.upper()} kernel table measured per shape (derived rows); Dynamo's routing of requests to decode "
-               "workers (the simulator balances them by load)")
+    missing = ("" if table_kind(hw.upper()) == "measured" else
+               f"a {hw.upper()} kernel table measured per shape (derived rows); ") + (
+        "Dynamo's routing of requests to decode workers (the simulator balances them by load)")
     settings = dict(
         device=hw.upper(), kind="peak", role="check", added=added, mode="disaggregated", concurrency=record["conc"],
         input_len=record["isl"], output_len=record["osl"], duration_s="", range_ratio="0.8",
@@ -182,9 +200,19 @@ def main(argv=None) -> int:
                 and record.get("spec_method") == "none" and key in RUNS):
             continue
         found = recipe(args, record, key)
+        what = f"run {run} {record['hardware']} {record['isl']}/{record['osl']} c{record['conc']}"
         if found is None or not agrees(record, found[1]["resources"], *(
                 found[1]["backend"]["trtllm_config"][k] for k in ("prefill", "decode"))):
-            left_out.append(f"run {run} {record['isl']}/{record['osl']} c{record['conc']}")
+            left_out.append(f"{what} (no recipe, or recipe and record disagree)")
+            continue
+        if found[2] not in CHECKPOINT:
+            left_out.append(f"{what} (checkpoint {found[2]})")
+            continue
+        tc = found[1]["backend"]["trtllm_config"]
+        wide = [k for k in ("prefill", "decode") if not tc[k]["enable_attention_dp"]
+                and tc[k]["tensor_parallel_size"] > load_device(record["hardware"].upper()).gpus_per_node]
+        if wide:  # dsperf's layouts keep a TP attention group inside one node
+            left_out.append(f"{what} ({wide[0]} TP{tc[wide[0]]['tensor_parallel_size']} attention across nodes)")
             continue
         for row in rows_for(record, key, *found, today):
             if row["point"] not in shipped:
@@ -194,8 +222,7 @@ def main(argv=None) -> int:
             differ += [f"{row['point']} {k}: recipe/record {row[k]!r}, latency_points.csv {shipped[row['point']][k]!r}"
                        for k in COMPARED if not same(k, row[k], shipped[row["point"]][k])]
     print(f"{checked} rows checked against their record and recipe, {len(differ)} differences; "
-          f"{len(new)} rows in the fixture and not in latency_points.csv; left out (recipe and record disagree, or "
-          f"no recipe lists the concurrency): {', '.join(left_out) or 'none'}")
+          f"{len(new)} rows in the fixture and not in latency_points.csv; left out: {', '.join(left_out) or 'none'}")
     for line in differ:
         print("  " + line)
     if args.emit:

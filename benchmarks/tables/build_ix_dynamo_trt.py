@@ -6,6 +6,9 @@
     python benchmarks/tables/build_ix_dynamo_trt.py --fixture benchmarks.json \
         --inferencex path/to/InferenceX.git --srt-slurm path/to/srt-slurm.git [--emit rows.csv]
 
+(dsperf importable: installed, or PYTHONPATH=python in a built tree; it reads the devices' node sizes
+and table kinds.)
+
 Without --emit it checks every such row in latency_points.csv against its record and recipe (the
 settings the simulator reads and the published medians) and exits 1 on a difference; with --emit it
 also writes the rows the fixture holds and the file does not, each with its source, as `check`
@@ -30,9 +33,8 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))  # dsperf from the source tree, run as a script
-from dsperf.model.devices import load_device  # noqa: E402
-from dsperf.model.grounded import table_kind  # noqa: E402
+from dsperf.model.devices import load_device
+from dsperf.model.grounded import table_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = ROOT / "python" / "dsperf" / "data" / "validation" / "latency_points.csv"

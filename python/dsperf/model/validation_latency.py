@@ -103,7 +103,7 @@ def simulate_point(p: dict):
 
 
 def metric_of(percentiles: pd.DataFrame, metric: str) -> float:
-    """A point's metric read from a simulation's percentiles (SimResult.percentiles(): P50 over
+    """A point's metric read from a simulation's percentiles (ServingResult.percentiles(): P50 over
     finished requests, or over every emission gap for ITL)."""
     if metric not in METRIC_READS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")

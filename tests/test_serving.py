@@ -141,6 +141,25 @@ def test_counted_percentile_is_numpys_on_the_repeated_sample():
         for q in (0, 37.5, 50, 90, 99, 100):
             assert counted_percentile(values, counts, q) == pytest.approx(float(np.percentile(x, q)), rel=1e-6)
     assert math.isnan(counted_percentile(np.zeros(0, np.float32), np.zeros(0, np.int64), 50))
+    assert math.isnan(counted_percentile(np.float32([1, np.nan]), np.int64([1, 2]), 50))
+
+
+@pytest.mark.parametrize("values,counts,q,match", [
+    ([1.0, 2.0], [1, 1], 101, "q must be <= 100"),
+    ([1.0, 2.0], [1, 1], float("nan"), "q must be finite"),
+    ([1.0, 2.0], [1], 50, "values and counts must be 1-D and of one length"),
+    ([[1.0, 2.0]], [[1, 1]], 50, "values and counts must be 1-D"),
+    ([1.0, 2.0], [1, 0], 50, "counts must be integers >= 1"),
+    ([1.0, 2.0], [1.0, 1.0], 50, "counts must be integers"),
+    ([2.0, 1.0], [1, 1], 50, "values must be distinct and ascending"),
+])
+def test_counted_percentile_names_a_bad_argument(values, counts, q, match):
+    from dsperf.serving.result import counted_percentile
+
+    with pytest.raises(ValueError, match=match):
+        counted_percentile(np.asarray(values), np.asarray(counts), q)
+    with pytest.raises(TypeError, match="values must hold floats"):
+        counted_percentile(np.int64([1, 2]), np.int64([1, 1]), 50)
 
 
 def test_kv_preemption_recomputes_and_finishes():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import functools
 import io
 import json
 import subprocess
@@ -79,14 +80,19 @@ def git_show(git_dir: str, commit: str, path: str) -> str:
     return out.stdout
 
 
+@functools.lru_cache(maxsize=None)
+def run_config(inferencex: str, key: tuple) -> dict:
+    """A run's entry of nvidia-master.yaml at its pinned commit (read once for all its records)."""
+    _, hw, prec = key
+    return yaml.safe_load(git_show(inferencex, RUNS[key][0], ".github/configs/nvidia-master.yaml"))[
+        f"dsr1-{prec}-{hw}-dynamo-trt"]
+
+
 def recipe(args, record: dict, key: tuple) -> tuple[str, dict, str] | None:
     """The recipe path, its parsed YAML and the checkpoint the config names for a record, or None
     where no search-space entry of the run's config lists its concurrency with its decode layout and
     no MTP."""
-    _, hw, prec = key
-    ix, srt = RUNS[key]
-    config = yaml.safe_load(git_show(args.inferencex, ix, ".github/configs/nvidia-master.yaml"))[
-        f"dsr1-{prec}-{hw}-dynamo-trt"]
+    config = run_config(args.inferencex, key)
     for lengths in config["seq-len-configs"]:
         if (lengths["isl"], lengths["osl"]) != (record["isl"], record["osl"]):
             continue
@@ -98,7 +104,7 @@ def recipe(args, record: dict, key: tuple) -> tuple[str, dict, str] | None:
                         record["decode_dp_attention"])):
                 continue
             path = space["prefill"]["additional-settings"][0].split("=", 1)[1]
-            return path, yaml.safe_load(git_show(args.srt_slurm, srt, path)), config["model"]
+            return path, yaml.safe_load(git_show(args.srt_slurm, RUNS[key][1], path)), config["model"]
     return None
 
 
@@ -188,6 +194,11 @@ def main(argv=None) -> int:
     ap.add_argument("--srt-slurm", required=True, help="git directory of NVIDIA/srt-slurm")
     ap.add_argument("--emit", help="write the fixture's rows missing from latency_points.csv to this CSV")
     args = ap.parse_args(argv)
+    if not Path(args.fixture).is_file():
+        ap.error(f"--fixture: no file {args.fixture}")
+    for flag, git_dir in (("--inferencex", args.inferencex), ("--srt-slurm", args.srt_slurm)):
+        if subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse"], capture_output=True).returncode:
+            ap.error(f"{flag}: {git_dir} is not a git directory")
     fixture = json.loads(Path(args.fixture).read_text())
     with POINTS.open(newline="") as f:
         lines = [line for line in f if not line.startswith("#")]

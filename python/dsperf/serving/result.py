@@ -8,13 +8,29 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .._checks import number
+
 PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
-def counted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+def counted_percentile(values, counts, q: float) -> float:
     """np.percentile(np.repeat(values, counts), q) (its default, linear method) without the repeat:
-    values sorted ascending and distinct, counts how often each occurs."""
+    values sorted ascending and distinct (NaN in gives NaN out), counts how often each occurs (integers
+    >= 1); q in [0, 100]. An empty sample gives NaN."""
+    q = number("q", q, lo=0, hi=100)
+    values, counts = np.asarray(values), np.asarray(counts)
+    if values.ndim != 1 or counts.shape != values.shape:
+        raise ValueError(f"values and counts must be 1-D and of one length, got shapes {values.shape} and "
+                         f"{counts.shape}")
+    if not np.issubdtype(values.dtype, np.floating):
+        raise TypeError(f"values must hold floats, got dtype {values.dtype}")
+    if not np.issubdtype(counts.dtype, np.integer) or (counts < 1).any():
+        raise ValueError("counts must be integers >= 1")
+    if np.isnan(values).any():
+        return math.nan
+    if (np.diff(values) <= 0).any():
+        raise ValueError("values must be distinct and ascending")
     n = int(counts.sum())
     if n == 0:
         return math.nan

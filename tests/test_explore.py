@@ -246,10 +246,18 @@ def test_weight_dtype_dense_tp_redundancy_and_eplb_axes():
     # NVFP4 experts: infeasible on Hopper (no FP4 tensor cores), priced as the grounded model on Blackwell.
     fp4 = explore.search(**{**base, "devices": ["H800", "B200"]}, weight_dtype=("fp4",))
     h800, b200 = fp4[fp4["device"] == "H800"], fp4[fp4["device"] == "B200"]
-    assert (h800["reason"] == "FP4 experts need FP4 tensor cores").all() and not h800["feasible"].any()
+    assert (h800["reason"] == "NVFP4 weights need FP4 tensor cores").all() and not h800["feasible"].any()
     assert b200["feasible"].all() and b200["experts_fp4"].all() and b200["weights_fp8"].all()
     g = grounded.decode("DeepSeek-V3", "B200", batch=64, ep=32, redundant_experts=32, kv_len=4096 + 512, weight_dtype="fp4")
     assert b200["tokens_per_gpu_s"].iloc[0] == pytest.approx(g["tokens_per_gpu_s"], rel=1e-12)
+    # The FP4-v2 checkpoints (wo in NVFP4 too): the same rule, and the grounded model's figures.
+    v2 = explore.search(**{**base, "devices": ["H800", "B200"]}, weight_dtype=("fp4_v2",))
+    assert not v2[v2["device"] == "H800"]["feasible"].any()
+    b200_v2 = v2[v2["device"] == "B200"]
+    assert b200_v2["wo_fp4"].all() and b200_v2["experts_fp4"].all() and not b200_v2["weights_fp8"].any()
+    g2 = grounded.decode("DeepSeek-V3", "B200", batch=64, ep=32, redundant_experts=32, kv_len=4096 + 512,
+                         weight_dtype="fp4_v2")
+    assert b200_v2["tokens_per_gpu_s"].iloc[0] == pytest.approx(g2["tokens_per_gpu_s"], rel=1e-12)
     with pytest.raises(ValueError, match="routing_load"):
         explore.search(**base, routing_load=zipf_load(256, 1000), imbalance=1.5)
     # The search's rows are the grounded model's, for these axes too.

@@ -97,6 +97,12 @@ def test_nvfp4_expert_rows_name_the_fp4_checkpoint_whatever_the_weights_elsewher
     assert "backend: TRTLLM" in t.files["serve.yaml"]
 
 
+def test_fp4_v2_rows_name_the_v2_checkpoint():
+    row = _row(device="B200", ep=8, prefill_ep=None, prefill_tokens=None, batch=32, weights_fp8=False,
+               experts_fp4=True, wo_fp4=True)
+    assert "nvidia/DeepSeek-R1-0528-FP4-v2" in launch.emit(row, "sglang").roles["serve"]
+
+
 @pytest.mark.parametrize("stack", ["sglang", "vllm", "trtllm", "dynamo"])
 def test_attention_ffn_disaggregation_is_refused_naming_feature_and_stack(stack):
     with pytest.raises(ValueError, match=r"attention-FFN disaggregation.*" + launch.STACKS[stack].name):

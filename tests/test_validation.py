@@ -411,6 +411,30 @@ def test_nvfp4_experts_with_bf16_weights_elsewhere():
         assert grounded.weight_dtype_of(*flags) == name
 
 
+def test_fp4_v2_prices_wo_as_nvfp4_and_bf16_gemms_read_their_input_unquantised():
+    # nvidia/DeepSeek-R1-0528-FP4-v2 "additionally quantizes the wo module": wo on the FP4 tensor
+    # cores, its input quantised to NVFP4 first; everything else as fp4_bf16. A BF16 GEMM reads its
+    # BF16 input as it is: no quantisation call before a BF16 wo.
+    kw = dict(batch=64, kv_len=2048, ep=8, overlap="none")
+    v1 = grounded.decode("DeepSeek-V3", "B200", weight_dtype="fp4_bf16", **kw)
+    v2 = grounded.decode("DeepSeek-V3", "B200", weight_dtype="fp4_v2", **kw)
+    calls1 = {c["kernel"]: c for c in v1["calls"]}
+    calls2 = {c["kernel"]: c for c in v2["calls"]}
+    assert calls2["wo"]["family"] == "gemm_fp4" and calls1["wo"]["family"] == "gemm_bf16"
+    assert calls2["wq_b"]["family"] == calls2["dense_up"]["family"] == "gemm_bf16"
+    assert "wo_act_quant" not in calls1
+    assert calls2["wo_act_quant"]["bytes"] == pytest.approx(64 * 128 * 128 * (2 + 0.5 + 1 / 16))
+    assert calls2["wo"]["us"] < calls1["wo"]["us"] and v2["step_ms"] < v1["step_ms"]
+    # Only wo's weights change: 128 heads x 128 x 7168 per layer, 61 layers, BF16 -> NVFP4.
+    saved = (2 - (0.5 + 1 / 16)) * 128 * 128 * 7168 * 61 / 2**30
+    assert v1["weights_gib"] - v2["weights_gib"] == pytest.approx(saved, rel=1e-9)
+    with pytest.raises(ValueError, match="fp4_tflops"):
+        grounded.decode("DeepSeek-V3", "H800", weight_dtype="fp4_v2")
+    # The FP8 wo still quantises its input to FP8 (three bytes a value: read BF16, write FP8).
+    fp8 = {c["kernel"]: c for c in grounded.decode("DeepSeek-V3", "B200", **kw)["calls"]}
+    assert fp8["wo_act_quant"]["bytes"] == pytest.approx(64 * 128 * 128 * 3)
+
+
 def _at_clock(tmp_path, name, ratio):
     text = (resources.files("dsperf") / "data" / "devices" / f"{name}.toml").read_text()
     path = tmp_path / f"{name}_{ratio}.toml"

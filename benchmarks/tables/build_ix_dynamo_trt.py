@@ -59,9 +59,9 @@ RUNS = {
                                      "5063eb43"),
 }
 # The checkpoints the configs name, as dsperf prices their weights (NVFP4-v2: experts and wo in NVFP4,
-# the rest of attention in BF16, priced BF16). A run whose config names another (an alias such as
-# "deepseek-r1-fp4", whose attention precision is not stated) is left out.
-CHECKPOINT = {"deepseek-ai/DeepSeek-R1-0528": "fp8", "nvidia/DeepSeek-R1-0528-NVFP4-v2": "fp4_bf16"}
+# the rest of attention in BF16: weight_dtype fp4_v2). A run whose config names another (an alias such
+# as "deepseek-r1-fp4", whose attention precision is not stated) is left out.
+CHECKPOINT = {"deepseek-ai/DeepSeek-R1-0528": "fp8", "nvidia/DeepSeek-R1-0528-NVFP4-v2": "fp4_v2"}
 TAG = {(1024, 1024): "1k1k", (1024, 8192): "1k8k", (8192, 1024): "8k1k"}
 EXPERTS = 256  # DeepSeek-V3's routed experts: a load balancer's slots beyond them are redundant copies
 # The columns that set a row's simulation or its figure, compared in check mode (a blank reads as

@@ -41,13 +41,15 @@ py::dict explore_decode_py(const ModelConfig& m, const std::vector<DeviceSpec>& 
                            std::vector<int> redundant, std::vector<int> attn_tp, std::vector<int> mtp,
                            std::vector<double> mtp_accepted, std::vector<int> kv_fp8, std::vector<int> overlap,
                            std::vector<double> batch, double kv_len, double imbalance, double step_overhead_ms,
-                           bool weights_fp8, int dense_tp, int moe_tp, bool experts_fp4, double mem_fraction) {
+                           bool weights_fp8, int dense_tp, int moe_tp, bool experts_fp4, bool wo_fp4,
+                           double mem_fraction) {
     ExploreGrid g;
     g.devices = devices, g.tables = tables, g.ep = std::move(ep), g.redundant_experts = std::move(redundant);
     g.attn_tp = std::move(attn_tp), g.mtp = std::move(mtp), g.mtp_accepted = std::move(mtp_accepted);
     g.kv_fp8 = std::move(kv_fp8), g.overlap = std::move(overlap), g.batch = std::move(batch);
     g.kv_len = kv_len, g.imbalance = imbalance, g.step_overhead_ms = step_overhead_ms;
     g.weights_fp8 = weights_fp8, g.dense_tp = dense_tp, g.moe_tp = moe_tp, g.experts_fp4 = experts_fp4;
+    g.wo_fp4 = wo_fp4;
     g.mem_fraction = mem_fraction;
     g.validate(m);  // before allocating
     const size_t n = g.size();
@@ -194,6 +196,7 @@ void bind_step_model(py::module_& root) {
         .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)
         .def_readwrite("weights_fp8", &Deployment::weights_fp8)
         .def_readwrite("experts_fp4", &Deployment::experts_fp4)
+        .def_readwrite("wo_fp4", &Deployment::wo_fp4)
         .def_readwrite("attn_fp8", &Deployment::attn_fp8)
         .def("validate", &Deployment::validate, py::arg("model"), py::arg("device"));
     // The numeric fields from their one declaration (DSPERF_DEPLOYMENT_FIELDS), and their bounds:
@@ -227,7 +230,8 @@ void bind_step_model(py::module_& root) {
           py::arg("ep"), py::arg("redundant_experts"), py::arg("attn_tp"), py::arg("mtp"), py::arg("mtp_accepted"),
           py::arg("kv_fp8"), py::arg("overlap"), py::arg("batch"), py::arg("kv_len"), py::arg("imbalance"),
           py::arg("step_overhead_ms"), py::arg("weights_fp8") = true, py::arg("dense_tp") = 1,
-          py::arg("moe_tp") = 1, py::arg("experts_fp4") = false, py::arg("mem_fraction") = kMemoryReserve);
+          py::arg("moe_tp") = 1, py::arg("experts_fp4") = false, py::arg("wo_fp4") = false,
+          py::arg("mem_fraction") = kMemoryReserve);
     m.def("infeasible_reasons", [] {
         py::list out;
         for (const InfeasibleReason& r : kInfeasibleReasons) out.append(py::make_tuple(r.name, r.text));

@@ -112,9 +112,9 @@ void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumn
     dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
     dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
     dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp;
-    dep.experts_fp4 = g.experts_fp4, dep.mem_fraction = g.mem_fraction;
+    dep.experts_fp4 = g.experts_fp4, dep.wo_fp4 = g.wo_fp4, dep.mem_fraction = g.mem_fraction;
     Infeasible why = Infeasible::kNone;
-    if (dep.experts_fp4 && d.fp4_tflops <= 0)
+    if ((dep.experts_fp4 || dep.wo_fp4) && d.fp4_tflops <= 0)
         why = Infeasible::kNoFp4;
     else if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0 || d.gpus_per_node % dep.dense_tp != 0)
         why = Infeasible::kTpDoesNotDivideNode;

@@ -21,7 +21,7 @@ enum class Infeasible : int32_t {
     kNoRequest = 4,              // batch x attention TP < 1: a TP group without a request
     kTooFewTokens = 5,           // fewer than one token per GPU per micro-batch (AFD, in Python)
     kMoeTpDoesNotDivide = 6,     // MoE TP must divide the GPUs of a node and the EP size
-    kNoFp4 = 7,                  // FP4 experts on a device without FP4 tensor cores
+    kNoFp4 = 7,                  // NVFP4 weights (experts or wo) on a device without FP4 tensor cores
     kKvDoesNotFit = 8,           // the KV cache does not fit beside the weights (set in Python)
 };
 
@@ -39,7 +39,7 @@ inline constexpr InfeasibleReason kInfeasibleReasons[] = {
     {Infeasible::kNoRequest, "no_request", "fewer than one request per attention-TP group"},
     {Infeasible::kTooFewTokens, "too_few_tokens", "fewer than one token per GPU per micro-batch"},
     {Infeasible::kMoeTpDoesNotDivide, "moe_tp_does_not_divide", "MoE TP must divide the node and the EP size"},
-    {Infeasible::kNoFp4, "no_fp4", "FP4 experts need FP4 tensor cores"},
+    {Infeasible::kNoFp4, "no_fp4", "NVFP4 weights need FP4 tensor cores"},
     {Infeasible::kKvDoesNotFit, "kv_does_not_fit", "KV cache does not fit beside the weights"},
 };
 constexpr bool reasons_in_code_order() {
@@ -66,6 +66,7 @@ struct ExploreGrid {
     double step_overhead_ms = kDecodeStepOverheadMs;
     bool weights_fp8 = true;                  // one value per call: the explorer loops over the rest
     bool experts_fp4 = false;                 // NVFP4 experts (weights_fp8: FP8 or BF16 elsewhere)
+    bool wo_fp4 = false;                      // NVFP4 attention output projection (the FP4-v2 checkpoints)
     int dense_tp = 1;
     int moe_tp = 1;                           // each routed expert split over this many GPUs
     double mem_fraction = kMemoryReserve;     // of each GPU's memory for weights and KV cache (Deployment's)

@@ -23,8 +23,18 @@ double dispatch_payload(const ModelConfig& m, bool fp8) {
 // default efficiency where the tables have no BF16 rows).
 TableFamily weight_gemm(const Deployment& dep) { return dep.weights_fp8 ? TableFamily::kGemmFp8 : TableFamily::kGemmBf16; }
 
-// Bytes per value the experts' SiLU-mul writes for their down projection: NVFP4, or FP8.
-double quant_bytes(const Deployment& dep) { return dep.experts_fp4 ? kNvfp4Bytes : 1.0; }
+// Bytes per value an activation takes as the input of a GEMM of this family: NVFP4 or FP8 once
+// quantised, BF16 as it is (a BF16 GEMM reads the activations unquantised).
+double input_bytes(TableFamily f) {
+    if (f == TableFamily::kGemmFp4) return kNvfp4Bytes;
+    return f == TableFamily::kGemmBf16 ? 2.0 : 1.0;
+}
+
+// The weights' format of the routed and shared experts, as the family of a plain GEMM over them.
+TableFamily expert_gemm(const Deployment& dep) { return dep.experts_fp4 ? TableFamily::kGemmFp4 : weight_gemm(dep); }
+
+// The family of the attention output projection: NVFP4 where the checkpoint stores it so (FP4-v2).
+TableFamily wo_gemm(const Deployment& dep) { return dep.wo_fp4 ? TableFamily::kGemmFp4 : weight_gemm(dep); }
 
 // The EP size of the network table's intranode (NVLink) rows.
 constexpr double kIntranodeTableEp = 8;
@@ -74,14 +84,15 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     const MlaRows rows = mla_rows(variant, T, decode ? T : prompts * dep.prompt_len);
     elementwise("attn_norm", T * D * 4);
     for (const MlaCall& c : mla_layer_calls(variant, dims, rows)) {
-        // The attention output is BF16; the FP8 wo GEMM quantises it first (per-token 1x128 scales).
-        if (c.id == MlaCallId::kWo) elementwise("wo_act_quant", T * H * V * 3);
+        // The attention output is BF16; an FP8 or NVFP4 wo GEMM quantises it first (a BF16 one reads it).
+        if (c.id == MlaCallId::kWo && wo_gemm(dep) != TableFamily::kGemmBf16)
+            elementwise("wo_act_quant", T * H * V * (2 + input_bytes(wo_gemm(dep))));
         if (c.id == MlaCallId::kCore) {
             attention_core(b, dep, H, requests * tp, decode ? 0 : prompts);
             continue;
         }
         KernelShape s;
-        const TableFamily f = c.per_head ? TableFamily::kGemmBf16 : weight_gemm(dep);
+        const TableFamily f = c.per_head ? TableFamily::kGemmBf16 : c.id == MlaCallId::kWo ? wo_gemm(dep) : weight_gemm(dep);
         s.m = c.m, s.n = c.n, s.k = c.k, s.groups = c.count, s.fp8 = f == TableFamily::kGemmFp8;
         b.compute(c.name(), f, A, s);
         if (c.id == MlaCallId::kWkvA) elementwise("q_kv_norm_rope", T * ((QL > 0 ? QL : 0) + L + R) * 4 + T * H * R * 4);
@@ -169,10 +180,10 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         KernelShape up, down;
         up.m = down.m = t_shared, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
         up.fp8 = down.fp8 = dep.weights_fp8;
-        const TableFamily f = dep.experts_fp4 ? TableFamily::kGemmFp4 : weight_gemm(dep);
+        const TableFamily f = expert_gemm(dep);
         b.compute("shared_up", f, Stage::kMoeShared, up);
         KernelShape act;
-        act.bytes = t_shared * (2 * shared_inter * 2 + shared_inter * quant_bytes(dep));  // SiLU-mul + requantisation
+        act.bytes = t_shared * shared_inter * (2 * 2 + input_bytes(f));  // SiLU-mul (+ requantisation)
         b.compute("shared_act_quant", TableFamily::kElementwise, Stage::kMoeShared, act);
         b.compute("shared_down", f, Stage::kMoeShared, down);
     }
@@ -212,7 +223,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     up.n = 2 * I_gpu, up.k = D, down.n = D, down.k = I_gpu;
     b.compute("experts_up", g, M, up);
     KernelShape act;
-    act.bytes = rows * (2 * I_gpu * 2 + I_gpu * quant_bytes(dep));  // SiLU-mul + requantisation
+    act.bytes = rows * I_gpu * (2 * 2 + input_bytes(expert_gemm(dep)));  // SiLU-mul (+ requantisation)
     b.compute("experts_act_quant", TableFamily::kElementwise, M, act);
     b.compute("experts_down", g, M, down);
 }
@@ -227,7 +238,7 @@ void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     up.fp8 = down.fp8 = dep.weights_fp8;
     b.compute("dense_up", weight_gemm(dep), Stage::kDenseMlp, up);
     KernelShape act;
-    act.bytes = T * (2.0 * I * 2 + I);  // SiLU-mul + FP8 requantisation
+    act.bytes = T * I * (2 * 2 + input_bytes(weight_gemm(dep)));  // SiLU-mul (+ requantisation)
     b.compute("dense_act_quant", TableFamily::kElementwise, Stage::kDenseMlp, act);
     b.compute("dense_down", weight_gemm(dep), Stage::kDenseMlp, down);
     if (tp > 1) b.allreduce("dense_allreduce", Stage::kDenseMlp, tp, T * m.dim * 2, d.nvlink_gbps);

@@ -258,8 +258,11 @@ void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, St
     const double local = double(m.n_routed_experts + dep.redundant_experts) / dep.ep;
     const double per_param = dep.weights_fp8 ? 1.0 : 2.0;
     const double per_expert_param = dep.experts_fp4 ? kNvfp4Bytes : per_param;
+    // An NVFP4 wo (the FP4-v2 checkpoints) takes its share of the MLA block at the NVFP4 bytes.
+    const double wo = double(m.n_heads) * m.v_head_dim * m.dim;
+    const double mla_bytes = per_param * pc.mla + (dep.wo_fp4 ? (kNvfp4Bytes - per_param) * wo : 0.0);
     // Under attention TP the dense MLP, the embedding and the LM head are split over the group too.
-    const double weights = per_param * (pc.mla * m.n_layers / dep.attn_tp + pc.dense_mlp * m.n_dense_layers / dense_group_tp(dep)) +
+    const double weights = mla_bytes * m.n_layers / dep.attn_tp + per_param * pc.dense_mlp * m.n_dense_layers / dense_group_tp(dep) +
                            per_expert_param * (local + m.n_shared_experts / shared_expert_tp(dep)) * pc.expert * m.n_moe_layers() +
                            pc.gate * m.n_moe_layers() + 2.0 * (pc.embedding + pc.lm_head) / dep.attn_tp;
     r.weights_gib = weights / double(1 << 30);

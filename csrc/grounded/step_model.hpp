@@ -86,6 +86,9 @@ struct Deployment {
     bool weights_fp8 = true;      // FP8 block-scaled weights (DeepSeek's) outside the NVFP4 experts, else BF16
     bool experts_fp4 = false;     // NVFP4 routed and shared experts on FP4 tensor cores (nvidia/DeepSeek-R1-FP4),
                                   // with FP8 or BF16 weights elsewhere (weights_fp8)
+    bool wo_fp4 = false;          // NVFP4 attention output projection (wo) on FP4 tensor cores, as the FP4-v2
+                                  // checkpoints store it (nvidia/DeepSeek-R1-0528-FP4-v2: "additionally
+                                  // quantizes the wo module in attention layers")
     void validate(const ModelConfig& m, const DeviceSpec& d) const;  // names the field
 };
 

@@ -55,8 +55,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--kv-fp8", action="store_true", help="FP8 latent cache (default BF16)")
     p.add_argument("--attn-fp8", action="store_true", help="decode: FP8 attention math too (needs --kv-fp8)")
     p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="fp8",
-                   help="fp4: NVFP4 experts, FP8 elsewhere; fp4_bf16: NVFP4 experts, BF16 elsewhere "
-                        "(a device with FP4 tensor cores)")
+                   help="fp4: NVFP4 experts, FP8 elsewhere; fp4_bf16: NVFP4 experts, BF16 elsewhere; "
+                        "fp4_v2: NVFP4 experts and attention output projection (wo), BF16 elsewhere, as the "
+                        "FP4-v2 checkpoints (a device with FP4 tensor cores)")
     p.add_argument("--imbalance", type=float, default=1.0,
                    help="max / mean routed load per GPU (the model takes at least the busiest expert set that "
                         "balanced routing scatters a step's rows to: docs/GROUNDED_MODEL.md, \"The busiest rank\")")

@@ -141,7 +141,7 @@ def search(model="DeepSeek-V3", devices: Iterable[DeviceLike] = ("H800", "H200")
     for DEFAULT_GPU_HOUR_USD; imbalance: one max/mean routed load per GPU, or several to search;
     redundant_experts: {ep: a count, or counts to search}; routing_load: tokens per expert of one
     layer (a trace's counts, or dsperf.ep.eplb.zipf_load): each EP layout then carries the imbalance
-    dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: names of grounded.WEIGHT_FORMATS ("fp8", "bf16", "fp4": NVFP4 experts, "fp4_bf16": NVFP4 experts and BF16 elsewhere);
+    dsperf.ep's EPLB leaves with its redundant experts (grounded.eplb_imbalance); weight_dtype: names of grounded.WEIGHT_FORMATS ("fp8", "bf16", "fp4": NVFP4 experts, "fp4_bf16": NVFP4 experts and BF16 elsewhere, "fp4_v2": as fp4_bf16 with wo in NVFP4 too);
     dense_tp: the dense MLP data-parallel (1) or split over that many GPUs (at least attn_tp); moe_tp: each routed
     expert whole on one GPU (1) or split over that many of the EP GPUs (MoE TP x EP); mem_fraction: the share
     of each GPU's memory the stack gives weights and KV cache (SGLang's --mem-fraction-static; None: the
@@ -265,7 +265,7 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
     # axes are looped here.
     parts = []
     for w in ax.weights:
-        fp8_elsewhere, fp4_experts = grounded.WEIGHT_FORMATS[w]
+        fp8_elsewhere, fp4_experts, fp4_wo = grounded.WEIGHT_FORMATS[w]
         for dtp, mtp_ in itertools.product(ax.dense_tps, ax.moe_tps):
             for g_eps, g_reds, g_imbs in ax.groups:
                 for imb in g_imbs:
@@ -273,11 +273,11 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
                                           g_eps, g_reds, ax.tps, ax.mtp_n, ax.mtp_a, [int(v) for v in ax.kvs],
                                           [OVERLAP_CODES[o] for o in ax.ovs], ax.batches, kv_len=kv_len,
                                           imbalance=imb, step_overhead_ms=ax.overhead, weights_fp8=fp8_elsewhere,
-                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=fp4_experts,
+                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=fp4_experts, wo_fp4=fp4_wo,
                                           mem_fraction=ax.mem_fraction)
                     n = len(c["ep"])
                     c["weights_fp8"], c["dense_tp"] = np.full(n, fp8_elsewhere), np.full(n, dtp, np.int32)
-                    c["experts_fp4"] = np.full(n, fp4_experts)
+                    c["experts_fp4"], c["wo_fp4"] = np.full(n, fp4_experts), np.full(n, fp4_wo)
                     c["moe_tp"] = np.full(n, mtp_, np.int32)
                     c["imbalance"] = np.full(n, imb)
                     parts.append(c)
@@ -546,7 +546,7 @@ def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against lat
 
 
 SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp", "moe_tp", "mtp", "kv_fp8",
-         "weights_fp8", "experts_fp4", "dense_tp", "overlap", "batch", "tpot_ms",
+         "weights_fp8", "experts_fp4", "wo_fp4", "dense_tp", "overlap", "batch", "tpot_ms",
          "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "prefill_ep", "prefill_tokens",
          "cost_per_m_output_usd",
          "energy_j_per_output_token", "memory_headroom"]
@@ -555,7 +555,7 @@ SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp",
 def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
     """The n configurations with the highest `by`, one per (device, ep, attn_tp, mtp, overlap) layout."""
     top = df.sort_values(by, ascending=False)
-    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "experts_fp4", "dense_tp"])
+    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "experts_fp4", "wo_fp4", "dense_tp"])
     return top.head(n)
 
 

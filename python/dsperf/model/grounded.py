@@ -41,20 +41,25 @@ class WeightFormat(NamedTuple):
     elsewhere (TensorRT-LLM's throughput recipe on Blackwell: FP8 attention); "fp4_bf16", NVFP4
     experts with BF16 weights elsewhere, as nvidia/DeepSeek-R1-FP4 stores them (its attention layers
     are left out of quantization, the FP4-v2 model card says) and TensorRT-LLM's min-latency recipe
-    runs them (its B200 min-latency blog: "64x Attention Modules: bf16")."""
+    runs them (its B200 min-latency blog: "64x Attention Modules: bf16"); "fp4_v2", as "fp4_bf16"
+    with the attention output projection wo in NVFP4 too, as the FP4-v2 checkpoints store it
+    (nvidia/DeepSeek-R1-0528-FP4-v2's model card: "additionally quantizes the wo module in attention
+    layers"; InferenceX's and NVIDIA's Blackwell TensorRT-LLM and SGLang recipes serve it)."""
 
     weights_fp8: bool  # attention, dense MLP, LM head: FP8 block-scaled (else BF16)
     experts_fp4: bool  # routed and shared experts: NVFP4
+    wo_fp4: bool = False  # the attention output projection: NVFP4 (else as weights_fp8 says)
 
 
 WEIGHT_FORMATS = {"fp8": WeightFormat(True, False), "bf16": WeightFormat(False, False),
-                  "fp4": WeightFormat(True, True), "fp4_bf16": WeightFormat(False, True)}
+                  "fp4": WeightFormat(True, True), "fp4_bf16": WeightFormat(False, True),
+                  "fp4_v2": WeightFormat(False, True, True)}
 WEIGHT_DTYPES = tuple(WEIGHT_FORMATS)
 
 
-def weight_dtype_of(weights_fp8: bool, experts_fp4: bool) -> str:
-    """The WEIGHT_FORMATS name of a pair of flags (an explorer row's weights_fp8 and experts_fp4)."""
-    flags = WeightFormat(bool(weights_fp8), bool(experts_fp4))
+def weight_dtype_of(weights_fp8: bool, experts_fp4: bool, wo_fp4: bool = False) -> str:
+    """The WEIGHT_FORMATS name of a row's flags (an explorer row's weights_fp8, experts_fp4, wo_fp4)."""
+    flags = WeightFormat(bool(weights_fp8), bool(experts_fp4), bool(wo_fp4))
     return next(name for name, fmt in WEIGHT_FORMATS.items() if fmt == flags)
 
 
@@ -118,7 +123,7 @@ def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens
     d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
-    d.weights_fp8, d.experts_fp4 = WEIGHT_FORMATS[weight_dtype]
+    d.weights_fp8, d.experts_fp4, d.wo_fp4 = WEIGHT_FORMATS[weight_dtype]
     return d
 
 
@@ -169,7 +174,7 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
     cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; priced from the attention rows);
     weight_dtype: a WEIGHT_FORMATS name: "fp8", "bf16", "fp4" (NVFP4 experts, FP8 elsewhere; a device
-    with fp4_tflops) or "fp4_bf16" (NVFP4 experts, BF16 elsewhere);
+    with fp4_tflops), "fp4_bf16" (NVFP4 experts, BF16 elsewhere) or "fp4_v2" (NVFP4 experts and wo);
     dense_tp: the dense MLP split over this many GPUs (1: DP; at least attn_tp, which also splits the LM
     head, and the shared experts where ep == attn_tp: docs/GROUNDED_MODEL.md); moe_tp: each routed expert split over
     this many of the ep GPUs (ep / moe_tp expert groups; 1: pure EP); eager_launch_us: the host's

@@ -60,9 +60,10 @@ STACKS = {
                                      "examples/backends/vllm/launch/disagg.sh @11bc2e8, DynamoGraphDeployment "
                                      "nvidia.com/v1alpha1)"),
 }
-# The checkpoint each weight format serves from: NVIDIA's NVFP4 one for NVFP4 experts, DeepSeek's
-# own otherwise (its FP8 weights; a BF16 deployment upcasts them).
-MODEL_PATHS = {name: "nvidia/DeepSeek-R1-FP4" if fmt.experts_fp4 else "deepseek-ai/DeepSeek-R1"
+# The checkpoint each weight format serves from: NVIDIA's NVFP4 ones for NVFP4 experts (the v2 one
+# where wo is NVFP4 too), DeepSeek's own otherwise (its FP8 weights; a BF16 deployment upcasts them).
+MODEL_PATHS = {name: "nvidia/DeepSeek-R1-0528-FP4-v2" if fmt.wo_fp4
+               else "nvidia/DeepSeek-R1-FP4" if fmt.experts_fp4 else "deepseek-ai/DeepSeek-R1"
                for name, fmt in grounded.WEIGHT_FORMATS.items()}
 
 
@@ -99,7 +100,8 @@ def _layout(row: Mapping) -> dict:
     kind = str(_get(row, "kind", "ep"))
     spec = load_device(str(row["device"]), "corrected")
     ep, attn_tp = int(row["ep"]), int(row["attn_tp"])
-    weight = grounded.weight_dtype_of(_get(row, "weights_fp8", True), _get(row, "experts_fp4", False))
+    weight = grounded.weight_dtype_of(_get(row, "weights_fp8", True), _get(row, "experts_fp4", False),
+                                      _get(row, "wo_fp4", False))
     lay = {
         "kind": kind, "device": str(row["device"]), "gpus_per_node": int(spec.gpus_per_node), "ep": ep,
         "attn_tp": attn_tp, "dp": max(1, ep // attn_tp), "moe_tp": int(_get(row, "moe_tp", 1)),

@@ -291,9 +291,11 @@ def test_blackwell_devices_load_and_predict(device):
 
 def test_moe_tensor_parallelism():
     """moe_tp splits each routed expert over GPUs of a node: the same weight bytes per GPU, twice the
-    rows per GPU on half-width expert GEMMs, the dispatched and combined bytes doubled (every GPU of
-    an expert group gets the token and returns its partial sum). The busiest expert set carries the
-    step: of 8 sets with 256 rows on average against 4 sets with 512."""
+    rows per GPU on half-width expert GEMMs. Every GPU of an expert group gets the token and returns
+    its partial sum: the low-latency kernels' bytes double (between nodes), while inside a node a
+    token goes to a GPU once, so at EP8 (its 8 experts already reach 7 GPUs by the tables' pair count)
+    MoE TP2 sends no more. The busiest expert set carries the step: of 8 sets with 256 rows on
+    average against 4 sets with 512."""
     kw = dict(device="H200", batch=32, kv_len=2048, ep=8, overlap="none")
     ep, tp = grounded.decode(**kw), grounded.decode(**kw, moe_tp=2)
     assert tp["weights_gib"] == pytest.approx(ep["weights_gib"], rel=1e-12)
@@ -308,8 +310,13 @@ def test_moe_tensor_parallelism():
     assert calls[1]["experts_up"]["flops"] / calls[0]["experts_up"]["flops"] == \
         pytest.approx(skew(512, 4) / skew(256, 8), rel=1e-9)
     assert skew(512, 4) < skew(256, 8)  # fewer, fuller sets: a less busy busiest one
-    assert calls[1]["dispatch"]["bytes"] == pytest.approx(2 * calls[0]["dispatch"]["bytes"], rel=1e-12)
-    assert calls[1]["combine"]["bytes"] == pytest.approx(2 * calls[0]["combine"]["bytes"], rel=1e-12)
+    assert calls[1]["dispatch"]["bytes"] == pytest.approx(calls[0]["dispatch"]["bytes"], rel=1e-12)
+    assert calls[1]["combine"]["bytes"] == pytest.approx(calls[0]["combine"]["bytes"], rel=1e-12)
+    wide = dict(kw, ep=16)
+    ll = [{r["kernel"]: r for r in grounded.decode(**wide, moe_tp=t)["calls"]} for t in (1, 2)]
+    assert ll[0]["dispatch"]["family"] == "dispatch_ll"
+    assert ll[1]["dispatch"]["bytes"] == pytest.approx(2 * ll[0]["dispatch"]["bytes"], rel=1e-12)
+    assert ll[1]["combine"]["bytes"] == pytest.approx(2 * ll[0]["combine"]["bytes"], rel=1e-12)
     assert calls[1]["experts_act_quant"]["bytes"] / calls[0]["experts_act_quant"]["bytes"] == \
         pytest.approx(skew(512, 4) / skew(256, 8), rel=1e-9)
     with pytest.raises(ValueError, match=r"moe_tp \(3\) must divide ep"):
@@ -409,6 +416,33 @@ def test_nvfp4_experts_with_bf16_weights_elsewhere():
         grounded.decode("DeepSeek-V3", "H800", weight_dtype="fp4_bf16")
     for name, flags in grounded.WEIGHT_FORMATS.items():
         assert grounded.weight_dtype_of(*flags) == name
+
+
+def test_moe_tp_normal_kernels_send_a_token_once_per_gpu_it_reaches():
+    """Attention DP with one expert group over the EP GPUs (TensorRT-LLM's and SGLang's DEP attention
+    with TP experts): every GPU holds a slice of every expert, so each token goes once to each other
+    GPU (an all-gather) and its partial outputs come back once (a reduce-scatter), not once per
+    (token, expert) pair and GPU of the group."""
+    from dsperf.model.configs import load_model
+
+    m = load_model("DeepSeek-V3")
+    payload = m.dim + -(-m.dim // 128) * 4  # FP8 values and one FP32 scale per 128
+    one_group = grounded.decode("DeepSeek-V3", "B300", batch=128, kv_len=2048, ep=8, moe_tp=8, overlap="none")
+    calls = {c["kernel"]: c for c in one_group["calls"]}
+    assert calls["dispatch"]["family"] == "dispatch_normal"
+    assert calls["dispatch"]["bytes"] == pytest.approx(128 * 7 * payload, rel=1e-12)
+    assert calls["combine"]["bytes"] == pytest.approx(128 * 7 * 2 * m.dim, rel=1e-12)
+    # Prefill's normal kernels count the GPUs a token reaches: every GPU of each expert group holding
+    # one of its experts. One group: all 7 others; two groups of four (128 experts each): each of the
+    # 7 when one of the token's 8 experts lies in that GPU's group.
+    def prefill_dispatch(moe_tp):
+        calls = grounded.prefill("DeepSeek-V3", "B300", tokens=8192, prompt_len=1024, ep=8, moe_tp=moe_tp,
+                                 overlap="none")["calls"]
+        return next(c["bytes"] for c in calls if c["kernel"] == "dispatch")
+
+    assert prefill_dispatch(8) == pytest.approx(8192 * 7 * payload, rel=1e-12)
+    miss = np.prod([(256 - 128 - i) / (256 - i) for i in range(8)])
+    assert prefill_dispatch(4) == pytest.approx(8192 * 7 * (1 - miss) * payload, rel=1e-12)
 
 
 def test_fp4_v2_prices_wo_as_nvfp4_and_bf16_gemms_read_their_input_unquantised():

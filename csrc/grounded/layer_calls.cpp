@@ -39,6 +39,17 @@ TableFamily wo_gemm(const Deployment& dep) { return dep.wo_fp4 ? TableFamily::kG
 // The EP size of the network table's intranode (NVLink) rows.
 constexpr double kIntranodeTableEp = 8;
 
+// The other GPUs of the EP group one token reaches when each is sent a token once: every GPU of
+// each expert group holding one of its experts (an expert group: moe_tp GPUs, each holding a slice
+// of the same E x moe_tp / ep experts; one GPU under pure EP). With one group (moe_tp == ep) that
+// is every other GPU: an all-gather.
+double normal_copies(const ModelConfig& m, const Deployment& dep) {
+    const double E = double(m.n_routed_experts), per_group = E * dep.moe_tp / dep.ep;
+    double miss = 1;  // P(a given group holds none of the token's experts)
+    for (int i = 0; i < m.n_activated_experts; ++i) miss *= std::max(0.0, (E - per_group - i) / (E - i));
+    return (dep.ep - 1) * (1 - miss);
+}
+
 // The attention core: FlashMLA's decode over `requests` requests of the TP group, or `prompts`
 // causal prefills of the deployment's prompts (priced as one, counted `prompts` times).
 void attention_core(CallBuilder& b, const Deployment& dep, double heads, double requests, double prompts) {
@@ -112,10 +123,11 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     b.compute("gate", TableFamily::kGemmBf16, Stage::kMoeShared, gate);
 
     // Dispatch and combine: DeepEP low-latency kernels in decode, normal kernels in prefill. With
-    // MoE TP every GPU of the destination expert group gets the token, and each returns its
-    // partial sum: moe_tp times the payload each way.
+    // MoE TP every GPU of a destination expert group gets the token, and each returns its partial
+    // sum. The low-latency kernels send a token once per (token, expert) pair: moe_tp times the
+    // payload each way. The normal kernels send it once per GPU it reaches.
     const double tp = double(dep.moe_tp);
-    const double payload = dispatch_payload(m, dep.dispatch_fp8) * tp;
+    const double payload = dispatch_payload(m, dep.dispatch_fp8);
     KernelShape link;
     link.ep = dep.ep;
     const bool internode = dep.ep > d.gpus_per_node;
@@ -135,7 +147,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it: over the NICs
         // between nodes, or the scale-up link where the device's rows were timed (as NIC fractions).
         const double ll_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
-        b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload, ll_gbps,
+        b.comm("dispatch", TableFamily::kDispatchLowLatency, Stage::kDispatch, link, t * K * payload * tp, ll_gbps,
                kTableNicGbps, domain_ll);
         b.comm("combine", TableFamily::kCombineLowLatency, Stage::kCombine, link, t * K * 2 * D * tp, ll_gbps,
                kTableNicGbps, domain_ll);
@@ -143,30 +155,26 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         // Inside one NVLink domain (a node, an NVL72 rack) with the normal kernels.
         KernelShape nvlink;
         nvlink.ep = domain_normal ? double(dep.ep) : kIntranodeTableEp;
-        const double remote = t * K * (dep.ep - 1) / dep.ep;
+        // The (token, expert) pairs that leave the GPU, as the tables' rows count them, each sent to
+        // the moe_tp GPUs of its expert group; but a token goes to a GPU once: at most every other
+        // GPU of the EP group (one expert group over them all: the all-gather the stacks run).
+        const double remote = t * std::min(K * tp * (dep.ep - 1) / dep.ep, dep.ep - 1.0);
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, nvlink, remote * payload, d.nvlink_gbps,
                kTableNvlinkGbps, domain_normal);
-        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, nvlink, remote * 2 * D * tp, d.nvlink_gbps,
+        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, nvlink, remote * 2 * D, d.nvlink_gbps,
                kTableNvlinkGbps, domain_normal);
     } else {
-        // A token crosses the NIC once per remote node it reaches (then NVLink forwards it);
-        // within a node, once per other GPU it reaches.
-        double copies;
-        if (internode) {
-            copies = expected_remote_nodes(m, dep.ep, d.gpus_per_node);
-        } else {
-            const double per_gpu = E / dep.ep;
-            double miss = 1;  // P(a given GPU holds none of the token's experts)
-            for (int i = 0; i < m.n_activated_experts; ++i) miss *= std::max(0.0, (E - per_gpu - i) / (E - i));
-            copies = (dep.ep - 1) * (1 - miss);
-        }
+        // A token crosses the NIC once per remote node it reaches (then NVLink forwards it; a node
+        // holds the same experts' share with or without MoE TP); within a node, once per other GPU
+        // it reaches.
+        const double copies = internode ? expected_remote_nodes(m, dep.ep, d.gpus_per_node) : normal_copies(m, dep);
         const double link_gbps = internode ? d.scaleout_gbps : d.nvlink_gbps;
         const double table_gbps = internode ? kTableNicGbps : kTableNvlinkGbps;
         KernelShape row = link;
         if (!internode && !domain_normal) row.ep = kIntranodeTableEp;
         b.comm("dispatch", TableFamily::kDispatchNormal, Stage::kDispatch, row, t * copies * payload, link_gbps,
                table_gbps, domain_normal);
-        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, row, t * copies * 2 * D * tp, link_gbps,
+        b.comm("combine", TableFamily::kCombineNormal, Stage::kCombine, row, t * copies * 2 * D, link_gbps,
                table_gbps, domain_normal);
     }
 

@@ -255,7 +255,9 @@ def add_explore_parser(sub) -> None:
                         "sourced or marked assumed)")
     e.add_argument("--request-rate", type=float, default=None,
                    help="requests/s to serve: adds the xPyD plan (decode and prefill instances, total GPUs)")
-    e.add_argument("--weight-dtype", default="fp8", help="weight dtypes to search, comma-separated: fp8,bf16,fp4 (NVFP4 experts)")
+    e.add_argument("--weight-dtype", default="fp8",
+                   help="weight dtypes to search, comma-separated, among fp8,bf16,fp4,fp4_bf16,fp4_v2 "
+                        "(grounded.WEIGHT_FORMATS)")
     e.add_argument("--dense-tp", default="1", help="dense-MLP TP sizes to search, comma-separated (1: data-parallel)")
     e.add_argument("--moe-tp", default="1", help="MoE TP sizes to search, comma-separated (1: each expert whole)")
     e.add_argument("--mem-fraction", type=float, default=None,

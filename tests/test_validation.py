@@ -445,6 +445,20 @@ def test_moe_tp_normal_kernels_send_a_token_once_per_gpu_it_reaches():
     assert prefill_dispatch(4) == pytest.approx(8192 * 7 * (1 - miss) * payload, rel=1e-12)
 
 
+def test_nvfp4_dispatch_sends_the_quantised_tokens():
+    # TensorRT-LLM's all-to-all after quantisation: each token as NVFP4 values and an FP8 scale per 16
+    # (7168 x 0.5625 = 4,032 bytes against FP8's 7,168 + 56 x 4); the combine stays BF16.
+    kw = dict(batch=128, kv_len=2048, ep=32, overlap="none", weight_dtype="fp4_v2")
+    fp8 = {c["kernel"]: c for c in grounded.decode("DeepSeek-V3", "GB200", **kw)["calls"]}
+    fp4 = {c["kernel"]: c for c in grounded.decode("DeepSeek-V3", "GB200", dispatch_fp4=True, **kw)["calls"]}
+    assert fp4["dispatch"]["bytes"] / fp8["dispatch"]["bytes"] == pytest.approx(7168 * 0.5625 / (7168 + 56 * 4))
+    assert fp4["combine"]["bytes"] == fp8["combine"]["bytes"]
+    with pytest.raises(ValueError, match="dispatch_fp4 needs NVFP4 experts"):
+        grounded.decode("DeepSeek-V3", "GB200", dispatch_fp4=True, batch=128, ep=32)
+    with pytest.raises(TypeError, match="dispatch_fp4"):
+        grounded.decode("DeepSeek-V3", "GB200", dispatch_fp4="yes", **kw)
+
+
 def test_fp4_v2_prices_wo_as_nvfp4_and_bf16_gemms_read_their_input_unquantised():
     # nvidia/DeepSeek-R1-0528-FP4-v2 "additionally quantizes the wo module": wo on the FP4 tensor
     # cores, its input quantised to NVFP4 first; everything else as fp4_bf16. A BF16 GEMM reads its

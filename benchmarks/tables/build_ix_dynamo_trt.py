@@ -68,7 +68,7 @@ EXPERTS = 256  # DeepSeek-V3's routed experts: a load balancer's slots beyond th
 # the simulator's default, given here where it is not blank-equivalent already).
 COMPARED = ("device", "metric", "published", "mode", "concurrency", "input_len", "output_len", "range_ratio",
             "num_prompts", "ep", "attn_tp", "moe_tp", "redundant_experts", "replicas", "max_running", "mtp", "kv_fp8",
-            "weight_dtype", "prefill_ep", "prefill_attn_tp", "prefill_moe_tp", "prefill_redundant_experts",
+            "dispatch_fp4", "weight_dtype", "prefill_ep", "prefill_attn_tp", "prefill_moe_tp", "prefill_redundant_experts",
             "prefill_replicas", "prefill_max_num_tokens", "prefill_max_running")
 BLANK_IS = {"moe_tp": "1", "prefill_moe_tp": "1", "prefill_redundant_experts": "0", "redundant_experts": "0"}
 
@@ -167,6 +167,9 @@ def rows_for(record: dict, key: tuple, path: str, y: dict, checkpoint: str, adde
         moe_tp=D["tensor_parallel_size"] // D["moe_expert_parallel_size"], redundant_experts=redundant(D),
         replicas=res["decode_workers"], max_running=D["max_batch_size"], overlap="none", mtp=0, mtp_accepted=0,
         kv_fp8="true" if kv_fp8 else "false", weight_dtype=weight_dtype, prefill_ep=P["tensor_parallel_size"],
+        # TensorRT-LLM's all-to-all (DP attention) quantises the tokens for NVFP4 experts before it sends them
+        # (TRTLLM_MOE_POST_QUANT_ALLTOALLV, on by default).
+        dispatch_fp4="true" if weight_dtype.startswith("fp4") and D["enable_attention_dp"] else "",
         prefill_attn_tp=1 if P["enable_attention_dp"] else P["tensor_parallel_size"],
         prefill_redundant_experts=redundant(P), prefill_replicas=res["prefill_workers"],
         prefill_moe_tp=P["tensor_parallel_size"] // P["moe_expert_parallel_size"], prefill_overlap="none",

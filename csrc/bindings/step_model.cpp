@@ -194,6 +194,7 @@ void bind_step_model(py::module_& root) {
             })
         .def_readwrite("kv_fp8", &Deployment::kv_fp8)
         .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)
+        .def_readwrite("dispatch_fp4", &Deployment::dispatch_fp4)
         .def_readwrite("weights_fp8", &Deployment::weights_fp8)
         .def_readwrite("experts_fp4", &Deployment::experts_fp4)
         .def_readwrite("wo_fp4", &Deployment::wo_fp4)

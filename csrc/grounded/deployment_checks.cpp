@@ -44,6 +44,7 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
             "attn_fp8 needs an FP8 cache (kv_fp8) and a device with FP8 tensor cores");
     require(!experts_fp4 || d.fp4_tflops > 0,
             "experts_fp4 needs a device with FP4 tensor cores (" + d.name + " has fp4_tflops = 0)");
+    require(!dispatch_fp4 || experts_fp4, "dispatch_fp4 needs NVFP4 experts (the tokens are quantised for them)");
     require(!wo_fp4 || d.fp4_tflops > 0,
             "wo_fp4 needs a device with FP4 tensor cores (" + d.name + " has fp4_tflops = 0)");
     require(comm_sms < d.sm_count, "comm_sms must lie in [0, sm_count) (-1: the device's)");

@@ -14,9 +14,11 @@ double shared_expert_tp(const Deployment& dep) { return experts_share_attention_
 
 namespace {
 
-// Bytes a token's dispatch payload takes: FP8 values + one FP32 scale per 128, or BF16.
-double dispatch_payload(const ModelConfig& m, bool fp8) {
-    return fp8 ? double(m.dim) + std::ceil(m.dim / 128.0) * 4 : 2.0 * m.dim;
+// Bytes a token's dispatch payload takes: NVFP4 values + one FP8 scale per 16 (TensorRT-LLM quantises
+// the tokens for NVFP4 experts before its all-to-all), FP8 values + one FP32 scale per 128, or BF16.
+double dispatch_payload(const ModelConfig& m, const Deployment& dep) {
+    if (dep.dispatch_fp4) return double(m.dim) * kNvfp4Bytes;
+    return dep.dispatch_fp8 ? double(m.dim) + std::ceil(m.dim / 128.0) * 4 : 2.0 * m.dim;
 }
 
 // The GEMM family of the weights: DeepGEMM's FP8 block-scaled GEMMs, or BF16 GEMMs (priced at the
@@ -127,7 +129,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // sum. The low-latency kernels send a token once per (token, expert) pair: moe_tp times the
     // payload each way. The normal kernels send it once per GPU it reaches.
     const double tp = double(dep.moe_tp);
-    const double payload = dispatch_payload(m, dep.dispatch_fp8);
+    const double payload = dispatch_payload(m, dep);
     KernelShape link;
     link.ep = dep.ep;
     const bool internode = dep.ep > d.gpus_per_node;
@@ -220,7 +222,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
         // (token, expert) pair grouped by expert: a permute before the GEMMs and a weighted
         // un-permute after them (the low-latency kernels write the masked layout directly).
         KernelShape perm, unperm;
-        perm.bytes = rows * dispatch_payload(m, dep.dispatch_fp8) * 2;  // one token's payload a row (not x moe_tp)
+        perm.bytes = rows * dispatch_payload(m, dep) * 2;  // one token's payload a row (not x moe_tp)
         unperm.bytes = rows * D * 2 + t * D * 2;
         b.compute("permute", TableFamily::kElementwise, M, perm);
         b.compute("unpermute_reduce", TableFamily::kElementwise, M, unperm);

@@ -83,6 +83,8 @@ struct Deployment {
     bool kv_fp8 = false;          // FP8 latent cache (FlashMLA's FP8 layout), else BF16
     bool attn_fp8 = false;        // FP8 attention math (FP8 queries and cache on the FP8 tensor cores; needs kv_fp8)
     bool dispatch_fp8 = true;     // FP8 dispatch payload (+ 1x128 FP32 scales), else BF16
+    bool dispatch_fp4 = false;    // NVFP4 dispatch payload (+ an FP8 scale per 16; over dispatch_fp8):
+                                  // TensorRT-LLM's all-to-all after quantisation, with NVFP4 experts
     bool weights_fp8 = true;      // FP8 block-scaled weights (DeepSeek's) outside the NVFP4 experts, else BF16
     bool experts_fp4 = false;     // NVFP4 routed and shared experts on FP4 tensor cores (nvidia/DeepSeek-R1-FP4),
                                   // with FP8 or BF16 weights elsewhere (weights_fp8)

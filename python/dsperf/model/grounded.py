@@ -100,8 +100,9 @@ def mem_share(value=None) -> float:
 
 def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens=16384, prompt_len=4096,
                 cached_prefix=0, kv_len=4989, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False,
-                attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8",
-                dense_tp=1, moe_tp=1, eager_launch_us=0.0, mem_fraction=None) -> "SM.Deployment":
+                attn_fp8=False, dispatch_fp8=True, dispatch_fp4=False, imbalance=1.0, comm_sms=None,
+                step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1, eager_launch_us=0.0,
+                mem_fraction=None) -> "SM.Deployment":
     """The C++ Deployment of a call's arguments, each checked against its declared bounds and named."""
     d = SM.Deployment()
     d.phase = phase
@@ -121,6 +122,7 @@ def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens
     d.kv_fp8 = _check_bool("kv_fp8", kv_fp8)
     d.attn_fp8 = _check_bool("attn_fp8", attn_fp8)
     d.dispatch_fp8 = _check_bool("dispatch_fp8", dispatch_fp8)
+    d.dispatch_fp4 = _check_bool("dispatch_fp4", dispatch_fp4)
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
     d.weights_fp8, d.experts_fp4, d.wo_fp4 = WEIGHT_FORMATS[weight_dtype]
@@ -163,15 +165,17 @@ def error_bands(phase: str, kinds, code, batch) -> np.ndarray:
 
 def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_len=4989, ep=128, attn_tp=1,
            redundant_experts=0, overlap="two_batch", mtp=0, mtp_accepted=0.0, kv_fp8=False, attn_fp8=False,
-           dispatch_fp8=True, imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1,
-           moe_tp=1, eager_launch_us=0.0, mem_fraction=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+           dispatch_fp8=True, dispatch_fp4=False, imbalance=1.0, comm_sms=None, step_overhead_ms=None,
+           weight_dtype="fp8", dense_tp=1, moe_tp=1, eager_launch_us=0.0, mem_fraction=None,
+           default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One decode step per GPU: step_ms, tpot_ms, tps_user, tokens_per_gpu_s, the memory-limited
     batch (batch_limit, fits_memory), the per-layer times and the priced calls (``calls``).
 
     batch: requests per GPU; kv_len: their average context; ep: GPUs sharing the routed experts;
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
     are accepted on average; imbalance: max/mean routed load per GPU (at least routing_skew's);
-    kv_fp8: FlashMLA's FP8 latent cache; attn_fp8: the attention math in FP8 too (FP8 queries and
+    kv_fp8: FlashMLA's FP8 latent cache; dispatch_fp4: the tokens dispatched in NVFP4 (TensorRT-LLM's
+    all-to-all after quantisation, its default with NVFP4 experts; over dispatch_fp8); attn_fp8: the attention math in FP8 too (FP8 queries and
     cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; priced from the attention rows);
     weight_dtype: a WEIGHT_FORMATS name: "fp8", "bf16", "fp4" (NVFP4 experts, FP8 elsewhere; a device
     with fp4_tflops), "fp4_bf16" (NVFP4 experts, BF16 elsewhere) or "fp4_v2" (NVFP4 experts and wo);
@@ -185,7 +189,8 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     assumed), which sets batch_limit."""
     dep = _deployment("decode", batch=batch, kv_len=kv_len, ep=ep, attn_tp=attn_tp,
                       redundant_experts=redundant_experts, overlap=overlap, mtp=mtp, mtp_accepted=mtp_accepted,
-                      kv_fp8=kv_fp8, attn_fp8=attn_fp8, dispatch_fp8=dispatch_fp8, imbalance=imbalance,
+                      kv_fp8=kv_fp8, attn_fp8=attn_fp8, dispatch_fp8=dispatch_fp8, dispatch_fp4=dispatch_fp4,
+                      imbalance=imbalance,
                       comm_sms=comm_sms, step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype,
                       dense_tp=dense_tp, moe_tp=moe_tp, eager_launch_us=eager_launch_us, mem_fraction=mem_fraction)
     return _run(model, device, dep, default_efficiency)
@@ -205,8 +210,8 @@ def memory(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=1, kv_len=
 
 
 def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, prompt_len=4096, cached_prefix=0,
-            ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, imbalance=1.0,
-            comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1, eager_launch_us=0.0,
+            ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, dispatch_fp4=False,
+            imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1, eager_launch_us=0.0,
             mem_fraction=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One prefill step per GPU: `tokens` new prompt tokens per GPU (prompts of `prompt_len`, of
     which `cached_prefix` come from the prefix cache). Returns step_ms, tokens_per_gpu_s, the
@@ -214,7 +219,7 @@ def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, p
     kernels are long, so the launch bound seldom binds); mem_fraction: as decode's (fits_memory)."""
     dep = _deployment("prefill", tokens=tokens, prompt_len=prompt_len, cached_prefix=cached_prefix, ep=ep,
                       attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
-                      dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms,
+                      dispatch_fp8=dispatch_fp8, dispatch_fp4=dispatch_fp4, imbalance=imbalance, comm_sms=comm_sms,
                       step_overhead_ms=step_overhead_ms, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp,
                       eager_launch_us=eager_launch_us, mem_fraction=mem_fraction)
     return _run(model, device, dep, default_efficiency)
@@ -247,8 +252,8 @@ def lockstep_step_ms(decode_step_ms, chunk_ms, emitted_per_step, *, isl, osl, ch
 
 def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, osl=2048, batch=128, kv_len=None,
                max_num_tokens=None, ep=8, attn_tp=1, redundant_experts=0, overlap="none", mtp=0, mtp_accepted=0.0,
-               kv_fp8=False, attn_fp8=False, dispatch_fp8=True, imbalance=1.0, comm_sms=None, weight_dtype="fp8",
-               dense_tp=1, moe_tp=1, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+               kv_fp8=False, attn_fp8=False, dispatch_fp8=True, dispatch_fp4=False, imbalance=1.0, comm_sms=None,
+               weight_dtype="fp8", dense_tp=1, moe_tp=1, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """Aggregated serving (prefill and decode on the same GPUs, DP attention over the EP group):
     output tokens/s per GPU and per user, with every rank's decode step held by the prompt chunks
     of any rank (lockstep_step_ms).
@@ -263,8 +268,8 @@ def aggregated(model="DeepSeek-V3", device: DeviceLike = "H800", *, isl=1024, os
     kv_len = isl + osl / 2 if kv_len is None else kv_len
     chunk = isl if max_num_tokens is None else min(isl, _check_real("max_num_tokens", max_num_tokens, 1, 1e7))
     common = dict(ep=ep, attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap,
-                  dispatch_fp8=dispatch_fp8, imbalance=imbalance, comm_sms=comm_sms, weight_dtype=weight_dtype,
-                  dense_tp=dense_tp, moe_tp=moe_tp, default_efficiency=default_efficiency)
+                  dispatch_fp8=dispatch_fp8, dispatch_fp4=dispatch_fp4, imbalance=imbalance, comm_sms=comm_sms,
+                  weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp, default_efficiency=default_efficiency)
     d = decode(model, device, batch=batch, kv_len=kv_len, mtp=mtp, mtp_accepted=mtp_accepted, kv_fp8=kv_fp8,
                attn_fp8=attn_fp8, **common)
     p = prefill(model, device, tokens=chunk, prompt_len=isl, **common)

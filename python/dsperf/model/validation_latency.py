@@ -53,11 +53,11 @@ METRIC_READS = {
 METRICS = tuple(METRIC_READS)
 TEXT_FIELDS = ("point", "source", "device", "metric", "kind", "mode", "overlap", "prefill_overlap", "weight_dtype",
                "assumed", "missing")
-BOOL_FIELDS = ("kv_fp8",)
+BOOL_FIELDS = ("kv_fp8", "dispatch_fp4")
 # The fields of a row that set its simulation (rows equal in all of them share one run).
 RUN_FIELDS = ("device", "mode", "concurrency", "input_len", "output_len", "duration_s", "range_ratio", "num_prompts",
               "ep", "attn_tp", "moe_tp", "redundant_experts", "replicas", "max_running", "overlap", "mtp", "mtp_accepted", "kv_fp8",
-              "weight_dtype", "prefill_ep", "prefill_attn_tp", "prefill_redundant_experts", "prefill_replicas",
+              "dispatch_fp4", "weight_dtype", "prefill_ep", "prefill_attn_tp", "prefill_redundant_experts", "prefill_replicas",
               "prefill_moe_tp", "prefill_overlap", "prefill_max_num_tokens", "prefill_max_running", "mem_fraction",
               "recv_interval")
 # Numeric settings passed to the simulator as ints; a blank one takes the simulator's default
@@ -94,7 +94,7 @@ def simulate_point(p: dict):
     for k in ("mtp_accepted", "duration_s", "range_ratio", "mem_fraction"):
         if k in p:
             kw[k] = float(p[k])
-    for k in ("mode", "overlap", "prefill_overlap", "weight_dtype", "kv_fp8"):
+    for k in ("mode", "overlap", "prefill_overlap", "weight_dtype", "kv_fp8", "dispatch_fp4"):
         if k in p:
             kw[k] = p[k]
     # A closed loop never holds more than its clients: the overload guard is set above them.

@@ -67,7 +67,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
              mode="aggregated", ep=16, attn_tp=1, redundant_experts=0, overlap="two_batch", replicas=1,
              max_batch=None, max_running=None, max_num_tokens=None, mtp=0, mtp_accepted=0.0, kv_fp8=False,
              attn_fp8=False,
-             dispatch_fp8=True, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
+             dispatch_fp8=True, dispatch_fp4=False, imbalance=1.0, weight_dtype="fp8", dense_tp=1, moe_tp=1, step_overhead_ms=None,
              mem_fraction=None, prefill_ep=32, prefill_attn_tp=1, prefill_redundant_experts=0, prefill_overlap="two_batch",
              prefill_replicas=1, prefill_max_num_tokens=DEFAULT_PREFILL_TOKENS, prefill_moe_tp=None,
              prefill_max_running=None,
@@ -145,6 +145,7 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
     pricing = grounded.device_pricing(device, default_efficiency)  # its tables and how they were obtained
     tables = pricing["tables"]
     layout = dict(attn_tp=attn_tp, redundant_experts=redundant_experts, overlap=overlap, dispatch_fp8=dispatch_fp8,
+                  dispatch_fp4=dispatch_fp4,
                   imbalance=imbalance, weight_dtype=weight_dtype, dense_tp=dense_tp, moe_tp=moe_tp,
                   step_overhead_ms=step_overhead_ms, mem_fraction=mem_fraction)
     dec = grounded._deployment("decode", ep=ep, mtp=mtp, mtp_accepted=mtp_accepted, kv_fp8=kv_fp8,

@@ -1,6 +1,7 @@
 """Tensor parallelism's layout in the grounded model's calls: what attention TP splits (the dense MLP,
 the LM head, the shared experts where the experts share the group) and what MoE TP does not
-multiply (the bytes of a permuted row). docs/GROUNDED_MODEL.md, "Attention TP"."""
+multiply (the bytes of a permuted row, a token sent to a GPU). docs/GROUNDED_MODEL.md, "Attention TP"."""
+import numpy as np
 import pytest
 
 from dsperf import _C
@@ -52,3 +53,28 @@ def test_a_permuted_row_carries_one_tokens_payload_whatever_the_moe_tp(moe_tp):
     busiest = rows * SM.routing_skew(rows, sets, SM.routing_dispersion(load_model("DeepSeek-V3"), sets, 0))
     payload = V3_DIM + V3_DIM / 128 * 4  # FP8 values and one FP32 scale per 128
     assert permute["bytes"] == pytest.approx(busiest * payload * 2, rel=1e-12)
+
+
+def test_moe_tp_normal_kernels_send_a_token_once_per_gpu_it_reaches():
+    """Attention DP with one expert group over the EP GPUs (TensorRT-LLM's and SGLang's DEP attention
+    with TP experts): every GPU holds a slice of every expert, so each token goes once to each other
+    GPU (an all-gather) and its partial outputs come back once (a reduce-scatter), not once per
+    (token, expert) pair and GPU of the group."""
+    m = load_model("DeepSeek-V3")
+    payload = m.dim + -(-m.dim // 128) * 4  # FP8 values and one FP32 scale per 128
+    one_group = grounded.decode("DeepSeek-V3", "B300", batch=128, kv_len=2048, ep=8, moe_tp=8, overlap="none")
+    calls = {c["kernel"]: c for c in one_group["calls"]}
+    assert calls["dispatch"]["family"] == "dispatch_normal"
+    assert calls["dispatch"]["bytes"] == pytest.approx(128 * 7 * payload, rel=1e-12)
+    assert calls["combine"]["bytes"] == pytest.approx(128 * 7 * 2 * m.dim, rel=1e-12)
+    # Prefill's normal kernels count the GPUs a token reaches: every GPU of each expert group holding
+    # one of its experts. One group: all 7 others; two groups of four (128 experts each): each of the
+    # 7 when one of the token's 8 experts lies in that GPU's group.
+    def prefill_dispatch(moe_tp):
+        calls = grounded.prefill("DeepSeek-V3", "B300", tokens=8192, prompt_len=1024, ep=8, moe_tp=moe_tp,
+                                 overlap="none")["calls"]
+        return next(c["bytes"] for c in calls if c["kernel"] == "dispatch")
+
+    assert prefill_dispatch(8) == pytest.approx(8192 * 7 * payload, rel=1e-12)
+    miss = np.prod([(256 - 128 - i) / (256 - i) for i in range(8)])
+    assert prefill_dispatch(4) == pytest.approx(8192 * 7 * (1 - miss) * payload, rel=1e-12)

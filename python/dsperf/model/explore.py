@@ -555,7 +555,8 @@ SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp",
 def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
     """The n configurations with the highest `by`, one per (device, ep, attn_tp, mtp, overlap) layout."""
     top = df.sort_values(by, ascending=False)
-    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "experts_fp4", "wo_fp4", "dense_tp"])
+    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "experts_fp4", "wo_fp4",
+                               "dense_tp"])
     return top.head(n)
 
 

@@ -175,8 +175,9 @@ def decode(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=128, kv_le
     attn_tp: attention TP (1 = DP attention); mtp / mtp_accepted: draft tokens per step and how many
     are accepted on average; imbalance: max/mean routed load per GPU (at least routing_skew's);
     kv_fp8: FlashMLA's FP8 latent cache; dispatch_fp4: the tokens dispatched in NVFP4 (TensorRT-LLM's
-    all-to-all after quantisation, its default with NVFP4 experts; over dispatch_fp8); attn_fp8: the attention math in FP8 too (FP8 queries and
-    cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA; priced from the attention rows);
+    all-to-all after quantisation, its default with NVFP4 experts; over dispatch_fp8); attn_fp8: the
+    attention math in FP8 too (FP8 queries and cache on the FP8 tensor cores, as TensorRT-LLM's FP8 MQA;
+    priced from the attention rows);
     weight_dtype: a WEIGHT_FORMATS name: "fp8", "bf16", "fp4" (NVFP4 experts, FP8 elsewhere; a device
     with fp4_tflops), "fp4_bf16" (NVFP4 experts, BF16 elsewhere) or "fp4_v2" (NVFP4 experts and wo);
     dense_tp: the dense MLP split over this many GPUs (1: DP; at least attn_tp, which also splits the LM
@@ -211,8 +212,8 @@ def memory(model="DeepSeek-V3", device: DeviceLike = "H800", *, batch=1, kv_len=
 
 def prefill(model="DeepSeek-V3", device: DeviceLike = "H800", *, tokens=16384, prompt_len=4096, cached_prefix=0,
             ep=32, attn_tp=1, redundant_experts=0, overlap="two_batch", dispatch_fp8=True, dispatch_fp4=False,
-            imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1, eager_launch_us=0.0,
-            mem_fraction=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
+            imbalance=1.0, comm_sms=None, step_overhead_ms=None, weight_dtype="fp8", dense_tp=1, moe_tp=1,
+            eager_launch_us=0.0, mem_fraction=None, default_efficiency=DEFAULT_EFFICIENCY) -> dict:
     """One prefill step per GPU: `tokens` new prompt tokens per GPU (prompts of `prompt_len`, of
     which `cached_prefix` come from the prefix cache). Returns step_ms, tokens_per_gpu_s, the
     per-layer times and the priced calls (``calls``). eager_launch_us: as decode's (prefill's

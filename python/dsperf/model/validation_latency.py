@@ -56,9 +56,9 @@ TEXT_FIELDS = ("point", "source", "device", "metric", "kind", "mode", "overlap",
 BOOL_FIELDS = ("kv_fp8", "dispatch_fp4")
 # The fields of a row that set its simulation (rows equal in all of them share one run).
 RUN_FIELDS = ("device", "mode", "concurrency", "input_len", "output_len", "duration_s", "range_ratio", "num_prompts",
-              "ep", "attn_tp", "moe_tp", "redundant_experts", "replicas", "max_running", "overlap", "mtp", "mtp_accepted", "kv_fp8",
-              "dispatch_fp4", "weight_dtype", "prefill_ep", "prefill_attn_tp", "prefill_redundant_experts", "prefill_replicas",
-              "prefill_moe_tp", "prefill_overlap", "prefill_max_num_tokens", "prefill_max_running", "mem_fraction",
+              "ep", "attn_tp", "moe_tp", "redundant_experts", "replicas", "max_running", "overlap", "mtp", "mtp_accepted",
+              "kv_fp8", "dispatch_fp4", "weight_dtype", "prefill_ep", "prefill_attn_tp", "prefill_redundant_experts",
+              "prefill_replicas", "prefill_moe_tp", "prefill_overlap", "prefill_max_num_tokens", "prefill_max_running", "mem_fraction",
               "recv_interval")
 # Numeric settings passed to the simulator as ints; a blank one takes the simulator's default
 # (prefill_max_num_tokens: serving.simulate's DEFAULT_PREFILL_TOKENS per rank per step).

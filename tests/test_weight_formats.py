@@ -42,3 +42,12 @@ def test_fp4_v2_prices_wo_as_nvfp4_and_bf16_gemms_read_their_input_unquantised()
     # The FP8 wo still quantises its input to FP8 (three bytes a value: read BF16, write FP8).
     fp8 = {c["kernel"]: c for c in grounded.decode("DeepSeek-V3", "B200", **kw)["calls"]}
     assert fp8["wo_act_quant"]["bytes"] == pytest.approx(64 * 128 * 128 * 3)
+
+
+def test_a_rows_flags_name_its_format_or_the_error_names_them():
+    for name, fmt in grounded.WEIGHT_FORMATS.items():
+        assert grounded.weight_dtype_of(*fmt) == name
+        assert grounded.weight_dtype_of_row(fmt._asdict()) == name
+    assert grounded.weight_dtype_of_row({}) == "fp8"  # DeepSeek's own checkpoint where a row says nothing
+    with pytest.raises(ValueError, match="weights_fp8=True, experts_fp4=False, wo_fp4=True name no weight format"):
+        grounded.weight_dtype_of(True, False, True)

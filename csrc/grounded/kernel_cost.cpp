@@ -1,6 +1,7 @@
 #include "grounded/kernel_cost.hpp"
 
 #include "common/require.hpp"
+#include "grounded/routing_skew.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "model/mla_calls.hpp"
 
@@ -238,9 +239,7 @@ EpExchange ep_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int64_t ex
         return x;
     }
     // P(a given rank holds none of a token's top_k experts) = C(E - E/W, K) / C(E, K).
-    const double E = double(experts), per_rank = E / W;
-    double miss = 1.0;
-    for (int64_t i = 0; i < top_k; ++i) miss *= std::max(0.0, (E - per_rank - double(i)) / (E - double(i)));
+    const double miss = chance_none_drawn(double(experts), double(experts) / W, top_k);
     const double records = T * W * (1.0 - miss), remote = records * (W - 1) / W;
     const double aligned_values = values + double(int64_t(-int64_t(values)) & 3);  // padded to 4 bytes
     const double record = aligned_values + scales + 8.0 * K;
@@ -266,9 +265,8 @@ EpExchange ep_window_exchange(int64_t tokens, int64_t hidden, int64_t top_k, int
     const double values = fp8 ? H : 2.0 * H;
     double rows, row_bytes;
     if (layout == EpLayout::kToken) {
-        const double E = double(experts), per_rank = E / W;
-        double miss = 1.0;  // P(a given rank holds none of a token's top_k experts)
-        for (int64_t i = 0; i < top_k; ++i) miss *= std::max(0.0, (E - per_rank - double(i)) / (E - double(i)));
+        // P(a given rank holds none of a token's top_k experts)
+        const double miss = chance_none_drawn(double(experts), double(experts) / W, top_k);
         rows = T * W * (1.0 - miss);
         row_bytes = values + double(int64_t(-int64_t(values)) & 3) + scales + 8.0 * K;  // + local ids, weights
     } else {

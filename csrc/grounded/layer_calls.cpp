@@ -47,9 +47,7 @@ constexpr double kIntranodeTableEp = 8;
 // is every other GPU: an all-gather.
 double normal_copies(const ModelConfig& m, const Deployment& dep) {
     const double E = double(m.n_routed_experts), per_group = E * dep.moe_tp / dep.ep;
-    double miss = 1;  // P(a given group holds none of the token's experts)
-    for (int i = 0; i < m.n_activated_experts; ++i) miss *= std::max(0.0, (E - per_group - i) / (E - i));
-    return (dep.ep - 1) * (1 - miss);
+    return (dep.ep - 1) * (1 - chance_none_drawn(E, per_group, m.n_activated_experts));
 }
 
 // The attention core: FlashMLA's decode over `requests` requests of the TP group, or `prompts`

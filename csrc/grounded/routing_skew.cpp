@@ -8,6 +8,12 @@
 
 namespace dsperf {
 
+double chance_none_drawn(double total, double held, int64_t draws) {
+    double miss = 1.0;
+    for (int64_t i = 0; i < draws; ++i) miss *= std::max(0.0, (total - held - double(i)) / (total - double(i)));
+    return miss;
+}
+
 namespace {
 
 // Means up to this are summed term by term (about 16 standard deviations of terms); above it the

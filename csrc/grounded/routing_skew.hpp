@@ -34,4 +34,9 @@ double routing_skew(double mean_rows, double ranks, double dispersion = 1.0);
 // group each: a token reaches 4 of them), 1.46 over 4, 1.0 over 128. Never below 1 (the Poisson form).
 double routing_dispersion(const ModelConfig& m, double ranks, int redundant_experts);
 
+// The chance that `draws` distinct picks among `total` items (a token's experts, its expert groups)
+// take none of `held` of them: C(total - held, draws) / C(total, draws). What a rank, a node or an
+// expert group misses of a token's top-k, which sets how many of them the token reaches.
+double chance_none_drawn(double total, double held, int64_t draws);
+
 }  // namespace dsperf

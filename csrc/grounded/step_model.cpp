@@ -10,6 +10,7 @@
 
 #include "model/block_costs.hpp"
 #include "grounded/layer_calls.hpp"
+#include "grounded/routing_skew.hpp"
 
 namespace dsperf {
 
@@ -57,10 +58,7 @@ double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node) {
     if (G > 1 && g < G && nodes <= G) {
         // Groups live whole on nodes (G / nodes per node); a token picks g groups: the chance a
         // node holds none of them is C(G - G/nodes, g) / C(G, g).
-        const double per_node = G / nodes;
-        double miss = 1;
-        for (int i = 0; i < int(g); ++i) miss *= std::max(0.0, (G - per_node - i) / (G - i));
-        reached = nodes * (1 - miss);
+        reached = nodes * (1 - chance_none_drawn(G, G / nodes, int64_t(g)));
     } else {
         // Experts spread uniformly over more nodes than groups: top-k draws among the nodes.
         reached = nodes * (1 - std::pow(1 - 1 / nodes, K));
@@ -259,8 +257,7 @@ void memory(const ModelConfig& m, const DeviceSpec& d, const Deployment& dep, St
     const double per_param = dep.weights_fp8 ? 1.0 : 2.0;
     const double per_expert_param = dep.experts_fp4 ? kNvfp4Bytes : per_param;
     // An NVFP4 wo (the FP4-v2 checkpoints) takes its share of the MLA block at the NVFP4 bytes.
-    const double wo = double(m.n_heads) * m.v_head_dim * m.dim;
-    const double mla_bytes = per_param * pc.mla + (dep.wo_fp4 ? (kNvfp4Bytes - per_param) * wo : 0.0);
+    const double mla_bytes = per_param * pc.mla + (dep.wo_fp4 ? (kNvfp4Bytes - per_param) * pc.mla_wo : 0.0);
     // Under attention TP the dense MLP, the embedding and the LM head are split over the group too.
     const double weights = mla_bytes * m.n_layers / dep.attn_tp + per_param * pc.dense_mlp * m.n_dense_layers / dense_group_tp(dep) +
                            per_expert_param * (local + m.n_shared_experts / shared_expert_tp(dep)) * pc.expert * m.n_moe_layers() +

@@ -77,9 +77,9 @@ ParamCounts param_counts(const ModelConfig& m, bool with_bias) {
                               ? linear(D, m.q_lora_rank, with_bias) +
                                     linear(m.q_lora_rank, H * m.qk_head_dim(), with_bias)
                               : linear(D, H * m.qk_head_dim(), with_bias);
+    p.mla_wo = linear(H * m.v_head_dim, D, with_bias);
     p.mla = q_path + linear(D, m.kv_cache_width(), with_bias) +
-            linear(m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim), with_bias) +
-            linear(H * m.v_head_dim, D, with_bias);
+            linear(m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim), with_bias) + p.mla_wo;
     const double q_in = m.q_lora_rank > 0 ? double(m.q_lora_rank) : D;
     p.mla_absorbed = (m.q_lora_rank > 0 ? D * m.q_lora_rank : 0.0) + q_in * H * m.qk_rope_head_dim +
                      H * q_in * m.kv_lora_rank + D * m.kv_cache_width() + H * m.kv_lora_rank * D;

@@ -37,6 +37,7 @@ double lm_head_gflop(const ModelConfig& m, double tokens);    // output projecti
 // 671.16B figures include. DeepSeek-V3's own linears have no bias.
 struct ParamCounts {
     double mla = 0;           // one MLA block (standard weights)
+    double mla_wo = 0;        // of which the output projection wo
     double mla_absorbed = 0;  // one MLA block with the absorbed products materialised
     double dense_mlp = 0;     // one dense MLP block
     double expert = 0;        // one expert

@@ -265,19 +265,18 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
     # axes are looped here.
     parts = []
     for w in ax.weights:
-        fp8_elsewhere, fp4_experts, fp4_wo = grounded.WEIGHT_FORMATS[w]
+        fmt = grounded.WEIGHT_FORMATS[w]
         for dtp, mtp_ in itertools.product(ax.dense_tps, ax.moe_tps):
             for g_eps, g_reds, g_imbs in ax.groups:
                 for imb in g_imbs:
                     c = SM.explore_decode(m, [sp for _, sp in pairs], [p["tables"] for p in pricing],
                                           g_eps, g_reds, ax.tps, ax.mtp_n, ax.mtp_a, [int(v) for v in ax.kvs],
                                           [OVERLAP_CODES[o] for o in ax.ovs], ax.batches, kv_len=kv_len,
-                                          imbalance=imb, step_overhead_ms=ax.overhead, weights_fp8=fp8_elsewhere,
-                                          dense_tp=dtp, moe_tp=mtp_, experts_fp4=fp4_experts, wo_fp4=fp4_wo,
-                                          mem_fraction=ax.mem_fraction)
+                                          imbalance=imb, step_overhead_ms=ax.overhead, dense_tp=dtp, moe_tp=mtp_,
+                                          mem_fraction=ax.mem_fraction, **fmt._asdict())
                     n = len(c["ep"])
-                    c["weights_fp8"], c["dense_tp"] = np.full(n, fp8_elsewhere), np.full(n, dtp, np.int32)
-                    c["experts_fp4"], c["wo_fp4"] = np.full(n, fp4_experts), np.full(n, fp4_wo)
+                    c.update({k: np.full(n, v) for k, v in fmt._asdict().items()})  # the format's flags
+                    c["dense_tp"] = np.full(n, dtp, np.int32)
                     c["moe_tp"] = np.full(n, mtp_, np.int32)
                     c["imbalance"] = np.full(n, imb)
                     parts.append(c)

@@ -118,8 +118,8 @@ def with_afd(cols, m, pairs, pricing, ax: _Axes, afd_attn_gpus, afd_micro_batche
     extra = afd_columns(m, pairs, [p["tables"] for p in pricing], ax.eps, ax.reds, a_gpus, micro, ax.kvs, ax.batches,
                         kv_len, ax.overhead, ax.mem_fraction)
     n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
-    extra["weights_fp8"], extra["dense_tp"] = np.ones(n, bool), np.ones(n, np.int32)
-    extra["experts_fp4"], extra["wo_fp4"] = np.zeros(n, bool), np.zeros(n, bool)
+    extra.update({k: np.full(n, v) for k, v in grounded.WEIGHT_FORMATS["fp8"]._asdict().items()})
+    extra["dense_tp"] = np.ones(n, np.int32)
     extra["moe_tp"] = np.ones(n, np.int32)
     extra["imbalance"] = np.full(n, ax.imbalances[0])
     cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}

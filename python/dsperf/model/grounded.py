@@ -60,7 +60,19 @@ WEIGHT_DTYPES = tuple(WEIGHT_FORMATS)
 def weight_dtype_of(weights_fp8: bool, experts_fp4: bool, wo_fp4: bool = False) -> str:
     """The WEIGHT_FORMATS name of a row's flags (an explorer row's weights_fp8, experts_fp4, wo_fp4)."""
     flags = WeightFormat(bool(weights_fp8), bool(experts_fp4), bool(wo_fp4))
-    return next(name for name, fmt in WEIGHT_FORMATS.items() if fmt == flags)
+    for name, fmt in WEIGHT_FORMATS.items():
+        if fmt == flags:
+            return name
+    raise ValueError(f"weights_fp8={flags.weights_fp8}, experts_fp4={flags.experts_fp4}, wo_fp4={flags.wo_fp4} "
+                     f"name no weight format (WEIGHT_FORMATS: {', '.join(WEIGHT_DTYPES)})")
+
+
+def weight_dtype_of_row(row, get=None) -> str:
+    """The WEIGHT_FORMATS name of a row's WeightFormat fields (an explorer row, a launch row): a field
+    the row lacks reads as DeepSeek's FP8 checkpoint has it. get(row, field, default): how to read one
+    (default: row.get)."""
+    read = get or (lambda r, k, d: r.get(k, d))
+    return weight_dtype_of(*(read(row, k, d) for k, d in zip(WeightFormat._fields, WEIGHT_FORMATS["fp8"])))
 
 
 # Argument checks: the rules live in dsperf._checks (bool is not a number, floats are not integers,

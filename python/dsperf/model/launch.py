@@ -100,8 +100,7 @@ def _layout(row: Mapping) -> dict:
     kind = str(_get(row, "kind", "ep"))
     spec = load_device(str(row["device"]), "corrected")
     ep, attn_tp = int(row["ep"]), int(row["attn_tp"])
-    weight = grounded.weight_dtype_of(_get(row, "weights_fp8", True), _get(row, "experts_fp4", False),
-                                      _get(row, "wo_fp4", False))
+    weight = grounded.weight_dtype_of_row(row, _get)
     lay = {
         "kind": kind, "device": str(row["device"]), "gpus_per_node": int(spec.gpus_per_node), "ep": ep,
         "attn_tp": attn_tp, "dp": max(1, ep // attn_tp), "moe_tp": int(_get(row, "moe_tp", 1)),

@@ -94,7 +94,7 @@ def simulate_point(p: dict):
     for k in ("mtp_accepted", "duration_s", "range_ratio", "mem_fraction"):
         if k in p:
             kw[k] = float(p[k])
-    for k in ("mode", "overlap", "prefill_overlap", "weight_dtype", "kv_fp8", "dispatch_fp4"):
+    for k in ("mode", "overlap", "prefill_overlap", "weight_dtype") + BOOL_FIELDS:
         if k in p:
             kw[k] = p[k]
     # A closed loop never holds more than its clients: the overload guard is set above them.

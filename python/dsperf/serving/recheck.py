@@ -14,8 +14,7 @@ RECHECKED = 5  # configurations re-checked at most: each is a full simulation
 
 
 def _weight_dtype(row) -> str:
-    return grounded.weight_dtype_of(row.get("weights_fp8", True), row.get("experts_fp4", False),
-                                    row.get("wo_fp4", False))
+    return grounded.weight_dtype_of_row(row)
 
 
 def recheck(rows: pd.DataFrame, model="DeepSeek-V3", *, isl, osl, sla_percentile=90.0, sla_tpot_ms=None,

@@ -44,6 +44,7 @@ def test_a_record_and_its_recipe_give_the_simulators_settings():
     assert (ttft["prefill_ep"], ttft["prefill_attn_tp"], ttft["prefill_replicas"], ttft["prefill_max_running"],
             ttft["prefill_max_num_tokens"]) == (4, 1, 2, 16, 16384)
     assert ttft["num_prompts"] == 5120 and ttft["kv_fp8"] == "true" and ttft["weight_dtype"] == "fp8"
+    assert ttft["dispatch_fp4"] == ""  # FP8 experts: the tokens go as FP8 (NVFP4 only for NVFP4 experts)
     assert ttft["published"] == 512.3456 and tpot["published"] == 21.2345
     assert "run 21785935852" in ttft["source"] and "recipes/x.yaml" in ttft["source"]
 

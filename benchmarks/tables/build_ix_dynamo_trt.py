@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from dsperf.model.devices import load_device
-from dsperf.model.grounded import table_kind
+from dsperf.model.grounded import WEIGHT_FORMATS, table_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = ROOT / "python" / "dsperf" / "data" / "validation" / "latency_points.csv"
@@ -169,7 +169,7 @@ def rows_for(record: dict, key: tuple, path: str, y: dict, checkpoint: str, adde
         kv_fp8="true" if kv_fp8 else "false", weight_dtype=weight_dtype, prefill_ep=P["tensor_parallel_size"],
         # TensorRT-LLM's all-to-all (DP attention) quantises the tokens for NVFP4 experts before it sends them
         # (TRTLLM_MOE_POST_QUANT_ALLTOALLV, on by default).
-        dispatch_fp4="true" if weight_dtype.startswith("fp4") and D["enable_attention_dp"] else "",
+        dispatch_fp4="true" if WEIGHT_FORMATS[weight_dtype].experts_fp4 and D["enable_attention_dp"] else "",
         prefill_attn_tp=1 if P["enable_attention_dp"] else P["tensor_parallel_size"],
         prefill_redundant_experts=redundant(P), prefill_replicas=res["prefill_workers"],
         prefill_moe_tp=P["tensor_parallel_size"] // P["moe_expert_parallel_size"], prefill_overlap="none",

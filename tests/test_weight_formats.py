@@ -51,3 +51,25 @@ def test_a_rows_flags_name_its_format_or_the_error_names_them():
     assert grounded.weight_dtype_of_row({}) == "fp8"  # DeepSeek's own checkpoint where a row says nothing
     with pytest.raises(ValueError, match="weights_fp8=True, experts_fp4=False, wo_fp4=True name no weight format"):
         grounded.weight_dtype_of(True, False, True)
+
+
+def test_the_formats_are_declared_once_in_cpp_and_a_deployment_reads_them_by_name():
+    # Python's table is the C++ declaration's (weight_format.hpp), in its order.
+    assert tuple(grounded.WeightFormat._fields) == tuple(grounded.SM.WEIGHT_FLAGS)
+    assert [(n, tuple(f)) for n, f in grounded.WEIGHT_FORMATS.items()] == [
+        (n, tuple(f)) for n, f in grounded.SM.WEIGHT_FORMATS]
+    d = grounded.SM.Deployment()
+    assert d.weight_dtype == "fp8"  # the flags' defaults are DeepSeek's own checkpoint
+    for name, fmt in grounded.WEIGHT_FORMATS.items():
+        d.weight_dtype = name
+        assert WeightFlagsOf(d) == fmt and d.weight_dtype == name
+    d.weight_dtype, d.wo_fp4 = "fp8", True  # flags set one by one may name no format
+    assert d.weight_dtype is None
+    with pytest.raises(ValueError, match="weight_dtype must be one of fp8, bf16, fp4, fp4_bf16, fp4_v2, got 'int4'"):
+        d.weight_dtype = "int4"
+    with pytest.raises(ValueError, match="weight_dtype_of takes the 3 flags"):
+        grounded.weight_dtype_of(True, False)
+
+
+def WeightFlagsOf(d):
+    return grounded.WeightFormat(*(getattr(d, f) for f in grounded.WeightFormat._fields))

@@ -36,20 +36,26 @@ T* column(py::dict& out, const char* name, size_t n) {
     return a.mutable_data();
 }
 
+// The weight format of that name; an error naming weight_dtype and the names it may take.
+const WeightFormat& weight_format_named(const std::string& name) {
+    if (const WeightFormat* f = find_weight_format(name)) return *f;
+    std::string known;
+    for (const WeightFormat& f : kWeightFormats) known += std::string(known.empty() ? "" : ", ") + f.name;
+    throw std::invalid_argument("weight_dtype must be one of " + known + ", got '" + name + "'");
+}
+
 py::dict explore_decode_py(const ModelConfig& m, const std::vector<DeviceSpec>& devices,
                            const std::vector<const KernelTables*>& tables, std::vector<int> ep,
                            std::vector<int> redundant, std::vector<int> attn_tp, std::vector<int> mtp,
                            std::vector<double> mtp_accepted, std::vector<int> kv_fp8, std::vector<int> overlap,
                            std::vector<double> batch, double kv_len, double imbalance, double step_overhead_ms,
-                           bool weights_fp8, int dense_tp, int moe_tp, bool experts_fp4, bool wo_fp4,
-                           double mem_fraction) {
+                           const std::string& weight_dtype, int dense_tp, int moe_tp, double mem_fraction) {
     ExploreGrid g;
     g.devices = devices, g.tables = tables, g.ep = std::move(ep), g.redundant_experts = std::move(redundant);
     g.attn_tp = std::move(attn_tp), g.mtp = std::move(mtp), g.mtp_accepted = std::move(mtp_accepted);
     g.kv_fp8 = std::move(kv_fp8), g.overlap = std::move(overlap), g.batch = std::move(batch);
     g.kv_len = kv_len, g.imbalance = imbalance, g.step_overhead_ms = step_overhead_ms;
-    g.weights_fp8 = weights_fp8, g.dense_tp = dense_tp, g.moe_tp = moe_tp, g.experts_fp4 = experts_fp4;
-    g.wo_fp4 = wo_fp4;
+    g.weights = weight_format_named(weight_dtype).flags, g.dense_tp = dense_tp, g.moe_tp = moe_tp;
     g.mem_fraction = mem_fraction;
     g.validate(m);  // before allocating
     const size_t n = g.size();
@@ -195,11 +201,34 @@ void bind_step_model(py::module_& root) {
         .def_readwrite("kv_fp8", &Deployment::kv_fp8)
         .def_readwrite("dispatch_fp8", &Deployment::dispatch_fp8)
         .def_readwrite("dispatch_fp4", &Deployment::dispatch_fp4)
-        .def_readwrite("weights_fp8", &Deployment::weights_fp8)
-        .def_readwrite("experts_fp4", &Deployment::experts_fp4)
-        .def_readwrite("wo_fp4", &Deployment::wo_fp4)
+        .def_property(
+            "weight_dtype",
+            [](const Deployment& d) -> py::object {
+                const WeightFormat* f = find_weight_format(static_cast<const WeightFlags&>(d));
+                return f ? py::object(py::str(f->name)) : py::object(py::none());  // None: flags no format names
+            },
+            [](Deployment& d, const std::string& v) { static_cast<WeightFlags&>(d) = weight_format_named(v).flags; })
         .def_readwrite("attn_fp8", &Deployment::attn_fp8)
         .def("validate", &Deployment::validate, py::arg("model"), py::arg("device"));
+    // The weight format's flags and the named formats, from their one declaration (weight_format.hpp).
+    {
+        py::list flags;
+#define DSPERF_BIND_WEIGHT_FLAG(flag, init)                                                            \
+    deployment.def_readwrite(#flag, &Deployment::flag);                                                \
+    flags.append(#flag);
+        DSPERF_WEIGHT_FLAGS(DSPERF_BIND_WEIGHT_FLAG)
+#undef DSPERF_BIND_WEIGHT_FLAG
+        m.attr("WEIGHT_FLAGS") = py::tuple(flags);
+        py::list formats;  // (name, (flag values in WEIGHT_FLAGS's order)), in declaration order
+        for (const WeightFormat& f : kWeightFormats) {
+            py::list values;
+#define DSPERF_WEIGHT_FLAG_VALUE(flag, init) values.append(f.flags.flag);
+            DSPERF_WEIGHT_FLAGS(DSPERF_WEIGHT_FLAG_VALUE)
+#undef DSPERF_WEIGHT_FLAG_VALUE
+            formats.append(py::make_tuple(f.name, py::tuple(values)));
+        }
+        m.attr("WEIGHT_FORMATS") = py::tuple(formats);
+    }
     // The numeric fields from their one declaration (DSPERF_DEPLOYMENT_FIELDS), and their bounds:
     // BOUNDS name -> (lowest, highest, sentinel or None), which dsperf.grounded checks arguments by.
     {
@@ -230,9 +259,8 @@ void bind_step_model(py::module_& root) {
     m.def("explore_decode", &explore_decode_py, py::arg("model"), py::arg("devices"), py::arg("tables"),
           py::arg("ep"), py::arg("redundant_experts"), py::arg("attn_tp"), py::arg("mtp"), py::arg("mtp_accepted"),
           py::arg("kv_fp8"), py::arg("overlap"), py::arg("batch"), py::arg("kv_len"), py::arg("imbalance"),
-          py::arg("step_overhead_ms"), py::arg("weights_fp8") = true, py::arg("dense_tp") = 1,
-          py::arg("moe_tp") = 1, py::arg("experts_fp4") = false, py::arg("wo_fp4") = false,
-          py::arg("mem_fraction") = kMemoryReserve);
+          py::arg("step_overhead_ms"), py::arg("weight_dtype") = kWeightFormats[0].name, py::arg("dense_tp") = 1,
+          py::arg("moe_tp") = 1, py::arg("mem_fraction") = kMemoryReserve);
     m.def("infeasible_reasons", [] {
         py::list out;
         for (const InfeasibleReason& r : kInfeasibleReasons) out.append(py::make_tuple(r.name, r.text));

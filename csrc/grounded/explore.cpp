@@ -111,8 +111,8 @@ void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumn
     dep.ep = g.ep[ei], dep.redundant_experts = g.redundant_experts[ei], dep.attn_tp = g.attn_tp[ti];
     dep.mtp = g.mtp[mi], dep.mtp_accepted = g.mtp_accepted[mi], dep.kv_fp8 = g.kv_fp8[ki] != 0;
     dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
-    dep.weights_fp8 = g.weights_fp8, dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp;
-    dep.experts_fp4 = g.experts_fp4, dep.wo_fp4 = g.wo_fp4, dep.mem_fraction = g.mem_fraction;
+    static_cast<WeightFlags&>(dep) = g.weights;
+    dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp, dep.mem_fraction = g.mem_fraction;
     Infeasible why = Infeasible::kNone;
     if ((dep.experts_fp4 || dep.wo_fp4) && d.fp4_tflops <= 0)
         why = Infeasible::kNoFp4;

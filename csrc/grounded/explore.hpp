@@ -64,9 +64,7 @@ struct ExploreGrid {
     double kv_len = 4096;                     // average context of a request
     double imbalance = 1.0;
     double step_overhead_ms = kDecodeStepOverheadMs;
-    bool weights_fp8 = true;                  // one value per call: the explorer loops over the rest
-    bool experts_fp4 = false;                 // NVFP4 experts (weights_fp8: FP8 or BF16 elsewhere)
-    bool wo_fp4 = false;                      // NVFP4 attention output projection (the FP4-v2 checkpoints)
+    WeightFlags weights;                      // one format per call: the explorer loops over the rest
     int dense_tp = 1;
     int moe_tp = 1;                           // each routed expert split over this many GPUs
     double mem_fraction = kMemoryReserve;     // of each GPU's memory for weights and KV cache (Deployment's)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grounded/kernel_table.hpp"
+#include "grounded/weight_format.hpp"
 #include "hardware/device_spec.hpp"
 #include "model/model_config.hpp"
 
@@ -74,7 +75,9 @@ constexpr double kMinMemFraction = 0.05;  // below it no deployment holds its we
     X(double, mem_fraction, kMemoryReserve, kMinMemFraction, 1, 0) /* of each GPU's memory the stack gives weights and \
                                                     the KV cache (SGLang's --mem-fraction-static) */
 
-struct Deployment {
+// The weight format's flags (weights_fp8, experts_fp4, wo_fp4) come from WeightFlags, declared with
+// the named formats in weight_format.hpp.
+struct Deployment : WeightFlags {
 #define DSPERF_DECLARE_DEPLOYMENT_FIELD(type, field, init, lo, hi, sentinel) type field = init;
     DSPERF_DEPLOYMENT_FIELDS(DSPERF_DECLARE_DEPLOYMENT_FIELD)
 #undef DSPERF_DECLARE_DEPLOYMENT_FIELD
@@ -85,12 +88,6 @@ struct Deployment {
     bool dispatch_fp8 = true;     // FP8 dispatch payload (+ 1x128 FP32 scales), else BF16
     bool dispatch_fp4 = false;    // NVFP4 dispatch payload (+ an FP8 scale per 16; over dispatch_fp8):
                                   // TensorRT-LLM's all-to-all after quantisation, with NVFP4 experts
-    bool weights_fp8 = true;      // FP8 block-scaled weights (DeepSeek's) outside the NVFP4 experts, else BF16
-    bool experts_fp4 = false;     // NVFP4 routed and shared experts on FP4 tensor cores (nvidia/DeepSeek-R1-FP4),
-                                  // with FP8 or BF16 weights elsewhere (weights_fp8)
-    bool wo_fp4 = false;          // NVFP4 attention output projection (wo) on FP4 tensor cores, as the FP4-v2
-                                  // checkpoints store it (nvidia/DeepSeek-R1-0528-FP4-v2: "additionally
-                                  // quantizes the wo module in attention layers")
     void validate(const ModelConfig& m, const DeviceSpec& d) const;  // names the field
 };
 

@@ -273,7 +273,7 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
                                           g_eps, g_reds, ax.tps, ax.mtp_n, ax.mtp_a, [int(v) for v in ax.kvs],
                                           [OVERLAP_CODES[o] for o in ax.ovs], ax.batches, kv_len=kv_len,
                                           imbalance=imb, step_overhead_ms=ax.overhead, dense_tp=dtp, moe_tp=mtp_,
-                                          mem_fraction=ax.mem_fraction, **fmt._asdict())
+                                          mem_fraction=ax.mem_fraction, weight_dtype=w)
                     n = len(c["ep"])
                     c.update({k: np.full(n, v) for k, v in fmt._asdict().items()})  # the format's flags
                     c["dense_tp"] = np.full(n, dtp, np.int32)

@@ -33,38 +33,28 @@ SM = _C.step_model
 OVERLAPS = tuple(SM.OVERLAPS)  # the overlap schedules, named once in C++ (step_model.hpp)
 
 
-class WeightFormat(NamedTuple):
-    """Weights as stored: FP8 block-scaled outside the experts (else BF16), and NVFP4 routed and
-    shared experts. By name (WEIGHT_FORMATS): "fp8", DeepSeek's FP8 with 128x128 block scales;
-    "bf16" (BF16 GEMMs priced from the Hopper table's cuBLAS rows, timed on an H200, and the
-    Blackwell tables derived from them); "fp4", NVFP4 experts on FP4 tensor cores with FP8 weights
-    elsewhere (TensorRT-LLM's throughput recipe on Blackwell: FP8 attention); "fp4_bf16", NVFP4
-    experts with BF16 weights elsewhere, as nvidia/DeepSeek-R1-FP4 stores them (its attention layers
-    are left out of quantization, the FP4-v2 model card says) and TensorRT-LLM's min-latency recipe
-    runs them (its B200 min-latency blog: "64x Attention Modules: bf16"); "fp4_v2", as "fp4_bf16"
-    with the attention output projection wo in NVFP4 too, as the FP4-v2 checkpoints store it
-    (nvidia/DeepSeek-R1-0528-FP4-v2's model card: "additionally quantizes the wo module in attention
-    layers"; InferenceX's and NVIDIA's Blackwell TensorRT-LLM and SGLang recipes serve it)."""
-
-    weights_fp8: bool  # attention, dense MLP, LM head: FP8 block-scaled (else BF16)
-    experts_fp4: bool  # routed and shared experts: NVFP4
-    wo_fp4: bool = False  # the attention output projection: NVFP4 (else as weights_fp8 says)
-
-
-WEIGHT_FORMATS = {"fp8": WeightFormat(True, False), "bf16": WeightFormat(False, False),
-                  "fp4": WeightFormat(True, True), "fp4_bf16": WeightFormat(False, True),
-                  "fp4_v2": WeightFormat(False, True, True)}
+# How the weights are stored, declared once in C++ (csrc/grounded/weight_format.hpp: each format's
+# name, the checkpoint it describes and its flags): a WeightFormat holds the flags a Deployment
+# carries (weights_fp8: FP8 block-scaled outside the NVFP4 modules, else BF16; experts_fp4: NVFP4
+# routed and shared experts; wo_fp4: NVFP4 attention output projection), WEIGHT_FORMATS names them
+# ("fp8", "bf16", "fp4", "fp4_bf16", "fp4_v2").
+WeightFormat = NamedTuple("WeightFormat", [(flag, bool) for flag in SM.WEIGHT_FLAGS])
+WEIGHT_FORMATS = {name: WeightFormat(*flags) for name, flags in SM.WEIGHT_FORMATS}
 WEIGHT_DTYPES = tuple(WEIGHT_FORMATS)
 
 
-def weight_dtype_of(weights_fp8: bool, experts_fp4: bool, wo_fp4: bool = False) -> str:
-    """The WEIGHT_FORMATS name of a row's flags (an explorer row's weights_fp8, experts_fp4, wo_fp4)."""
-    flags = WeightFormat(bool(weights_fp8), bool(experts_fp4), bool(wo_fp4))
-    for name, fmt in WEIGHT_FORMATS.items():
-        if fmt == flags:
+def weight_dtype_of(*flags) -> str:
+    """The WEIGHT_FORMATS name of a row's flags, given in WeightFormat's field order (an explorer
+    row's weights_fp8, experts_fp4, wo_fp4)."""
+    if len(flags) != len(WeightFormat._fields):
+        raise ValueError(f"weight_dtype_of takes the {len(WeightFormat._fields)} flags "
+                         f"{', '.join(WeightFormat._fields)}, got {len(flags)}")
+    fmt = WeightFormat(*(bool(f) for f in flags))
+    for name, named in WEIGHT_FORMATS.items():
+        if named == fmt:
             return name
-    raise ValueError(f"weights_fp8={flags.weights_fp8}, experts_fp4={flags.experts_fp4}, wo_fp4={flags.wo_fp4} "
-                     f"name no weight format (WEIGHT_FORMATS: {', '.join(WEIGHT_DTYPES)})")
+    given = ", ".join(f"{k}={v}" for k, v in fmt._asdict().items())
+    raise ValueError(f"{given} name no weight format (WEIGHT_FORMATS: {', '.join(WEIGHT_DTYPES)})")
 
 
 def weight_dtype_of_row(row, get=None) -> str:
@@ -137,7 +127,7 @@ def _deployment(phase: str, *, attn_tp, ep, redundant_experts, batch=128, tokens
     d.dispatch_fp4 = _check_bool("dispatch_fp4", dispatch_fp4)
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {weight_dtype!r}")
-    d.weights_fp8, d.experts_fp4, d.wo_fp4 = WEIGHT_FORMATS[weight_dtype]
+    d.weight_dtype = weight_dtype
     return d
 
 

@@ -62,7 +62,7 @@ def test_the_formats_are_declared_once_in_cpp_and_a_deployment_reads_them_by_nam
     assert d.weight_dtype == "fp8"  # the flags' defaults are DeepSeek's own checkpoint
     for name, fmt in grounded.WEIGHT_FORMATS.items():
         d.weight_dtype = name
-        assert WeightFlagsOf(d) == fmt and d.weight_dtype == name
+        assert _flags_of(d) == fmt and d.weight_dtype == name
     d.weight_dtype, d.wo_fp4 = "fp8", True  # flags set one by one may name no format
     assert d.weight_dtype is None
     with pytest.raises(ValueError, match="weight_dtype must be one of fp8, bf16, fp4, fp4_bf16, fp4_v2, got 'int4'"):
@@ -71,5 +71,6 @@ def test_the_formats_are_declared_once_in_cpp_and_a_deployment_reads_them_by_nam
         grounded.weight_dtype_of(True, False)
 
 
-def WeightFlagsOf(d):
-    return grounded.WeightFormat(*(getattr(d, f) for f in grounded.WeightFormat._fields))
+def _flags_of(deployment):
+    """A Deployment's weight flags, as a WeightFormat."""
+    return grounded.WeightFormat(*(getattr(deployment, f) for f in grounded.WeightFormat._fields))

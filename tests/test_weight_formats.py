@@ -69,6 +69,11 @@ def test_the_formats_are_declared_once_in_cpp_and_a_deployment_reads_them_by_nam
         d.weight_dtype = "int4"
     with pytest.raises(ValueError, match="weight_dtype_of takes the 3 flags"):
         grounded.weight_dtype_of(True, False)
+    # The one reverse lookup is C++'s: Python's weight_dtype_of and Deployment.weight_dtype both read it.
+    assert grounded.SM.weight_dtype_of([False, True, True]) == "fp4_v2"
+    assert grounded.SM.weight_dtype_of([True, False, True]) is None
+    with pytest.raises(ValueError, match="one value per WEIGHT_FLAGS flag"):
+        grounded.SM.weight_dtype_of([True])
 
 
 def _flags_of(deployment):

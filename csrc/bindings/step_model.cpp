@@ -229,6 +229,20 @@ void bind_step_model(py::module_& root) {
         }
         m.attr("WEIGHT_FORMATS") = py::tuple(formats);
     }
+    m.def(
+        "weight_dtype_of",
+        [](const std::vector<bool>& values) -> py::object {
+            WeightFlags w;
+            size_t i = 0;
+            if (values.size() != kWeightFlagCount)
+                throw std::invalid_argument("weight_dtype_of takes one value per WEIGHT_FLAGS flag");
+#define DSPERF_READ_WEIGHT_FLAG(flag, init) w.flag = values[i++];
+            DSPERF_WEIGHT_FLAGS(DSPERF_READ_WEIGHT_FLAG)
+#undef DSPERF_READ_WEIGHT_FLAG
+            const WeightFormat* f = find_weight_format(w);
+            return f ? py::object(py::str(f->name)) : py::object(py::none());
+        },
+        py::arg("flags"), "The WEIGHT_FORMATS name of the flags (in WEIGHT_FLAGS's order), or None where none has them");
     // The numeric fields from their one declaration (DSPERF_DEPLOYMENT_FIELDS), and their bounds:
     // BOUNDS name -> (lowest, highest, sentinel or None), which dsperf.grounded checks arguments by.
     {

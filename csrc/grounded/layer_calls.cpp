@@ -104,7 +104,7 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         }
         KernelShape s;
         const TableFamily f = c.per_head ? TableFamily::kGemmBf16 : c.id == MlaCallId::kWo ? wo_gemm(dep) : weight_gemm(dep);
-        s.m = c.m, s.n = c.n, s.k = c.k, s.groups = c.count, s.fp8 = f == TableFamily::kGemmFp8;
+        s.m = c.m, s.n = c.n, s.k = c.k, s.groups = c.count;  // a plain GEMM's family says its operands' format
         b.compute(c.name(), f, A, s);
         if (c.id == MlaCallId::kWkvA) elementwise("q_kv_norm_rope", T * ((QL > 0 ? QL : 0) + L + R) * 4 + T * H * R * 4);
     }
@@ -187,7 +187,6 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     if (shared_inter > 0) {
         KernelShape up, down;
         up.m = down.m = t_shared, up.n = 2 * shared_inter, up.k = D, down.n = D, down.k = shared_inter;
-        up.fp8 = down.fp8 = dep.weights_fp8;
         const TableFamily f = expert_gemm(dep);
         b.compute("shared_up", f, Stage::kMoeShared, up);
         KernelShape act;
@@ -243,7 +242,6 @@ void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     const double tp = dense_group_tp(dep), T = t * tp, I = double(m.inter_dim) / tp;
     KernelShape up, down;
     up.m = down.m = T, up.n = 2.0 * I, up.k = double(m.dim), down.n = double(m.dim), down.k = I;
-    up.fp8 = down.fp8 = dep.weights_fp8;
     b.compute("dense_up", weight_gemm(dep), Stage::kDenseMlp, up);
     KernelShape act;
     act.bytes = T * I * (2 * 2 + input_bytes(weight_gemm(dep)));  // SiLU-mul (+ requantisation)

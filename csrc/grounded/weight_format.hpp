@@ -4,6 +4,7 @@
 // (step_model.WEIGHT_FLAGS, step_model.WEIGHT_FORMATS, Deployment.weight_dtype); Python's
 // grounded.WeightFormat and grounded.WEIGHT_FORMATS are built from them.
 #pragma once
+#include <cstddef>
 #include <string_view>
 
 namespace dsperf {
@@ -15,6 +16,10 @@ namespace dsperf {
                              modules: attention, dense MLP, LM head; else BF16 */                        \
     X(experts_fp4, false) /* NVFP4 routed and shared experts on FP4 tensor cores */                      \
     X(wo_fp4, false)      /* NVFP4 attention output projection (wo) on FP4 tensor cores */
+
+#define DSPERF_COUNT_WEIGHT_FLAG(flag, init) +1
+inline constexpr size_t kWeightFlagCount = 0 DSPERF_WEIGHT_FLAGS(DSPERF_COUNT_WEIGHT_FLAG);
+#undef DSPERF_COUNT_WEIGHT_FLAG
 
 struct WeightFlags {
 #define DSPERF_DECLARE_WEIGHT_FLAG(flag, init) bool flag = init;

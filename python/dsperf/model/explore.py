@@ -258,6 +258,11 @@ def _axes(pairs, *, ep, redundant_experts, attn_tp, mtp, kv_fp8, overlap, batch,
                  prices, overhead, groups, grounded.mem_share(mem_fraction))
 
 
+def format_columns(weight_dtype: str, n: int) -> dict:
+    """A weight format's flags as n-row explorer columns (one per grounded.WeightFormat field)."""
+    return {k: np.full(n, v) for k, v in grounded.WEIGHT_FORMATS[weight_dtype]._asdict().items()}
+
+
 def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
     """The C++ grid's columns over every axis (one call per weight dtype, dense TP, MoE TP and
     imbalance group)."""
@@ -265,7 +270,6 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
     # axes are looped here.
     parts = []
     for w in ax.weights:
-        fmt = grounded.WEIGHT_FORMATS[w]
         for dtp, mtp_ in itertools.product(ax.dense_tps, ax.moe_tps):
             for g_eps, g_reds, g_imbs in ax.groups:
                 for imb in g_imbs:
@@ -275,7 +279,7 @@ def _price_grid(m, pairs, pricing, ax: _Axes, *, kv_len) -> dict:
                                           imbalance=imb, step_overhead_ms=ax.overhead, dense_tp=dtp, moe_tp=mtp_,
                                           mem_fraction=ax.mem_fraction, weight_dtype=w)
                     n = len(c["ep"])
-                    c.update({k: np.full(n, v) for k, v in fmt._asdict().items()})  # the format's flags
+                    c.update(format_columns(w, n))
                     c["dense_tp"] = np.full(n, dtp, np.int32)
                     c["moe_tp"] = np.full(n, mtp_, np.int32)
                     c["imbalance"] = np.full(n, imb)
@@ -545,7 +549,7 @@ def cost_figure(df: pd.DataFrame, *, title="DeepSeek-V3 decode: cost against lat
 
 
 SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp", "moe_tp", "mtp", "kv_fp8",
-         "weights_fp8", "experts_fp4", "wo_fp4", "dense_tp", "overlap", "batch", "tpot_ms",
+         *grounded.WeightFormat._fields, "dense_tp", "overlap", "batch", "tpot_ms",
          "tps_user", "tokens_per_gpu_s", "tokens_per_gpu_s_served", "ttft_ms", "prefill_ep", "prefill_tokens",
          "cost_per_m_output_usd",
          "energy_j_per_output_token", "memory_headroom"]
@@ -554,7 +558,7 @@ SHOWN = ["device", "gpus", "prefill_gpus", "ep", "redundant_experts", "attn_tp",
 def best(df: pd.DataFrame, n=10, by="tokens_per_gpu_s_served") -> pd.DataFrame:
     """The n configurations with the highest `by`, one per (device, ep, attn_tp, mtp, overlap) layout."""
     top = df.sort_values(by, ascending=False)
-    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", "weights_fp8", "experts_fp4", "wo_fp4",
+    top = top.drop_duplicates(["device", "ep", "attn_tp", "moe_tp", "mtp", "overlap", *grounded.WeightFormat._fields,
                                "dense_tp"])
     return top.head(n)
 

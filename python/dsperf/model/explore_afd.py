@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import _C
 from . import grounded
-from .explore import WHY, _Axes, _ints
+from .explore import WHY, _Axes, _ints, format_columns
 
 SM = grounded.SM
 
@@ -118,7 +118,7 @@ def with_afd(cols, m, pairs, pricing, ax: _Axes, afd_attn_gpus, afd_micro_batche
     extra = afd_columns(m, pairs, [p["tables"] for p in pricing], ax.eps, ax.reds, a_gpus, micro, ax.kvs, ax.batches,
                         kv_len, ax.overhead, ax.mem_fraction)
     n = len(extra["ep"])  # FP8 weights, data-parallel dense MLP, the first imbalance value
-    extra.update({k: np.full(n, v) for k, v in grounded.WEIGHT_FORMATS["fp8"]._asdict().items()})
+    extra.update(format_columns("fp8", n))
     extra["dense_tp"] = np.ones(n, np.int32)
     extra["moe_tp"] = np.ones(n, np.int32)
     extra["imbalance"] = np.full(n, ax.imbalances[0])

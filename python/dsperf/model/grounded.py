@@ -50,9 +50,9 @@ def weight_dtype_of(*flags) -> str:
         raise ValueError(f"weight_dtype_of takes the {len(WeightFormat._fields)} flags "
                          f"{', '.join(WeightFormat._fields)}, got {len(flags)}")
     fmt = WeightFormat(*(bool(f) for f in flags))
-    for name, named in WEIGHT_FORMATS.items():
-        if named == fmt:
-            return name
+    name = SM.weight_dtype_of(list(fmt))  # the one lookup, C++'s (weight_format.hpp)
+    if name is not None:
+        return name
     given = ", ".join(f"{k}={v}" for k, v in fmt._asdict().items())
     raise ValueError(f"{given} name no weight format (WEIGHT_FORMATS: {', '.join(WEIGHT_DTYPES)})")
 

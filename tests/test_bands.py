@@ -298,13 +298,13 @@ def test_tp_allreduce_is_priced_from_its_latency_table():
     ar = calls.loc["attn_allreduce"]
     # One request with 3 drafts on 8 GPUs: 4 tokens x 7168 x 2 bytes, priced at the table's latency
     # for that message (5.7-7.8 us measured on 8 x H100; H200 has the same NVLink), not ~0 by bandwidth.
-    t = grounded.kernel_tables("H200")
-    assert ar["from_table"] and ar["us"] == pytest.approx(t.allreduce_us(8, 4 * 7168 * 2)["us"])
+    t, h200 = grounded.kernel_tables("H200"), grounded.load_device("H200")
+    assert ar["from_table"] and ar["us"] == pytest.approx(t.allreduce_us(8, 4 * 7168 * 2, h200)["us"])
     assert 5.7 < ar["us"] < 16.7
-    small, big = t.allreduce_us(8, 4096), t.allreduce_us(8, 8e6)
+    small, big = t.allreduce_us(8, 4096, h200), t.allreduce_us(8, 8e6, h200)
     assert big["us"] > small["us"] and big["clamped"] and not small["clamped"]
     # A link twice as fast halves only the part above the fixed cost.
-    fast = t.allreduce_us(8, 8e6, 900.0)["us"]
+    fast = t.allreduce_us(8, 8e6, grounded.load_device("B200"))["us"]  # NVLink 5: 900 GB/s
     assert fast == pytest.approx(5.9 + (big["us"] - 5.9) / 2)
     # Past the largest row (1 MiB), a message's further bytes are ring traffic at NCCL's share of
     # the link: 8 MB on 8 GPUs moves 2 x 7/8 x (8e6 - 1 MiB) bytes at 370 GB/s, not at the

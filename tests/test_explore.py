@@ -22,7 +22,7 @@ def test_one_row_per_configuration_infeasible_ones_kept_with_a_reason(frame):
     # devices x ep x tp x mtp x kv x overlap x batch
     assert len(frame) == 2 * 3 * 3 * 3 * 2 * 3 * 5
     bad_tp = frame[frame["attn_tp"] == 3]
-    assert len(bad_tp) and (bad_tp["reason"] == "attention TP must divide the node and the heads").all()
+    assert len(bad_tp) and (bad_tp["reason"] == "attention TP must divide the node (or span whole nodes) and the heads").all()
     assert not bad_tp["feasible"].any() and bad_tp["tpot_ms"].isna().all()
     too_big = frame[(frame["batch"] == 1024) & (frame["attn_tp"] == 1)]
     assert (too_big["reason"] == "KV cache does not fit beside the weights").all()

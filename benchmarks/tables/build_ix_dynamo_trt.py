@@ -7,7 +7,7 @@
         --inferencex path/to/InferenceX.git --srt-slurm path/to/srt-slurm.git [--emit rows.csv]
 
 (dsperf importable: installed, or PYTHONPATH=python in a built tree; it reads the devices' node sizes
-and table kinds.)
+and table kinds, and the weight formats.)
 
 Without --emit it checks every such row in latency_points.csv against its record and recipe (the
 settings the simulator reads and the published medians) and exits 1 on a difference; with --emit it
@@ -156,8 +156,12 @@ def rows_for(record: dict, key: tuple, path: str, y: dict, checkpoint: str, adde
                "(sa-bench's bench.sh since 88ff268, 2026-01-23); the memory share at dsperf's default (the recipes' "
                "free_gpu_memory_fraction is a share of the memory left after the weights; their max_batch_size caps "
                "bind first); no micro-batch overlap; KV hand-off at the scale-out rate")
+    wide = [k for k, c in (("prefill", P), ("decode", D)) if not c["enable_attention_dp"]
+            and c["tensor_parallel_size"] > load_device(hw.upper()).gpus_per_node]
     missing = ("" if table_kind(hw.upper()) == "measured" else
                f"a {hw.upper()} kernel table measured per shape (derived rows); ") + (
+        f"a measured all-reduce over {hw.upper()} nodes (the {' and '.join(wide)} TP group spans nodes: NCCL's "
+        "latency model prices it); " if wide else "") + (
         "Dynamo's routing of requests to decode workers (the simulator balances them by load)")
     settings = dict(
         device=hw.upper(), kind="peak", role="check", added=added, mode="disaggregated", concurrency=record["conc"],
@@ -223,12 +227,6 @@ def main(argv=None) -> int:
             continue
         if found[2] not in CHECKPOINT:
             left_out.append(f"{what} (checkpoint {found[2]})")
-            continue
-        tc = found[1]["backend"]["trtllm_config"]
-        wide = [k for k in ("prefill", "decode") if not tc[k]["enable_attention_dp"]
-                and tc[k]["tensor_parallel_size"] > load_device(record["hardware"].upper()).gpus_per_node]
-        if wide:  # dsperf's layouts keep a TP attention group inside one node
-            left_out.append(f"{what} ({wide[0]} TP{tc[wide[0]]['tensor_parallel_size']} attention across nodes)")
             continue
         for row in rows_for(record, key, *found, today):
             if row["point"] not in shipped:

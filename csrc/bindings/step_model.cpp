@@ -97,6 +97,11 @@ void bind_step_model(py::module_& root) {
     m.attr("graph_kernel_gap_us") = kGraphKernelGapUs;
     m.attr("memory_reserve") = kMemoryReserve;
     m.attr("large_allreduce_link_share") = kLargeAllReduceLinkShare;
+    m.attr("nccl_tree_base_us") = kNcclTreeBaseUs;
+    m.attr("nccl_tree_nvlink_hop_us") = kNcclTreeNvlinkHopUs;
+    m.attr("nccl_tree_net_hop_us") = kNcclTreeNetHopUs;
+    m.def("tp_group_fits_nodes", &tp_group_fits_nodes, py::arg("tp"), py::arg("gpus_per_node"),
+          "Whether a TP group of tp GPUs divides a node's GPUs or spans whole nodes (the layout checks' rule)");
     m.attr("TABLE_NVLINK_GBPS") = kTableNvlinkGbps;
     m.attr("TABLE_NIC_GBPS") = kTableNicGbps;
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },
@@ -153,11 +158,11 @@ void bind_step_model(py::module_& root) {
              [](KernelTables& t, double tp, double message_bytes, double us) { t.allreduce.add(tp, message_bytes, us); },
              py::arg("tp"), py::arg("message_bytes"), py::arg("latency_us"),
              "A measured latency (us) of one all-reduce of a message of message_bytes across tp GPUs")
-        .def("allreduce_us", [](const KernelTables& t, double tp, double message_bytes, double link_gbps) {
-            const AllReduceLatency r = tp_allreduce_latency(t, tp, message_bytes, link_gbps);
+        .def("allreduce_us", [](const KernelTables& t, double tp, double message_bytes, const DeviceSpec& device) {
+            const AllReduceLatency r = tp_allreduce_latency(t, device, tp, message_bytes);
             return py::dict(py::arg("us") = r.us, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
-        }, py::arg("tp"), py::arg("message_bytes"), py::arg("link_gbps") = 450.0,
-        "One TP all-reduce as the step model prices it, on a link of link_gbps per direction")
+        }, py::arg("tp"), py::arg("message_bytes"), py::arg("device"),
+        "One TP all-reduce as the step model prices it on the device's links (over whole nodes: NCCL's model)")
         .def("rows", [](const KernelTables& t, const std::string& f) { return t.rows(table_family_from_name(f)); })
         .def(
             "lookup",

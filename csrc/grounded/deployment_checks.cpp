@@ -26,9 +26,9 @@ void Deployment::validate(const ModelConfig& m, const DeviceSpec& d) const {
     DSPERF_DEPLOYMENT_FIELDS(DSPERF_CHECK_DEPLOYMENT_FIELD)
 #undef DSPERF_CHECK_DEPLOYMENT_FIELD
     // The rules that relate fields.
-    require(d.gpus_per_node % attn_tp == 0,
+    require(tp_group_fits_nodes(attn_tp, d.gpus_per_node),
             "attn_tp (" + std::to_string(attn_tp) + ") must divide the " + std::to_string(d.gpus_per_node) +
-                " GPUs of a node");
+                " GPUs of a node or be a multiple of them (a TP group over whole nodes)");
     require(m.n_heads % attn_tp == 0, "attn_tp must divide the model's heads");
     // With attention TP a group of attn_tp GPUs serves batch x attn_tp requests: at least one.
     require(phase != Phase::kDecode || batch * attn_tp >= 1, "batch must lie in [1 / attn_tp, 1e6] requests per GPU");

@@ -116,7 +116,8 @@ void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumn
     Infeasible why = Infeasible::kNone;
     if ((dep.experts_fp4 || dep.wo_fp4) && d.fp4_tflops <= 0)
         why = Infeasible::kNoFp4;
-    else if (d.gpus_per_node % dep.attn_tp != 0 || m.n_heads % dep.attn_tp != 0 || d.gpus_per_node % dep.dense_tp != 0)
+    else if (!tp_group_fits_nodes(dep.attn_tp, d.gpus_per_node) || m.n_heads % dep.attn_tp != 0 ||
+             d.gpus_per_node % dep.dense_tp != 0)
         why = Infeasible::kTpDoesNotDivideNode;
     else if (d.gpus_per_node % dep.moe_tp != 0 || dep.ep % dep.moe_tp != 0) why = Infeasible::kMoeTpDoesNotDivide;
     else if (m.n_routed_experts + dep.redundant_experts < dep.ep / dep.moe_tp) why = Infeasible::kEpExceedsExperts;

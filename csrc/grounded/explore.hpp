@@ -33,7 +33,7 @@ struct InfeasibleReason {
 // Indexed by the code (checked below).
 inline constexpr InfeasibleReason kInfeasibleReasons[] = {
     {Infeasible::kNone, "none", ""},
-    {Infeasible::kTpDoesNotDivideNode, "tp_does_not_divide_node", "attention TP must divide the node and the heads"},
+    {Infeasible::kTpDoesNotDivideNode, "tp_does_not_divide_node", "attention TP must divide the node (or span whole nodes) and the heads"},
     {Infeasible::kEpExceedsExperts, "ep_exceeds_experts", "EP exceeds routed + redundant experts"},
     {Infeasible::kEpNotMultipleOfTp, "ep_not_multiple_of_tp", "EP must be a multiple of attention TP"},
     {Infeasible::kNoRequest, "no_request", "fewer than one request per attention-TP group"},

@@ -73,7 +73,7 @@ void attention_core(CallBuilder& b, const Deployment& dep, double heads, double 
 
 }  // namespace
 
-void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t,
+void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, double t,
                      double requests) {
     const double tp = dep.attn_tp;
     const double T = t * tp;  // tokens the TP group's attention sees
@@ -108,7 +108,7 @@ void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
         b.compute(c.name(), f, A, s);
         if (c.id == MlaCallId::kWkvA) elementwise("q_kv_norm_rope", T * ((QL > 0 ? QL : 0) + L + R) * 4 + T * H * R * 4);
     }
-    if (tp > 1) b.allreduce("attn_allreduce", A, tp, T * D * 2, d.nvlink_gbps);  // BF16 activations
+    if (tp > 1) b.allreduce("attn_allreduce", A, tp, T * D * 2);  // BF16 activations
 }
 
 void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t) {
@@ -142,7 +142,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
     // rows of its own experts locally (no dispatch) and the partial outputs are summed by one
     // all-reduce of the group's tokens (no combine).
     if (experts_share_attention_group(dep)) {
-        b.allreduce("moe_allreduce", Stage::kCombine, dep.attn_tp, t * dep.attn_tp * D * 2, d.nvlink_gbps);
+        b.allreduce("moe_allreduce", Stage::kCombine, dep.attn_tp, t * dep.attn_tp * D * 2);
     } else if (dep.phase == Phase::kDecode && (internode || domain_ll)) {
         // Every (token, expert) pair is sent, as DeepEP's low-latency bandwidth counts it: over the NICs
         // between nodes, or the scale-up link where the device's rows were timed (as NIC fractions).
@@ -238,7 +238,7 @@ void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, cons
 // The dense MLP, data-parallel (each GPU its own tokens) or split over dense_tp GPUs of a node
 // (each GPU a 1/dense_tp slice of the intermediate for the group's tokens, then an all-reduce);
 // under attention TP, over at least the attention group (dense_group_tp).
-void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t) {
+void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, double t) {
     const double tp = dense_group_tp(dep), T = t * tp, I = double(m.inter_dim) / tp;
     KernelShape up, down;
     up.m = down.m = T, up.n = 2.0 * I, up.k = double(m.dim), down.n = double(m.dim), down.k = I;
@@ -247,7 +247,7 @@ void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep
     act.bytes = T * I * (2 * 2 + input_bytes(weight_gemm(dep)));  // SiLU-mul (+ requantisation)
     b.compute("dense_act_quant", TableFamily::kElementwise, Stage::kDenseMlp, act);
     b.compute("dense_down", weight_gemm(dep), Stage::kDenseMlp, down);
-    if (tp > 1) b.allreduce("dense_allreduce", Stage::kDenseMlp, tp, T * m.dim * 2, d.nvlink_gbps);
+    if (tp > 1) b.allreduce("dense_allreduce", Stage::kDenseMlp, tp, T * m.dim * 2);
 }
 
 }  // namespace dsperf::layer

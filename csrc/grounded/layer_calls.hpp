@@ -56,13 +56,14 @@ public:
 
     // A TP all-reduce of a `message` of bytes across `tp` GPUs: at the all-reduce table's measured
     // latency for that size where it has rows (the fixed cost of a small all-reduce dominates a
-    // decode step's), else as ring traffic at the all-reduce bandwidth (the old pricing).
-    void allreduce(const char* name, Stage stage, double tp, double message, double link_gbps) {
-        const AllReduceLatency lat = tp_allreduce_latency(t_, tp, message, link_gbps);
+    // decode step's), over whole nodes at NCCL's (tp_allreduce_latency), else as ring traffic at the
+    // all-reduce bandwidth (the old pricing).
+    void allreduce(const char* name, Stage stage, double tp, double message) {
+        const AllReduceLatency lat = tp_allreduce_latency(t_, d_, tp, message);
         if (!lat.found) {
             KernelShape s;
             s.tp = tp;
-            return comm(name, TableFamily::kAllReduce, stage, s, message * 2 * (tp - 1) / tp, link_gbps,
+            return comm(name, TableFamily::kAllReduce, stage, s, message * 2 * (tp - 1) / tp, d_.nvlink_gbps,
                         kTableNvlinkGbps);
         }
         KernelCall c{name, TableFamily::kAllReduce, stage};
@@ -100,11 +101,11 @@ double shared_expert_tp(const Deployment& dep);
 
 // MLA over t tokens of this GPU (requests: decode requests per micro-batch on it), its norms and
 // quantisation, and the attention TP all-reduce.
-void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t,
+void attention_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, double t,
                      double requests);
 // A MoE layer's calls after attention, for t tokens of this GPU.
 void moe_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t);
 // A dense layer's MLP for t tokens of this GPU.
-void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, const DeviceSpec& d, double t);
+void dense_mlp_calls(CallBuilder& b, const ModelConfig& m, const Deployment& dep, double t);
 
 }  // namespace dsperf::layer

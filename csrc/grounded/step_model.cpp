@@ -45,9 +45,23 @@ KernelShape lm_head_shape(const ModelConfig& m, const Deployment& dep, double ro
 
 }  // namespace
 
-AllReduceLatency tp_allreduce_latency(const KernelTables& t, double tp, double message_bytes, double link_gbps) {
-    return t.allreduce.latency_us(tp, message_bytes, link_gbps / kAllReduceTableNvlinkGbps,
-                                  link_gbps * kLargeAllReduceLinkShare);
+AllReduceLatency tp_allreduce_latency(const KernelTables& t, const DeviceSpec& d, double tp, double message_bytes) {
+    const double g = d.gpus_per_node, link_scale = d.nvlink_gbps / kAllReduceTableNvlinkGbps;
+    const double large_gbps = d.nvlink_gbps * kLargeAllReduceLinkShare;
+    if (tp <= g) return t.allreduce.latency_us(tp, message_bytes, link_scale, large_gbps);
+    // Over whole nodes. The pass inside each node moves the bytes a one-node all-reduce of the
+    // message moves: the table's rise above its smallest message (or, without rows, ring traffic).
+    const AllReduceLatency node = t.allreduce.latency_us(g, message_bytes, link_scale, large_gbps);
+    const double inside = node.found ? node.us - t.allreduce.latency_us(g, 0, link_scale, large_gbps).us
+                                     : 2 * (g - 1) / g * message_bytes / (large_gbps * 1e3);  // GB/s = 1e3 B/us
+    const double nodes = tp / g;
+    const double between = 2 * (nodes - 1) / nodes * (message_bytes / g) / (d.scaleout_gbps * 1e3);
+    AllReduceLatency r;
+    r.found = true;  // priced from NCCL's published model and the table, not the flat default
+    r.clamped = node.clamped;
+    r.us = kNcclTreeBaseUs + 2 * ((g - 1) * kNcclTreeNvlinkHopUs + std::floor(std::log2(nodes)) * kNcclTreeNetHopUs) +
+           std::max(inside, between);
+    return r;
 }
 
 double expected_remote_nodes(const ModelConfig& m, int ep, int gpus_per_node) {
@@ -112,8 +126,8 @@ void draft_head_call(CallBuilder& pass, const ModelConfig& m, const Deployment& 
 EpFreeParts ep_free_parts(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep) {
     const MicroBatch mb = micro_batch(d, dep);
     CallBuilder b(d, t, mb.slowdown, false), head(d, t, 1.0, false);
-    attention_calls(b, m, dep, d, mb.tokens, mb.requests);
-    dense_mlp_calls(b, m, dep, d, mb.tokens);
+    attention_calls(b, m, dep, mb.tokens, mb.requests);
+    dense_mlp_calls(b, m, dep, mb.tokens);
     lm_head_call(head, m, dep, mb.step_tokens);
     EpFreeParts p;
     p.attn_us = b.stage_us[int(Stage::kAttention)], p.dense_mlp_us = b.stage_us[int(Stage::kDenseMlp)];
@@ -126,7 +140,7 @@ EpFreeParts mtp_draft_ep_free_parts(const ModelConfig& m, const DeviceSpec& d, c
     EpFreeParts p;
     if (dep.phase != Phase::kDecode || dep.mtp == 0) return p;
     CallBuilder pass(d, t, 1.0, false);
-    attention_calls(pass, m, draft_pass(dep), d, dep.batch, dep.batch);
+    attention_calls(pass, m, draft_pass(dep), dep.batch, dep.batch);
     draft_head_call(pass, m, dep);
     p.attn_us = pass.stage_us[int(Stage::kAttention)], p.lm_head_us = pass.stage_us[int(Stage::kHead)];
     return p;
@@ -140,7 +154,7 @@ double mtp_draft_ms(const ModelConfig& m, const DeviceSpec& d, const KernelTable
     const Deployment draft = draft_pass(dep);
     CallBuilder pass(d, t, 1.0, false);
     if (known) pass.stage_us[int(Stage::kAttention)] = known->attn_us;
-    else attention_calls(pass, m, draft, d, dep.batch, dep.batch);
+    else attention_calls(pass, m, draft, dep.batch, dep.batch);
     moe_calls(pass, m, draft, d, dep.batch);
     if (known) pass.stage_us[int(Stage::kHead)] = known->lm_head_us;
     else draft_head_call(pass, m, dep);
@@ -161,12 +175,12 @@ StepStages step_stages(const ModelConfig& m, const DeviceSpec& d, const KernelTa
     // Each part adds to its own stage, so a known part is that stage's sum.
     CallBuilder moe(d, t, slowdown, keep);
     if (known) moe.stage_us[int(Stage::kAttention)] = known->attn_us;
-    else attention_calls(moe, m, dep, d, t_mb, mb.requests);
+    else attention_calls(moe, m, dep, t_mb, mb.requests);
     moe_calls(moe, m, dep, d, t_mb);
     // A dense layer runs the same attention calls as a MoE layer, then the dense MLP.
     CallBuilder dense(d, t, slowdown, keep);
     if (known) dense.stage_us[int(Stage::kDenseMlp)] = known->dense_mlp_us;
-    else dense_mlp_calls(dense, m, dep, d, t_mb);
+    else dense_mlp_calls(dense, m, dep, t_mb);
     auto us = [](const CallBuilder& b, Stage s) { return b.stage_us[int(s)]; };
     st.attn = us(moe, Stage::kAttention);
     st.dispatch = us(moe, Stage::kDispatch);

@@ -109,6 +109,15 @@ constexpr double kGraphKernelGapUs = 0.36;
 // maintainer, NVIDIA/nccl-tests issue #212, 2024-05-06). Prices the bytes of an all-reduce past the
 // all-reduce table's largest measured message.
 constexpr double kLargeAllReduceLinkShare = 370.0 / 450.0;
+// A TP all-reduce over whole nodes runs NCCL (the custom all-reduce kernels of the all-reduce table
+// reach one node's GPUs only). Its fixed cost is NCCL's own latency model, the figures its tuner
+// prices algorithms with (NVIDIA/nccl src/graph/tuning.cc at 5067397, 2026-06-11): over nodes a small
+// all-reduce runs the Tree algorithm with the LL protocol, a base latency of 6.8 us, plus twice (the
+// reduction up the tree and the broadcast down it) 0.6 us for each other GPU of a node (NVLink hops)
+// and 5.0 us for each level of the tree between nodes (network hops, floor(log2(nodes)) of them).
+constexpr double kNcclTreeBaseUs = 6.8;
+constexpr double kNcclTreeNvlinkHopUs = 0.6;
+constexpr double kNcclTreeNetHopUs = 5.0;
 
 enum class Stream { kCompute = 0, kComm = 1 };
 // Which stage of a layer a call belongs to (the overlap schedule moves stages, not calls).
@@ -150,10 +159,18 @@ struct StepResult {
 
 StepResult step(const ModelConfig& m, const DeviceSpec& d, const KernelTables& t, const Deployment& dep);
 
-// One TP all-reduce of `message_bytes` across `tp` GPUs on a device whose link runs `link_gbps` per
-// direction: the all-reduce table's latency scaled from the link it was measured on, and bytes past
-// its largest message at kLargeAllReduceLinkShare of the link (AllReduceTable::latency_us).
-AllReduceLatency tp_allreduce_latency(const KernelTables& t, double tp, double message_bytes, double link_gbps);
+// A TP group of `tp` GPUs fits a device's nodes: it divides a node's GPUs, or spans whole nodes (its
+// all-reduces then cross the network: tp_allreduce_latency). The layout checks' one rule for it.
+inline bool tp_group_fits_nodes(int tp, int gpus_per_node) { return gpus_per_node % tp == 0 || tp % gpus_per_node == 0; }
+
+// One TP all-reduce of `message_bytes` across `tp` GPUs of device d. Inside a node: the all-reduce
+// table's latency scaled from the NVLink it was measured on, and bytes past its largest message at
+// kLargeAllReduceLinkShare of the link (AllReduceTable::latency_us). Over whole nodes: NCCL's
+// latency model (kNcclTree*) as the fixed cost, then the larger of the two hierarchical passes'
+// traffic: the reduce-scatter and all-gather inside each node (the one-node all-reduce's price above
+// its smallest message: the same NVLink bytes) and the all-reduce of each GPU's 1/gpus_per_node share
+// between nodes over its NIC (at the NIC's line rate). Never below the one-node price of the message.
+AllReduceLatency tp_allreduce_latency(const KernelTables& t, const DeviceSpec& d, double tp, double message_bytes);
 
 // The stages of one step, microseconds per micro-batch per layer (head_ms: per step), for
 // callers that schedule many deployments (the explorer). The deployment is trusted (validated once).

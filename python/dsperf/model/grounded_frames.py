@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import _C
 from .._checks import MAX_COUNT, MAX_TOKENS, finite_results, flag, number_list
 from .devices import device_list, resolve_devices
 from ..seed.formulas import MAX_SWEEP_ROWS, _count, _integer_columns, _tokens
+
+SM = _C.step_model
 
 
 def _seed_only(name, value, default):
@@ -92,8 +95,9 @@ def grounded_sweep(m, devices, batch, seq_len, decode_len, tp, ep, redundant_exp
     tps = [max(1, t) for t in number_list("tp", tp, integer=True, lo=0, hi=MAX_COUNT)]
     for t in tps:
         for label, spec in pairs:
-            if spec.gpus_per_node % t or m.n_heads % t:
-                raise ValueError(f"tp ({t}) must divide the {spec.gpus_per_node} GPUs of a {label} node and the heads")
+            if not SM.tp_group_fits_nodes(t, spec.gpus_per_node) or m.n_heads % t:
+                raise ValueError(f"tp ({t}) must divide the {spec.gpus_per_node} GPUs of a {label} node (or be a "
+                                 "multiple of them) and the heads")
     for e, r in zip(eps, reds):
         if not 1 <= e <= m.n_routed_experts + r:
             raise ValueError(f"ep ({e}) must lie in [1, routed + redundant experts = {m.n_routed_experts + r}]")

@@ -112,6 +112,15 @@ def _constants() -> dict[str, Constant]:
             "NCCL's effective NVLink bandwidth, 370 of 450 GB/s per direction (an NCCL maintainer, "
             "NVIDIA/nccl-tests issue #212, 2024-05-06): the rate of an all-reduce's bytes past the "
             "all-reduce table's largest message", f"{hpp}: kLargeAllReduceLinkShare", True),
+        # NCCL's latency model for a small all-reduce over nodes (a TP group spanning nodes).
+        **{f"step_model.{name}": Constant(
+            getattr(SM, name),
+            f"NVIDIA/nccl src/graph/tuning.cc at 5067397 (2026-06-11): {what}, the figure NCCL's tuner prices "
+            "its algorithms with", f"{hpp}: {declared}", False)
+           for name, what, declared in (
+               ("nccl_tree_base_us", "the Tree algorithm's base latency with the LL protocol", "kNcclTreeBaseUs"),
+               ("nccl_tree_nvlink_hop_us", "the Tree algorithm's NVLink hardware latency (LL)", "kNcclTreeNvlinkHopUs"),
+               ("nccl_tree_net_hop_us", "the Tree algorithm's network hardware latency (LL)", "kNcclTreeNetHopUs"))},
         "grounded.DEFAULT_EFFICIENCY": Constant(
             grounded.DEFAULT_EFFICIENCY,
             "assumed: a flat share of the datasheet roofline for a compute call without a table row; "

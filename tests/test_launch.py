@@ -144,6 +144,16 @@ def test_bad_input_is_named():
         launch.emit(row, "sglang")
 
 
+def test_a_tp_group_over_two_nodes_is_launched_by_sglang_and_trtllm_and_refused_by_vllm():
+    row = _row(ep=16, attn_tp=16, batch=4, redundant_experts=0, overlap="none")
+    got = flags(launch.emit(row, "sglang").roles["decode"])
+    assert (got["--tp-size"], got["--ep-size"], got["--nnodes"]) == ("16", "16", "2") and "--enable-dp-attention" not in got
+    trt = launch.emit(row, "trtllm")
+    assert flags(trt.roles["decode"])["--tp_size"] == "16" and "enable_attention_dp: false" in trt.files["decode.yaml"]
+    with pytest.raises(ValueError, match=r"a TP group over nodes \(attn_tp 16 > 8 GPUs a node\).*vLLM"):
+        launch.emit(row, "vllm")
+
+
 def test_explore_cli_emits_the_best_rows_launch_and_a_page(tmp_path):
     import contextlib
     import io

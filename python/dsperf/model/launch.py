@@ -127,7 +127,7 @@ def weights_gib(lay: dict, gpus: int, attn_tp: int) -> float:
     """GiB of weights on each GPU of an instance of `gpus` GPUs at attention TP attn_tp (the grounded
     model's memory fields, which do not depend on the batch)."""
     return float(grounded.memory(device=lay["device"], ep=gpus, attn_tp=attn_tp, redundant_experts=lay["redundant"],
-                                 weight_dtype=lay["weight"], dense_tp=max(lay["dense_tp"], attn_tp),
+                                 weight_dtype=lay["weight"], dense_tp=lay["dense_tp"],  # the model splits it over attn_tp too
                                  moe_tp=lay["moe_tp"])["weights_gib"])
 
 
@@ -296,6 +296,9 @@ def _vllm_engine(lay: dict, stack: str) -> Engine:
     if lay["moe_tp"] > 1:
         _refuse(f"MoE tensor parallelism x expert parallelism (moe_tp {lay['moe_tp']})", stack,
                 "--enable-expert-parallel makes the MoE group pure EP")
+    if lay["attn_tp"] > lay["gpus_per_node"]:
+        _refuse(f"a TP group over nodes (attn_tp {lay['attn_tp']} > {lay['gpus_per_node']} GPUs a node)", stack,
+                "its engine spans one TP group over nodes through a Ray cluster, which this export does not write")
 
     def serve_or_decode(role: str) -> Instance:
         return Instance(lay["ep"], _vllm_args(lay, role, lay["ep"], lay["attn_tp"], "deepep_low_latency",

@@ -74,3 +74,18 @@ def test_the_explorer_prices_tp16_and_refuses_tp12():
     ok, bad = df[df["attn_tp"] == 16], df[df["attn_tp"] == 12]
     assert ok["feasible"].all() and ok["tpot_ms"].gt(0).all()
     assert (bad["reason"] == "attention TP must divide the node (or span whole nodes) and the heads").all()
+
+
+def test_bad_arguments_of_the_bound_rule_and_price_are_named():
+    t, h100 = grounded.kernel_tables("H100"), grounded.load_device("H100")
+    with pytest.raises(ValueError, match="tp must be >= 1, got 0"):
+        SM.tp_group_fits_nodes(0, 8)  # was a division by zero
+    with pytest.raises(ValueError, match="gpus_per_node must be >= 1, got 0"):
+        SM.tp_group_fits_nodes(8, 0)
+    with pytest.raises(ValueError, match="tp must be >= 1, got 0"):
+        t.allreduce_us(0, 1024, h100)
+    with pytest.raises(ValueError, match=r"tp \(12\) must divide the 8 GPUs of a node or be a multiple of them"):
+        t.allreduce_us(12, 1024, h100)
+    for bad in (math.nan, math.inf, -1.0):
+        with pytest.raises(ValueError, match="message_bytes must be finite and >= 0"):
+            t.allreduce_us(16, bad, h100)

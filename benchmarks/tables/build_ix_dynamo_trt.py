@@ -81,6 +81,12 @@ def git_show(git_dir: str, commit: str, path: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def gpus_per_node(device: str) -> int:
+    """A device's node size (its device file read once for all its records)."""
+    return load_device(device).gpus_per_node
+
+
+@functools.lru_cache(maxsize=None)
 def run_config(inferencex: str, key: tuple) -> dict:
     """A run's entry of nvidia-master.yaml at its pinned commit (read once for all its records)."""
     _, hw, prec = key
@@ -157,7 +163,7 @@ def rows_for(record: dict, key: tuple, path: str, y: dict, checkpoint: str, adde
                "free_gpu_memory_fraction is a share of the memory left after the weights; their max_batch_size caps "
                "bind first); no micro-batch overlap; KV hand-off at the scale-out rate")
     wide = [k for k, c in (("prefill", P), ("decode", D)) if not c["enable_attention_dp"]
-            and c["tensor_parallel_size"] > load_device(hw.upper()).gpus_per_node]
+            and c["tensor_parallel_size"] > gpus_per_node(hw.upper())]
     missing = ("" if table_kind(hw.upper()) == "measured" else
                f"a {hw.upper()} kernel table measured per shape (derived rows); ") + (
         f"a measured all-reduce over {hw.upper()} nodes (the {' and '.join(wide)} TP group spans nodes: NCCL's "

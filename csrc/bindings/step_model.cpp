@@ -36,6 +36,11 @@ T* column(py::dict& out, const char* name, size_t n) {
     return a.mutable_data();
 }
 
+// A count the adapter passes on: at least 1, or an error naming it (a zero would divide by zero).
+void require_positive(const char* name, int v) {
+    if (v < 1) throw std::invalid_argument(std::string(name) + " must be >= 1, got " + std::to_string(v));
+}
+
 // The weight format of that name; an error naming weight_dtype and the names it may take.
 const WeightFormat& weight_format_named(const std::string& name) {
     if (const WeightFormat* f = find_weight_format(name)) return *f;
@@ -100,7 +105,10 @@ void bind_step_model(py::module_& root) {
     m.attr("nccl_tree_base_us") = kNcclTreeBaseUs;
     m.attr("nccl_tree_nvlink_hop_us") = kNcclTreeNvlinkHopUs;
     m.attr("nccl_tree_net_hop_us") = kNcclTreeNetHopUs;
-    m.def("tp_group_fits_nodes", &tp_group_fits_nodes, py::arg("tp"), py::arg("gpus_per_node"),
+    m.def("tp_group_fits_nodes", [](int tp, int gpus_per_node) {
+              require_positive("tp", tp), require_positive("gpus_per_node", gpus_per_node);
+              return tp_group_fits_nodes(tp, gpus_per_node);
+          }, py::arg("tp"), py::arg("gpus_per_node"),
           "Whether a TP group of tp GPUs divides a node's GPUs or spans whole nodes (the layout checks' rule)");
     m.attr("TABLE_NVLINK_GBPS") = kTableNvlinkGbps;
     m.attr("TABLE_NIC_GBPS") = kTableNicGbps;
@@ -158,7 +166,14 @@ void bind_step_model(py::module_& root) {
              [](KernelTables& t, double tp, double message_bytes, double us) { t.allreduce.add(tp, message_bytes, us); },
              py::arg("tp"), py::arg("message_bytes"), py::arg("latency_us"),
              "A measured latency (us) of one all-reduce of a message of message_bytes across tp GPUs")
-        .def("allreduce_us", [](const KernelTables& t, double tp, double message_bytes, const DeviceSpec& device) {
+        .def("allreduce_us", [](const KernelTables& t, int tp, double message_bytes, const DeviceSpec& device) {
+            require_positive("tp", tp);
+            if (!tp_group_fits_nodes(tp, device.gpus_per_node))
+                throw std::invalid_argument("tp (" + std::to_string(tp) + ") must divide the " +
+                                            std::to_string(device.gpus_per_node) +
+                                            " GPUs of a node or be a multiple of them");
+            if (!std::isfinite(message_bytes) || message_bytes < 0)
+                throw std::invalid_argument("message_bytes must be finite and >= 0");
             const AllReduceLatency r = tp_allreduce_latency(t, device, tp, message_bytes);
             return py::dict(py::arg("us") = r.us, py::arg("found") = r.found, py::arg("clamped") = r.clamped);
         }, py::arg("tp"), py::arg("message_bytes"), py::arg("device"),

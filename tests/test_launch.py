@@ -148,10 +148,26 @@ def test_a_tp_group_over_two_nodes_is_launched_by_sglang_and_trtllm_and_refused_
     row = _row(ep=16, attn_tp=16, batch=4, redundant_experts=0, overlap="none")
     got = flags(launch.emit(row, "sglang").roles["decode"])
     assert (got["--tp-size"], got["--ep-size"], got["--nnodes"]) == ("16", "16", "2") and "--enable-dp-attention" not in got
+    # The experts share the TP group: no all-to-all, as the model prices it (all-reduce, no dispatch).
+    assert got["--moe-a2a-backend"] == "none" and "--deepep-mode" not in got
     trt = launch.emit(row, "trtllm")
     assert flags(trt.roles["decode"])["--tp_size"] == "16" and "enable_attention_dp: false" in trt.files["decode.yaml"]
     with pytest.raises(ValueError, match=r"a TP group over nodes \(attn_tp 16 > 8 GPUs a node\).*vLLM"):
         launch.emit(row, "vllm")
+
+
+@pytest.mark.parametrize("attn_tp, ep, a2a", [(8, 8, "none"), (8, 16, "deepep"), (1, 8, "deepep"), (2, 8, "deepep")])
+def test_sglang_runs_deepep_only_where_the_model_prices_a_dispatch(attn_tp, ep, a2a):
+    row = _row(device="H200", ep=ep, attn_tp=attn_tp, batch=4, redundant_experts=0, overlap="none", prefill_ep=None)
+    got = flags(launch.emit(row, "sglang").roles["serve"])
+    assert got["--moe-a2a-backend"] == a2a and ("--deepep-mode" in got) == (a2a == "deepep")
+    assert launch.grounded.SM.experts_share_attention_group(attn_tp, ep) == (a2a == "none")
+
+
+@pytest.mark.parametrize("attn_tp, ep, name", [(0, 8, "attn_tp"), (8, -1, "ep")])
+def test_the_shared_group_rule_names_a_bad_argument(attn_tp, ep, name):
+    with pytest.raises(ValueError, match=name):
+        launch.grounded.SM.experts_share_attention_group(attn_tp, ep)
 
 
 def test_explore_cli_emits_the_best_rows_launch_and_a_page(tmp_path):

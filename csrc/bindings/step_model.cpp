@@ -11,6 +11,7 @@
 #include <string>
 
 #include "grounded/explore.hpp"
+#include "grounded/layer_calls.hpp"
 #include "grounded/routing_skew.hpp"
 #include "grounded/step_model.hpp"
 
@@ -110,6 +111,14 @@ void bind_step_model(py::module_& root) {
               return tp_group_fits_nodes(tp, gpus_per_node);
           }, py::arg("tp"), py::arg("gpus_per_node"),
           "Whether a TP group of tp GPUs divides a node's GPUs or spans whole nodes (the layout checks' rule)");
+    m.def("experts_share_attention_group", [](int attn_tp, int ep) {
+              require_positive("attn_tp", attn_tp), require_positive("ep", ep);
+              Deployment dep;
+              dep.attn_tp = attn_tp, dep.ep = ep;
+              return layer::experts_share_attention_group(dep);
+          }, py::arg("attn_tp"), py::arg("ep"),
+          "Whether the experts share the attention TP group, so the MoE layer is priced as an all-reduce "
+          "with no dispatch (the model's rule, read by the launch export)");
     m.attr("TABLE_NVLINK_GBPS") = kTableNvlinkGbps;
     m.attr("TABLE_NIC_GBPS") = kTableNicGbps;
     m.def("table_row_fields", [](const std::string& f) { return table_row_fields(table_family_from_name(f)); },

@@ -226,8 +226,14 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
     a = ["--trust-remote-code", f"--tp-size {gpus}"]
     if attn_tp < gpus:
         a += [f"--dp-size {gpus // attn_tp}", "--enable-dp-attention"]
-    a += [f"--ep-size {gpus // lay['moe_tp']}", "--moe-a2a-backend deepep", f"--deepep-mode {deepep_mode}",
-          f"--moe-dense-tp-size {lay['dense_tp']}"]
+    a.append(f"--ep-size {gpus // lay['moe_tp']}")
+    if grounded.SM.experts_share_attention_group(attn_tp, gpus):
+        # Every GPU holds the group's tokens after the attention all-reduce: the model prices the MoE
+        # as local expert selection and one all-reduce, SGLang's default path without an all-to-all.
+        a.append("--moe-a2a-backend none")
+    else:
+        a += ["--moe-a2a-backend deepep", f"--deepep-mode {deepep_mode}"]
+    a.append(f"--moe-dense-tp-size {lay['dense_tp']}")
     if nodes > 1:
         a += [f"--nnodes {nodes}", "--node-rank <rank>", "--dist-init-addr <host>:<port>"]
     if lay["redundant"]:

@@ -78,3 +78,34 @@ def test_moe_tp_normal_kernels_send_a_token_once_per_gpu_it_reaches():
     assert prefill_dispatch(8) == pytest.approx(8192 * 7 * payload, rel=1e-12)
     miss = np.prod([(256 - 128 - i) / (256 - i) for i in range(8)])
     assert prefill_dispatch(4) == pytest.approx(8192 * 7 * (1 - miss) * payload, rel=1e-12)
+
+
+def test_the_model_refuses_more_attention_tp_than_gpus_naming_ep():
+    """An 8-GPU TP group in a 4-GPU deployment was priced (a step of 61 ms that could not run)."""
+    with pytest.raises(ValueError, match=r"ep \(4\) must be a multiple of attn_tp \(8\)"):
+        grounded.decode("DeepSeek-V3", "H200", batch=8, ep=4, attn_tp=8)
+
+
+def test_the_explorer_and_the_model_read_the_same_layout_rules():
+    """Every layout the explorer keeps as feasible the model prices, and every one it refuses the model
+    refuses (layout_rules.hpp: one home for the rules)."""
+    from dsperf.model import explore
+    layout = ["device", "ep", "attn_tp", "batch", "moe_tp", "dense_tp"]
+    kinds = {"feasible": 0, "refused": 0}
+    for weight in ("fp8", "fp4"):
+        df = explore.search("DeepSeek-V3", ["H200", "B200"], ep=[4, 8, 12, 16, 24], attn_tp=[1, 2, 4, 8, 16],
+                            batch=[0.25, 4], mtp=[(0, 0.0)], kv_fp8=[False], overlap=["none"], moe_tp=(1, 2, 4),
+                            dense_tp=(1, 8), weight_dtype=(weight,), redundant_experts={})
+        for row in df.drop_duplicates(layout).itertuples():
+            if not row.feasible and row.reason == "KV cache does not fit beside the weights":
+                continue   # memory, not a layout rule (the model reports it as fits_memory)
+            kw = dict(batch=row.batch, ep=row.ep, attn_tp=row.attn_tp, moe_tp=row.moe_tp, dense_tp=row.dense_tp,
+                      weight_dtype=weight, redundant_experts=0, overlap="none")
+            if row.feasible:
+                assert np.isfinite(grounded.decode("DeepSeek-V3", row.device, **kw)["step_ms"]), row
+                kinds["feasible"] += 1
+            else:
+                with pytest.raises(ValueError):
+                    grounded.decode("DeepSeek-V3", row.device, **kw)
+                kinds["refused"] += 1
+    assert kinds["feasible"] > 20 and kinds["refused"] > 20, kinds

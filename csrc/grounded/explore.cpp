@@ -113,21 +113,11 @@ void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumn
     dep.kv_len = g.kv_len, dep.imbalance = g.imbalance, dep.step_overhead_ms = g.step_overhead_ms;
     static_cast<WeightFlags&>(dep) = g.weights;
     dep.dense_tp = g.dense_tp, dep.moe_tp = g.moe_tp, dep.mem_fraction = g.mem_fraction;
-    Infeasible why = Infeasible::kNone;
-    if ((dep.experts_fp4 || dep.wo_fp4) && d.fp4_tflops <= 0)
-        why = Infeasible::kNoFp4;
-    else if (!tp_group_fits_nodes(dep.attn_tp, d.gpus_per_node) || m.n_heads % dep.attn_tp != 0 ||
-             d.gpus_per_node % dep.dense_tp != 0)
-        why = Infeasible::kTpDoesNotDivideNode;
-    else if (d.gpus_per_node % dep.moe_tp != 0 || dep.ep % dep.moe_tp != 0) why = Infeasible::kMoeTpDoesNotDivide;
-    else if (m.n_routed_experts + dep.redundant_experts < dep.ep / dep.moe_tp) why = Infeasible::kEpExceedsExperts;
-    else if (dep.ep % dep.attn_tp != 0) why = Infeasible::kEpNotMultipleOfTp;
-
     dep.batch = g.batch[bi];
+    const Infeasible why = layout_breach(m, d, dep);
     StepStages single, two;
     StepResult mem;
-    const Infeasible why_b = why == Infeasible::kNone && dep.batch * dep.attn_tp < 1 ? Infeasible::kNoRequest : why;
-    if (why_b == Infeasible::kNone) {
+    if (why == Infeasible::kNone) {
         if (!once.priced) {
             once.draft = mtp_draft_ep_free_parts(m, d, t, dep);
             if (need_single) dep.overlap = Overlap::kNone, once.single = ep_free_parts(m, d, t, dep);
@@ -147,8 +137,8 @@ void price_point(const ModelConfig& m, const ExploreGrid& g, const ExploreColumn
         out.ep[row] = dep.ep, out.redundant_experts[row] = dep.redundant_experts;
         out.attn_tp[row] = dep.attn_tp, out.mtp[row] = dep.mtp, out.mtp_accepted[row] = dep.mtp_accepted;
         out.kv_fp8[row] = dep.kv_fp8, out.overlap[row] = int32_t(ov), out.batch[row] = dep.batch;
-        out.infeasible[row] = int32_t(why_b);
-        if (why_b != Infeasible::kNone) {
+        out.infeasible[row] = int32_t(why);
+        if (why != Infeasible::kNone) {
             out.step_ms[row] = out.tpot_ms[row] = out.tps_user[row] = out.tokens_per_gpu_s[row] = nan;
             out.batch_limit[row] = out.weights_gib[row] = out.kv_gib[row] = nan;
             out.fits_memory[row] = false;

@@ -5,26 +5,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "grounded/layout_rules.hpp"
 #include "grounded/step_model.hpp"
 
 namespace dsperf {
 
-// Why a point cannot run (0: it can), the one list of reasons: the explorer's frame reads the
-// names and texts from here (infeasible_reasons). Two are set by the Python side of the explorer:
-// kTooFewTokens by its attention-FFN disaggregation pricing, kKvDoesNotFit where a feasible point's
-// KV cache does not fit beside the weights (the C++ loop reports memory as fits_memory).
-enum class Infeasible : int32_t {
-    kNone = 0,
-    kTpDoesNotDivideNode = 1,    // attention TP must divide the GPUs of a node and the heads
-    kEpExceedsExperts = 2,       // more GPUs than routed + redundant experts
-    kEpNotMultipleOfTp = 3,      // the EP group is made of whole attention-TP groups
-    kNoRequest = 4,              // batch x attention TP < 1: a TP group without a request
-    kTooFewTokens = 5,           // fewer than one token per GPU per micro-batch (AFD, in Python)
-    kMoeTpDoesNotDivide = 6,     // MoE TP must divide the GPUs of a node and the EP size
-    kNoFp4 = 7,                  // NVFP4 weights (experts or wo) on a device without FP4 tensor cores
-    kKvDoesNotFit = 8,           // the KV cache does not fit beside the weights (set in Python)
-};
-
+// The explorer's names and texts of the reasons a point cannot run (the codes: layout_rules.hpp).
 struct InfeasibleReason {
     Infeasible code;
     const char* name;  // the code's key for Python

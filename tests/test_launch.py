@@ -162,6 +162,8 @@ def test_sglang_runs_deepep_only_where_the_model_prices_a_dispatch(attn_tp, ep, 
     got = flags(launch.emit(row, "sglang").roles["serve"])
     assert got["--moe-a2a-backend"] == a2a and ("--deepep-mode" in got) == (a2a == "deepep")
     assert launch.grounded.SM.experts_share_attention_group(attn_tp, ep) == (a2a == "none")
+    vllm = flags(launch.emit(row, "vllm").roles["serve"])
+    assert ("--all2all-backend" in vllm) == (a2a == "deepep")
 
 
 @pytest.mark.parametrize("attn_tp, ep, name", [(0, 8, "attn_tp"), (8, -1, "ep")])

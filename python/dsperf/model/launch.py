@@ -275,7 +275,11 @@ def _sglang_engine(lay: dict, stack: str) -> Engine:
 
 def _vllm_args(lay: dict, role: str, gpus: int, attn_tp: int, backend: str, running: int | None) -> list[str]:
     a = ["--trust-remote-code", f"--tensor-parallel-size {attn_tp}", f"--data-parallel-size {gpus // attn_tp}",
-         "--enable-expert-parallel", f"--all2all-backend {backend}"]
+         "--enable-expert-parallel"]
+    if not grounded.SM.experts_share_attention_group(attn_tp, gpus):
+        # vLLM runs an all-to-all backend only with data parallelism (dp_size > 1, its
+        # FusedMoEParallelConfig.use_all2all_kernels); experts sharing the one TP group all-reduce.
+        a.append(f"--all2all-backend {backend}")
     nodes = max(1, math.ceil(gpus / lay["gpus_per_node"]))
     if nodes > 1:
         a += [f"--data-parallel-size-local {max(1, lay['gpus_per_node'] // attn_tp)}",

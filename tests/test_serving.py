@@ -237,6 +237,15 @@ def test_kv_too_small_for_one_request_is_an_error():
         serving.simulate(concurrency=1, input_len=2 ** 23, output_len=10, duration_s=1, **SMALL)
 
 
+@pytest.mark.parametrize("layout, field", [(dict(mode="disaggregated", prefill_ep=3), "prefill_ep"),
+                                           (dict(ep=2), r"\(ep\)")])
+def test_a_pool_whose_weights_fill_its_memory_names_its_layout(layout, field):
+    """Weights that leave a rank no KV cache: the error names the pool's GPU count and the share."""
+    with pytest.raises(ValueError, match=f"weights take all of its memory share.*{field}.*mem_fraction"):
+        serving.simulate(concurrency=1, input_len=256, output_len=8, num_prompts=2,
+                         **{**SMALL_LAYOUT, "mode": "aggregated", **layout})
+
+
 def test_overload_stops_at_the_bound_and_says_when():
     r = serving.simulate(rate=500.0, duration_s=600, input_len=2000, output_len=200, max_waiting=3000, **SMALL)
     assert r.info["overloaded"] and r.info["stop_reason"] == "max_waiting"

@@ -164,6 +164,13 @@ private:
     // A request that no rank can hold would wait (or be preempted) forever: refuse it up front.
     void check_fits(const Request& r, size_t i) const {
         auto refuse = [&](const Pool& p, int tokens) {
+            // No KV room at all: the pool's layout, not the request, is what to change.
+            const std::string layout = p.name == std::string("prefill") ? "prefill_ep" : "ep";
+            if (p.kv_blocks == 0)
+                throw std::invalid_argument(
+                    std::string("a ") + p.name + " rank's weights take all of its memory share, leaving no KV cache " +
+                    "(the memory model's free memory after weights): spread the weights over more GPUs (" + layout +
+                    ") or give them a larger share (mem_fraction)");
             throw std::invalid_argument(
                 "request " + std::to_string(i) + " (" + std::to_string(r.input) + " prompt + " +
                 std::to_string(r.output) + " output tokens) needs " + std::to_string(blocks(tokens)) +

@@ -305,6 +305,7 @@ def test_a_simulation_carries_its_regimes_latency_bands(device, table):
     (["--rate", "1", "--attn-tp", "3"], "--attn-tp"),
     (["--rate", "1", "--mtp", "1", "--mtp-accepted", "2"], "--mtp-accepted"),
     (["--trace", "/nonexistent/t.jsonl"], "/nonexistent/t.jsonl"),
+    (["--concurrency", "1", "--mode", "disaggregated", "--prefill-ep", "3"], "(--prefill-ep)"),
 ])
 def test_cli_bad_flags_named(capsys, argv, flag):
     assert cli_main(["simulate", "--device", "H200"] + argv) == 2

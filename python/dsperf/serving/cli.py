@@ -88,7 +88,7 @@ _FLAGS = {"rate": "--rate", "concurrency": "--concurrency", "trace": "--trace", 
           "kv_transfer_gbps": "--kv-transfer-gbps", "sla_ttft_ms": "--sla-ttft-ms", "sla_tpot_ms": "--sla-tpot-ms",
           "sla_percentile": "--sla-percentile", "mem_fraction": "--mem-fraction",
           "recv_interval": "--recv-interval"}
-_NAME = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")\b(?= must| \(|:| is)")
+_NAME = re.compile(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")\b(?= must| \(|:| is|\))")
 
 
 def _as_flags(message: str) -> str:

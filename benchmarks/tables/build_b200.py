@@ -81,16 +81,6 @@ Not used, and why:
   can add its rows the same way.
 - HybridEP's own rows (same tables: 404-455 / 484-569 GB/s at 32 SMs up to 36 ranks): NVIDIA's
   kernel, not the one the H800 rows measure.
-
-Sought for the derived families (dense FP8 GEMMs, FP8 grouped GEMMs, MLA decode) and not usable as
-rows (2026-11-29, read through GitHub search excerpts): NVIDIA/cutlass issue #2923 (B200 thread; the
-DeepSeek-shape rows time the author's experimental block-scaled kernel, not a shipped one);
-flashinfer issue #2146 (B200, gemm_fp8_nt_groupwise; only non-DeepSeek shapes were readable);
-flashinfer PR #2327 (no figures readable); DeepGEMM issue #197 (SM100 results as screenshots);
-flashinfer PR #2503 (NVFP4 masked grouped GEMM at the experts' widths; no GPU named in what was
-read); sglang PR #6929 (cutlass_mla_decode on SM100: GB/s that count the whole allocated cache, no
-times, the part not named). A per-shape Blackwell table for those families still needs a timing on
-the part itself (dsperf measure-gpu on a lent B200).
 """
 from __future__ import annotations
 

@@ -246,6 +246,19 @@ def test_a_pool_whose_weights_fill_its_memory_names_its_layout(layout, field):
                          **{**SMALL_LAYOUT, "mode": "aggregated", **layout})
 
 
+@pytest.mark.parametrize("layout, message", [
+    (dict(prefill_ep=4, prefill_attn_tp=8), r"prefill_ep \(4\) must be a multiple of prefill_attn_tp \(8\)"),
+    (dict(prefill_ep=16, prefill_moe_tp=3), r"prefill_moe_tp \(3\) must divide prefill_ep,"),
+    (dict(ep=4, attn_tp=8), r"^ep \(4\) must be a multiple of attn_tp \(8\)"),
+])
+def test_a_layout_rule_names_every_field_of_its_pool(layout, message):
+    """The model's layout rules (layout_rules.hpp) as simulate's arguments: a prefill pool's fields
+    with their prefix, wherever the message names them."""
+    with pytest.raises(ValueError, match=message):
+        serving.simulate(concurrency=1, input_len=256, output_len=8, num_prompts=2,
+                         **{**SMALL_LAYOUT, "mode": "disaggregated", **layout})
+
+
 def test_overload_stops_at_the_bound_and_says_when():
     r = serving.simulate(rate=500.0, duration_s=600, input_len=2000, output_len=200, max_waiting=3000, **SMALL)
     assert r.info["overloaded"] and r.info["stop_reason"] == "max_waiting"

@@ -36,8 +36,9 @@ MAX_RECV_INTERVAL = 10 ** 6            # loops between receives (assumed bound: 
 MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deployment, and the ranks' state stays small
 
 
-# A layout rule's message starts with the field it names; for the prefill pool that is prefill_<field>.
-_PREFILL_NAME = re.compile(r"^(ep|attn_tp|redundant_experts|overlap|moe_tp)\b")
+# The prefill pool's fields in a layout rule's message, named as simulate takes them (prefill_<field>):
+# a field followed by its value, its rule or the next field of a list.
+_PREFILL_NAME = re.compile(r"\b(ep|attn_tp|redundant_experts|overlap|moe_tp)\b(?= \(| must|,)")
 
 
 def _choice(name, value, allowed):
@@ -176,9 +177,6 @@ def simulate(model="DeepSeek-V3", device="H800", *, rate=None, concurrency=None,
                 dep.validate(m, spec)
             except ValueError as e:
                 raise ValueError(_PREFILL_NAME.sub(r"prefill_\1", str(e))) from None
-    for name, e, tp in (("ep", ep, attn_tp), ("prefill_ep", prefill_ep, prefill_attn_tp)):
-        if e % tp:
-            raise ValueError(f"{name} ({e}) must be a multiple of its attention TP ({tp}): a DP rank is attn_tp GPUs")
     for name, groups, e in (("replicas", replicas, ep), ("prefill_replicas", prefill_replicas, prefill_ep)):
         if groups * e > MAX_POOL_GPUS:
             raise ValueError(f"{name} x its ep ({groups} x {e}) must be <= {MAX_POOL_GPUS} GPUs per pool")

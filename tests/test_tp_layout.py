@@ -109,3 +109,24 @@ def test_the_explorer_and_the_model_read_the_same_layout_rules():
                     grounded.decode("DeepSeek-V3", row.device, **kw)
                 kinds["refused"] += 1
     assert kinds["feasible"] > 20 and kinds["refused"] > 20, kinds
+
+
+def test_the_bound_layout_rule_names_the_reason_and_checks_its_divisors():
+    from dsperf.model.configs import load_model
+    from dsperf.model.devices import load_device
+    m, dev = load_model("DeepSeek-V3"), load_device("H200", "corrected")
+
+    def breach(**kw):
+        return SM.layout_breach(m, dev, grounded._deployment("decode", **{"batch": 1, "redundant_experts": 0, **kw}))
+
+    assert breach(ep=8, attn_tp=8) == "none"
+    assert breach(ep=4, attn_tp=8) == "ep_not_multiple_of_tp"
+    assert breach(ep=512, attn_tp=1) == "ep_exceeds_experts"
+    assert breach(ep=24, attn_tp=12) == "tp_does_not_divide_node"
+    reasons = {name for name, _ in SM.infeasible_reasons()}
+    assert {"none", "ep_not_multiple_of_tp", "ep_exceeds_experts", "tp_does_not_divide_node"} <= reasons
+    for field in ("attn_tp", "ep", "moe_tp", "dense_tp"):
+        dep = SM.Deployment()
+        setattr(dep, field, 0)
+        with pytest.raises(ValueError, match=field):
+            SM.layout_breach(m, dev, dep)

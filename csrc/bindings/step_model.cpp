@@ -309,6 +309,14 @@ void bind_step_model(py::module_& root) {
         for (const InfeasibleReason& r : kInfeasibleReasons) out.append(py::make_tuple(r.name, r.text));
         return out;
     }, "(name, text) of each explorer infeasibility code, by code");
+    m.def("layout_breach", [](const ModelConfig& model, const DeviceSpec& device, const Deployment& dep) {
+              // The divisors the rules take; the other fields only compare.
+              require_positive("attn_tp", dep.attn_tp), require_positive("ep", dep.ep);
+              require_positive("moe_tp", dep.moe_tp), require_positive("dense_tp", dep.dense_tp);
+              return std::string(kInfeasibleReasons[int(layout_breach(model, device, dep))].name);
+          }, py::arg("model"), py::arg("device"), py::arg("deployment"),
+          "The name of the first layout rule the deployment breaks ('none': it breaks none), as the "
+          "explorer's reasons name it (layout_rules.hpp)");
     m.def("expected_remote_nodes", &expected_remote_nodes, py::arg("model"), py::arg("ep"), py::arg("gpus_per_node"));
     // The core trusts its callers (the step model); these checks are for calls from Python.
     const auto num = [](double v) {

@@ -63,6 +63,8 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
         kv_per_token = {kv: grounded.decode(m, spec, batch=1, kv_len=kv_len, ep=8, kv_fp8=kv)["kv_bytes_per_token"]
                         for kv in kvs}
         for F, r in zip(eps, reds):
+            breach = SM.layout_breach(m, spec, grounded._deployment(  # EP F with r redundant experts
+                "decode", batch=1, kv_len=kv_len, ep=F, overlap="none", redundant_experts=r, attn_tp=1))
             ffn_weights = ((m.n_routed_experts + r) / F + m.n_shared_experts) * pc["expert"] * m.n_moe_layers
             gbps = {}
             for A in attn_gpus:
@@ -74,8 +76,10 @@ def afd_columns(m, pairs, tables, eps, reds, attn_gpus, micro_batches, kvs, batc
                 for mb in micro_batches:
                     t_attn = b / mb            # tokens per attention GPU per micro-batch
                     t_ffn = A * b / (mb * F)   # tokens per expert GPU per micro-batch
-                    if m.n_routed_experts + r < F:
-                        why = np.full(n, WHY["ep_exceeds_experts"], np.int32)
+                    # The model's layout rules for the expert GPUs, then AFD's own: at least a token
+                    # a GPU on each side of a micro-batch.
+                    if breach != "none":
+                        why = np.full(n, WHY[breach], np.int32)
                     else:
                         why = np.where((t_attn < 1) | (t_ffn < 1), WHY["too_few_tokens"], WHY["none"]).astype(np.int32)
                     ok = why == WHY["none"]

@@ -34,6 +34,9 @@ FAMILIES = {"H800 table": ("H800", "H100", "H200"), "H20 table": ("H20", "H20-3e
 EP = (8, 16, 32, 64, 72, 128, 144, 256)
 REDUNDANT = {8: 0, 16: 0, 32: 32, 64: 64, 72: 32, 128: 0, 144: 32, 256: 0}
 MTP = ((0, 0.0), (1, 0.85), (2, 1.55))
+# Attention TP: inside a node, and over two 8-GPU nodes (priced as NCCL over the network; a part whose
+# node it neither divides nor spans is refused, and the pair skipped).
+ATTN_TP = (1, 2, 4, 8, 16)
 RATE_FIELDS = ("mem_bw_gbps", "nvlink_gbps", "scaleout_gbps", "fp16_tflops", "fp8_tflops", "fp4_tflops")
 # Relative slack for rounding: the two prices of a pair are sums of the same calls' times.
 REL_TOL = 1e-9
@@ -44,7 +47,7 @@ PROPERTIES = ("decode_batch", "decode_kv_len", "decode_imbalance", "prefill_toke
 def decode_config(rng, device: str) -> dict:
     """A decode deployment drawn over the explorer's axes (log-uniform batch and context)."""
     ep = int(rng.choice(EP))
-    attn_tp = int(rng.choice((1, 2, 4, 8)))
+    attn_tp = int(rng.choice(ATTN_TP))
     mtp, accepted = MTP[rng.integers(len(MTP))]
     spec = load_device(device)
     weights = ["fp8", "bf16"] + (["fp4"] if spec.fp4_tflops > 0 else [])
@@ -60,7 +63,7 @@ def decode_config(rng, device: str) -> dict:
 def prefill_config(rng, device: str) -> dict:
     ep = int(rng.choice(EP[:4]))
     prompt = float(np.exp(rng.uniform(0, np.log(131072))))
-    return dict(device=device, ep=ep, redundant_experts=REDUNDANT[ep], attn_tp=int(rng.choice((1, 2, 4, 8))),
+    return dict(device=device, ep=ep, redundant_experts=REDUNDANT[ep], attn_tp=int(rng.choice(ATTN_TP)),
                 tokens=float(np.exp(rng.uniform(0, np.log(65536)))), prompt_len=prompt,
                 overlap=str(rng.choice(("two_batch", "single_batch", "none"))), imbalance=float(rng.uniform(1, 4)))
 

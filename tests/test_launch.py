@@ -166,6 +166,18 @@ def test_sglang_runs_deepep_only_where_the_model_prices_a_dispatch(attn_tp, ep, 
     assert ("--all2all-backend" in vllm) == (a2a == "deepep")
 
 
+def test_sglang_runs_moe_tp_only_where_the_experts_share_the_tp_group():
+    """SGLang's DeepEP makes the MoE group pure EP (--ep-size := --tp-size): MoE TP x EP with a
+    dispatch is refused; sharing the TP group it all-reduces, and --ep-size 4 over TP8 runs."""
+    shared = flags(launch.emit(_row(device="H200", ep=8, attn_tp=8, moe_tp=2, batch=4, redundant_experts=0,
+                                    overlap="none", prefill_ep=None), "sglang").roles["serve"])
+    assert (shared["--tp-size"], shared["--ep-size"], shared["--moe-a2a-backend"]) == ("8", "4", "none")
+    with pytest.raises(ValueError, match=r"MoE tensor parallelism x expert parallelism with a dispatch \(moe_tp 2\).*"
+                                         r"SGLang.*--ep-size to --tp-size"):
+        launch.emit(_row(device="H200", ep=16, attn_tp=1, moe_tp=2, batch=4, redundant_experts=0, overlap="none",
+                         prefill_ep=None), "sglang")
+
+
 @pytest.mark.parametrize("attn_tp, ep, name", [(0, 8, "attn_tp"), (8, -1, "ep")])
 def test_the_shared_group_rule_names_a_bad_argument(attn_tp, ep, name):
     with pytest.raises(ValueError, match=name):

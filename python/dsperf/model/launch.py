@@ -232,6 +232,9 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
         # as local expert selection and one all-reduce, SGLang's default path without an all-to-all.
         a.append("--moe-a2a-backend none")
     else:
+        if lay["moe_tp"] > 1:
+            _refuse(f"MoE tensor parallelism x expert parallelism with a dispatch (moe_tp {lay['moe_tp']})", "sglang",
+                    "--moe-a2a-backend deepep sets --ep-size to --tp-size, pure EP (its server_args' a2a handling)")
         a += ["--moe-a2a-backend deepep", f"--deepep-mode {deepep_mode}"]
     a.append(f"--moe-dense-tp-size {lay['dense_tp']}")
     if nodes > 1:

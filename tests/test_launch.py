@@ -166,6 +166,17 @@ def test_sglang_runs_deepep_only_where_the_model_prices_a_dispatch(attn_tp, ep, 
     assert ("--all2all-backend" in vllm) == (a2a == "deepep")
 
 
+@pytest.mark.parametrize("stack, backend", [("trtllm", None), ("dynamo", "trtllm")])
+def test_trtllm_refuses_attention_tp_between_one_and_the_instance(stack, backend):
+    """TensorRT-LLM's attention is DP over every GPU (enable_attention_dp) or TP over all of them: a
+    DP4 x TP2 attention row would run as TP8 there, not as priced."""
+    row = _row(device="H200", ep=8, attn_tp=2, batch=4, redundant_experts=0, overlap="none", prefill_ep=None)
+    with pytest.raises(ValueError, match=r"attention TP 2 of an instance's 8 GPUs.*cannot run this layout"):
+        launch.emit(row, stack, backend=backend)
+    for attn_tp in (1, 8):
+        launch.emit({**row, "attn_tp": attn_tp}, stack, backend=backend)
+
+
 def test_sglang_runs_moe_tp_only_where_the_experts_share_the_tp_group():
     """SGLang's DeepEP makes the MoE group pure EP (--ep-size := --tp-size): MoE TP x EP with a
     dispatch is refused; sharing the TP group it all-reduces, and --ep-size 4 over TP8 runs."""

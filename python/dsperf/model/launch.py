@@ -385,6 +385,10 @@ def _trtllm_options(lay: dict, gpus: int, attn_tp: int, running: int | None, tok
 
 
 def _trtllm_engine(lay: dict, stack: str) -> Engine:
+    if 1 < lay["attn_tp"] < lay["ep"]:
+        _refuse(f"attention TP {lay['attn_tp']} of an instance's {lay['ep']} GPUs (data parallel over TP groups)", stack,
+                "its attention is data-parallel over every GPU of the instance, enable_attention_dp, or "
+                "tensor-parallel over all of them")
     # TensorRT-LLM takes its layout from an engine YAML, not flags: each instance names its file.
     files: dict[str, str] = {}
     transfer = {"cache_transceiver_config": {"backend": "DEFAULT"}} if lay["prefill_ep"] else {}

@@ -177,6 +177,20 @@ def test_trtllm_refuses_attention_tp_between_one_and_the_instance(stack, backend
         launch.emit({**row, "attn_tp": attn_tp}, stack, backend=backend)
 
 
+def test_sglang_dense_mlp_group_is_one_gpu_or_the_whole_tp_group():
+    """--moe-dense-tp-size is 1 or left to its default (the TP group: SGLang asserts 1 or None); a group
+    between them runs over the whole TP group, and the notes say so."""
+    base = dict(device="H200", batch=4, redundant_experts=0, overlap="none", prefill_ep=None)
+    dp = launch.emit(_row(ep=8, attn_tp=1, **base), "sglang")
+    assert flags(dp.roles["serve"])["--moe-dense-tp-size"] == "1" and not any("dense" in n for n in dp.notes)
+    for row in (_row(ep=8, attn_tp=8, **base), _row(ep=8, attn_tp=1, dense_tp=8, **base)):
+        out = launch.emit(row, "sglang")
+        assert "--moe-dense-tp-size" not in flags(out.roles["serve"]) and not any("dense" in n for n in out.notes)
+    between = launch.emit(_row(ep=16, attn_tp=2, **base), "sglang")
+    assert "--moe-dense-tp-size" not in flags(between.roles["serve"])
+    assert any("dense MLP layers over the whole TP group of 16 GPUs" in n and "over 2" in n for n in between.notes)
+
+
 def test_sglang_runs_moe_tp_only_where_the_experts_share_the_tp_group():
     """SGLang's DeepEP makes the MoE group pure EP (--ep-size := --tp-size): MoE TP x EP with a
     dispatch is refused; sharing the TP group it all-reduces, and --ep-size 4 over TP8 runs."""

@@ -236,7 +236,8 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
             _refuse(f"MoE tensor parallelism x expert parallelism with a dispatch (moe_tp {lay['moe_tp']})", "sglang",
                     "--moe-a2a-backend deepep sets --ep-size to --tp-size, pure EP (its server_args' a2a handling)")
         a += ["--moe-a2a-backend deepep", f"--deepep-mode {deepep_mode}"]
-    a.append(f"--moe-dense-tp-size {lay['dense_tp']}")
+    if _dense_group(lay, attn_tp) == 1:
+        a.append("--moe-dense-tp-size 1")  # else SGLang's default: the whole TP group
     if nodes > 1:
         a += [f"--nnodes {nodes}", "--node-rank <rank>", "--dist-init-addr <host>:<port>"]
     if lay["redundant"]:
@@ -261,6 +262,24 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
     return a
 
 
+def _dense_group(lay: dict, attn_tp: int) -> int:
+    """The GPUs the dense MLP is split over, as priced: dense_tp, at least the attention group."""
+    return max(lay["dense_tp"], attn_tp)
+
+
+def _sglang_dense_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
+    """SGLang's --moe-dense-tp-size takes 1 or, by default, the whole TP group (its server_args
+    assert 1 or None): a dense group between them runs over the whole group instead."""
+    notes = []
+    for role, inst in instances.items():
+        attn_tp = 1 if role == "prefill" else lay["attn_tp"]
+        dense = _dense_group(lay, attn_tp)
+        if 1 < dense < inst.gpus:
+            notes.append(f"{role}: SGLang runs the dense MLP layers over the whole TP group of {inst.gpus} GPUs, where "
+                         f"the prediction split them over {dense} (--moe-dense-tp-size takes 1 or the TP group)")
+    return notes
+
+
 def _sglang_engine(lay: dict, stack: str) -> Engine:
     def serve_or_decode(role: str) -> Instance:
         mode = "auto" if role == "serve" else "low_latency"
@@ -271,7 +290,8 @@ def _sglang_engine(lay: dict, stack: str) -> Engine:
         chunk = [f"--chunked-prefill-size {int(lay['prefill_tokens'])}"] if lay["prefill_tokens"] else []
         return Instance(pe, _sglang_args(lay, "prefill", pe, 1, "normal", None) + chunk)
 
-    return Engine(_split(lay, serve_or_decode, prefill), notes=_memory_notes(lay, "sglang"))
+    instances = _split(lay, serve_or_decode, prefill)
+    return Engine(instances, notes=_sglang_dense_notes(lay, instances) + _memory_notes(lay, "sglang"))
 
 
 # ---- vLLM -----------------------------------------------------------------------------------------

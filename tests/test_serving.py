@@ -249,6 +249,7 @@ def test_a_pool_whose_weights_fill_its_memory_names_its_layout(layout, field):
 @pytest.mark.parametrize("layout, message", [
     (dict(prefill_ep=4, prefill_attn_tp=8), r"prefill_ep \(4\) must be a multiple of prefill_attn_tp \(8\)"),
     (dict(prefill_ep=16, prefill_moe_tp=3), r"prefill_moe_tp \(3\) must divide prefill_ep,"),
+    (dict(prefill_ep=512), r"prefill_ep \(divided by prefill_moe_tp\) must be <="),
     (dict(ep=4, attn_tp=8), r"^ep \(4\) must be a multiple of attn_tp \(8\)"),
 ])
 def test_a_layout_rule_names_every_field_of_its_pool(layout, message):

@@ -37,8 +37,8 @@ MAX_POOL_GPUS = 2 ** 16                # GPUs per pool: far beyond any deploymen
 
 
 # The prefill pool's fields in a layout rule's message, named as simulate takes them (prefill_<field>):
-# a field followed by its value, its rule or the next field of a list.
-_PREFILL_NAME = re.compile(r"\b(ep|attn_tp|redundant_experts|overlap|moe_tp)\b(?= \(| must|,)")
+# a field followed by its value, its rule, the next field of a list or the end of a parenthesis.
+_PREFILL_NAME = re.compile(r"\b(ep|attn_tp|redundant_experts|overlap|moe_tp)\b(?= \(| must|,|\))")
 
 
 def _choice(name, value, allowed):

@@ -228,6 +228,22 @@ def test_explore_cli_emits_the_best_rows_launch_and_a_page(tmp_path):
     assert "--emit must be one of sglang, vllm, trtllm, dynamo, got 'tgi'" in err.getvalue()
 
 
+def test_emit_best_launches_the_first_row_the_stack_runs_and_says_why_the_others_were_refused():
+    import pandas as pd
+    base = dict(device="H200", batch=4, redundant_experts=0, overlap="none", prefill_ep=None)
+    rows = pd.DataFrame([_row(ep=8, attn_tp=2, **base), _row(ep=8, attn_tp=8, **base)])
+    launched, at, refused = launch.emit_best(rows, "trtllm")
+    assert at == 1 and len(refused) == 1 and "attention TP 2 of an instance's 8 GPUs" in refused[0]
+    assert "tensor_parallel_size: 8" in launched.files["serve.yaml"]
+    assert launch.emit_best(rows, "sglang")[1] == 0          # SGLang runs DP4 x TP2 attention
+    with pytest.raises(ValueError, match="attention TP 2 of an instance's 8 GPUs"):
+        launch.emit_best(rows.iloc[:1], "trtllm")
+    with pytest.raises(ValueError, match="no configuration to launch"):
+        launch.emit_best(rows.iloc[:0], "trtllm")
+    with pytest.raises(ValueError, match="stack must be one of"):
+        launch.emit_best(rows, "tgi")
+
+
 # ---- NVIDIA Dynamo --------------------------------------------------------------------------------
 # Dynamo's DeepSeek-R1 wide-EP example on H100 (ai-dynamo/dynamo docs/backends/sglang/dsr1-wideep-h100.md
 # @119290c): one EP32 prefill worker and one EP32 decode worker, 4 nodes each, two-batch overlap,

@@ -388,9 +388,13 @@ def run_explore(args: argparse.Namespace) -> str:
         sla_given = {"tpot_ms": args.tpot_ms, "ttft_ms": args.ttft_ms}
         extra += f"page: {explore_page.write_html(ok, args.html, sla=sla_given)}\n"
     if args.emit:
-        launched = launch.emit(best.iloc[0], args.emit, backend=args.dynamo_backend)
+        launched, at, refused = launch.emit_best(best, args.emit, backend=args.dynamo_backend)
         (out / f"launch_{args.emit}.txt").write_text(launched.text())
-        extra += (f"\nLaunch ({args.emit}) of the best configuration, also in {out / f'launch_{args.emit}.txt'}:\n\n"
+        which = "the best configuration" if at == 0 else f"configuration {at + 1} of the best"
+        skipped = "".join(f"- configuration {i + 1}: {why}\n" for i, why in enumerate(refused))
+        if skipped:
+            skipped = f"\n{args.emit} cannot run the better ones:\n{skipped}"
+        extra += (f"{skipped}\nLaunch ({args.emit}) of {which}, also in {out / f'launch_{args.emit}.txt'}:\n\n"
                   + launched.text())
     return (f"{head}.\n\nBest by output tokens/s per GPU (prefill GPUs counted; the widest band among them "
             f"{bands.describe(band)}, from each row's error_band, its regime's conformal {bands.BAND_QUANTILE:.0%} quantile "

@@ -475,11 +475,31 @@ def emit(row: Mapping, stack: str, backend: str | None = None) -> Launch:
     without prefill_ep is aggregated serving (one instance); with it, PD-disaggregated (a prefill and
     a decode instance). Raises ValueError naming the stack or backend, or the feature the stack
     cannot run."""
+    _check_stack(stack, backend)
+    lay = _layout(row)
+    _common_checks(lay, stack)
+    return EMITTERS[stack](lay) if backend is None else EMITTERS[stack](lay, backend)
+
+
+def _check_stack(stack, backend) -> None:
     if not isinstance(stack, str) or stack not in EMITTERS:
         raise ValueError(f"stack must be one of {', '.join(EMITTERS)}, got {stack!r}")
     if backend is not None and stack != "dynamo":
         raise ValueError(f"backend: only the dynamo stack runs another engine, got backend {backend!r} "
                          f"for stack {stack!r}")
-    lay = _layout(row)
-    _common_checks(lay, stack)
-    return EMITTERS[stack](lay) if backend is None else EMITTERS[stack](lay, backend)
+
+
+def emit_best(rows, stack: str, backend: str | None = None) -> tuple[Launch, int, list[str]]:
+    """The launch of the first of `rows` (a frame of explorer rows, best first) that `stack` can run:
+    (its launch, its position, why each row before it was refused). Raises the first row's
+    ValueError where the stack runs none of them."""
+    _check_stack(stack, backend)
+    refused = []
+    for i, (_, row) in enumerate(rows.iterrows()):
+        try:
+            return emit(row, stack, backend), i, refused
+        except ValueError as e:
+            refused.append(str(e))
+    if not refused:
+        raise ValueError("rows: no configuration to launch")
+    raise ValueError(refused[0])

@@ -191,6 +191,17 @@ def test_sglang_dense_mlp_group_is_one_gpu_or_the_whole_tp_group():
     assert any("dense MLP layers over the whole TP group of 16 GPUs" in n and "over 2" in n for n in between.notes)
 
 
+def test_sglang_two_batch_overlap_needs_an_all_to_all():
+    """SGLang refuses --enable-two-batch-overlap with --moe-a2a-backend none: a row whose experts share
+    the TP group runs without it, and the notes say it will be slower than predicted."""
+    base = dict(device="H200", batch=4, redundant_experts=0, overlap="two_batch", prefill_ep=None)
+    shared = launch.emit(_row(ep=8, attn_tp=8, **base), "sglang")
+    assert "--enable-two-batch-overlap" not in flags(shared.roles["serve"])
+    assert any("two-batch overlap runs in SGLang only with an all-to-all" in n for n in shared.notes)
+    ep = launch.emit(_row(ep=8, attn_tp=1, **base), "sglang")
+    assert "--enable-two-batch-overlap" in flags(ep.roles["serve"]) and not any("two-batch" in n for n in ep.notes)
+
+
 def test_sglang_runs_moe_tp_only_where_the_experts_share_the_tp_group():
     """SGLang's DeepEP makes the MoE group pure EP (--ep-size := --tp-size): MoE TP x EP with a
     dispatch is refused; sharing the TP group it all-reduces, and --ep-size 4 over TP8 runs."""

@@ -227,7 +227,8 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
     if attn_tp < gpus:
         a += [f"--dp-size {gpus // attn_tp}", "--enable-dp-attention"]
     a.append(f"--ep-size {gpus // lay['moe_tp']}")
-    if grounded.SM.experts_share_attention_group(attn_tp, gpus):
+    shares = grounded.SM.experts_share_attention_group(attn_tp, gpus)
+    if shares:
         # Every GPU holds the group's tokens after the attention all-reduce: the model prices the MoE
         # as local expert selection and one all-reduce, SGLang's default path without an all-to-all.
         a.append("--moe-a2a-backend none")
@@ -242,7 +243,7 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
         a += [f"--nnodes {nodes}", "--node-rank <rank>", "--dist-init-addr <host>:<port>"]
     if lay["redundant"]:
         a += [f"--ep-num-redundant-experts {lay['redundant']}", "--enable-eplb"]
-    if lay["overlap"] == "two_batch":
+    if lay["overlap"] == "two_batch" and not shares:  # SGLang refuses it without an all-to-all (_sglang_notes)
         a.append("--enable-two-batch-overlap")
     elif lay["overlap"] == "single_batch":
         a.append("--enable-single-batch-overlap")
@@ -267,9 +268,11 @@ def _dense_group(lay: dict, attn_tp: int) -> int:
     return max(lay["dense_tp"], attn_tp)
 
 
-def _sglang_dense_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
-    """SGLang's --moe-dense-tp-size takes 1 or, by default, the whole TP group (its server_args
-    assert 1 or None): a dense group between them runs over the whole group instead."""
+def _sglang_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
+    """Where SGLang runs an instance otherwise than priced: its --moe-dense-tp-size takes 1 or, by
+    default, the whole TP group (its server_args assert 1 or None), so a dense group between them runs
+    over the whole group; and it refuses two-batch overlap without an all-to-all backend
+    ("moe_a2a_backend cannot be 'none'"), which experts sharing the TP group do not use."""
     notes = []
     for role, inst in instances.items():
         attn_tp = 1 if role == "prefill" else lay["attn_tp"]
@@ -277,6 +280,9 @@ def _sglang_dense_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
         if 1 < dense < inst.gpus:
             notes.append(f"{role}: SGLang runs the dense MLP layers over the whole TP group of {inst.gpus} GPUs, where "
                          f"the prediction split them over {dense} (--moe-dense-tp-size takes 1 or the TP group)")
+        if lay["overlap"] == "two_batch" and grounded.SM.experts_share_attention_group(attn_tp, inst.gpus):
+            notes.append(f"{role}: two-batch overlap runs in SGLang only with an all-to-all backend, and these experts "
+                         "share the TP group (--moe-a2a-backend none): it runs without it, slower than predicted")
     return notes
 
 
@@ -291,7 +297,7 @@ def _sglang_engine(lay: dict, stack: str) -> Engine:
         return Instance(pe, _sglang_args(lay, "prefill", pe, 1, "normal", None) + chunk)
 
     instances = _split(lay, serve_or_decode, prefill)
-    return Engine(instances, notes=_sglang_dense_notes(lay, instances) + _memory_notes(lay, "sglang"))
+    return Engine(instances, notes=_sglang_notes(lay, instances) + _memory_notes(lay, "sglang"))
 
 
 # ---- vLLM -----------------------------------------------------------------------------------------

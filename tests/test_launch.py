@@ -191,6 +191,14 @@ def test_sglang_dense_mlp_group_is_one_gpu_or_the_whole_tp_group():
     assert any("dense MLP layers over the whole TP group of 16 GPUs" in n and "over 2" in n for n in between.notes)
 
 
+def test_vllm_says_where_it_splits_the_dense_mlp_otherwise_than_priced():
+    base = dict(device="H200", batch=4, redundant_experts=0, overlap="none", prefill_ep=None)
+    split = launch.emit(_row(ep=8, attn_tp=1, dense_tp=8, **base), "vllm")
+    assert any("vLLM splits the dense MLP layers over each data-parallel rank's 1 GPU(s)" in n and "over 8" in n
+               for n in split.notes)
+    assert not any("dense MLP" in n for n in launch.emit(_row(ep=8, attn_tp=1, **base), "vllm").notes)
+
+
 def test_sglang_two_batch_overlap_needs_an_all_to_all():
     """SGLang refuses --enable-two-batch-overlap with --moe-a2a-backend none: a row whose experts share
     the TP group runs without it, and the notes say it will be slower than predicted."""

@@ -352,7 +352,15 @@ def _vllm_engine(lay: dict, stack: str) -> Engine:
     if lay["overlap"] == "single_batch":
         notes.append("single-batch overlap (dispatch under the shared expert) has no vLLM option: it runs "
                      "without it, slower than predicted")
-    return Engine(_split(lay, serve_or_decode, prefill), notes=notes + _memory_notes(lay, "vllm"))
+    instances = _split(lay, serve_or_decode, prefill)
+    for role in instances:
+        attn_tp = 1 if role == "prefill" else lay["attn_tp"]
+        if _dense_group(lay, attn_tp) > attn_tp:
+            # A data-parallel rank is a whole replica but for the experts: its dense MLP is split
+            # over its tensor-parallel group only.
+            notes.append(f"{role}: vLLM splits the dense MLP layers over each data-parallel rank's {attn_tp} GPU(s), "
+                         f"where the prediction split them over {_dense_group(lay, attn_tp)} (dense_tp)")
+    return Engine(instances, notes=notes + _memory_notes(lay, "vllm"))
 
 
 # ---- TensorRT-LLM ---------------------------------------------------------------------------------

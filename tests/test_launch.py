@@ -199,6 +199,17 @@ def test_vllm_says_where_it_splits_the_dense_mlp_otherwise_than_priced():
     assert not any("dense MLP" in n for n in launch.emit(_row(ep=8, attn_tp=1, **base), "vllm").notes)
 
 
+def test_trtllm_says_where_it_splits_the_dense_mlp_otherwise_than_priced():
+    """TensorRT-LLM runs the dense MLP data-parallel under attention DP and TP within a node otherwise."""
+    base = dict(batch=4, redundant_experts=0, overlap="none", prefill_ep=None)
+    adp = launch.emit(_row(device="H200", ep=8, attn_tp=1, dense_tp=8, **base), "trtllm")
+    assert any("TensorRT-LLM splits the dense MLP layers over 1 GPU(s)" in n and "over 8" in n for n in adp.notes)
+    tep16 = launch.emit(_row(device="H100", ep=16, attn_tp=16, **base), "trtllm")
+    assert any("over 8 GPU(s)" in n and "split them over 16" in n for n in tep16.notes)
+    for row in (_row(device="H200", ep=8, attn_tp=1, **base), _row(device="H200", ep=8, attn_tp=8, **base)):
+        assert not any("dense MLP" in n for n in launch.emit(row, "trtllm").notes)
+
+
 def test_sglang_two_batch_overlap_needs_an_all_to_all():
     """SGLang refuses --enable-two-batch-overlap with --moe-a2a-backend none: a row whose experts share
     the TP group runs without it, and the notes say it will be slower than predicted."""

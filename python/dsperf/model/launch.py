@@ -442,7 +442,17 @@ def _trtllm_engine(lay: dict, stack: str) -> Engine:
     if lay["overlap"] in ("two_batch", "single_batch"):
         notes.append(f"{lay['overlap'].replace('_', '-')} overlap has no option in dsperf's TensorRT-LLM export: "
                      "the emitted configuration runs without it, slower than the prediction assumed")
-    return Engine(_split(lay, serve_or_decode, prefill), files=files, notes=notes + _memory_notes(lay, "trtllm"))
+    instances = _split(lay, serve_or_decode, prefill)
+    for role, inst in instances.items():
+        attn_tp = 1 if role == "prefill" else lay["attn_tp"]
+        # TensorRT-LLM's own split of the dense MLP (modeling_deepseekv3.py, _compute_mlp_tp_size): none
+        # under attention DP; else the TP group, within one node ("to avoid expensive inter-node allreduce").
+        ours = 1 if attn_tp == 1 else min(inst.gpus, lay["gpus_per_node"])
+        if ours != _dense_group(lay, attn_tp):
+            notes.append(f"{role}: TensorRT-LLM splits the dense MLP layers over {ours} GPU(s) (none under attention "
+                         f"DP, else the TP group within a node), where the prediction split them over "
+                         f"{_dense_group(lay, attn_tp)}")
+    return Engine(instances, files=files, notes=notes + _memory_notes(lay, "trtllm"))
 
 
 ENGINES = {"sglang": _sglang_engine, "vllm": _vllm_engine, "trtllm": _trtllm_engine}

@@ -219,6 +219,10 @@ def test_sglang_two_batch_overlap_needs_an_all_to_all():
     assert any("two-batch overlap runs in SGLang only with an all-to-all" in n for n in shared.notes)
     ep = launch.emit(_row(ep=8, attn_tp=1, **base), "sglang")
     assert "--enable-two-batch-overlap" in flags(ep.roles["serve"]) and not any("two-batch" in n for n in ep.notes)
+    shared_vllm = launch.emit(_row(ep=8, attn_tp=8, **base), "vllm")
+    assert "--enable-dbo" not in flags(shared_vllm.roles["serve"])
+    assert any("two-batch overlap runs in vLLM only with an all-to-all" in n for n in shared_vllm.notes)
+    assert "--enable-dbo" in flags(launch.emit(_row(ep=8, attn_tp=1, **base), "vllm").roles["serve"])
 
 
 def test_sglang_runs_moe_tp_only_where_the_experts_share_the_tp_group():

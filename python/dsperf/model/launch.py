@@ -227,8 +227,7 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
     if attn_tp < gpus:
         a += [f"--dp-size {gpus // attn_tp}", "--enable-dp-attention"]
     a.append(f"--ep-size {gpus // lay['moe_tp']}")
-    shares = grounded.SM.experts_share_attention_group(attn_tp, gpus)
-    if shares:
+    if grounded.SM.experts_share_attention_group(attn_tp, gpus):
         # Every GPU holds the group's tokens after the attention all-reduce: the model prices the MoE
         # as local expert selection and one all-reduce, SGLang's default path without an all-to-all.
         a.append("--moe-a2a-backend none")
@@ -243,7 +242,7 @@ def _sglang_args(lay: dict, role: str, gpus: int, attn_tp: int, deepep_mode: str
         a += [f"--nnodes {nodes}", "--node-rank <rank>", "--dist-init-addr <host>:<port>"]
     if lay["redundant"]:
         a += [f"--ep-num-redundant-experts {lay['redundant']}", "--enable-eplb"]
-    if lay["overlap"] == "two_batch" and not shares:  # SGLang refuses it without an all-to-all (_sglang_notes)
+    if lay["overlap"] == "two_batch" and not _two_batch_without_a2a(lay, attn_tp, gpus):
         a.append("--enable-two-batch-overlap")
     elif lay["overlap"] == "single_batch":
         a.append("--enable-single-batch-overlap")
@@ -268,22 +267,31 @@ def _dense_group(lay: dict, attn_tp: int) -> int:
     return max(lay["dense_tp"], attn_tp)
 
 
+def _two_batch_without_a2a(lay: dict, attn_tp: int, gpus: int) -> bool:
+    """Two-batch overlap on an instance whose experts share the TP group: SGLang refuses it without an
+    all-to-all backend ("moe_a2a_backend cannot be 'none'") and vLLM's dual-batch overlap "only targets
+    DP+EP deployments" (its docs/design/dbo.md): the instance runs without it."""
+    return lay["overlap"] == "two_batch" and grounded.SM.experts_share_attention_group(attn_tp, gpus)
+
+
+def _two_batch_notes(lay: dict, instances: dict[str, Instance], stack: str) -> list[str]:
+    return [f"{role}: two-batch overlap runs in {STACKS[stack].name} only with an all-to-all, and these experts share "
+            "the TP group (an all-reduce): it runs without it, slower than predicted"
+            for role, inst in instances.items()
+            if _two_batch_without_a2a(lay, 1 if role == "prefill" else lay["attn_tp"], inst.gpus)]
+
+
 def _sglang_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
     """Where SGLang runs an instance otherwise than priced: its --moe-dense-tp-size takes 1 or, by
     default, the whole TP group (its server_args assert 1 or None), so a dense group between them runs
-    over the whole group; and it refuses two-batch overlap without an all-to-all backend
-    ("moe_a2a_backend cannot be 'none'"), which experts sharing the TP group do not use."""
+    over the whole group; and two-batch overlap without an all-to-all (_two_batch_without_a2a)."""
     notes = []
     for role, inst in instances.items():
-        attn_tp = 1 if role == "prefill" else lay["attn_tp"]
-        dense = _dense_group(lay, attn_tp)
+        dense = _dense_group(lay, 1 if role == "prefill" else lay["attn_tp"])
         if 1 < dense < inst.gpus:
             notes.append(f"{role}: SGLang runs the dense MLP layers over the whole TP group of {inst.gpus} GPUs, where "
                          f"the prediction split them over {dense} (--moe-dense-tp-size takes 1 or the TP group)")
-        if lay["overlap"] == "two_batch" and grounded.SM.experts_share_attention_group(attn_tp, inst.gpus):
-            notes.append(f"{role}: two-batch overlap runs in SGLang only with an all-to-all backend, and these experts "
-                         "share the TP group (--moe-a2a-backend none): it runs without it, slower than predicted")
-    return notes
+    return notes + _two_batch_notes(lay, instances, "sglang")
 
 
 def _sglang_engine(lay: dict, stack: str) -> Engine:
@@ -315,7 +323,7 @@ def _vllm_args(lay: dict, role: str, gpus: int, attn_tp: int, backend: str, runn
               "--data-parallel-address <host>", "--data-parallel-rpc-port <port>"]
     if lay["redundant"]:
         a += ["--enable-eplb", "--eplb-config '" + json.dumps({"num_redundant_experts": lay["redundant"]}) + "'"]
-    if lay["overlap"] == "two_batch":
+    if lay["overlap"] == "two_batch" and not _two_batch_without_a2a(lay, attn_tp, gpus):
         a.append("--enable-dbo")
     kv_room_gib(lay, gpus, attn_tp)   # refuses a share the weights alone fill
     a.append(f"--gpu-memory-utilization {lay['mem_fraction']:.3g}")
@@ -360,7 +368,7 @@ def _vllm_engine(lay: dict, stack: str) -> Engine:
             # over its tensor-parallel group only.
             notes.append(f"{role}: vLLM splits the dense MLP layers over each data-parallel rank's {attn_tp} GPU(s), "
                          f"where the prediction split them over {_dense_group(lay, attn_tp)} (dense_tp)")
-    return Engine(instances, notes=notes + _memory_notes(lay, "vllm"))
+    return Engine(instances, notes=notes + _two_batch_notes(lay, instances, "vllm") + _memory_notes(lay, "vllm"))
 
 
 # ---- TensorRT-LLM ---------------------------------------------------------------------------------

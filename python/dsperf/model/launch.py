@@ -203,6 +203,7 @@ class Instance:
     gpus: int
     args: list[str]              # the engine's own flags, without launcher and model
     config: str | None = None    # TensorRT-LLM: the name of its engine YAML in Engine.files
+    attn_tp: int = 1             # its attention TP group (a prefill instance: DP attention)
 
 
 @dataclass
@@ -278,7 +279,7 @@ def _two_batch_notes(lay: dict, instances: dict[str, Instance], stack: str) -> l
     return [f"{role}: two-batch overlap runs in {STACKS[stack].name} only with an all-to-all, and these experts share "
             "the TP group (an all-reduce): it runs without it, slower than predicted"
             for role, inst in instances.items()
-            if _two_batch_without_a2a(lay, 1 if role == "prefill" else lay["attn_tp"], inst.gpus)]
+            if _two_batch_without_a2a(lay, inst.attn_tp, inst.gpus)]
 
 
 def _sglang_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
@@ -287,7 +288,7 @@ def _sglang_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
     over the whole group; and two-batch overlap without an all-to-all (_two_batch_without_a2a)."""
     notes = []
     for role, inst in instances.items():
-        dense = _dense_group(lay, 1 if role == "prefill" else lay["attn_tp"])
+        dense = _dense_group(lay, inst.attn_tp)
         if 1 < dense < inst.gpus:
             notes.append(f"{role}: SGLang runs the dense MLP layers over the whole TP group of {inst.gpus} GPUs, where "
                          f"the prediction split them over {dense} (--moe-dense-tp-size takes 1 or the TP group)")
@@ -297,7 +298,8 @@ def _sglang_notes(lay: dict, instances: dict[str, Instance]) -> list[str]:
 def _sglang_engine(lay: dict, stack: str) -> Engine:
     def serve_or_decode(role: str) -> Instance:
         mode = "auto" if role == "serve" else "low_latency"
-        return Instance(lay["ep"], _sglang_args(lay, role, lay["ep"], lay["attn_tp"], mode, lay["running"]))
+        return Instance(lay["ep"], _sglang_args(lay, role, lay["ep"], lay["attn_tp"], mode, lay["running"]),
+                        attn_tp=lay["attn_tp"])
 
     def prefill() -> Instance:
         pe = int(lay["prefill_ep"])
@@ -349,7 +351,7 @@ def _vllm_engine(lay: dict, stack: str) -> Engine:
 
     def serve_or_decode(role: str) -> Instance:
         return Instance(lay["ep"], _vllm_args(lay, role, lay["ep"], lay["attn_tp"], "deepep_low_latency",
-                                              lay["running"]))
+                                              lay["running"]), attn_tp=lay["attn_tp"])
 
     def prefill() -> Instance:
         pe = int(lay["prefill_ep"])
@@ -361,13 +363,12 @@ def _vllm_engine(lay: dict, stack: str) -> Engine:
         notes.append("single-batch overlap (dispatch under the shared expert) has no vLLM option: it runs "
                      "without it, slower than predicted")
     instances = _split(lay, serve_or_decode, prefill)
-    for role in instances:
-        attn_tp = 1 if role == "prefill" else lay["attn_tp"]
-        if _dense_group(lay, attn_tp) > attn_tp:
+    for role, inst in instances.items():
+        if _dense_group(lay, inst.attn_tp) > inst.attn_tp:
             # A data-parallel rank is a whole replica but for the experts: its dense MLP is split
             # over its tensor-parallel group only.
-            notes.append(f"{role}: vLLM splits the dense MLP layers over each data-parallel rank's {attn_tp} GPU(s), "
-                         f"where the prediction split them over {_dense_group(lay, attn_tp)} (dense_tp)")
+            notes.append(f"{role}: vLLM splits the dense MLP layers over each data-parallel rank's {inst.attn_tp} "
+                         f"GPU(s), where the prediction split them over {_dense_group(lay, inst.attn_tp)} (dense_tp)")
     return Engine(instances, notes=notes + _two_batch_notes(lay, instances, "vllm") + _memory_notes(lay, "vllm"))
 
 
@@ -437,7 +438,7 @@ def _trtllm_engine(lay: dict, stack: str) -> Engine:
 
     def instance(role: str, gpus: int, attn_tp: int, running, tokens, decode: bool) -> Instance:
         files[f"{role}.yaml"] = _yaml({**_trtllm_options(lay, gpus, attn_tp, running, tokens, decode), **transfer})
-        return Instance(gpus, [], config=f"{role}.yaml")
+        return Instance(gpus, [], config=f"{role}.yaml", attn_tp=attn_tp)
 
     def serve_or_decode(role: str) -> Instance:
         return instance(role, lay["ep"], lay["attn_tp"], lay["running"], None, True)
@@ -452,14 +453,13 @@ def _trtllm_engine(lay: dict, stack: str) -> Engine:
                      "the emitted configuration runs without it, slower than the prediction assumed")
     instances = _split(lay, serve_or_decode, prefill)
     for role, inst in instances.items():
-        attn_tp = 1 if role == "prefill" else lay["attn_tp"]
         # TensorRT-LLM's own split of the dense MLP (modeling_deepseekv3.py, _compute_mlp_tp_size): none
         # under attention DP; else the TP group, within one node ("to avoid expensive inter-node allreduce").
-        ours = 1 if attn_tp == 1 else min(inst.gpus, lay["gpus_per_node"])
-        if ours != _dense_group(lay, attn_tp):
+        ours = 1 if inst.attn_tp == 1 else min(inst.gpus, lay["gpus_per_node"])
+        if ours != _dense_group(lay, inst.attn_tp):
             notes.append(f"{role}: TensorRT-LLM splits the dense MLP layers over {ours} GPU(s) (none under attention "
                          f"DP, else the TP group within a node), where the prediction split them over "
-                         f"{_dense_group(lay, attn_tp)}")
+                         f"{_dense_group(lay, inst.attn_tp)}")
     return Engine(instances, files=files, notes=notes + _memory_notes(lay, "trtllm"))
 
 

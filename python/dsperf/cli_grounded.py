@@ -273,8 +273,8 @@ def add_explore_parser(sub) -> None:
     e.add_argument("--top", type=int, default=10, help="configurations to print")
     e.add_argument("--out", default="explore", help="folder for explore.csv (the SLA's frontier and best) and PNGs")
     e.add_argument("--emit", default=None, metavar="STACK",
-                   help="also write the best configuration's launch command for sglang, vllm, trtllm or dynamo "
-                        "(OUT/launch_STACK.txt; dsperf.model.launch)")
+                   help="also write the launch command of the best configuration sglang, vllm, trtllm or dynamo "
+                        "can run, and why each better one cannot (OUT/launch_STACK.txt; dsperf.model.launch)")
     e.add_argument("--dynamo-backend", default=None, metavar="ENGINE",
                    help="with --emit dynamo: the engine Dynamo's workers run, sglang (default), vllm or trtllm")
     e.add_argument("--html", default=None, metavar="FILE",

@@ -276,6 +276,9 @@ def test_emit_best_launches_the_first_row_the_stack_runs_and_says_why_the_others
         launch.emit_best(rows.iloc[:0], "trtllm")
     with pytest.raises(ValueError, match="stack must be one of"):
         launch.emit_best(rows, "tgi")
+    for bad in ([rows.iloc[0].to_dict()], None):
+        with pytest.raises(ValueError, match="rows must be a pandas DataFrame"):
+            launch.emit_best(bad, "trtllm")
 
 
 # ---- NVIDIA Dynamo --------------------------------------------------------------------------------

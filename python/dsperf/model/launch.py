@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import pandas as pd
+
 from . import grounded
 from .devices import device_metadata, load_device
 
@@ -526,6 +528,8 @@ def emit_best(rows, stack: str, backend: str | None = None) -> tuple[Launch, int
     (its launch, its position, why each row before it was refused). Raises the first row's
     ValueError where the stack runs none of them."""
     _check_stack(stack, backend)
+    if not isinstance(rows, pd.DataFrame):
+        raise ValueError(f"rows must be a pandas DataFrame of explorer rows, got {type(rows).__name__}")
     refused = []
     for i, (_, row) in enumerate(rows.iterrows()):
         try:
